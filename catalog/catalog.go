@@ -1,0 +1,428 @@
+// Package catalog is the in-memory index of a dataset directory (SOURCE).
+//
+// # Concepts
+//
+// A Catalog holds one immutable Snapshot of SOURCE's metadata: every
+// directory, regular file and symlink, with its name, mode, owner, size and
+// mtime. Other file types (sockets, fifos, devices) are left out: they are
+// not training data and dlfs never opens them.
+//
+// # Lifetimes
+//
+// A Snapshot is built by a parallel scan (Open, Refresh) and never changes
+// afterwards, so readers use it without locks. Refresh builds a new Snapshot
+// and swaps it in atomically; holders of the old one keep a consistent view.
+// Inode numbers are stable across refreshes for paths whose type did not
+// change, so the kernel's caches stay valid for unchanged files.
+//
+// # Identity
+//
+// A file's identity is its relative path plus (size, mtime). Caches key
+// samples by path and check the identity on every hit: a file that changed in
+// SOURCE is a miss, never stale bytes.
+package catalog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// RootIno is the inode number of SOURCE's root directory.
+const RootIno = 1
+
+// Config configures a Catalog.
+type Config struct {
+	// Source is the dataset directory. Required.
+	Source string
+	// ScanWorkers bounds the directories scanned at once. On a PFS each
+	// readdir and lstat is a round trip, so more workers hide latency.
+	ScanWorkers int // default 32
+	// Hide names entries at the root that the view must not show (the
+	// control directory); they are skipped by the scan.
+	Hide []string
+	// Logger receives warnings about entries that could not be scanned.
+	Logger *slog.Logger // nil: discard
+}
+
+// DefaultConfig returns the defaults for source.
+func DefaultConfig(source string) Config {
+	return Config{Source: source, ScanWorkers: 32}
+}
+
+// Entry is one directory, regular file or symlink. It is immutable and safe
+// for concurrent use.
+type Entry struct {
+	Name   string // base name; "" for the root
+	Path   string // slash-separated path relative to SOURCE; "" for the root
+	Ino    uint64
+	Mode   uint32 // syscall.S_IF* type bits | permission bits
+	Uid    uint32
+	Gid    uint32
+	Size   int64
+	Mtime  int64  // nanoseconds since the epoch
+	Target string // symlink target
+
+	children []*Entry // directories only; sorted by Name
+}
+
+// IsDir reports whether e is a directory.
+func (e *Entry) IsDir() bool { return e.Mode&syscall.S_IFMT == syscall.S_IFDIR }
+
+// IsRegular reports whether e is a regular file.
+func (e *Entry) IsRegular() bool { return e.Mode&syscall.S_IFMT == syscall.S_IFREG }
+
+// IsSymlink reports whether e is a symlink.
+func (e *Entry) IsSymlink() bool { return e.Mode&syscall.S_IFMT == syscall.S_IFLNK }
+
+// Children returns the entries of a directory sorted by name. The slice must
+// not be modified.
+func (e *Entry) Children() []*Entry { return e.children }
+
+// Child returns the entry called name in directory e, or nil.
+func (e *Entry) Child(name string) *Entry {
+	i := sort.Search(len(e.children), func(i int) bool { return e.children[i].Name >= name })
+	if i < len(e.children) && e.children[i].Name == name {
+		return e.children[i]
+	}
+	return nil
+}
+
+// SameIdentity reports whether e and o describe the same version of a file.
+func (e *Entry) SameIdentity(size, mtime int64) bool {
+	return e.Size == size && e.Mtime == mtime
+}
+
+// Snapshot is an immutable view of SOURCE at one scan.
+type Snapshot struct {
+	Root     *Entry
+	Files    int
+	Dirs     int
+	Bytes    int64 // total size of regular files
+	ScanTime time.Duration
+	Skipped  int // entries that could not be scanned or are not mirrored
+
+	byIno []*Entry // indexed by Ino; holes are nil
+}
+
+// ByIno returns the entry with inode number ino, or nil.
+func (s *Snapshot) ByIno(ino uint64) *Entry {
+	if ino < uint64(len(s.byIno)) {
+		return s.byIno[ino]
+	}
+	return nil
+}
+
+// Lookup returns the entry at the slash-separated relative path, or nil.
+func (s *Snapshot) Lookup(path string) *Entry {
+	e := s.Root
+	for _, name := range strings.Split(path, "/") {
+		if name == "" || name == "." {
+			continue
+		}
+		if e = e.Child(name); e == nil {
+			return nil
+		}
+	}
+	return e
+}
+
+// Walk calls fn for every entry in path order, parents before children.
+func (s *Snapshot) Walk(fn func(*Entry)) {
+	var walk func(*Entry)
+	walk = func(e *Entry) {
+		fn(e)
+		for _, c := range e.children {
+			walk(c)
+		}
+	}
+	walk(s.Root)
+}
+
+// Catalog is the current Snapshot of SOURCE. Safe for concurrent use.
+type Catalog struct {
+	cfg Config // read-only after Open
+
+	cur     atomic.Pointer[Snapshot]
+	nextIno atomic.Uint64
+	scanMu  sync.Mutex // serializes Refresh
+}
+
+// ErrSource means SOURCE itself cannot be used as a dataset.
+var ErrSource = errors.New("catalog: unusable source")
+
+// Open scans cfg.Source and returns a Catalog holding the result.
+func Open(ctx context.Context, cfg Config) (*Catalog, error) {
+	if cfg.ScanWorkers <= 0 {
+		cfg.ScanWorkers = DefaultConfig("").ScanWorkers
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	abs, err := filepath.Abs(cfg.Source)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrSource, cfg.Source, err)
+	}
+	cfg.Source = abs
+	fi, err := os.Stat(abs)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrSource, err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("%w: %s is not a directory", ErrSource, abs)
+	}
+	c := &Catalog{cfg: cfg}
+	c.nextIno.Store(RootIno + 1)
+	snap, err := c.scan(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	c.cur.Store(snap)
+	return c, nil
+}
+
+// Source returns the absolute path of SOURCE.
+func (c *Catalog) Source() string { return c.cfg.Source }
+
+// Snapshot returns the current snapshot. It never blocks.
+func (c *Catalog) Snapshot() *Snapshot { return c.cur.Load() }
+
+// Diff lists what a Refresh changed. Entries are from the old snapshot for
+// Changed and Removed, and from the new one for Added.
+type Diff struct {
+	Changed []*Entry // same path and type, different size, mtime, mode or target
+	Removed []*Entry // path gone, or its type changed
+	Added   []*Entry // path new, or its type changed
+}
+
+// Refresh rescans SOURCE, swaps in the new snapshot and reports what changed.
+// On error the current snapshot stays in place.
+func (c *Catalog) Refresh(ctx context.Context) (Diff, error) {
+	c.scanMu.Lock()
+	defer c.scanMu.Unlock()
+	old := c.cur.Load()
+	snap, err := c.scan(ctx, old)
+	if err != nil {
+		return Diff{}, err
+	}
+	d := diff(old, snap)
+	c.cur.Store(snap)
+	return d, nil
+}
+
+func diff(old, cur *Snapshot) Diff {
+	var d Diff
+	var walk func(o, n *Entry)
+	walk = func(o, n *Entry) {
+		// Both lists are sorted by name: merge them.
+		i, j := 0, 0
+		for i < len(o.children) || j < len(n.children) {
+			switch {
+			case j == len(n.children) || (i < len(o.children) && o.children[i].Name < n.children[j].Name):
+				d.Removed = append(d.Removed, o.children[i])
+				i++
+			case i == len(o.children) || n.children[j].Name < o.children[i].Name:
+				d.Added = append(d.Added, n.children[j])
+				j++
+			default:
+				oc, nc := o.children[i], n.children[j]
+				switch {
+				case oc.Ino != nc.Ino:
+					d.Removed = append(d.Removed, oc)
+					d.Added = append(d.Added, nc)
+				case oc.IsDir():
+					if oc.Mode != nc.Mode || oc.Mtime != nc.Mtime || oc.Uid != nc.Uid || oc.Gid != nc.Gid {
+						d.Changed = append(d.Changed, oc)
+					}
+					walk(oc, nc)
+				case oc.Size != nc.Size || oc.Mtime != nc.Mtime || oc.Mode != nc.Mode || oc.Target != nc.Target ||
+					oc.Uid != nc.Uid || oc.Gid != nc.Gid:
+					d.Changed = append(d.Changed, oc)
+				}
+				i++
+				j++
+			}
+		}
+	}
+	walk(old.Root, cur.Root)
+	return d
+}
+
+// scan builds a snapshot of SOURCE. Entries whose path and type match old
+// keep their inode number.
+func (c *Catalog) scan(ctx context.Context, old *Snapshot) (*Snapshot, error) {
+	start := time.Now()
+	root := &Entry{Ino: RootIno}
+	if err := c.stat(c.cfg.Source, root); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrSource, err)
+	}
+	var oldRoot *Entry
+	if old != nil {
+		oldRoot = old.Root
+	}
+	sc := &scanner{c: c, ctx: ctx, sem: make(chan struct{}, c.cfg.ScanWorkers)}
+	sc.wg.Add(1)
+	go sc.dir(root, oldRoot)
+	sc.wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("catalog: scan %s: %w", c.cfg.Source, err)
+	}
+	if sc.rootErr != nil {
+		return nil, fmt.Errorf("%w: %v", ErrSource, sc.rootErr)
+	}
+	snap := &Snapshot{Root: root, ScanTime: time.Since(start), Skipped: int(sc.skipped.Load())}
+	snap.byIno = make([]*Entry, c.nextIno.Load())
+	snap.Walk(func(e *Entry) {
+		snap.byIno[e.Ino] = e
+		switch {
+		case e.IsDir():
+			snap.Dirs++
+		case e.IsRegular():
+			snap.Files++
+			snap.Bytes += e.Size
+		}
+	})
+	return snap, nil
+}
+
+type scanner struct {
+	c       *Catalog
+	ctx     context.Context
+	sem     chan struct{} // bounds directories read at once
+	wg      sync.WaitGroup
+	skipped atomic.Int64
+	rootErr error // set only by the root directory's goroutine
+}
+
+// dir fills d.children, then scans subdirectories in new goroutines. The
+// semaphore is held only during I/O, so recursion cannot deadlock.
+func (sc *scanner) dir(d, old *Entry) {
+	defer sc.wg.Done()
+	if sc.ctx.Err() != nil {
+		return
+	}
+	sc.sem <- struct{}{}
+	children, err := sc.read(d)
+	<-sc.sem
+	if err != nil {
+		if d.Ino == RootIno {
+			sc.rootErr = err
+			return
+		}
+		sc.c.cfg.Logger.Warn("catalog: skipping unreadable directory", "path", d.Path, "err", err)
+		sc.skipped.Add(1)
+		return
+	}
+	for _, e := range children {
+		var prev *Entry
+		if old != nil {
+			if p := old.Child(e.Name); p != nil && p.Mode&syscall.S_IFMT == e.Mode&syscall.S_IFMT {
+				prev = p
+			}
+		}
+		if prev != nil {
+			e.Ino = prev.Ino
+		} else {
+			e.Ino = sc.c.nextIno.Add(1) - 1
+		}
+		if e.IsDir() {
+			sc.wg.Add(1)
+			go sc.dir(e, prev)
+		}
+	}
+	d.children = children
+}
+
+// read lists directory d and lstats its entries relative to the directory's
+// descriptor, which is one lookup per entry instead of one per path component.
+func (sc *scanner) read(d *Entry) ([]*Entry, error) {
+	full := filepath.Join(sc.c.cfg.Source, filepath.FromSlash(d.Path))
+	f, err := os.Open(full)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return nil, fmt.Errorf("readdir %s: %w", full, err)
+	}
+	sort.Strings(names)
+	fd := int(f.Fd())
+	out := make([]*Entry, 0, len(names))
+	for _, name := range names {
+		if d.Ino == RootIno && sc.hidden(name) {
+			sc.c.cfg.Logger.Warn("catalog: SOURCE entry shadowed by the control directory", "name", name)
+			sc.skipped.Add(1)
+			continue
+		}
+		var st unix.Stat_t
+		if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			if !errors.Is(err, unix.ENOENT) { // vanished since readdir: not an error
+				sc.c.cfg.Logger.Warn("catalog: skipping entry", "path", join(d.Path, name), "err", err)
+			}
+			sc.skipped.Add(1)
+			continue
+		}
+		e := &Entry{Name: name, Path: join(d.Path, name)}
+		fill(e, &st)
+		switch {
+		case e.IsDir(), e.IsRegular():
+		case e.IsSymlink():
+			buf := make([]byte, 4096)
+			n, err := unix.Readlinkat(fd, name, buf)
+			if err != nil {
+				sc.skipped.Add(1)
+				continue
+			}
+			e.Target = string(buf[:n])
+		default:
+			sc.skipped.Add(1)
+			continue
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+func (sc *scanner) hidden(name string) bool {
+	for _, h := range sc.c.cfg.Hide {
+		if h == name {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Catalog) stat(path string, e *Entry) error {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return fmt.Errorf("stat %s: %w", path, err)
+	}
+	fill(e, &st)
+	return nil
+}
+
+func fill(e *Entry, st *unix.Stat_t) {
+	e.Mode = st.Mode
+	e.Uid, e.Gid = st.Uid, st.Gid
+	e.Size = st.Size
+	e.Mtime = st.Mtim.Nano()
+}
+
+func join(dir, name string) string {
+	if dir == "" {
+		return name
+	}
+	return dir + "/" + name
+}

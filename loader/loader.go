@@ -1,0 +1,224 @@
+// Package loader serves sample bytes from the fastest tier that holds them:
+// the RAM cache, then the SSD store, then SOURCE on the PFS.
+//
+// # Blocks
+//
+// A file is cached in blocks of Config.BlockSize bytes; a sample smaller
+// than a block (the common case) is one block holding the whole file. A
+// block's key is the file's path, a NUL and the block number; its value
+// carries the file's identity, so a changed file misses in every tier.
+//
+// # Fetching
+//
+// Concurrent misses on one block share a single fetch. A block read from the
+// PFS goes into the RAM tier and is queued for the SSD tier; a block found on
+// the SSD is promoted to RAM. Returned slices alias cached blocks and must not
+// be modified.
+//
+// # Accounting
+//
+// Every read is counted once, under the tier that supplied its bytes:
+// a read that waited for another reader's PFS fetch counts as a PFS read.
+package loader
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/ramcache"
+	"github.com/dlfs/dlfs/source"
+	"github.com/dlfs/dlfs/ssdstore"
+)
+
+// Config configures a Loader.
+type Config struct {
+	BlockSize int64        // default 1 MiB
+	Logger    *slog.Logger // nil: discard
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config { return Config{BlockSize: 1 << 20} }
+
+// tier names where bytes came from.
+type tier int
+
+const (
+	tierRAM tier = iota
+	tierSSD
+	tierPeer
+	tierPFS
+	numTiers
+)
+
+var tierNames = [numTiers]string{"ram", "ssd", "peer", "pfs"}
+
+// Served counts reads and bytes served from one tier.
+type Served struct {
+	Reads int64 `json:"reads"`
+	Bytes int64 `json:"bytes"`
+}
+
+// Stats are the loader's counters: reads served per tier.
+type Stats struct {
+	Served map[string]Served `json:"served"`
+}
+
+// Dependencies the loader reads through; small interfaces where used.
+type (
+	// PFS reads files from SOURCE.
+	PFS interface {
+		ReadAt(path string, want source.Want, p []byte, off int64) (int, error)
+	}
+	// SSD is the persistent tier. It may be nil.
+	SSD interface {
+		Get(key string, size, mtime int64) (ssdstore.Block, bool, error)
+		Put(key string, b ssdstore.Block) error
+		Delete(key string)
+	}
+)
+
+// Loader is safe for concurrent use. Read blocks on the SSD and the PFS.
+type Loader struct {
+	cfg Config
+	log *slog.Logger
+	ram *ramcache.Cache
+	ssd SSD // nil when the SSD tier is off
+	pfs PFS
+
+	flight flight
+	reads  [numTiers]atomic.Int64
+	bytes  [numTiers]atomic.Int64
+}
+
+// New returns a loader over the given tiers. ssd may be nil (an untyped
+// nil, not a nil *ssdstore.Store).
+func New(cfg Config, ram *ramcache.Cache, ssd SSD, pfs PFS) *Loader {
+	if cfg.BlockSize <= 0 {
+		cfg.BlockSize = DefaultConfig().BlockSize
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Loader{cfg: cfg, log: cfg.Logger, ram: ram, ssd: ssd, pfs: pfs}
+}
+
+// BlockKey is the cache key of block i of the file at path.
+func BlockKey(path string, i int64) string {
+	return path + "\x00" + strconv.FormatInt(i, 10)
+}
+
+// ReadAt returns up to len(dest) bytes of file e at off. The result is a
+// slice of a cached block when the range lies in one block, or of dest
+// otherwise. It returns an empty slice at or past end of file.
+func (l *Loader) ReadAt(e *catalog.Entry, dest []byte, off int64) ([]byte, error) {
+	if off >= e.Size || len(dest) == 0 {
+		return dest[:0], nil
+	}
+	end := min(off+int64(len(dest)), e.Size)
+	bs := l.cfg.BlockSize
+	first, last := off/bs, (end-1)/bs
+	var from tier
+	if first == last {
+		b, t, err := l.block(e, first)
+		if err != nil {
+			return nil, err
+		}
+		l.count(t, end-off)
+		return b[off-first*bs : end-first*bs], nil
+	}
+	n := 0
+	for i := first; i <= last; i++ {
+		b, t, err := l.block(e, i)
+		if err != nil {
+			return nil, err
+		}
+		from = max(from, t) // the slowest tier involved supplied the read
+		lo := max(off, i*bs) - i*bs
+		hi := min(end, (i+1)*bs) - i*bs
+		n += copy(dest[n:], b[lo:hi])
+	}
+	l.count(from, int64(n))
+	return dest[:n], nil
+}
+
+func (l *Loader) count(t tier, n int64) {
+	l.reads[t].Add(1)
+	l.bytes[t].Add(n)
+}
+
+// block returns block i of e and the tier it came from.
+func (l *Loader) block(e *catalog.Entry, i int64) ([]byte, tier, error) {
+	key := BlockKey(e.Path, i)
+	if b, ok := l.ram.Get(key, e.Size, e.Mtime); ok {
+		return b.Data, tierRAM, nil
+	}
+	c, _ := l.flight.do(key, func() ([]byte, tier, error) { return l.fetch(e, i, key) })
+	return c.val, c.src, c.err
+}
+
+// fetch fills a RAM miss from the SSD or the PFS.
+func (l *Loader) fetch(e *catalog.Entry, i int64, key string) ([]byte, tier, error) {
+	// Another fetch may have finished between the RAM miss and the flight.
+	if b, ok := l.ram.Get(key, e.Size, e.Mtime); ok {
+		return b.Data, tierRAM, nil
+	}
+	if l.ssd != nil {
+		b, ok, err := l.ssd.Get(key, e.Size, e.Mtime)
+		if err != nil && !errors.Is(err, ssdstore.ErrClosed) {
+			l.log.Warn("loader: SSD read failed; reading the PFS", "path", e.Path, "err", err)
+		}
+		if ok {
+			l.ram.Put(key, ramcache.Block{Data: b.Data, Size: b.Size, Mtime: b.Mtime, Sum: b.Sum})
+			return b.Data, tierSSD, nil
+		}
+	}
+	bs := l.cfg.BlockSize
+	n := min(bs, e.Size-i*bs)
+	buf := make([]byte, n)
+	got, err := l.pfs.ReadAt(e.Path, source.Want{Size: e.Size, Mtime: e.Mtime}, buf, i*bs)
+	if err != nil {
+		return nil, tierPFS, err
+	}
+	if int64(got) != n {
+		return nil, tierPFS, fmt.Errorf("loader: %s: short read at %d: got %d of %d bytes; the file shrank, write 'refresh' to the control file",
+			e.Path, i*bs, got, n)
+	}
+	sum := ssdstore.Checksum(buf)
+	l.ram.Put(key, ramcache.Block{Data: buf, Size: e.Size, Mtime: e.Mtime, Sum: sum})
+	if l.ssd != nil {
+		if err := l.ssd.Put(key, ssdstore.Block{Data: buf, Size: e.Size, Mtime: e.Mtime, Sum: sum}); err != nil &&
+			!errors.Is(err, ssdstore.ErrClosed) {
+			l.log.Warn("loader: SSD write failed", "path", e.Path, "err", err)
+		}
+	}
+	return buf, tierPFS, nil
+}
+
+// Invalidate drops every cached block of e (an entry of an older snapshot)
+// from all tiers.
+func (l *Loader) Invalidate(e *catalog.Entry) {
+	if !e.IsRegular() {
+		return
+	}
+	blocks := max((e.Size+l.cfg.BlockSize-1)/l.cfg.BlockSize, 1)
+	for i := int64(0); i < blocks; i++ {
+		key := BlockKey(e.Path, i)
+		l.ram.Delete(key)
+		if l.ssd != nil {
+			l.ssd.Delete(key)
+		}
+	}
+}
+
+// Stats returns the per-tier counters.
+func (l *Loader) Stats() Stats {
+	s := Stats{Served: make(map[string]Served, numTiers)}
+	for t := tier(0); t < numTiers; t++ {
+		s.Served[tierNames[t]] = Served{Reads: l.reads[t].Load(), Bytes: l.bytes[t].Load()}
+	}
+	return s
+}

@@ -1,0 +1,43 @@
+package loader
+
+import "sync"
+
+// flight deduplicates concurrent fetches of the same key: the first caller
+// runs fn, later callers wait for its result. Unlike a context-aware group,
+// a waiter that gives up does not cancel the shared fetch, whose result is
+// cached for the next reader anyway.
+type flight struct {
+	mu    sync.Mutex
+	calls map[string]*call // mu guards calls
+}
+
+type call struct {
+	done chan struct{}
+	val  []byte
+	src  tier
+	err  error
+}
+
+// do runs fn once per key at a time and reports whether this caller shared
+// another's result.
+func (f *flight) do(key string, fn func() ([]byte, tier, error)) (*call, bool) {
+	f.mu.Lock()
+	if f.calls == nil {
+		f.calls = make(map[string]*call)
+	}
+	if c, ok := f.calls[key]; ok {
+		f.mu.Unlock()
+		<-c.done
+		return c, true
+	}
+	c := &call{done: make(chan struct{})}
+	f.calls[key] = c
+	f.mu.Unlock()
+
+	c.val, c.src, c.err = fn()
+	f.mu.Lock()
+	delete(f.calls, key)
+	f.mu.Unlock()
+	close(c.done)
+	return c, false
+}

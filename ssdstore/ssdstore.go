@@ -1,0 +1,614 @@
+// Package ssdstore is the SSD tier: a persistent, size-bounded store of sample
+// blocks in Badger.
+//
+// # Layout
+//
+// Each block is one Badger entry. Its key is "s" + the 4-byte big-endian
+// number of the segment it was written in + the block key; its value is a
+// 32-byte header (magic, version, the file's size and mtime, the data's
+// length and CRC-32C) followed by the data. Values go to Badger's value log;
+// the LSM tree holds only keys and pointers, so the index is small and the
+// store reopens quickly.
+//
+// # Eviction and space
+//
+// Blocks are written into the current segment; a segment closes when it
+// holds Capacity/Segments bytes. When the live bytes exceed Capacity, the
+// oldest segment is dropped as a whole with DropPrefix, which also tells
+// Badger that its value-log space is garbage, and value-log GC then deletes
+// or rewrites those files. Evicting by segment, as flash caches do by region,
+// keeps write amplification low and makes reclaimed space real rather than
+// merely unreferenced. A block read from the oldest segments is copied into
+// the current one, so blocks in use survive their segment.
+//
+// # Persistence and integrity
+//
+// Open rebuilds the in-memory index by iterating keys only. Get verifies the
+// header, the identity the caller expects and the checksum; any mismatch is
+// a miss and the entry is deleted, never returned.
+//
+// # Goroutines
+//
+// The Store owns one writer goroutine (batches Puts) and one maintenance
+// goroutine (evicts, runs value-log GC). Close stops both, after the writer
+// has committed everything queued, then closes Badger.
+package ssdstore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"log/slog"
+	"sync"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/options"
+)
+
+// Config configures a Store.
+type Config struct {
+	// Dir holds the Badger files. Required unless InMemory.
+	Dir string
+	// Capacity bounds the bytes of block data kept.
+	Capacity int64 // default 4 GiB
+	// Segments is the eviction granularity: Capacity/Segments bytes are
+	// dropped at a time.
+	Segments int // default 16
+	// InMemory keeps everything in RAM (tests).
+	InMemory bool
+	// QueueLen bounds Puts waiting for the writer; Put blocks when full.
+	QueueLen int // default 256
+	// GCInterval is how often value-log GC runs when there is garbage.
+	GCInterval time.Duration // default 10s
+	Logger     *slog.Logger  // nil: discard
+}
+
+// DefaultConfig returns the defaults for dir.
+func DefaultConfig(dir string) Config {
+	return Config{Dir: dir, Capacity: 4 << 30, Segments: 16, QueueLen: 256, GCInterval: 10 * time.Second}
+}
+
+// Block is one stored piece of a file.
+type Block struct {
+	Data  []byte
+	Size  int64  // identity: the file's size
+	Mtime int64  // identity: the file's mtime in nanoseconds
+	Sum   uint32 // CRC-32C of Data
+}
+
+// Stats describe the tier's contents.
+type Stats struct {
+	Entries  int64 `json:"entries"`
+	Bytes    int64 `json:"bytes"`
+	Capacity int64 `json:"capacity_bytes"`
+	// DiskBytes is what Badger occupies on disk (LSM + value log).
+	DiskBytes int64 `json:"disk_bytes"`
+	Evicted   int64 `json:"evicted_segments"`
+	Corrupt   int64 `json:"corrupt"`
+}
+
+// ErrClosed is returned by operations on a closed Store.
+var ErrClosed = errors.New("ssdstore: closed")
+
+// Store is safe for concurrent use. Get blocks on the SSD; Put blocks only
+// when the write queue is full.
+type Store struct {
+	cfg Config // read-only after Open
+	db  *badger.DB
+	log *slog.Logger
+
+	queue   chan put
+	kick    chan struct{} // wakes maintenance; capacity 1
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	closeMu sync.Mutex // serializes Close; guards closed
+	closed  bool
+
+	mu sync.Mutex
+	// mu guards the following.
+	// INVARIANT: bytes == sum of meta.len over index; segBytes[s] == sum over index entries in s.
+	index    map[string]meta
+	segBytes map[uint32]int64
+	cur      uint32 // segment being written
+	bytes    int64
+	evicted  int64
+	corrupt  int64
+}
+
+type meta struct {
+	seg uint32
+	len int64
+}
+
+type put struct {
+	key string
+	b   Block
+}
+
+const (
+	magic      = 0x444c4653 // "DLFS"
+	version    = 1
+	headerSize = 32
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Checksum returns the CRC-32C that Block.Sum must hold for data.
+func Checksum(data []byte) uint32 { return crc32.Checksum(data, castagnoli) }
+
+// Open opens or creates the store and rebuilds its index.
+func Open(cfg Config) (*Store, error) {
+	def := DefaultConfig(cfg.Dir)
+	if cfg.Capacity <= 0 {
+		return nil, fmt.Errorf("ssdstore: capacity must be positive, got %d", cfg.Capacity)
+	}
+	if cfg.Segments <= 0 {
+		cfg.Segments = def.Segments
+	}
+	if cfg.QueueLen <= 0 {
+		cfg.QueueLen = def.QueueLen
+	}
+	if cfg.GCInterval <= 0 {
+		cfg.GCInterval = def.GCInterval
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Dir == "" && !cfg.InMemory {
+		return nil, errors.New("ssdstore: no directory given")
+	}
+	vlogSize := min(max(cfg.Capacity/int64(cfg.Segments), 16<<20), 1<<30-1)
+	opts := badger.DefaultOptions(cfg.Dir).
+		WithInMemory(cfg.InMemory).
+		WithLogger(badgerLogger{cfg.Logger}).
+		WithCompression(options.None). // samples are compressed images already
+		WithValueThreshold(1 << 10).   // sample data goes to the value log
+		WithValueLogFileSize(vlogSize).
+		WithMemTableSize(8 << 20). // small memtables and caches: RAM belongs to the RAM tier
+		WithNumMemtables(2).
+		WithNumLevelZeroTables(2).
+		WithNumLevelZeroTablesStall(8).
+		WithBlockCacheSize(0).
+		WithIndexCacheSize(0).
+		WithNumCompactors(2).
+		WithNumGoroutines(2).
+		WithMetricsEnabled(false).
+		WithDetectConflicts(false)
+	if cfg.InMemory {
+		opts = opts.WithDir("").WithValueDir("")
+	}
+	db, err := badger.Open(opts)
+	if err != nil {
+		return nil, fmt.Errorf("ssdstore: open %s: %w; is another dlfs using this --ssd-cache?", cfg.Dir, err)
+	}
+	s := &Store{
+		cfg: cfg, db: db, log: cfg.Logger,
+		queue:    make(chan put, cfg.QueueLen),
+		kick:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		index:    make(map[string]meta),
+		segBytes: make(map[uint32]int64),
+	}
+	if err := s.load(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	s.wg.Add(2)
+	go s.writer()
+	go s.maintain()
+	s.wakeMaintenance()
+	return s, nil
+}
+
+// load rebuilds the index from the keys, reading only the header of values
+// whose length is stored inline in the key's metadata.
+func (s *Store) load() error {
+	return s.db.View(func(txn *badger.Txn) error {
+		opts := badger.DefaultIteratorOptions
+		opts.PrefetchValues = false
+		it := txn.NewIterator(opts)
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			item := it.Item()
+			seg, key, ok := parseKey(item.Key())
+			if !ok {
+				continue
+			}
+			n := item.ValueSize() - headerSize
+			if n < 0 {
+				continue
+			}
+			s.index[key] = meta{seg: seg, len: n}
+			s.segBytes[seg] += n
+			s.bytes += n
+			if seg > s.cur {
+				s.cur = seg
+			}
+		}
+		if len(s.index) > 0 {
+			s.cur++ // never append to a segment of an earlier run
+		}
+		return nil
+	})
+}
+
+func dbKey(seg uint32, key string) []byte {
+	k := make([]byte, 5+len(key))
+	k[0] = 's'
+	binary.BigEndian.PutUint32(k[1:5], seg)
+	copy(k[5:], key)
+	return k
+}
+
+func segPrefix(seg uint32) []byte { return dbKey(seg, "") }
+
+func parseKey(k []byte) (seg uint32, key string, ok bool) {
+	if len(k) < 5 || k[0] != 's' {
+		return 0, "", false
+	}
+	return binary.BigEndian.Uint32(k[1:5]), string(k[5:]), true
+}
+
+// encode returns the stored form of b.
+func encode(b Block) []byte {
+	v := make([]byte, headerSize+len(b.Data))
+	binary.BigEndian.PutUint32(v[0:], magic)
+	v[4] = version
+	binary.BigEndian.PutUint64(v[8:], uint64(b.Size))
+	binary.BigEndian.PutUint64(v[16:], uint64(b.Mtime))
+	binary.BigEndian.PutUint32(v[24:], uint32(len(b.Data)))
+	binary.BigEndian.PutUint32(v[28:], b.Sum)
+	copy(v[headerSize:], b.Data)
+	return v
+}
+
+// ErrCorrupt means a stored value failed its header or checksum check.
+var ErrCorrupt = errors.New("ssdstore: corrupt entry")
+
+// decode parses a stored value. The returned block shares v.
+func decode(v []byte) (Block, error) {
+	if len(v) < headerSize {
+		return Block{}, fmt.Errorf("%w: %d-byte value is shorter than the header", ErrCorrupt, len(v))
+	}
+	if binary.BigEndian.Uint32(v[0:]) != magic || v[4] != version {
+		return Block{}, fmt.Errorf("%w: bad magic or version", ErrCorrupt)
+	}
+	b := Block{
+		Size:  int64(binary.BigEndian.Uint64(v[8:])),
+		Mtime: int64(binary.BigEndian.Uint64(v[16:])),
+		Sum:   binary.BigEndian.Uint32(v[28:]),
+		Data:  v[headerSize:],
+	}
+	if n := binary.BigEndian.Uint32(v[24:]); int(n) != len(b.Data) {
+		return Block{}, fmt.Errorf("%w: header says %d bytes, value holds %d", ErrCorrupt, n, len(b.Data))
+	}
+	if Checksum(b.Data) != b.Sum {
+		return Block{}, fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
+	}
+	return b, nil
+}
+
+// Get returns the block for key if it is stored with identity (size, mtime)
+// and intact. A missing, stale or corrupt entry is a miss (false, nil).
+func (s *Store) Get(key string, size, mtime int64) (Block, bool, error) {
+	s.mu.Lock()
+	m, ok := s.index[key]
+	s.mu.Unlock()
+	if !ok {
+		return Block{}, false, nil
+	}
+	var v []byte
+	err := s.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(dbKey(m.seg, key))
+		if err != nil {
+			return err
+		}
+		v, err = item.ValueCopy(nil)
+		return err
+	})
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		s.forget(key, m)
+		return Block{}, false, nil
+	}
+	if errors.Is(err, badger.ErrDBClosed) {
+		return Block{}, false, ErrClosed
+	}
+	if err != nil {
+		return Block{}, false, fmt.Errorf("ssdstore: get %s: %w", key, err)
+	}
+	b, err := decode(v)
+	if err != nil {
+		s.log.Warn("ssdstore: dropping corrupt entry", "key", key, "err", err)
+		s.mu.Lock()
+		s.corrupt++
+		s.mu.Unlock()
+		s.Delete(key)
+		return Block{}, false, nil
+	}
+	if b.Size != size || b.Mtime != mtime {
+		s.Delete(key)
+		return Block{}, false, nil
+	}
+	if s.aging(m.seg) {
+		// Keep a block in use: rewrite it into the current segment.
+		_ = s.Put(key, b)
+	}
+	return b, true, nil
+}
+
+// aging reports whether seg is among the oldest quarter of live segments,
+// which eviction will drop next.
+func (s *Store) aging(seg uint32) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cur-seg >= uint32(max(s.cfg.Segments*3/4, 1))
+}
+
+// Contains reports whether key is indexed (its bytes may still fail checks).
+func (s *Store) Contains(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.index[key]
+	return ok
+}
+
+// Put queues b for writing under key. It blocks while the queue is full and
+// returns ErrClosed after Close.
+func (s *Store) Put(key string, b Block) error {
+	if int64(len(b.Data)) > s.cfg.Capacity/int64(s.cfg.Segments) {
+		return nil // larger than a segment: not worth caching
+	}
+	s.closeMu.Lock()
+	closed := s.closed
+	s.closeMu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	select {
+	case s.queue <- put{key, b}:
+		return nil
+	case <-s.stop:
+		return ErrClosed
+	}
+}
+
+// Delete removes key.
+func (s *Store) Delete(key string) {
+	s.mu.Lock()
+	m, ok := s.index[key]
+	s.mu.Unlock()
+	if !ok {
+		return
+	}
+	s.forget(key, m)
+	err := s.db.Update(func(txn *badger.Txn) error { return txn.Delete(dbKey(m.seg, key)) })
+	if err != nil && !errors.Is(err, badger.ErrDBClosed) {
+		s.log.Warn("ssdstore: delete failed", "key", key, "err", err)
+	}
+}
+
+// forget drops key from the index if it still points at m.
+func (s *Store) forget(key string, m meta) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cur, ok := s.index[key]; ok && cur == m {
+		delete(s.index, key)
+		s.segBytes[m.seg] -= m.len
+		s.bytes -= m.len
+	}
+}
+
+// writer commits queued Puts in batches until stop, then drains the queue.
+func (s *Store) writer() {
+	defer s.wg.Done()
+	batch := make([]put, 0, 64)
+	for {
+		select {
+		case p := <-s.queue:
+			batch = append(batch[:0], p)
+		more:
+			for len(batch) < cap(batch) {
+				select {
+				case p := <-s.queue:
+					batch = append(batch, p)
+				default:
+					break more
+				}
+			}
+			s.commit(batch)
+		case <-s.stop:
+			for {
+				select {
+				case p := <-s.queue:
+					s.commit([]put{p})
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+func (s *Store) commit(batch []put) {
+	s.mu.Lock()
+	seg := s.cur
+	s.mu.Unlock()
+	wb := s.db.NewWriteBatch()
+	for _, p := range batch {
+		if err := wb.Set(dbKey(seg, p.key), encode(p.b)); err != nil {
+			s.log.Warn("ssdstore: write failed", "key", p.key, "err", err)
+		}
+	}
+	if err := wb.Flush(); err != nil {
+		s.log.Warn("ssdstore: commit failed; blocks stay uncached", "n", len(batch), "err", err)
+		return
+	}
+	segSize := s.cfg.Capacity / int64(s.cfg.Segments)
+	var stale []meta
+	var staleKeys []string
+	s.mu.Lock()
+	for _, p := range batch {
+		n := int64(len(p.b.Data))
+		if old, ok := s.index[p.key]; ok {
+			s.segBytes[old.seg] -= old.len
+			s.bytes -= old.len
+			if old.seg != seg {
+				stale = append(stale, old)
+				staleKeys = append(staleKeys, p.key)
+			}
+		}
+		s.index[p.key] = meta{seg: seg, len: n}
+		s.segBytes[seg] += n
+		s.bytes += n
+	}
+	if s.segBytes[s.cur] >= segSize {
+		s.cur++
+	}
+	over := s.bytes > s.cfg.Capacity
+	s.mu.Unlock()
+	if len(stale) > 0 {
+		// A rewritten block's old copy lives in an older segment: delete it
+		// so the segment's drop cannot remove the fresh copy's bytes twice.
+		_ = s.db.Update(func(txn *badger.Txn) error {
+			for i, m := range stale {
+				if err := txn.Delete(dbKey(m.seg, staleKeys[i])); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if over {
+		s.wakeMaintenance()
+	}
+}
+
+func (s *Store) wakeMaintenance() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// maintain evicts whole segments while over capacity and collects the value
+// log, until stop.
+func (s *Store) maintain() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.cfg.GCInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.kick:
+		case <-t.C:
+		}
+		dropped := false
+		for s.evictOldest() {
+			dropped = true
+		}
+		if dropped || s.garbage() {
+			s.collect()
+		}
+	}
+}
+
+// evictOldest drops the oldest segment if the store is over capacity.
+func (s *Store) evictOldest() bool {
+	s.mu.Lock()
+	if s.bytes <= s.cfg.Capacity {
+		s.mu.Unlock()
+		return false
+	}
+	oldest := s.cur
+	for seg := range s.segBytes {
+		if seg < oldest {
+			oldest = seg
+		}
+	}
+	if oldest == s.cur {
+		s.cur++ // everything is in the open segment: close it and drop it
+	}
+	for k, m := range s.index {
+		if m.seg == oldest {
+			delete(s.index, k)
+			s.bytes -= m.len
+		}
+	}
+	delete(s.segBytes, oldest)
+	s.evicted++
+	s.mu.Unlock()
+	if err := s.db.DropPrefix(segPrefix(oldest)); err != nil && !errors.Is(err, badger.ErrDBClosed) {
+		s.log.Warn("ssdstore: dropping segment failed", "segment", oldest, "err", err)
+	}
+	return true
+}
+
+// garbage reports whether the value log is noticeably larger than the data.
+func (s *Store) garbage() bool {
+	if s.cfg.InMemory {
+		return false
+	}
+	_, vlog := s.db.Size()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return vlog > s.bytes+s.bytes/4+(64<<20)
+}
+
+// collect runs value-log GC until it finds nothing worth rewriting.
+func (s *Store) collect() {
+	if s.cfg.InMemory {
+		return
+	}
+	for i := 0; i < 64; i++ {
+		select {
+		case <-s.stop:
+			return
+		default:
+		}
+		if err := s.db.RunValueLogGC(0.5); err != nil {
+			return // ErrNoRewrite: done; anything else is logged by Badger
+		}
+	}
+}
+
+// Stats returns the current contents.
+func (s *Store) Stats() Stats {
+	var disk int64
+	if !s.cfg.InMemory {
+		lsm, vlog := s.db.Size()
+		disk = lsm + vlog
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Stats{Entries: int64(len(s.index)), Bytes: s.bytes, Capacity: s.cfg.Capacity,
+		DiskBytes: disk, Evicted: s.evicted, Corrupt: s.corrupt}
+}
+
+// Close commits queued writes, stops the goroutines and closes Badger. It is
+// safe to call twice.
+func (s *Store) Close() error {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	close(s.stop)
+	s.wg.Wait()
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("ssdstore: close: %w", err)
+	}
+	return nil
+}
+
+// badgerLogger sends Badger's warnings and errors to slog; its chatty info
+// and debug lines are dropped.
+type badgerLogger struct{ l *slog.Logger }
+
+func (b badgerLogger) Errorf(f string, a ...any)   { b.l.Error("badger: " + fmt.Sprintf(f, a...)) }
+func (b badgerLogger) Warningf(f string, a ...any) { b.l.Warn("badger: " + fmt.Sprintf(f, a...)) }
+func (b badgerLogger) Infof(string, ...any)        {}
+func (b badgerLogger) Debugf(string, ...any)       {}
