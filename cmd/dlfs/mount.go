@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dlfs/dlfs/daemon"
+)
+
+// mountOptions are the flags of "dlfs mount".
+type mountOptions struct {
+	ramCache     sizeValue
+	ssdCache     string
+	ssdCacheSize sizeValue
+	allowOther   bool
+	logLevel     string
+	metricsAddr  string
+	controlName  string
+	nodeName     string
+	ttl          time.Duration
+	debugFUSE    bool
+}
+
+func newMountCmd(run func(cmd *cobra.Command, cfg daemon.Config, o *mountOptions) error) *cobra.Command {
+	o := &mountOptions{}
+	def := daemon.DefaultConfig("", "")
+	o.ramCache = sizeValue(def.RAMCache)
+	o.ssdCacheSize = sizeValue(def.SSDCapacity)
+	cmd := &cobra.Command{
+		Use:   "mount SOURCE MOUNTPOINT",
+		Short: "Mount SOURCE read-only at MOUNTPOINT, with caching (runs in the foreground)",
+		Long: `Mount the dataset directory SOURCE read-only at MOUNTPOINT and serve it from
+RAM and SSD caches. Runs in the foreground; prints "dlfs: mounted SOURCE at
+MOUNTPOINT" once the mount is usable; SIGINT or SIGTERM unmounts and exits 0.
+
+MOUNTPOINT/.dlfs/ (never listed) holds:
+  stats       JSON: served bytes per tier, PFS traffic, cache contents
+  stats.prom  the same figures in Prometheus text format
+  control     write "refresh" to rescan SOURCE; read it for the last error`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg := daemon.DefaultConfig(args[0], args[1])
+			cfg.RAMCache = int64(o.ramCache)
+			cfg.SSDDir = o.ssdCache
+			cfg.SSDCapacity = int64(o.ssdCacheSize)
+			cfg.FUSE.AllowOther = o.allowOther
+			cfg.FUSE.ControlName = o.controlName
+			cfg.FUSE.TTL = o.ttl
+			cfg.FUSE.Debug = o.debugFUSE
+			cfg.MetricsAddr = o.metricsAddr
+			cfg.NodeName = o.nodeName
+			if strings.ContainsRune(o.controlName, '/') || o.controlName == "" || o.controlName == "." || o.controlName == ".." {
+				return fmt.Errorf("--control-name %q must be a plain file name", o.controlName)
+			}
+			if cfg.SSDDir != "" && cfg.SSDCapacity <= 0 {
+				return fmt.Errorf("--ssd-cache-size must be positive with --ssd-cache")
+			}
+			return run(cmd, cfg, o)
+		},
+	}
+	f := cmd.Flags()
+	f.Var(&o.ramCache, "ram-cache", "RAM tier size (e.g. 512MiB, 4GiB; 0 disables)")
+	f.StringVar(&o.ssdCache, "ssd-cache", "", "directory of the persistent SSD tier (off when empty)")
+	f.Var(&o.ssdCacheSize, "ssd-cache-size", "SSD tier size")
+	f.BoolVar(&o.allowOther, "allow-other", false, "let other users access the mount")
+	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on HOST:PORT (off when empty)")
+	f.StringVar(&o.controlName, "control-name", def.FUSE.ControlName, "name of the hidden control directory at the root")
+	f.StringVar(&o.nodeName, "node-name", "", "name of this node in stats (default: host name)")
+	f.DurationVar(&o.ttl, "cache-ttl", def.FUSE.TTL, "how long the kernel caches names and attributes")
+	f.BoolVar(&o.debugFUSE, "debug-fuse", false, "log every FUSE request")
+	return cmd
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("--log-level %q: want debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+// runMount mounts, announces the mount, and serves until a signal or an
+// external unmount.
+func runMount(cmd *cobra.Command, cfg daemon.Config, o *mountOptions) error {
+	level, err := parseLevel(o.logLevel)
+	if err != nil {
+		return err
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if _, err := os.Stat(cfg.Source); err != nil {
+		return fmt.Errorf("source %s: %w", cfg.Source, unwrapPath(err))
+	}
+	// Keep the heap near the RAM tier: the tier's blocks are most of it, and
+	// the collector would otherwise let garbage grow to the tier's size again.
+	debug.SetMemoryLimit(cfg.RAMCache + 192<<20)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	node, err := daemon.Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "dlfs: mounted %s at %s\n", cfg.Source, cfg.Mountpoint)
+
+	done := make(chan struct{})
+	go func() {
+		node.Wait()
+		close(done)
+	}()
+	select {
+	case <-ctx.Done():
+		cfg.Logger.Info("signal received; unmounting", "mountpoint", cfg.Mountpoint)
+	case <-done:
+		cfg.Logger.Info("unmounted from outside", "mountpoint", cfg.Mountpoint)
+	}
+	return node.Close()
+}
+
+// unwrapPath turns *PathError into its bare cause, since the path is
+// already in the message.
+func unwrapPath(err error) error {
+	if pe, ok := err.(*os.PathError); ok {
+		return pe.Err
+	}
+	return err
+}

@@ -1,0 +1,268 @@
+// Package daemon assembles one dlfs node: the catalog of SOURCE, the cache
+// tiers, the loader, the FUSE filesystem, the control plane and the metrics
+// endpoint.
+//
+// # Lifetime
+//
+// Start builds the parts in dependency order and mounts; once it returns,
+// the mount is usable. Close tears down in reverse: the FUSE server first (no
+// new reads), then the metrics server, then the SSD store (which commits its
+// queued writes), then SOURCE. Wait blocks until the filesystem is unmounted,
+// by Close or from outside.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sys/unix"
+
+	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/fusefs"
+	"github.com/dlfs/dlfs/loader"
+	"github.com/dlfs/dlfs/ramcache"
+	"github.com/dlfs/dlfs/source"
+	"github.com/dlfs/dlfs/ssdstore"
+)
+
+// Config configures a node. Zero values take the defaults.
+type Config struct {
+	Source     string // dataset directory; required
+	Mountpoint string // required
+	NodeName   string // default: the host name
+
+	RAMCache    int64  // bytes; default 512 MiB; 0 after defaults means off
+	SSDDir      string // "" disables the SSD tier
+	SSDCapacity int64  // bytes; default 4 GiB
+
+	Catalog catalog.Config  // Source and Hide are set by Start
+	FUSE    fusefs.Config   // ControlName, TTL, AllowOther, Debug
+	Loader  loader.Config   // BlockSize
+	SSD     ssdstore.Config // Dir and Capacity are set from SSDDir, SSDCapacity
+
+	// MetricsAddr serves Prometheus /metrics on HOST:PORT; "" is off.
+	MetricsAddr string
+	// Registry collects the node's metrics; nil makes a fresh one.
+	Registry *prometheus.Registry
+	Logger   *slog.Logger // nil: discard
+}
+
+// DefaultConfig returns the defaults for serving source at mountpoint.
+func DefaultConfig(source, mountpoint string) Config {
+	return Config{
+		Source: source, Mountpoint: mountpoint,
+		RAMCache:    ramcache.DefaultConfig().Capacity,
+		SSDCapacity: ssdstore.DefaultConfig("").Capacity,
+		Catalog:     catalog.DefaultConfig(source),
+		FUSE:        fusefs.DefaultConfig(),
+		Loader:      loader.DefaultConfig(),
+		SSD:         ssdstore.DefaultConfig(""),
+	}
+}
+
+// Node is a running dlfs node.
+type Node struct {
+	cfg     Config // read-only after Start
+	log     *slog.Logger
+	started time.Time
+
+	cat     *catalog.Catalog
+	src     *source.Source
+	ram     *ramcache.Cache
+	ssd     *ssdstore.Store // nil when the SSD tier is off
+	load    *loader.Loader
+	fs      *fusefs.FS
+	ctl     *controlPlane
+	reg     *prometheus.Registry
+	server  *fuse.Server
+	metrics *http.Server
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Start checks the configuration, scans SOURCE, opens the tiers and mounts.
+// On error everything already started is stopped again.
+func Start(ctx context.Context, cfg Config) (n *Node, err error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.NodeName == "" {
+		cfg.NodeName, _ = os.Hostname()
+	}
+	if cfg.FUSE.ControlName == "" {
+		cfg.FUSE.ControlName = fusefs.DefaultConfig().ControlName
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	if err := checkMountpoint(cfg.Mountpoint); err != nil {
+		return nil, err
+	}
+	n = &Node{cfg: cfg, log: cfg.Logger, started: time.Now(), reg: cfg.Registry}
+	defer func() {
+		if err != nil {
+			n.Close()
+			n = nil
+		}
+	}()
+
+	cc := cfg.Catalog
+	cc.Source, cc.Hide, cc.Logger = cfg.Source, []string{cfg.FUSE.ControlName}, cfg.Logger
+	if n.cat, err = catalog.Open(ctx, cc); err != nil {
+		return nil, err
+	}
+	snap := n.cat.Snapshot()
+	n.log.Info("scanned SOURCE", "source", n.cat.Source(), "files", snap.Files, "dirs", snap.Dirs,
+		"bytes", snap.Bytes, "seconds", snap.ScanTime.Seconds())
+	if n.src, err = source.Open(n.cat.Source()); err != nil {
+		return nil, err
+	}
+	n.ram = ramcache.New(ramcache.Config{Capacity: max(cfg.RAMCache, 0)})
+	var ssd loader.SSD
+	if cfg.SSDDir != "" {
+		sc := cfg.SSD
+		sc.Dir, sc.Capacity, sc.Logger = cfg.SSDDir, cfg.SSDCapacity, cfg.Logger
+		if err := os.MkdirAll(cfg.SSDDir, 0o700); err != nil {
+			return nil, fmt.Errorf("ssd cache %s: %w", cfg.SSDDir, err)
+		}
+		if n.ssd, err = ssdstore.Open(sc); err != nil {
+			return nil, err
+		}
+		ssd = n.ssd
+	}
+	lc := cfg.Loader
+	lc.Logger = cfg.Logger
+	n.load = loader.New(lc, n.ram, ssd, n.src)
+	n.ctl = &controlPlane{n: n}
+	fc := cfg.FUSE
+	fc.Logger = cfg.Logger
+	n.fs = fusefs.New(fc, dataset{n}, n.ctl)
+
+	if err := n.reg.Register(&collector{n: n}); err != nil {
+		return nil, fmt.Errorf("register metrics: %w", err)
+	}
+	_ = n.reg.Register(collectors.NewGoCollector())
+	_ = n.reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if cfg.MetricsAddr != "" {
+		if err := n.serveMetrics(cfg.MetricsAddr); err != nil {
+			return nil, err
+		}
+	}
+
+	if n.server, err = n.fs.Mount(cfg.Mountpoint, "dlfs:"+n.cat.Source()); err != nil {
+		return nil, fmt.Errorf("mount %s: %w", cfg.Mountpoint, err)
+	}
+	return n, nil
+}
+
+// checkMountpoint rejects mount points that cannot work, with a reason a
+// person can act on.
+func checkMountpoint(mp string) error {
+	var st unix.Stat_t
+	if err := unix.Stat(mp, &st); err != nil {
+		if errors.Is(err, unix.ENOTCONN) {
+			return fmt.Errorf("mount point %s: a dead mount is left there (transport endpoint is not connected); run 'dlfs umount %s' first", mp, mp)
+		}
+		return fmt.Errorf("mount point %s: %w", mp, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return fmt.Errorf("mount point %s is not a directory", mp)
+	}
+	var parent unix.Stat_t
+	if err := unix.Stat(filepath.Join(mp, ".."), &parent); err == nil && (parent.Dev != st.Dev || parent.Ino == st.Ino) {
+		return fmt.Errorf("mount point %s is busy: something is already mounted there; unmount it or pick another directory", mp)
+	}
+	return nil
+}
+
+func (n *Node) serveMetrics(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("metrics address %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{}))
+	n.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := n.metrics.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			n.log.Error("metrics server stopped", "err", err)
+		}
+	}()
+	return nil
+}
+
+// Wait blocks until the filesystem is unmounted.
+func (n *Node) Wait() { n.server.Wait() }
+
+// Close unmounts and stops everything. Safe to call twice.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		var errs []error
+		if n.server != nil {
+			if err := n.server.Unmount(); err != nil {
+				// Busy (a process holds a file open): detach, so the daemon
+				// can still exit; the kernel finishes when it is idle.
+				n.log.Warn("unmount failed; detaching lazily", "mountpoint", n.cfg.Mountpoint, "err", err)
+				if err := unix.Unmount(n.cfg.Mountpoint, unix.MNT_DETACH); err != nil {
+					errs = append(errs, fmt.Errorf("unmount %s: %w", n.cfg.Mountpoint, err))
+				}
+			}
+			n.server.Wait()
+		}
+		if n.metrics != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = n.metrics.Shutdown(ctx)
+			cancel()
+		}
+		if n.ssd != nil {
+			if err := n.ssd.Close(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if n.src != nil {
+			_ = n.src.Close()
+		}
+		n.closeErr = errors.Join(errs...)
+	})
+	return n.closeErr
+}
+
+// dataset adapts the node to fusefs.Dataset.
+type dataset struct{ n *Node }
+
+func (d dataset) Snapshot() *catalog.Snapshot { return d.n.cat.Snapshot() }
+func (d dataset) Source() string              { return d.n.cat.Source() }
+func (d dataset) ReadAt(e *catalog.Entry, dest []byte, off int64) ([]byte, error) {
+	return d.n.load.ReadAt(e, dest, off)
+}
+
+// Refresh rescans SOURCE and invalidates what changed in every tier and in
+// the kernel.
+func (n *Node) Refresh(ctx context.Context) (catalog.Diff, error) {
+	d, err := n.cat.Refresh(ctx)
+	if err != nil {
+		return d, err
+	}
+	for _, e := range d.Changed {
+		n.load.Invalidate(e)
+	}
+	for _, e := range d.Removed {
+		n.load.Invalidate(e)
+	}
+	n.fs.Invalidate(d)
+	n.log.Info("refreshed catalog", "changed", len(d.Changed), "removed", len(d.Removed), "added", len(d.Added))
+	return d, nil
+}

@@ -1,0 +1,142 @@
+package daemon
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+
+	"github.com/dlfs/dlfs/loader"
+	"github.com/dlfs/dlfs/ramcache"
+	"github.com/dlfs/dlfs/source"
+	"github.com/dlfs/dlfs/ssdstore"
+)
+
+// Stats is the document served as .dlfs/stats.
+type Stats struct {
+	Node          string                   `json:"node"`
+	Source        string                   `json:"source"`
+	Mountpoint    string                   `json:"mountpoint"`
+	UptimeSeconds float64                  `json:"uptime_seconds"`
+	Served        map[string]loader.Served `json:"served"`
+	PFS           source.Stats             `json:"pfs"`
+	Cache         CacheStats               `json:"cache"`
+	Catalog       CatalogStats             `json:"catalog"`
+	// Filled by the prefetcher, the cluster and the job registry; present
+	// (and empty) before those exist so that tools can rely on the keys.
+	Prefetch map[string]any `json:"prefetch"`
+	Cluster  map[string]any `json:"cluster"`
+	Jobs     map[string]any `json:"jobs"`
+}
+
+// CacheStats describes both tiers.
+type CacheStats struct {
+	RAM ramcache.Stats `json:"ram"`
+	SSD ssdstore.Stats `json:"ssd"`
+}
+
+// CatalogStats describes the current snapshot of SOURCE.
+type CatalogStats struct {
+	Files       int     `json:"files"`
+	Dirs        int     `json:"dirs"`
+	Bytes       int64   `json:"bytes"`
+	Skipped     int     `json:"skipped"`
+	ScanSeconds float64 `json:"scan_seconds"`
+}
+
+// Stats returns the node's current figures. Safe for concurrent use.
+func (n *Node) Stats() Stats {
+	snap := n.cat.Snapshot()
+	s := Stats{
+		Node:          n.cfg.NodeName,
+		Source:        n.cat.Source(),
+		Mountpoint:    n.cfg.Mountpoint,
+		UptimeSeconds: time.Since(n.started).Seconds(),
+		Served:        n.load.Stats().Served,
+		PFS:           n.src.Stats(),
+		Cache:         CacheStats{RAM: n.ram.Stats()},
+		Catalog: CatalogStats{Files: snap.Files, Dirs: snap.Dirs, Bytes: snap.Bytes, Skipped: snap.Skipped,
+			ScanSeconds: snap.ScanTime.Seconds()},
+		Prefetch: map[string]any{},
+		Cluster:  map[string]any{},
+		Jobs:     map[string]any{},
+	}
+	if n.ssd != nil {
+		s.Cache.SSD = n.ssd.Stats()
+	}
+	return s
+}
+
+func (n *Node) statsJSON() ([]byte, error) {
+	b, err := json.MarshalIndent(n.Stats(), "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("stats: %w", err)
+	}
+	return append(b, '\n'), nil
+}
+
+// statsProm renders the registry as served on /metrics.
+func (n *Node) statsProm() ([]byte, error) {
+	mfs, err := n.reg.Gather()
+	if err != nil {
+		return nil, fmt.Errorf("stats.prom: %w", err)
+	}
+	var buf bytes.Buffer
+	enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, mf := range mfs {
+		if err := enc.Encode(mf); err != nil {
+			return nil, fmt.Errorf("stats.prom: %w", err)
+		}
+	}
+	return buf.Bytes(), nil
+}
+
+// collector exports Stats to Prometheus, so that /metrics, stats.prom and
+// stats show the same figures.
+type collector struct{ n *Node }
+
+var (
+	descServedReads = prometheus.NewDesc("dlfs_served_reads_total", "Reads served, by the tier that supplied the bytes.", []string{"tier"}, nil)
+	descServedBytes = prometheus.NewDesc("dlfs_served_bytes_total", "Bytes served, by the tier that supplied them.", []string{"tier"}, nil)
+	descPFSOpens    = prometheus.NewDesc("dlfs_pfs_opens_total", "Files opened on SOURCE.", nil, nil)
+	descPFSReads    = prometheus.NewDesc("dlfs_pfs_read_ops_total", "Read calls made on SOURCE.", nil, nil)
+	descPFSBytes    = prometheus.NewDesc("dlfs_pfs_read_bytes_total", "Bytes read from SOURCE.", nil, nil)
+	descEntries     = prometheus.NewDesc("dlfs_cache_entries", "Blocks held by a cache tier.", []string{"tier"}, nil)
+	descBytes       = prometheus.NewDesc("dlfs_cache_bytes", "Bytes held by a cache tier.", []string{"tier"}, nil)
+	descCapacity    = prometheus.NewDesc("dlfs_cache_capacity_bytes", "Capacity of a cache tier.", []string{"tier"}, nil)
+	descFiles       = prometheus.NewDesc("dlfs_catalog_files", "Regular files in the catalog.", nil, nil)
+	descFileBytes   = prometheus.NewDesc("dlfs_catalog_bytes", "Bytes of the regular files in the catalog.", nil, nil)
+	descUptime      = prometheus.NewDesc("dlfs_uptime_seconds", "Seconds since the node started.", nil, nil)
+)
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descServedReads, descServedBytes, descPFSOpens, descPFSReads, descPFSBytes,
+		descEntries, descBytes, descCapacity, descFiles, descFileBytes, descUptime} {
+		ch <- d
+	}
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	s := c.n.Stats()
+	for tier, v := range s.Served {
+		ch <- prometheus.MustNewConstMetric(descServedReads, prometheus.CounterValue, float64(v.Reads), tier)
+		ch <- prometheus.MustNewConstMetric(descServedBytes, prometheus.CounterValue, float64(v.Bytes), tier)
+	}
+	ch <- prometheus.MustNewConstMetric(descPFSOpens, prometheus.CounterValue, float64(s.PFS.Opens))
+	ch <- prometheus.MustNewConstMetric(descPFSReads, prometheus.CounterValue, float64(s.PFS.ReadOps))
+	ch <- prometheus.MustNewConstMetric(descPFSBytes, prometheus.CounterValue, float64(s.PFS.Bytes))
+	for tier, v := range map[string][3]int64{
+		"ram": {s.Cache.RAM.Entries, s.Cache.RAM.Bytes, s.Cache.RAM.Capacity},
+		"ssd": {s.Cache.SSD.Entries, s.Cache.SSD.Bytes, s.Cache.SSD.Capacity},
+	} {
+		ch <- prometheus.MustNewConstMetric(descEntries, prometheus.GaugeValue, float64(v[0]), tier)
+		ch <- prometheus.MustNewConstMetric(descBytes, prometheus.GaugeValue, float64(v[1]), tier)
+		ch <- prometheus.MustNewConstMetric(descCapacity, prometheus.GaugeValue, float64(v[2]), tier)
+	}
+	ch <- prometheus.MustNewConstMetric(descFiles, prometheus.GaugeValue, float64(s.Catalog.Files))
+	ch <- prometheus.MustNewConstMetric(descFileBytes, prometheus.GaugeValue, float64(s.Catalog.Bytes))
+	ch <- prometheus.MustNewConstMetric(descUptime, prometheus.GaugeValue, s.UptimeSeconds)
+}

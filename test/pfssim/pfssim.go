@@ -1,0 +1,284 @@
+// Package pfssim simulates a contended shared parallel filesystem (a PFS)
+// as a FUSE passthrough over a local directory.
+//
+// # Model
+//
+// Every open waits OpenLatency and every read call waits ReadLatency, as a
+// metadata server and object storage targets would make a client wait.
+// Reads share one aggregate bandwidth: each read reserves its bytes on a
+// single timeline, so N concurrent readers together get Bandwidth, not N
+// times it. At most MaxInFlight opens and reads are served at once; the
+// rest queue, as on a busy server. Files are opened with direct I/O, so the
+// kernel caches nothing and every read reaches the simulator, like a PFS
+// client with no cache of its own.
+//
+// # Counting
+//
+// The simulator counts opens, read calls and bytes read and writes them as
+// JSON to StatsFile (atomically, by rename) whenever they change, at most
+// every FlushInterval, and at once on Dump. Tests and benchmarks measure PFS
+// traffic there, independently of what dlfs reports.
+package pfssim
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// Config configures a simulator.
+type Config struct {
+	Dir         string        // backing directory; required
+	OpenLatency time.Duration // added to every open
+	ReadLatency time.Duration // added to every read call
+	Bandwidth   int64         // aggregate bytes/s over all readers; 0 is unlimited
+	MaxInFlight int           // opens and reads served at once; default 64
+	StatsFile   string        // where the counters go; "" disables
+	// FlushInterval bounds how often StatsFile is rewritten.
+	FlushInterval time.Duration // default 50ms
+}
+
+// Counters are what the simulator counts.
+type Counters struct {
+	Opens   int64 `json:"opens"`
+	ReadOps int64 `json:"read_ops"`
+	Bytes   int64 `json:"bytes"`
+	// Dumps counts Dump calls; a reader that asked for a dump waits until
+	// it sees its number.
+	Dumps int64 `json:"dumps"`
+}
+
+// Sim is a mounted simulator.
+type Sim struct {
+	cfg    Config
+	server *fuse.Server
+	slots  chan struct{}
+
+	opens, readOps, bytes, dumps atomic.Int64
+
+	bwMu   sync.Mutex
+	bwNext time.Time // bwMu guards bwNext: when the link is next free
+
+	writeMu sync.Mutex // serializes StatsFile writes
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+// Mount mounts a simulator of cfg.Dir at mountpoint.
+func Mount(mountpoint string, cfg Config) (*Sim, error) {
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = 64
+	}
+	if cfg.FlushInterval <= 0 {
+		cfg.FlushInterval = 50 * time.Millisecond
+	}
+	abs, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Dir = abs
+	s := &Sim{cfg: cfg, slots: make(chan struct{}, cfg.MaxInFlight), stop: make(chan struct{}), done: make(chan struct{})}
+	var st syscall.Stat_t
+	if err := syscall.Stat(abs, &st); err != nil {
+		return nil, fmt.Errorf("pfssim: %w", err)
+	}
+	root := &fs.LoopbackRoot{Path: abs, Dev: uint64(st.Dev)}
+	root.NewNode = func(r *fs.LoopbackRoot, parent *fs.Inode, name string, st *syscall.Stat_t) fs.InodeEmbedder {
+		return &node{LoopbackNode: fs.LoopbackNode{RootData: r}, sim: s}
+	}
+	rootNode := root.NewNode(root, nil, "", &st)
+	root.RootNode = rootNode
+	one := time.Second
+	s.server, err = fs.Mount(mountpoint, rootNode, &fs.Options{
+		MountOptions: fuse.MountOptions{
+			FsName: "pfssim:" + abs, Name: "pfssim", DirectMount: true, MaxBackground: 64,
+			AllowOther: os.Getuid() == 0,
+		},
+		EntryTimeout: &one, AttrTimeout: &one,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pfssim: mount %s: %w", mountpoint, err)
+	}
+	go s.flusher()
+	return s, nil
+}
+
+// Counters returns the current counts.
+func (s *Sim) Counters() Counters {
+	return Counters{Opens: s.opens.Load(), ReadOps: s.readOps.Load(), Bytes: s.bytes.Load(), Dumps: s.dumps.Load()}
+}
+
+// Dump writes the counters to StatsFile now.
+func (s *Sim) Dump() error {
+	s.dumps.Add(1)
+	return s.write(s.Counters())
+}
+
+func (s *Sim) write(c Counters) error {
+	if s.cfg.StatsFile == "" {
+		return nil
+	}
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	b, _ := json.Marshal(c)
+	tmp := s.cfg.StatsFile + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("pfssim: stats: %w", err)
+	}
+	return os.Rename(tmp, s.cfg.StatsFile)
+}
+
+// flusher rewrites StatsFile when the counters change, until Unmount.
+func (s *Sim) flusher() {
+	defer close(s.done)
+	t := time.NewTicker(s.cfg.FlushInterval)
+	defer t.Stop()
+	last := Counters{Opens: -1}
+	for {
+		select {
+		case <-s.stop:
+			_ = s.write(s.Counters())
+			return
+		case <-t.C:
+			if c := s.Counters(); c != last {
+				_ = s.write(c)
+				last = c
+			}
+		}
+	}
+}
+
+// Wait blocks until the simulator is unmounted.
+func (s *Sim) Wait() { s.server.Wait() }
+
+// Unmount unmounts and writes the final counters.
+func (s *Sim) Unmount() error {
+	err := s.server.Unmount()
+	select {
+	case <-s.stop:
+	default:
+		close(s.stop)
+	}
+	<-s.done
+	return err
+}
+
+// acquire takes an in-flight slot and waits d, as the server would.
+func (s *Sim) acquire(ctx context.Context, d time.Duration) bool {
+	select {
+	case s.slots <- struct{}{}:
+	case <-ctx.Done():
+		return false
+	}
+	if d > 0 {
+		time.Sleep(d)
+	}
+	return true
+}
+
+func (s *Sim) release() { <-s.slots }
+
+// transfer waits until n bytes have crossed the shared link.
+func (s *Sim) transfer(n int) {
+	if s.cfg.Bandwidth <= 0 || n <= 0 {
+		return
+	}
+	cost := time.Duration(float64(n) / float64(s.cfg.Bandwidth) * float64(time.Second))
+	s.bwMu.Lock()
+	now := time.Now()
+	if s.bwNext.Before(now) {
+		s.bwNext = now
+	}
+	s.bwNext = s.bwNext.Add(cost)
+	until := s.bwNext
+	s.bwMu.Unlock()
+	time.Sleep(time.Until(until))
+}
+
+// node is a loopback node whose opens of regular files are slowed and
+// counted.
+type node struct {
+	fs.LoopbackNode
+	sim *Sim
+}
+
+var _ = (fs.NodeOpener)((*node)(nil))
+
+func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if flags&syscall.O_ACCMODE != syscall.O_RDONLY {
+		return n.LoopbackNode.Open(ctx, flags)
+	}
+	if !n.sim.acquire(ctx, n.sim.cfg.OpenLatency) {
+		return nil, 0, syscall.EINTR
+	}
+	defer n.sim.release()
+	p := filepath.Join(n.RootData.Path, n.Path(n.Root()))
+	fd, err := syscall.Open(p, syscall.O_RDONLY|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, 0, fs.ToErrno(err)
+	}
+	n.sim.opens.Add(1)
+	return &file{fd: fd, sim: n.sim}, fuse.FOPEN_DIRECT_IO, 0
+}
+
+// file is an open read-only file.
+type file struct {
+	fd  int
+	sim *Sim
+}
+
+var (
+	_ = (fs.FileReader)((*file)(nil))
+	_ = (fs.FileReleaser)((*file)(nil))
+	_ = (fs.FileGetattrer)((*file)(nil))
+)
+
+func (f *file) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	if !f.sim.acquire(ctx, f.sim.cfg.ReadLatency) {
+		return nil, syscall.EINTR
+	}
+	defer f.sim.release()
+	n, err := syscall.Pread(f.fd, dest, off)
+	if err != nil {
+		return nil, fs.ToErrno(err)
+	}
+	f.sim.transfer(n)
+	f.sim.readOps.Add(1)
+	f.sim.bytes.Add(int64(n))
+	return fuse.ReadResultData(dest[:n]), 0
+}
+
+func (f *file) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(f.fd, &st); err != nil {
+		return fs.ToErrno(err)
+	}
+	out.FromStat(&st)
+	return 0
+}
+
+func (f *file) Release(ctx context.Context) syscall.Errno {
+	return fs.ToErrno(syscall.Close(f.fd))
+}
+
+// ReadCounters reads a StatsFile.
+func ReadCounters(path string) (Counters, error) {
+	var c Counters
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return c, err
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, fmt.Errorf("pfssim: %s: %w", path, err)
+	}
+	return c, nil
+}
