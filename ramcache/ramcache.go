@@ -126,7 +126,6 @@ func (c *Cache) Delete(key string) {
 	}
 }
 
-
 func (c *Cache) removeLocked(el *list.Element) {
 	it := c.lru.Remove(el).(*item)
 	delete(c.items, it.key)

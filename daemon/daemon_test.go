@@ -1,0 +1,207 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlfs/dlfs/test/conformance"
+)
+
+// start mounts a node over src in a temporary mount point.
+func start(t *testing.T, src string, mod func(*Config)) (*Node, string) {
+	t.Helper()
+	mnt := t.TempDir()
+	cfg := DefaultConfig(src, mnt)
+	cfg.RAMCache = 64 << 20
+	cfg.SSDDir = filepath.Join(t.TempDir(), "ssd")
+	cfg.SSDCapacity = 64 << 20
+	cfg.FUSE.Debug = testing.Verbose() && os.Getenv("DLFS_FUSE_DEBUG") != ""
+	if mod != nil {
+		mod(&cfg)
+	}
+	n, err := Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := n.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return n, mnt
+}
+
+func TestConformance(t *testing.T) {
+	src := conformance.OddTree(t, t.TempDir())
+	_, mnt := start(t, src, nil)
+	conformance.Tree(t, src, mnt)
+	// Twice: the second pass is served from the caches.
+	conformance.Tree(t, src, mnt)
+}
+
+func TestMutationsFailReadOnly(t *testing.T) {
+	src := conformance.OddTree(t, t.TempDir())
+	_, mnt := start(t, src, nil)
+	file := filepath.Join(mnt, "cats/tabby 01.jpg")
+	cases := map[string]func() error{
+		"create":    func() error { return os.WriteFile(filepath.Join(mnt, "new"), nil, 0o644) },
+		"write":     func() error { return openWrite(file) },
+		"truncate":  func() error { return os.Truncate(file, 0) },
+		"mkdir":     func() error { return os.Mkdir(filepath.Join(mnt, "d"), 0o755) },
+		"unlink":    func() error { return os.Remove(file) },
+		"rmdir":     func() error { return syscall.Rmdir(filepath.Join(mnt, "dogs/sub")) },
+		"rename":    func() error { return os.Rename(file, filepath.Join(mnt, "cats/x.jpg")) },
+		"chmod":     func() error { return os.Chmod(file, 0o777) },
+		"symlink":   func() error { return os.Symlink("x", filepath.Join(mnt, "l")) },
+		"link":      func() error { return os.Link(file, filepath.Join(mnt, "h")) },
+		"setxattr":  func() error { return syscall.Setxattr(file, "user.x", []byte("1"), 0) },
+		"utimes":    func() error { return os.Chtimes(file, timeZero, timeZero) },
+		"chown":     func() error { return os.Chown(file, 1, 1) },
+		"mknod":     func() error { return syscall.Mkfifo(filepath.Join(mnt, "fifo"), 0o644) },
+		"rmxattr":   func() error { return syscall.Removexattr(file, "user.x") },
+		"openTrunc": func() error { return openFlags(file, os.O_RDONLY|os.O_TRUNC) },
+	}
+	for name, op := range cases {
+		t.Run(name, func(t *testing.T) {
+			if err := op(); !errors.Is(err, syscall.EROFS) {
+				t.Errorf("got %v, want EROFS", err)
+			}
+		})
+	}
+	conformance.Tree(t, src, mnt) // nothing changed in SOURCE
+}
+
+func TestControlDirHiddenButReachable(t *testing.T) {
+	src := conformance.OddTree(t, t.TempDir())
+	_, mnt := start(t, src, nil)
+	ents, err := os.ReadDir(mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if e.Name() == ".dlfs" {
+			t.Fatal(".dlfs appears in the root listing")
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(mnt, ".dlfs/stats"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("stats is not JSON: %v\n%s", err, b)
+	}
+	conformance.StatsKeys(t, m)
+	prom, err := os.ReadFile(filepath.Join(mnt, ".dlfs/stats.prom"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(prom), "dlfs_pfs_read_bytes_total") {
+		t.Errorf("stats.prom lacks dlfs_pfs_read_bytes_total:\n%s", prom)
+	}
+}
+
+func TestControlCommands(t *testing.T) {
+	src := conformance.OddTree(t, t.TempDir())
+	_, mnt := start(t, src, nil)
+	ctl := filepath.Join(mnt, ".dlfs/control")
+	if err := os.WriteFile(ctl, []byte("no-such-command\n"), 0o644); !errors.Is(err, syscall.EINVAL) {
+		t.Fatalf("unknown command: got %v, want EINVAL", err)
+	}
+	var st ControlStatus
+	readJSON(t, ctl, &st)
+	if !strings.Contains(st.LastError, "no-such-command") {
+		t.Errorf("last_error %q does not name the bad command", st.LastError)
+	}
+
+	// Change SOURCE, then refresh: the mount shows the change, though the
+	// kernel and both tiers had cached the old bytes.
+	rel := "cats/tabby 01.jpg"
+	if _, err := os.ReadFile(filepath.Join(mnt, rel)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, rel), []byte("new bytes"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "cats/added.jpg"), []byte("added"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(src, "README")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ctl, []byte("refresh\n"), 0o644); err != nil {
+		t.Fatalf("refresh: %v", err)
+	}
+	readJSON(t, ctl, &st)
+	if st.LastError != "" {
+		t.Errorf("last_error after a good command: %q", st.LastError)
+	}
+	conformance.Tree(t, src, mnt)
+}
+
+// TestVanishedFile: a file removed from SOURCE behind dlfs's back fails its
+// own read; everything else keeps working.
+func TestVanishedFile(t *testing.T) {
+	src := conformance.OddTree(t, t.TempDir())
+	_, mnt := start(t, src, nil)
+	if err := os.Remove(filepath.Join(src, "cats/empty.jpg")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(src, "README")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.ReadFile(filepath.Join(mnt, "README")); err == nil {
+		t.Error("read of a vanished file succeeded")
+	}
+	if err := os.WriteFile(filepath.Join(mnt, ".dlfs/control"), []byte("refresh"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	conformance.Tree(t, src, mnt)
+}
+
+func TestBadMountpoint(t *testing.T) {
+	src := conformance.OddTree(t, t.TempDir())
+	file := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, busy := start(t, src, nil)
+	for name, mp := range map[string]string{"not a directory": file, "busy": busy, "no such file": "/nonexistent/x"} {
+		t.Run(name, func(t *testing.T) {
+			cfg := DefaultConfig(src, mp)
+			if _, err := Start(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), name) {
+				t.Errorf("got %v, want an error saying %q", err, name)
+			}
+		})
+	}
+}
+
+func readJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v\n%s", path, err, b)
+	}
+}
+
+func openWrite(p string) error { return openFlags(p, os.O_WRONLY) }
+
+func openFlags(p string, flags int) error {
+	f, err := os.OpenFile(p, flags, 0)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+var timeZero = time.Unix(1, 0)
