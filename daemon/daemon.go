@@ -95,7 +95,7 @@ type Node struct {
 
 // Start checks the configuration, scans SOURCE, opens the tiers and mounts.
 // On error everything already started is stopped again.
-func Start(ctx context.Context, cfg Config) (n *Node, err error) {
+func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -111,11 +111,10 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if err := checkMountpoint(cfg.Mountpoint); err != nil {
 		return nil, err
 	}
-	n = &Node{cfg: cfg, log: cfg.Logger, started: time.Now(), reg: cfg.Registry}
+	n := &Node{cfg: cfg, log: cfg.Logger, started: time.Now(), reg: cfg.Registry}
 	defer func() {
 		if err != nil {
 			n.Close()
-			n = nil
 		}
 	}()
 
