@@ -40,7 +40,9 @@ import (
 	"fmt"
 	"hash/crc32"
 	"log/slog"
+	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
@@ -62,12 +64,16 @@ type Config struct {
 	QueueLen int // default 256
 	// GCInterval is how often value-log GC runs when there is garbage.
 	GCInterval time.Duration // default 10s
+	// TrimBytes of SSD traffic (reads and writes) trigger a sync and a
+	// page-out of Badger's file mappings, which keeps them out of the
+	// daemon's RSS (see pageout_linux.go). 0 disables.
+	TrimBytes int64 // default 32 MiB
 	Logger     *slog.Logger  // nil: discard
 }
 
 // DefaultConfig returns the defaults for dir.
 func DefaultConfig(dir string) Config {
-	return Config{Dir: dir, Capacity: 4 << 30, Segments: 16, QueueLen: 256, GCInterval: 10 * time.Second}
+	return Config{Dir: dir, Capacity: 4 << 30, Segments: 16, QueueLen: 256, GCInterval: 10 * time.Second, TrimBytes: 32 << 20}
 }
 
 // Block is one stored piece of a file.
@@ -101,6 +107,7 @@ type Store struct {
 
 	queue   chan put
 	kick    chan struct{} // wakes maintenance; capacity 1
+	traffic atomic.Int64  // bytes read and written since the last page-out
 	stop    chan struct{}
 	wg      sync.WaitGroup
 	closeMu sync.Mutex // serializes Close; guards closed
@@ -152,6 +159,11 @@ func Open(cfg Config) (*Store, error) {
 	}
 	if cfg.GCInterval <= 0 {
 		cfg.GCInterval = def.GCInterval
+	}
+	if cfg.Dir != "" {
+		if abs, err := filepath.Abs(cfg.Dir); err == nil {
+			cfg.Dir = abs // pageOut matches mappings by absolute path
+		}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -318,6 +330,7 @@ func (s *Store) Get(key string, size, mtime int64) (Block, bool, error) {
 	if err != nil {
 		return Block{}, false, fmt.Errorf("ssdstore: get %s: %w", key, err)
 	}
+	s.noteTraffic(int64(len(v)))
 	b, err := decode(v)
 	if err != nil {
 		s.log.Warn("ssdstore: dropping corrupt entry", "key", key, "err", err)
@@ -480,8 +493,36 @@ func (s *Store) commit(batch []put) {
 			return nil
 		})
 	}
+	var n int64
+	for _, p := range batch {
+		n += int64(len(p.b.Data))
+	}
 	if over {
 		s.wakeMaintenance()
+	}
+	s.noteTraffic(n)
+}
+
+// noteTraffic counts SSD bytes and wakes maintenance for a page-out when
+// enough have passed through Badger's mappings.
+func (s *Store) noteTraffic(n int64) {
+	if s.cfg.TrimBytes > 0 && s.traffic.Add(n) >= s.cfg.TrimBytes {
+		s.wakeMaintenance()
+	}
+}
+
+// trim syncs Badger's files and pages their mappings out.
+func (s *Store) trim() {
+	if s.cfg.InMemory || s.cfg.TrimBytes <= 0 || s.traffic.Load() < s.cfg.TrimBytes {
+		return
+	}
+	s.traffic.Store(0)
+	if err := s.db.Sync(); err != nil {
+		s.log.Warn("ssdstore: sync failed", "err", err)
+		return
+	}
+	if _, err := pageOut(s.cfg.Dir); err != nil {
+		s.log.Warn("ssdstore: page-out failed", "err", err)
 	}
 }
 
@@ -512,6 +553,7 @@ func (s *Store) maintain() {
 		if dropped || s.garbage() {
 			s.collect()
 		}
+		s.trim()
 	}
 }
 
