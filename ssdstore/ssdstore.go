@@ -67,8 +67,8 @@ type Config struct {
 	// TrimBytes of SSD traffic (reads and writes) trigger a sync and a
 	// page-out of Badger's file mappings, which keeps them out of the
 	// daemon's RSS (see pageout_linux.go). 0 disables.
-	TrimBytes int64 // default 32 MiB
-	Logger     *slog.Logger  // nil: discard
+	TrimBytes int64        // default 32 MiB
+	Logger    *slog.Logger // nil: discard
 }
 
 // DefaultConfig returns the defaults for dir.

@@ -19,7 +19,7 @@ func TestBadArguments(t *testing.T) {
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	busy := startDlfs(t, src).mnt
+	busy := startDlfs(t, src).Mnt
 	mnt := t.TempDir()
 	cases := []struct {
 		name string
@@ -65,15 +65,15 @@ func TestVanishingFile(t *testing.T) {
 	if err := os.Remove(filepath.Join(src, gone)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.ReadFile(filepath.Join(d.mnt, gone)); err == nil {
+	if _, err := os.ReadFile(filepath.Join(d.Mnt, gone)); err == nil {
 		t.Errorf("reading %s, deleted from SOURCE, succeeded", gone)
 	}
 	rest := append(append([]string(nil), files[:7]...), files[8:]...)
-	readAll(t, d.mnt, rest, 4, 1, fromSource(src))
-	if err := os.WriteFile(filepath.Join(d.mnt, ".dlfs/control"), []byte("refresh\n"), 0); err != nil {
+	readAll(t, d.Mnt, rest, 4, 1, fromSource(src))
+	if err := os.WriteFile(filepath.Join(d.Mnt, ".dlfs/control"), []byte("refresh\n"), 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(d.mnt, gone)); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(d.Mnt, gone)); !os.IsNotExist(err) {
 		t.Errorf("after refresh, stat %s: %v, want not-exist", gone, err)
 	}
 }
@@ -83,36 +83,36 @@ func TestVanishingFile(t *testing.T) {
 func TestSignalsAndDeadMount(t *testing.T) {
 	src := conformance.OddTree(t, t.TempDir())
 	d := startDlfs(t, src)
-	d.cmd.Process.Signal(syscall.SIGINT)
+	d.Cmd.Process.Signal(syscall.SIGINT)
 	select {
-	case <-d.exited:
-		if d.err != nil {
-			t.Fatalf("SIGINT: exit %v\n%s", d.err, d.stderr)
+	case <-d.Exited:
+		if d.Err != nil {
+			t.Fatalf("SIGINT: exit %v\n%s", d.Err, d.Stderr)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("no exit within 30s of SIGINT")
 	}
-	if isMounted(d.mnt) {
+	if isMounted(d.Mnt) {
 		t.Fatal("still mounted after SIGINT")
 	}
 
 	d = startDlfs(t, src)
-	d.cmd.Process.Kill()
-	<-d.exited
-	if _, err := os.Stat(filepath.Join(d.mnt, "README")); err == nil {
+	d.Cmd.Process.Kill()
+	<-d.Exited
+	if _, err := os.Stat(filepath.Join(d.Mnt, "README")); err == nil {
 		t.Fatal("a killed daemon's mount still serves")
 	}
 	// A new mount over the dead one is refused with advice.
-	code, _, stderr := runCmd(t, bin.dlfs, "mount", src, d.mnt)
+	code, _, stderr := runCmd(t, bin.dlfs, "mount", src, d.Mnt)
 	if code == 0 || !strings.Contains(stderr, "dlfs umount") {
 		t.Errorf("mount over a dead mount: exit %d, stderr %q; want advice to run dlfs umount", code, stderr)
 	}
-	if code, _, stderr := runCmd(t, bin.dlfs, "umount", d.mnt); code != 0 {
+	if code, _, stderr := runCmd(t, bin.dlfs, "umount", d.Mnt); code != 0 {
 		t.Fatalf("dlfs umount of a dead mount: exit %d: %s", code, stderr)
 	}
-	if isMounted(d.mnt) {
+	if isMounted(d.Mnt) {
 		t.Fatal("dead mount still there after dlfs umount")
 	}
 	d = startDlfs(t, src) // the mount point is usable again
-	conformance.Tree(t, src, d.mnt)
+	conformance.Tree(t, src, d.Mnt)
 }

@@ -3,7 +3,6 @@
 package integration
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -11,12 +10,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/dlfs/dlfs/test/mountproc"
 	"github.com/dlfs/dlfs/test/pfssim"
 )
 
@@ -42,109 +41,30 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// proc is a running mount daemon (dlfs or pfssim).
-type proc struct {
-	cmd    *exec.Cmd
-	mnt    string
-	stderr *syncBuffer
-	exited chan struct{}
-	err    error // set before exited closes
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// proc is a running mount daemon; the helpers below fail the test instead
+// of returning errors.
+type proc struct{ *mountproc.Proc }
 
 // startMount runs a daemon binary and waits for its "mounted" line. The
 // cleanup stops it with SIGTERM and checks it exits cleanly.
 func startMount(t *testing.T, binary, mnt string, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(binary, args...), mnt: mnt, stderr: &syncBuffer{}, exited: make(chan struct{})}
-	p.cmd.Stderr = p.stderr
-	stdout, err := p.cmd.StdoutPipe()
+	p, err := mountproc.Start(binary, mnt, 60*time.Second, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	mounted := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "mounted") {
-				mounted <- sc.Text()
-			}
-		}
-	}()
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.exited)
-	}()
-	select {
-	case <-mounted:
-	case <-p.exited:
-		t.Fatalf("%s %v exited before mounting: %v\n%s", filepath.Base(binary), args, p.err, p.stderr)
-	case <-time.After(60 * time.Second):
-		p.cmd.Process.Kill()
-		t.Fatalf("%s did not mount within 60s\n%s", filepath.Base(binary), p.stderr)
-	}
-	t.Cleanup(func() { p.stop(t) })
-	return p
+	t.Cleanup(func() { (&proc{p}).stop(t) })
+	return &proc{p}
 }
 
-// stop sends SIGTERM and waits for a clean exit; it is a no-op once the
-// process has exited.
 func (p *proc) stop(t *testing.T) {
 	t.Helper()
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-		if p.err != nil {
-			t.Errorf("%s exited with %v\n%s", p.cmd.Path, p.err, p.stderr)
-		}
-	case <-time.After(30 * time.Second):
-		p.cmd.Process.Kill()
-		t.Errorf("%s did not exit within 30s of SIGTERM\n%s", p.cmd.Path, p.stderr)
-	}
-	if isMounted(p.mnt) {
-		t.Errorf("%s is still mounted after %s exited", p.mnt, filepath.Base(p.cmd.Path))
-		syscall.Unmount(p.mnt, syscall.MNT_DETACH)
+	if err := p.Stop(30 * time.Second); err != nil {
+		t.Error(err)
 	}
 }
 
-func isMounted(mnt string) bool {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return false
-	}
-	abs, _ := filepath.Abs(mnt)
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && f[4] == abs {
-			return true
-		}
-	}
-	return false
-}
+func isMounted(mnt string) bool { return mountproc.Mounted(mnt) }
 
 // pfs is a running simulator with its counters file.
 type pfs struct {
@@ -160,19 +80,13 @@ func startPFS(t *testing.T, dir string, flags ...string) *pfs {
 	return &pfs{proc: startMount(t, bin.pfssim, mnt, args...), stats: stats}
 }
 
-// counters asks the simulator for a fresh dump and polls until it lands.
+// counters asks the simulator for a fresh dump of its counters.
 func (p *pfs) counters(t *testing.T) pfssim.Counters {
 	t.Helper()
-	before, _ := pfssim.ReadCounters(p.stats)
-	if err := p.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+	c, err := p.PFSCounters(p.stats, 10*time.Second)
+	if err != nil {
 		t.Fatal(err)
 	}
-	var c pfssim.Counters
-	poll(t, 10*time.Second, "pfssim counters dump", func() bool {
-		var err error
-		c, err = pfssim.ReadCounters(p.stats)
-		return err == nil && c.Dumps > before.Dumps
-	})
 	return c
 }
 
@@ -288,4 +202,3 @@ func runCmd(t *testing.T, name string, args ...string) (int, string, string) {
 	}
 	return code, out.String(), errb.String()
 }
-

@@ -19,11 +19,11 @@ import (
 func TestTree(t *testing.T) {
 	src := conformance.OddTree(t, t.TempDir())
 	d := startDlfs(t, src, "--ssd-cache", t.TempDir(), "--ssd-cache-size", "64MiB")
-	conformance.Tree(t, src, d.mnt)
-	if err := os.WriteFile(filepath.Join(d.mnt, "x"), nil, 0o644); !errors.Is(err, syscall.EROFS) {
+	conformance.Tree(t, src, d.Mnt)
+	if err := os.WriteFile(filepath.Join(d.Mnt, "x"), nil, 0o644); !errors.Is(err, syscall.EROFS) {
 		t.Errorf("create: got %v, want EROFS", err)
 	}
-	ents, err := os.ReadDir(d.mnt)
+	ents, err := os.ReadDir(d.Mnt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +32,7 @@ func TestTree(t *testing.T) {
 			t.Error(".dlfs is listed")
 		}
 	}
-	conformance.StatsKeys(t, dlfsStats(t, d.mnt))
+	conformance.StatsKeys(t, dlfsStats(t, d.Mnt))
 }
 
 // dataset writes a small ImageFolder tree and returns its file list.
@@ -66,8 +66,8 @@ func TestTiersOverPFS(t *testing.T) {
 	ssd := t.TempDir()
 	flags := []string{"--ram-cache", "256MiB", "--ssd-cache", ssd, "--ssd-cache-size", "256MiB"}
 
-	d := startDlfs(t, pfs.mnt, flags...)
-	size := readAll(t, d.mnt, files, 4, 1, fromSource(src))
+	d := startDlfs(t, pfs.Mnt, flags...)
+	size := readAll(t, d.Mnt, files, 4, 1, fromSource(src))
 	c1 := pfs.counters(t)
 	if c1.Bytes < size {
 		t.Fatalf("epoch 1: pfssim saw %d bytes, the dataset has %d", c1.Bytes, size)
@@ -77,23 +77,23 @@ func TestTiersOverPFS(t *testing.T) {
 	}
 
 	dropPageCache(t) // make the kernel ask dlfs again
-	readAll(t, d.mnt, files, 4, 2, fromSource(src))
+	readAll(t, d.Mnt, files, 4, 2, fromSource(src))
 	c2 := pfs.counters(t)
 	if c2.Bytes != c1.Bytes || c2.Opens != c1.Opens {
 		t.Errorf("epoch 2 (RAM warm): pfssim saw %d more bytes and %d more opens, want 0", c2.Bytes-c1.Bytes, c2.Opens-c1.Opens)
 	}
-	if st := dlfsStats(t, d.mnt); num(st, "served", "ram", "bytes") < float64(size) {
+	if st := dlfsStats(t, d.Mnt); num(st, "served", "ram", "bytes") < float64(size) {
 		t.Errorf("epoch 2: stats say %v bytes served from RAM, want >= %d", num(st, "served", "ram", "bytes"), size)
 	}
 	d.stop(t)
 
-	d = startDlfs(t, pfs.mnt, flags...)
-	readAll(t, d.mnt, files, 4, 3, fromSource(src))
+	d = startDlfs(t, pfs.Mnt, flags...)
+	readAll(t, d.Mnt, files, 4, 3, fromSource(src))
 	c3 := pfs.counters(t)
 	if c3.Bytes != c2.Bytes {
 		t.Errorf("after remount (SSD warm): pfssim saw %d more bytes, want 0", c3.Bytes-c2.Bytes)
 	}
-	st := dlfsStats(t, d.mnt)
+	st := dlfsStats(t, d.Mnt)
 	// A file read in several requests is promoted to RAM by the first.
 	ssdBytes, ramBytes := num(st, "served", "ssd", "bytes"), num(st, "served", "ram", "bytes")
 	if ssdBytes < float64(size)/2 || ssdBytes+ramBytes < float64(size) {
@@ -112,7 +112,7 @@ func TestMemoryBound(t *testing.T) {
 	files := dataset(t, src, 1500) // ~165 MB
 	const ram = 32 << 20
 	d := startDlfs(t, src, "--ram-cache", "32MiB", "--ssd-cache", t.TempDir(), "--ssd-cache-size", "1GiB")
-	pid := d.cmd.Process.Pid
+	pid := d.Cmd.Process.Pid
 	stop := make(chan struct{})
 	peak := make(chan [2]int64)
 	go func() {
@@ -128,9 +128,9 @@ func TestMemoryBound(t *testing.T) {
 			}
 		}
 	}()
-	readAll(t, d.mnt, files, 4, 1, nil)
+	readAll(t, d.Mnt, files, 4, 1, nil)
 	dropPageCache(t)
-	readAll(t, d.mnt, files, 4, 2, fromSource(src))
+	readAll(t, d.Mnt, files, 4, 2, fromSource(src))
 	close(stop)
 	p := <-peak
 	t.Logf("peak VmRSS %d MiB, RssAnon %d MiB (RAM tier %d MiB)", p[0]>>20, p[1]>>20, ram>>20)
@@ -169,7 +169,7 @@ func TestImageFolder(t *testing.T) {
 	conformance.OddTree(t, filepath.Join(src, "class_odd")) // odd names, a hidden dir, symlinks, mixed-case extensions
 	d := startDlfs(t, src)
 	want := imageFolder(t, src)
-	got := imageFolder(t, d.mnt)
+	got := imageFolder(t, d.Mnt)
 	if want.Classes == nil || len(want.Samples) < 120 {
 		t.Fatalf("ImageFolder over SOURCE found %d classes and %d samples", len(want.Classes), len(want.Samples))
 	}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what building and testing dlfs needs on a fresh Debian machine.
+# Idempotent: it installs only what is missing. Needs root (or sudo).
+set -euo pipefail
+
+need=()
+have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+for p in fuse3 libhdf5-dev python3-torch python3-torchvision python3-numpy python3-h5py python3-pil; do
+  have "$p" || need+=("$p")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "install-deps: installing ${need[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+if ! command -v go >/dev/null 2>&1; then
+  if [ -x /usr/local/go/bin/go ]; then
+    echo "install-deps: Go is at /usr/local/go/bin; add it to PATH" >&2
+  else
+    echo "install-deps: Go is missing; install Go 1.24 or newer" >&2
+    exit 1
+  fi
+fi
+[ -e /dev/fuse ] || { echo "install-deps: /dev/fuse is missing; FUSE is needed" >&2; exit 1; }
