@@ -78,6 +78,25 @@ func TestMutationsFailReadOnly(t *testing.T) {
 	conformance.Tree(t, src, mnt) // nothing changed in SOURCE
 }
 
+// TestStatsFreshOnEveryOpen: every open of a control file reads a new,
+// complete rendering, though the kernel caches regular files' pages.
+func TestStatsFreshOnEveryOpen(t *testing.T) {
+	src := conformance.OddTree(t, t.TempDir())
+	_, mnt := start(t, src, nil)
+	var prev float64
+	for i := 0; i < 3; i++ {
+		if _, err := os.ReadFile(filepath.Join(mnt, "README")); err != nil {
+			t.Fatal(err)
+		}
+		var st Stats
+		readJSON(t, filepath.Join(mnt, ".dlfs/stats"), &st)
+		if i > 0 && st.UptimeSeconds <= prev {
+			t.Errorf("read %d: uptime %v did not advance from %v: a stale rendering", i, st.UptimeSeconds, prev)
+		}
+		prev = st.UptimeSeconds
+	}
+}
+
 func TestControlDirHiddenButReachable(t *testing.T) {
 	src := conformance.OddTree(t, t.TempDir())
 	_, mnt := start(t, src, nil)
@@ -194,7 +213,17 @@ func readJSON(t *testing.T, path string, v any) {
 	}
 }
 
-func openWrite(p string) error { return openFlags(p, os.O_WRONLY) }
+// openWrite opens p for writing and writes to it. On a no-open mount the
+// open itself succeeds (the kernel does not ask), and the write fails.
+func openWrite(p string) error {
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = f.Write([]byte("x"))
+	return err
+}
 
 func openFlags(p string, flags int) error {
 	f, err := os.OpenFile(p, flags, 0)

@@ -16,10 +16,10 @@
 //
 // The dataset is immutable while it is mounted (a rescan is explicit, and
 // invalidates what changed), so entries and attributes are cached for
-// Config.TTL and files are opened with FOPEN_KEEP_CACHE and FOPEN_NOFLUSH:
-// a second read of a file is served by the page cache without a round trip,
-// and close sends no FLUSH. Control files are opened with FOPEN_DIRECT_IO
-// and zero timeouts, so every read sees fresh figures.
+// Config.TTL, and regular files are never opened (file.go, noOpen): the
+// page cache is kept across opens, and a file read before is read again
+// without any request reaching the daemon. Control files get fresh contents
+// on every open by another route (control.go).
 //
 // # Mutations
 //
@@ -118,7 +118,8 @@ func (f *FS) Root() fs.InodeEmbedder { return f.root }
 
 // Options returns the go-fuse options the filesystem is designed for.
 func (f *FS) Options(fsname string) *fs.Options {
-	neg := f.cfg.TTL
+	// No NegativeTimeout: a name missing now (a job's control directory)
+	// may exist a moment later.
 	return &fs.Options{
 		MountOptions: fuse.MountOptions{
 			FsName:       fsname,
@@ -136,7 +137,6 @@ func (f *FS) Options(fsname string) *fs.Options {
 			IgnoreSecurityLabels: true,
 			Debug:                f.cfg.Debug,
 		},
-		NegativeTimeout: &neg,
 		RootStableAttr:  &fs.StableAttr{Ino: catalog.RootIno},
 	}
 }

@@ -1,0 +1,313 @@
+// Command dlfsbench measures dlfs against the alternatives in one run and
+// prints a markdown table with ratios to native reads (make bench).
+//
+// It generates an ImageFolder-like dataset, mounts pfssim over it as a
+// stand-in for a busy parallel filesystem, and reads every file with N
+// threads in a fresh shuffled order per row, as a DataLoader with N workers
+// does: open, read to EOF, close.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dlfs/dlfs/test/datagen"
+	"github.com/dlfs/dlfs/test/mountproc"
+)
+
+type options struct {
+	dir         string
+	bin         string
+	files       int
+	workers     int
+	openLatency time.Duration
+	readLatency time.Duration
+	bandwidth   float64
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.dir, "dir", filepath.Join(os.TempDir(), "dlfsbench"), "work directory (the dataset is kept for reuse)")
+	flag.StringVar(&o.bin, "bin", "bin", "directory holding the dlfs and pfssim binaries")
+	flag.IntVar(&o.files, "files", 5000, "files in the dataset (sizes 110 KB ± 40 KB)")
+	flag.IntVar(&o.workers, "workers", 4, "reader threads")
+	flag.DurationVar(&o.openLatency, "pfs-open-latency", 2*time.Millisecond, "pfssim latency per open")
+	flag.DurationVar(&o.readLatency, "pfs-read-latency", 200*time.Microsecond, "pfssim latency per read call")
+	flag.Float64Var(&o.bandwidth, "pfs-bandwidth-mbps", 300, "pfssim aggregate bandwidth in MB/s")
+	flag.Parse()
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "dlfsbench:", err)
+		os.Exit(1)
+	}
+}
+
+// row is one measured configuration.
+type row struct {
+	name     string
+	files    int
+	bytes    int64
+	elapsed  time.Duration
+	pfsBytes int64 // -1: not applicable
+}
+
+func (r row) filesPerSec() float64 { return float64(r.files) / r.elapsed.Seconds() }
+func (r row) mbPerSec() float64    { return float64(r.bytes) / 1e6 / r.elapsed.Seconds() }
+
+func run(o options) error {
+	src := filepath.Join(o.dir, "source")
+	fmt.Fprintf(os.Stderr, "generating %d files under %s ...\n", o.files, src)
+	gen, err := datagen.ImageFolder(src, datagen.Spec{Classes: 100, Files: o.files, MeanSize: 110_000, Spread: 40_000, Seed: 42})
+	if err != nil {
+		return err
+	}
+	files := make([]string, len(gen))
+	var total int64
+	for i, f := range gen {
+		files[i] = f.Path
+		total += f.Size
+	}
+
+	pfsMnt, err := freshDir(filepath.Join(o.dir, "pfs"))
+	if err != nil {
+		return err
+	}
+	pfsStats := filepath.Join(o.dir, "pfs.json")
+	pfs, err := mountproc.Start(filepath.Join(o.bin, "pfssim"), pfsMnt, time.Minute,
+		"-stats", pfsStats, "-open-latency", o.openLatency.String(), "-read-latency", o.readLatency.String(),
+		"-bandwidth-mbps", fmt.Sprint(o.bandwidth), src, pfsMnt)
+	if err != nil {
+		return err
+	}
+	defer pfs.Stop(30 * time.Second)
+	pfsBytes := func() int64 {
+		c, err := pfs.PFSCounters(pfsStats, 10*time.Second)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "dlfsbench:", err)
+			return -1
+		}
+		return c.Bytes
+	}
+
+	var rows []row
+	measure := func(name, root string, seed uint64, counted bool) error {
+		fmt.Fprintf(os.Stderr, "measuring: %s\n", name)
+		before := int64(0)
+		if counted {
+			before = pfsBytes()
+		}
+		r, err := readAll(root, files, o.workers, seed)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		r.name, r.pfsBytes = name, -1
+		if counted {
+			r.pfsBytes = pfsBytes() - before
+		}
+		rows = append(rows, r)
+		return nil
+	}
+
+	// Native: SOURCE from a warm page cache, the ceiling.
+	if _, err := readAll(src, files, o.workers, 99); err != nil {
+		return err
+	}
+	if err := measure("native read of SOURCE (page cache)", src, 1, false); err != nil {
+		return err
+	}
+	if err := measure("direct read through pfssim", pfsMnt, 2, true); err != nil {
+		return err
+	}
+
+	ssd := filepath.Join(o.dir, "ssd")
+	os.RemoveAll(ssd)
+	dlfsArgs := func(mnt string) []string {
+		return []string{"mount", "--ram-cache", "2GiB", "--ssd-cache", ssd, "--ssd-cache-size", "4GiB",
+			"--log-level", "warn", pfsMnt, mnt}
+	}
+	mnt, err := freshDir(filepath.Join(o.dir, "mnt"))
+	if err != nil {
+		return err
+	}
+	d, err := mountproc.Start(filepath.Join(o.bin, "dlfs"), mnt, time.Minute, dlfsArgs(mnt)...)
+	if err != nil {
+		return err
+	}
+	if err := measure("dlfs epoch 1 over pfssim (cold)", mnt, 3, true); err != nil {
+		d.Stop(30 * time.Second)
+		return err
+	}
+	if err := measure("dlfs epoch 2 (page cache and RAM warm)", mnt, 4, true); err != nil {
+		d.Stop(30 * time.Second)
+		return err
+	}
+	if err := dropPageCache(mnt, files); err != nil {
+		d.Stop(30 * time.Second)
+		return err
+	}
+	if err := measure("dlfs from the RAM tier (page cache dropped)", mnt, 5, true); err != nil {
+		d.Stop(30 * time.Second)
+		return err
+	}
+	if err := d.Stop(30 * time.Second); err != nil {
+		return err
+	}
+	d, err = mountproc.Start(filepath.Join(o.bin, "dlfs"), mnt, time.Minute, dlfsArgs(mnt)...)
+	if err != nil {
+		return err
+	}
+	err = measure("dlfs after remount (SSD warm)", mnt, 6, true)
+	if serr := d.Stop(30 * time.Second); err == nil {
+		err = serr
+	}
+	if err != nil {
+		return err
+	}
+
+	printTable(o, rows, total)
+	return nil
+}
+
+func printTable(o options, rows []row, total int64) {
+	host, _ := os.Hostname()
+	fmt.Printf("## dlfs mount: %d files, %.0f MB, %d reader threads\n\n", o.files, float64(total)/1e6, o.workers)
+	fmt.Printf("%s, %s, %d CPUs, kernel %s; pfssim: %v per open, %v per read, %.0f MB/s aggregate.\n\n",
+		time.Now().Format("2006-01-02"), host, runtime.NumCPU(), kernel(), o.openLatency, o.readLatency, o.bandwidth)
+	fmt.Println("| reader | files/s | MB/s | × native | PFS bytes |")
+	fmt.Println("|---|---:|---:|---:|---:|")
+	native := rows[0].filesPerSec()
+	for _, r := range rows {
+		pb := "-"
+		if r.pfsBytes >= 0 {
+			pb = fmt.Sprintf("%d", r.pfsBytes)
+		}
+		fmt.Printf("| %s | %.0f | %.0f | %.2f | %s |\n", r.name, r.filesPerSec(), r.mbPerSec(), r.filesPerSec()/native, pb)
+	}
+	find := func(prefix string) row {
+		for _, r := range rows {
+			if strings.HasPrefix(r.name, prefix) {
+				return r
+			}
+		}
+		return row{}
+	}
+	fmt.Println()
+	check := func(what string, got, want float64) {
+		verdict := "met"
+		if got < want {
+			verdict = "NOT met"
+		}
+		fmt.Printf("- %s: %.2f (target >= %.2f): %s\n", what, got, want, verdict)
+	}
+	check("second epoch files/s vs native", find("dlfs epoch 2").filesPerSec()/native, 0.8)
+	check("first read from the RAM tier vs native", find("dlfs from the RAM tier").filesPerSec()/native, 0.5)
+	check("epoch 1 speed-up over direct pfssim reads", find("dlfs epoch 1").filesPerSec()/find("direct read").filesPerSec(), 0)
+	fmt.Printf("- PFS bytes in epoch 2 and after the remount: %d and %d (target 0)\n",
+		find("dlfs epoch 2").pfsBytes, find("dlfs after remount").pfsBytes)
+}
+
+func kernel() string {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return "?"
+	}
+	return unix.ByteSliceToString(u.Release[:])
+}
+
+// readAll reads files under root with workers threads in an order shuffled
+// by seed, each file opened, read to EOF and closed.
+func readAll(root string, files []string, workers int, seed uint64) (row, error) {
+	order := append([]string(nil), files...)
+	rand.New(rand.NewPCG(seed, 7)).Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	var (
+		next  atomic.Int64
+		bytes atomic.Int64
+		wg    sync.WaitGroup
+		errMu sync.Mutex
+		first error
+	)
+	start := time.Now()
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 256<<10)
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(order) {
+					return
+				}
+				n, err := readFile(filepath.Join(root, order[i]), buf)
+				if err != nil {
+					errMu.Lock()
+					first = errors.Join(first, err)
+					errMu.Unlock()
+					return
+				}
+				bytes.Add(n)
+			}
+		}()
+	}
+	wg.Wait()
+	return row{files: len(order), bytes: bytes.Load(), elapsed: time.Since(start)}, first
+}
+
+func readFile(path string, buf []byte) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	var n int64
+	for {
+		m, err := f.Read(buf)
+		n += int64(m)
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+}
+
+// dropPageCache evicts the mount's files from the kernel page cache, so the
+// next reads reach the daemon's RAM tier.
+func dropPageCache(root string, files []string) error {
+	for _, rel := range files {
+		f, err := os.Open(filepath.Join(root, rel))
+		if err != nil {
+			return err
+		}
+		err = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("fadvise %s: %w", rel, err)
+		}
+	}
+	return nil
+}
+
+// freshDir returns an empty directory at path, unmounting a leftover mount.
+func freshDir(path string) (string, error) {
+	if mountproc.Mounted(path) {
+		exec.Command("umount", "-l", path).Run()
+	}
+	if err := os.MkdirAll(path, 0o755); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
