@@ -11,8 +11,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// pageOut asks the kernel to reclaim the pages of every file under dir that
-// this process has mapped, and returns the bytes of mappings it advised.
+// pageOut asks the kernel to reclaim the pages of the value-log files under
+// dir that this process has mapped, and returns the bytes of mappings it
+// advised.
 //
 // Badger maps its value log and tables MAP_SHARED. Every page it writes or
 // reads stays resident in this process's RSS until the kernel needs it,
@@ -35,8 +36,8 @@ func pageOut(dir string) (int64, error) {
 		line := sc.Bytes()
 		// "start-end perms offset dev inode   path"
 		i := bytes.IndexByte(line, '/')
-		if i < 0 || !bytes.HasPrefix(line[i:], prefix) {
-			continue
+		if i < 0 || !bytes.HasPrefix(line[i:], prefix) || !bytes.HasSuffix(line, []byte(".vlog")) {
+			continue // only value logs: tables and memtables are small and hot
 		}
 		rng, _, _ := bytes.Cut(line, []byte(" "))
 		lo, hi, ok := bytes.Cut(rng, []byte("-"))

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -28,6 +29,7 @@ type mountOptions struct {
 	nodeName     string
 	ttl          time.Duration
 	debugFUSE    bool
+	cpuProfile   string
 }
 
 func newMountCmd(run func(cmd *cobra.Command, cfg daemon.Config, o *mountOptions) error) *cobra.Command {
@@ -78,6 +80,8 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 	f.StringVar(&o.nodeName, "node-name", "", "name of this node in stats (default: host name)")
 	f.DurationVar(&o.ttl, "cache-ttl", def.FUSE.TTL, "how long the kernel caches names and attributes")
 	f.BoolVar(&o.debugFUSE, "debug-fuse", false, "log every FUSE request")
+	f.StringVar(&o.cpuProfile, "cpu-profile", "", "write a Go CPU profile to this file until unmount")
+	_ = f.MarkHidden("cpu-profile")
 	return cmd
 }
 
@@ -103,6 +107,17 @@ func runMount(cmd *cobra.Command, cfg daemon.Config, o *mountOptions) error {
 	// Keep the heap near the RAM tier: the tier's blocks are most of it, and
 	// the collector would otherwise let garbage grow to the tier's size again.
 	debug.SetMemoryLimit(cfg.RAMCache + 192<<20)
+
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpu-profile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpu-profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
