@@ -191,7 +191,7 @@ func (l *Loader) fetch(e *catalog.Entry, i int64, key string) ([]byte, tier, err
 	l.ram.Put(key, ramcache.Block{Data: buf, Size: e.Size, Mtime: e.Mtime, Sum: sum})
 	if l.ssd != nil {
 		if err := l.ssd.Put(key, ssdstore.Block{Data: buf, Size: e.Size, Mtime: e.Mtime, Sum: sum}); err != nil &&
-			!errors.Is(err, ssdstore.ErrClosed) {
+			!errors.Is(err, ssdstore.ErrClosed) && !errors.Is(err, ssdstore.ErrBusy) {
 			l.log.Warn("loader: SSD write failed", "path", e.Path, "err", err)
 		}
 	}

@@ -21,8 +21,10 @@ import (
 // alone, the daemon's RSS would grow with the SSD tier, not the RAM tier.
 // MADV_PAGEOUT is non-destructive (unlike MADV_DONTNEED it never discards
 // data, even if a range was remapped in between), and clean pages it
-// reclaims are simply read from the SSD again on the next hit. Callers sync
-// first, because dirty pages are not reclaimed.
+// reclaims are simply read from the SSD again on the next hit. Dirty pages
+// are not reclaimed, so each file is first written back with fdatasync on a
+// descriptor of our own: Badger's locks are not taken, and its writer never
+// waits for the disk.
 func pageOut(dir string) (int64, error) {
 	f, err := os.Open("/proc/self/maps")
 	if err != nil {
@@ -31,6 +33,7 @@ func pageOut(dir string) (int64, error) {
 	defer f.Close()
 	prefix := []byte(strings.TrimSuffix(dir, "/") + "/")
 	var total int64
+	var lastSynced string
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		line := sc.Bytes()
@@ -48,6 +51,13 @@ func pageOut(dir string) (int64, error) {
 		end, err2 := strconv.ParseUint(string(hi), 16, 64)
 		if err1 != nil || err2 != nil || end <= start {
 			continue
+		}
+		if path := string(line[i:]); path != lastSynced {
+			if fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
+				_ = unix.Fdatasync(fd)
+				unix.Close(fd)
+			}
+			lastSynced = path
 		}
 		// ENOMEM (unmapped meanwhile) and EINVAL (old kernel) are harmless.
 		_, _, _ = unix.Syscall(unix.SYS_MADVISE, uintptr(start), uintptr(end-start), unix.MADV_PAGEOUT)

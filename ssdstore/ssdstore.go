@@ -40,9 +40,11 @@ import (
 	"fmt"
 	"hash/crc32"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
@@ -60,12 +62,13 @@ type Config struct {
 	Segments int // default 16
 	// InMemory keeps everything in RAM (tests).
 	InMemory bool
-	// QueueLen bounds Puts waiting for the writer; Put blocks when full.
-	QueueLen int // default 256
+	// QueueBytes bounds the data of Puts waiting for the writer; Put drops
+	// blocks beyond it.
+	QueueBytes int64 // default 64 MiB
 	// GCInterval is how often value-log GC runs when there is garbage.
 	GCInterval time.Duration // default 10s
-	// TrimBytes of SSD traffic (reads and writes) trigger a sync and a
-	// page-out of Badger's file mappings, which keeps them out of the
+	// TrimBytes of SSD traffic (reads and writes) trigger a page-out of
+	// Badger's value-log mappings, which keeps them out of the
 	// daemon's RSS (see pageout_linux.go). 0 disables.
 	TrimBytes int64        // default 32 MiB
 	Logger    *slog.Logger // nil: discard
@@ -73,7 +76,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults for dir.
 func DefaultConfig(dir string) Config {
-	return Config{Dir: dir, Capacity: 4 << 30, Segments: 16, QueueLen: 256, GCInterval: 10 * time.Second, TrimBytes: 32 << 20}
+	return Config{Dir: dir, Capacity: 4 << 30, Segments: 16, QueueBytes: 64 << 20, GCInterval: 10 * time.Second, TrimBytes: 32 << 20}
 }
 
 // Block is one stored piece of a file.
@@ -93,10 +96,15 @@ type Stats struct {
 	DiskBytes int64 `json:"disk_bytes"`
 	Evicted   int64 `json:"evicted_segments"`
 	Corrupt   int64 `json:"corrupt"`
+	// Dropped counts blocks not cached because the write queue was full.
+	Dropped int64 `json:"dropped_writes"`
 }
 
 // ErrClosed is returned by operations on a closed Store.
 var ErrClosed = errors.New("ssdstore: closed")
+
+// ErrBusy means a Put was dropped because the write queue was full.
+var ErrBusy = errors.New("ssdstore: write queue full")
 
 // Store is safe for concurrent use. Get blocks on the SSD; Put blocks only
 // when the write queue is full.
@@ -108,6 +116,7 @@ type Store struct {
 	queue   chan put
 	kick    chan struct{} // wakes maintenance; capacity 1
 	traffic atomic.Int64  // bytes read and written since the last page-out
+	pending atomic.Int64  // bytes queued for the writer
 	stop    chan struct{}
 	wg      sync.WaitGroup
 	closeMu sync.Mutex // serializes Close; guards closed
@@ -122,6 +131,7 @@ type Store struct {
 	bytes    int64
 	evicted  int64
 	corrupt  int64
+	dropped  int64
 }
 
 type meta struct {
@@ -154,8 +164,8 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.Segments <= 0 {
 		cfg.Segments = def.Segments
 	}
-	if cfg.QueueLen <= 0 {
-		cfg.QueueLen = def.QueueLen
+	if cfg.QueueBytes <= 0 {
+		cfg.QueueBytes = def.QueueBytes
 	}
 	if cfg.GCInterval <= 0 {
 		cfg.GCInterval = def.GCInterval
@@ -197,7 +207,7 @@ func Open(cfg Config) (*Store, error) {
 	}
 	s := &Store{
 		cfg: cfg, db: db, log: cfg.Logger,
-		queue:    make(chan put, cfg.QueueLen),
+		queue:    make(chan put, 4096),
 		kick:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 		index:    make(map[string]meta),
@@ -367,24 +377,32 @@ func (s *Store) Contains(key string) bool {
 	return ok
 }
 
-// Put queues b for writing under key. It blocks while the queue is full and
-// returns ErrClosed after Close.
+// Put queues b for writing under key and returns at once. When the queue
+// is full (the SSD is slower than the reads filling it) the block is not
+// cached on the SSD and Put returns ErrBusy: a reader never waits for the
+// cache. It returns ErrClosed after Close.
 func (s *Store) Put(key string, b Block) error {
 	if int64(len(b.Data)) > s.cfg.Capacity/int64(s.cfg.Segments) {
 		return nil // larger than a segment: not worth caching
 	}
 	s.closeMu.Lock()
-	closed := s.closed
-	s.closeMu.Unlock()
-	if closed {
+	defer s.closeMu.Unlock()
+	if s.closed {
 		return ErrClosed
 	}
-	select {
-	case s.queue <- put{key, b}:
-		return nil
-	case <-s.stop:
-		return ErrClosed
+	n := int64(len(b.Data))
+	if s.pending.Add(n) <= s.cfg.QueueBytes {
+		select {
+		case s.queue <- put{key, b}:
+			return nil
+		default:
+		}
 	}
+	s.pending.Add(-n)
+	s.mu.Lock()
+	s.dropped++
+	s.mu.Unlock()
+	return ErrBusy
 }
 
 // Delete removes key.
@@ -445,6 +463,11 @@ func (s *Store) writer() {
 }
 
 func (s *Store) commit(batch []put) {
+	defer func() {
+		for _, p := range batch {
+			s.pending.Add(-int64(len(p.b.Data)))
+		}
+	}()
 	s.mu.Lock()
 	seg := s.cur
 	s.mu.Unlock()
@@ -511,16 +534,12 @@ func (s *Store) noteTraffic(n int64) {
 	}
 }
 
-// trim syncs Badger's files and pages their mappings out.
+// trim pages out Badger's value-log mappings.
 func (s *Store) trim() {
 	if s.cfg.InMemory || s.cfg.TrimBytes <= 0 || s.traffic.Load() < s.cfg.TrimBytes {
 		return
 	}
 	s.traffic.Store(0)
-	if err := s.db.Sync(); err != nil {
-		s.log.Warn("ssdstore: sync failed", "err", err)
-		return
-	}
 	if _, err := pageOut(s.cfg.Dir); err != nil {
 		s.log.Warn("ssdstore: page-out failed", "err", err)
 	}
@@ -593,10 +612,10 @@ func (s *Store) garbage() bool {
 	if s.cfg.InMemory {
 		return false
 	}
-	_, vlog := s.db.Size()
+	disk := diskUsage(s.cfg.Dir)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return vlog > s.bytes+s.bytes/4+(64<<20)
+	return disk > s.bytes+s.bytes/4+(64<<20)
 }
 
 // collect runs value-log GC until it finds nothing worth rewriting.
@@ -620,13 +639,12 @@ func (s *Store) collect() {
 func (s *Store) Stats() Stats {
 	var disk int64
 	if !s.cfg.InMemory {
-		lsm, vlog := s.db.Size()
-		disk = lsm + vlog
+		disk = diskUsage(s.cfg.Dir)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return Stats{Entries: int64(len(s.index)), Bytes: s.bytes, Capacity: s.cfg.Capacity,
-		DiskBytes: disk, Evicted: s.evicted, Corrupt: s.corrupt}
+		DiskBytes: disk, Evicted: s.evicted, Corrupt: s.corrupt, Dropped: s.dropped}
 }
 
 // Close commits queued writes, stops the goroutines and closes Badger. It is
@@ -654,3 +672,20 @@ func (b badgerLogger) Errorf(f string, a ...any)   { b.l.Error("badger: " + fmt.
 func (b badgerLogger) Warningf(f string, a ...any) { b.l.Warn("badger: " + fmt.Sprintf(f, a...)) }
 func (b badgerLogger) Infof(string, ...any)        {}
 func (b badgerLogger) Debugf(string, ...any)       {}
+
+// diskUsage returns the bytes the files directly in dir occupy on disk.
+func diskUsage(dir string) int64 {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				n += st.Blocks * 512
+			}
+		}
+	}
+	return n
+}
