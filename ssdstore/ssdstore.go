@@ -3,8 +3,9 @@
 //
 // # Layout
 //
-// Each block is one Badger entry. Its key is "s" + the 4-byte big-endian
-// number of the segment it was written in + the block key; its value is a
+// Each block is one Badger entry. Its key is "s", the 4-byte big-endian
+// number of the segment it was written in, the 4-byte data length, and the
+// block key; its value is a
 // 32-byte header (magic, version, the file's size and mtime, the data's
 // length and CRC-32C) followed by the data. Values go to Badger's value log;
 // the LSM tree holds only keys and pointers, so the index is small and the
@@ -199,7 +200,8 @@ func Open(cfg Config) (*Store, error) {
 		WithMetricsEnabled(false).
 		WithDetectConflicts(false)
 	if cfg.InMemory {
-		opts = opts.WithDir("").WithValueDir("")
+		// No value log in memory: values live in the tree, up to 1 MB.
+		opts = opts.WithDir("").WithValueDir("").WithValueThreshold(1 << 20)
 	}
 	db, err := badger.Open(opts)
 	if err != nil {
@@ -224,8 +226,7 @@ func Open(cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// load rebuilds the index from the keys, reading only the header of values
-// whose length is stored inline in the key's metadata.
+// load rebuilds the index from the keys alone.
 func (s *Store) load() error {
 	return s.db.View(func(txn *badger.Txn) error {
 		opts := badger.DefaultIteratorOptions
@@ -233,21 +234,14 @@ func (s *Store) load() error {
 		it := txn.NewIterator(opts)
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
-			item := it.Item()
-			seg, key, ok := parseKey(item.Key())
+			m, key, ok := parseKey(it.Item().Key())
 			if !ok {
 				continue
 			}
-			n := item.ValueSize() - headerSize
-			if n < 0 {
-				continue
-			}
-			s.index[key] = meta{seg: seg, len: n}
-			s.segBytes[seg] += n
-			s.bytes += n
-			if seg > s.cur {
-				s.cur = seg
-			}
+			s.index[key] = m
+			s.segBytes[m.seg] += m.len
+			s.bytes += m.len
+			s.cur = max(s.cur, m.seg)
 		}
 		if len(s.index) > 0 {
 			s.cur++ // never append to a segment of an earlier run
@@ -256,21 +250,25 @@ func (s *Store) load() error {
 	})
 }
 
-func dbKey(seg uint32, key string) []byte {
-	k := make([]byte, 5+len(key))
+// dbKey is the Badger key of a block: 's', the segment, the data length
+// (so that Open rebuilds the index from keys alone) and the block key.
+func dbKey(m meta, key string) []byte {
+	k := make([]byte, 9+len(key))
 	k[0] = 's'
-	binary.BigEndian.PutUint32(k[1:5], seg)
-	copy(k[5:], key)
+	binary.BigEndian.PutUint32(k[1:5], m.seg)
+	binary.BigEndian.PutUint32(k[5:9], uint32(m.len))
+	copy(k[9:], key)
 	return k
 }
 
-func segPrefix(seg uint32) []byte { return dbKey(seg, "") }
+func segPrefix(seg uint32) []byte { return dbKey(meta{seg: seg}, "")[:5] }
 
-func parseKey(k []byte) (seg uint32, key string, ok bool) {
-	if len(k) < 5 || k[0] != 's' {
-		return 0, "", false
+func parseKey(k []byte) (m meta, key string, ok bool) {
+	if len(k) < 9 || k[0] != 's' {
+		return meta{}, "", false
 	}
-	return binary.BigEndian.Uint32(k[1:5]), string(k[5:]), true
+	m = meta{seg: binary.BigEndian.Uint32(k[1:5]), len: int64(binary.BigEndian.Uint32(k[5:9]))}
+	return m, string(k[9:]), true
 }
 
 // encode returns the stored form of b.
@@ -323,7 +321,7 @@ func (s *Store) Get(key string, size, mtime int64) (Block, bool, error) {
 	}
 	var v []byte
 	err := s.db.View(func(txn *badger.Txn) error {
-		item, err := txn.Get(dbKey(m.seg, key))
+		item, err := txn.Get(dbKey(m, key))
 		if err != nil {
 			return err
 		}
@@ -382,8 +380,8 @@ func (s *Store) Contains(key string) bool {
 // cached on the SSD and Put returns ErrBusy: a reader never waits for the
 // cache. It returns ErrClosed after Close.
 func (s *Store) Put(key string, b Block) error {
-	if int64(len(b.Data)) > s.cfg.Capacity/int64(s.cfg.Segments) {
-		return nil // larger than a segment: not worth caching
+	if int64(len(b.Data)) > s.cfg.Capacity/int64(s.cfg.Segments) || (s.cfg.InMemory && len(b.Data) > 1<<20-1<<10) {
+		return nil // larger than a segment (or an in-memory value): not worth caching
 	}
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
@@ -414,7 +412,7 @@ func (s *Store) Delete(key string) {
 		return
 	}
 	s.forget(key, m)
-	err := s.db.Update(func(txn *badger.Txn) error { return txn.Delete(dbKey(m.seg, key)) })
+	err := s.db.Update(func(txn *badger.Txn) error { return txn.Delete(dbKey(m, key)) })
 	if err != nil && !errors.Is(err, badger.ErrDBClosed) {
 		s.log.Warn("ssdstore: delete failed", "key", key, "err", err)
 	}
@@ -473,7 +471,7 @@ func (s *Store) commit(batch []put) {
 	s.mu.Unlock()
 	wb := s.db.NewWriteBatch()
 	for _, p := range batch {
-		if err := wb.Set(dbKey(seg, p.key), encode(p.b)); err != nil {
+		if err := wb.Set(dbKey(meta{seg: seg, len: int64(len(p.b.Data))}, p.key), encode(p.b)); err != nil {
 			s.log.Warn("ssdstore: write failed", "key", p.key, "err", err)
 		}
 	}
@@ -509,7 +507,7 @@ func (s *Store) commit(batch []put) {
 		// so the segment's drop cannot remove the fresh copy's bytes twice.
 		_ = s.db.Update(func(txn *badger.Txn) error {
 			for i, m := range stale {
-				if err := txn.Delete(dbKey(m.seg, staleKeys[i])); err != nil {
+				if err := txn.Delete(dbKey(m, staleKeys[i])); err != nil {
 					return err
 				}
 			}

@@ -1,0 +1,77 @@
+package ramcache
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+)
+
+func blk(n int) Block { return Block{Data: make([]byte, n), Size: int64(n), Mtime: 1} }
+
+func checkInvariant(t *testing.T, c *Cache) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var sum int64
+	for _, el := range c.items {
+		sum += int64(len(el.Value.(*item).b.Data)) + overhead
+	}
+	if sum != c.bytes || c.bytes > c.capacity || c.lru.Len() != len(c.items) {
+		t.Fatalf("INVARIANT broken: sum %d bytes %d capacity %d lru %d items %d", sum, c.bytes, c.capacity, c.lru.Len(), len(c.items))
+	}
+}
+
+func TestLRU(t *testing.T) {
+	c := New(Config{Capacity: 3 * (100 + overhead)})
+	for _, k := range []string{"a", "b", "c"} {
+		c.Put(k, blk(100))
+	}
+	if _, ok := c.Get("a", 100, 1); !ok { // a is now the most recent
+		t.Fatal("a missing")
+	}
+	c.Put("d", blk(100)) // evicts b, the least recent
+	if c.Contains("b") || !c.Contains("a") || !c.Contains("c") || !c.Contains("d") {
+		t.Errorf("wrong victim: a %v b %v c %v d %v", c.Contains("a"), c.Contains("b"), c.Contains("c"), c.Contains("d"))
+	}
+	checkInvariant(t, c)
+	if c.Put("huge", blk(1000)) {
+		t.Error("a block larger than the cache was kept")
+	}
+	checkInvariant(t, c)
+}
+
+func TestIdentityMismatchIsMiss(t *testing.T) {
+	c := New(Config{Capacity: 1 << 20})
+	c.Put("k", blk(10))
+	if _, ok := c.Get("k", 10, 2); ok {
+		t.Fatal("a block with another mtime was returned")
+	}
+	if c.Contains("k") {
+		t.Error("the stale block was not dropped")
+	}
+	checkInvariant(t, c)
+}
+
+func TestConcurrent(t *testing.T) {
+	c := New(Config{Capacity: 50 * (64 + overhead)})
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 2000; i++ {
+				k := fmt.Sprint((i * (g + 1)) % 97)
+				if i%3 == 0 {
+					c.Put(k, blk(64))
+				} else if b, ok := c.Get(k, 64, 1); ok && len(b.Data) != 64 {
+					t.Error("wrong block")
+				}
+				if i%50 == 0 {
+					c.Delete(k)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	checkInvariant(t, c)
+}

@@ -1,0 +1,190 @@
+package ssdstore
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+func testConfig(dir string) Config {
+	cfg := DefaultConfig(dir)
+	cfg.Capacity = 64 << 20
+	cfg.GCInterval = 50 * time.Millisecond
+	return cfg
+}
+
+func mustOpen(t *testing.T, cfg Config) *Store {
+	t.Helper()
+	s, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func block(n int, seed byte) Block {
+	d := bytes.Repeat([]byte{seed}, n)
+	return Block{Data: d, Size: int64(n), Mtime: 42, Sum: Checksum(d)}
+}
+
+// waitStored polls until key is committed.
+func waitStored(t *testing.T, s *Store, key string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !s.Contains(key) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s was never committed", key)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestRoundTripAndPersistence(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(testConfig(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := block(100_000, 7)
+	if err := s.Put("a\x000", b); err != nil {
+		t.Fatal(err)
+	}
+	waitStored(t, s, "a\x000")
+	got, ok, err := s.Get("a\x000", b.Size, b.Mtime)
+	if err != nil || !ok || !bytes.Equal(got.Data, b.Data) {
+		t.Fatalf("Get: ok %v err %v", ok, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if err := s.Put("x", b); !errors.Is(err, ErrClosed) {
+		t.Errorf("Put after Close: %v", err)
+	}
+
+	s = mustOpen(t, testConfig(dir))
+	got, ok, err = s.Get("a\x000", b.Size, b.Mtime)
+	if err != nil || !ok || !bytes.Equal(got.Data, b.Data) {
+		t.Fatalf("after reopen: ok %v err %v", ok, err)
+	}
+	if st := s.Stats(); st.Entries != 1 || st.Bytes != int64(len(b.Data)) {
+		t.Errorf("stats after reopen: %+v", st)
+	}
+}
+
+func TestIdentityMismatchIsMiss(t *testing.T) {
+	cfg := testConfig("")
+	cfg.InMemory = true
+	s := mustOpen(t, cfg)
+	b := block(10, 1)
+	s.Put("k", b)
+	waitStored(t, s, "k")
+	if _, ok, _ := s.Get("k", b.Size, b.Mtime+1); ok {
+		t.Fatal("a block of another file version was returned")
+	}
+	if s.Contains("k") {
+		t.Error("the stale block was kept")
+	}
+}
+
+func TestCorruptionIsMiss(t *testing.T) {
+	cfg := testConfig("")
+	cfg.InMemory = true
+	s := mustOpen(t, cfg)
+	b := block(5000, 3)
+	s.Put("k", b)
+	waitStored(t, s, "k")
+	// Flip one byte of the stored value behind the store's back.
+	s.mu.Lock()
+	m := s.index["k"]
+	s.mu.Unlock()
+	v := encode(b)
+	v[headerSize+100] ^= 0xff
+	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(dbKey(m, "k"), v) }); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := s.Get("k", b.Size, b.Mtime); ok || err != nil {
+		t.Fatalf("corrupt entry: ok %v err %v; want a plain miss", ok, err)
+	}
+	if st := s.Stats(); st.Corrupt != 1 || st.Entries != 0 {
+		t.Errorf("stats after corruption: %+v", st)
+	}
+}
+
+// TestCapacityReclaimsDisk writes four times the capacity and checks that
+// both the accounted bytes and the disk usage come back under control.
+func TestCapacityReclaimsDisk(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.Capacity = 32 << 20
+	s := mustOpen(t, cfg)
+	const n = 128 << 20 / 100_000
+	for i := 0; i < n; i++ {
+		key := fmt.Sprint("f", i)
+		for s.Put(key, block(100_000, byte(i))) != nil {
+			time.Sleep(time.Millisecond) // queue full: wait for the writer
+		}
+	}
+	waitStored(t, s, fmt.Sprint("f", n-1))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st := s.Stats()
+		if st.Bytes <= cfg.Capacity && st.DiskBytes <= 2*cfg.Capacity+(32<<20) {
+			t.Logf("after writing %d MiB: %d MiB live, %d MiB on disk, %d segments evicted",
+				n*100_000>>20, st.Bytes>>20, st.DiskBytes>>20, st.Evicted)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("capacity %d MiB: still %d MiB live and %d MiB on disk", cfg.Capacity>>20, st.Bytes>>20, st.DiskBytes>>20)
+		}
+		s.wakeMaintenance()
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The newest blocks survive eviction, intact.
+	last := fmt.Sprint("f", n-1)
+	if got, ok, err := s.Get(last, 100_000, 42); !ok || err != nil || got.Data[0] != byte((n-1)%256) {
+		t.Errorf("newest block: ok %v err %v", ok, err)
+	}
+}
+
+func TestDecodeRejectsGarbage(t *testing.T) {
+	good := encode(block(64, 9))
+	cases := map[string][]byte{
+		"empty":     nil,
+		"short":     good[:10],
+		"magic":     append([]byte{0}, good[1:]...),
+		"truncated": good[:len(good)-1],
+	}
+	for name, v := range cases {
+		if _, err := decode(v); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: got %v, want ErrCorrupt", name, err)
+		}
+	}
+	if b, err := decode(good); err != nil || len(b.Data) != 64 {
+		t.Errorf("good value: %v", err)
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add(encode(block(64, 9)))
+	f.Add([]byte{})
+	f.Add(make([]byte, headerSize))
+	f.Fuzz(func(t *testing.T, v []byte) {
+		b, err := decode(v)
+		if err != nil {
+			return
+		}
+		if Checksum(b.Data) != b.Sum {
+			t.Fatal("decode accepted a value whose checksum does not match")
+		}
+		if !bytes.Equal(encode(b), v) {
+			t.Fatal("decode(encode) is not the identity")
+		}
+	})
+}
