@@ -1,0 +1,178 @@
+package loader
+
+import (
+	"bytes"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/ramcache"
+	"github.com/dlfs/dlfs/source"
+	"github.com/dlfs/dlfs/ssdstore"
+)
+
+// fakePFS serves files from memory and counts reads; gate, if set, holds
+// every read until it is closed.
+type fakePFS struct {
+	files map[string][]byte
+	reads atomic.Int64
+	gate  chan struct{}
+}
+
+func (f *fakePFS) ReadAt(path string, want source.Want, p []byte, off int64) (int, error) {
+	f.reads.Add(1)
+	if f.gate != nil {
+		<-f.gate
+	}
+	b, ok := f.files[path]
+	if !ok {
+		return 0, syscall.ENOENT
+	}
+	if int64(len(b)) != want.Size {
+		return 0, source.ErrChanged
+	}
+	return copy(p, b[off:]), nil
+}
+
+// fakeSSD is a map standing in for the SSD tier.
+type fakeSSD struct {
+	mu sync.Mutex
+	m  map[string]ssdstore.Block
+}
+
+func (s *fakeSSD) Get(key string, size, mtime int64) (ssdstore.Block, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, ok := s.m[key]
+	return b, ok && b.Size == size && b.Mtime == mtime, nil
+}
+
+func (s *fakeSSD) Put(key string, b ssdstore.Block) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m[key] = b
+	return nil
+}
+
+func (s *fakeSSD) Delete(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.m, key)
+}
+
+func entry(path string, size int64) *catalog.Entry {
+	return &catalog.Entry{Path: path, Size: size, Mtime: 7, Mode: syscall.S_IFREG | 0o644}
+}
+
+func data(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7 + i>>8)
+	}
+	return b
+}
+
+func TestReadRanges(t *testing.T) {
+	const bs = 1000
+	file := data(3500) // four blocks, the last partial
+	pfs := &fakePFS{files: map[string][]byte{"f": file}}
+	l := New(Config{BlockSize: bs}, ramcache.New(ramcache.Config{Capacity: 1 << 20}), nil, pfs)
+	e := entry("f", int64(len(file)))
+	for _, c := range []struct{ off, n int }{{0, 10}, {990, 20}, {0, 3500}, {2500, 2000}, {3499, 1}, {3500, 10}, {5000, 1}, {100, 0}} {
+		got, err := l.ReadAt(e, make([]byte, c.n), int64(c.off))
+		if err != nil {
+			t.Fatalf("ReadAt(%d, %d): %v", c.off, c.n, err)
+		}
+		want := file[min(c.off, len(file)):min(c.off+c.n, len(file))]
+		if !bytes.Equal(got, want) {
+			t.Errorf("ReadAt(%d, %d): %d bytes, want %d", c.off, c.n, len(got), len(want))
+		}
+	}
+	if n := pfs.reads.Load(); n != 4 {
+		t.Errorf("%d PFS reads, want 4 (one per block)", n)
+	}
+}
+
+func TestConcurrentMissesShareOneFetch(t *testing.T) {
+	file := data(5000)
+	pfs := &fakePFS{files: map[string][]byte{"f": file}, gate: make(chan struct{})}
+	l := New(DefaultConfig(), ramcache.New(ramcache.Config{Capacity: 1 << 20}), nil, pfs)
+	e := entry("f", 5000)
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if b, err := l.ReadAt(e, make([]byte, 5000), 0); err != nil || !bytes.Equal(b, file) {
+				t.Errorf("read: %v", err)
+			}
+		}()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for pfs.reads.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	close(pfs.gate)
+	wg.Wait()
+	if n := pfs.reads.Load(); n != 1 {
+		t.Errorf("%d PFS reads for 8 concurrent readers, want 1", n)
+	}
+}
+
+func TestTiers(t *testing.T) {
+	file := data(2000)
+	pfs := &fakePFS{files: map[string][]byte{"f": file}}
+	ssd := &fakeSSD{m: map[string]ssdstore.Block{}}
+	ram := ramcache.New(ramcache.Config{Capacity: 1 << 20})
+	l := New(DefaultConfig(), ram, ssd, pfs)
+	e := entry("f", 2000)
+	read := func() {
+		t.Helper()
+		if b, err := l.ReadAt(e, make([]byte, 2000), 0); err != nil || !bytes.Equal(b, file) {
+			t.Fatalf("read: %v", err)
+		}
+	}
+	read() // PFS, fills RAM and SSD
+	read() // RAM
+	ram.Delete(BlockKey("f", 0))
+	read() // SSD, promoted to RAM
+	read() // RAM
+	s := l.Stats().Served
+	if s["pfs"].Reads != 1 || s["ram"].Reads != 2 || s["ssd"].Reads != 1 || s["ram"].Bytes != 4000 {
+		t.Errorf("served %+v", s)
+	}
+	if pfs.reads.Load() != 1 {
+		t.Errorf("%d PFS reads, want 1", pfs.reads.Load())
+	}
+
+	// A new version of the file misses in every tier.
+	pfs.files["f"] = data(1000)
+	e2 := entry("f", 1000)
+	if b, err := l.ReadAt(e2, make([]byte, 1000), 0); err != nil || len(b) != 1000 {
+		t.Fatalf("new version: %v", err)
+	}
+	if pfs.reads.Load() != 2 {
+		t.Error("the new version was served from a cache")
+	}
+	l.Invalidate(e2)
+	if ram.Contains(BlockKey("f", 0)) || len(ssd.m) != 0 {
+		t.Error("Invalidate left blocks behind")
+	}
+}
+
+func TestErrorsAreNotCached(t *testing.T) {
+	pfs := &fakePFS{files: map[string][]byte{}}
+	l := New(DefaultConfig(), ramcache.New(ramcache.Config{Capacity: 1 << 20}), nil, pfs)
+	e := entry("gone", 10)
+	if _, err := l.ReadAt(e, make([]byte, 10), 0); !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("got %v, want ENOENT", err)
+	}
+	pfs.files["gone"] = data(10)
+	if _, err := l.ReadAt(e, make([]byte, 10), 0); err != nil {
+		t.Fatalf("after the file came back: %v", err)
+	}
+}
