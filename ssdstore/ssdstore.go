@@ -292,8 +292,8 @@ func decode(v []byte) (Block, error) {
 	if len(v) < headerSize {
 		return Block{}, fmt.Errorf("%w: %d-byte value is shorter than the header", ErrCorrupt, len(v))
 	}
-	if binary.BigEndian.Uint32(v[0:]) != magic || v[4] != version {
-		return Block{}, fmt.Errorf("%w: bad magic or version", ErrCorrupt)
+	if binary.BigEndian.Uint32(v[0:]) != magic || v[4] != version || v[5]|v[6]|v[7] != 0 {
+		return Block{}, fmt.Errorf("%w: bad magic, version or reserved bytes", ErrCorrupt)
 	}
 	b := Block{
 		Size:  int64(binary.BigEndian.Uint64(v[8:])),
