@@ -122,6 +122,9 @@ type Store struct {
 	wg      sync.WaitGroup
 	closeMu sync.Mutex // serializes Close; guards closed
 	closed  bool
+	// dropMu is held for writing while a segment is dropped: Badger refuses
+	// writes during DropPrefix, so writers hold it for reading.
+	dropMu sync.RWMutex
 
 	mu sync.Mutex
 	// mu guards the following.
@@ -412,7 +415,9 @@ func (s *Store) Delete(key string) {
 		return
 	}
 	s.forget(key, m)
+	s.dropMu.RLock()
 	err := s.db.Update(func(txn *badger.Txn) error { return txn.Delete(dbKey(m, key)) })
+	s.dropMu.RUnlock()
 	if err != nil && !errors.Is(err, badger.ErrDBClosed) {
 		s.log.Warn("ssdstore: delete failed", "key", key, "err", err)
 	}
@@ -466,6 +471,8 @@ func (s *Store) commit(batch []put) {
 			s.pending.Add(-int64(len(p.b.Data)))
 		}
 	}()
+	s.dropMu.RLock()
+	defer s.dropMu.RUnlock()
 	s.mu.Lock()
 	seg := s.cur
 	s.mu.Unlock()
@@ -599,7 +606,10 @@ func (s *Store) evictOldest() bool {
 	delete(s.segBytes, oldest)
 	s.evicted++
 	s.mu.Unlock()
-	if err := s.db.DropPrefix(segPrefix(oldest)); err != nil && !errors.Is(err, badger.ErrDBClosed) {
+	s.dropMu.Lock()
+	err := s.db.DropPrefix(segPrefix(oldest))
+	s.dropMu.Unlock()
+	if err != nil && !errors.Is(err, badger.ErrDBClosed) {
 		s.log.Warn("ssdstore: dropping segment failed", "segment", oldest, "err", err)
 	}
 	return true
