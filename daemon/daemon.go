@@ -111,6 +111,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := checkMountpoint(cfg.Mountpoint); err != nil {
 		return nil, err
 	}
+	if abs, err := filepath.Abs(cfg.Mountpoint); err == nil {
+		cfg.Mountpoint = abs
+	}
 	n := &Node{cfg: cfg, log: cfg.Logger, started: time.Now(), reg: cfg.Registry}
 	defer func() {
 		if err != nil {

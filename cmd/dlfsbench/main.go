@@ -36,6 +36,7 @@ type options struct {
 	openLatency time.Duration
 	readLatency time.Duration
 	bandwidth   float64
+	genOnly     bool
 }
 
 func main() {
@@ -47,6 +48,7 @@ func main() {
 	flag.DurationVar(&o.openLatency, "pfs-open-latency", 2*time.Millisecond, "pfssim latency per open")
 	flag.DurationVar(&o.readLatency, "pfs-read-latency", 200*time.Microsecond, "pfssim latency per read call")
 	flag.Float64Var(&o.bandwidth, "pfs-bandwidth-mbps", 300, "pfssim aggregate bandwidth in MB/s")
+	flag.BoolVar(&o.genOnly, "gen-only", false, "only generate the dataset under DIR/source")
 	flag.Parse()
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "dlfsbench:", err)
@@ -72,6 +74,9 @@ func run(o options) error {
 	gen, err := datagen.ImageFolder(src, datagen.Spec{Classes: 100, Files: o.files, MeanSize: 110_000, Spread: 40_000, Seed: 42})
 	if err != nil {
 		return err
+	}
+	if o.genOnly {
+		return nil
 	}
 	files := make([]string, len(gen))
 	var total int64

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# make demo: dlfs on its embedded single-node default. Generates a small
+# ImageFolder-like dataset, mounts it behind pfssim (a simulated busy PFS),
+# mounts dlfs over that, reads two epochs, prints the stats and unmounts.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+work=${DLFS_DEMO_DIR:-/tmp/dlfs-demo}
+rm -rf "$work/ssd" "$work/pfs.json"
+mkdir -p "$work"/{pfs,mnt,ssd}
+for m in "$work/mnt" "$work/pfs"; do mountpoint -q "$m" && ./bin/dlfs umount --lazy "$m" || true; done
+
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT
+
+wait_line() { # FILE PATTERN
+  for _ in $(seq 300); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
+  echo "demo: timed out waiting for '$2' in $1" >&2; cat "$1" >&2; return 1
+}
+
+echo "== generating a dataset of 2000 files under $work/source"
+./bin/dlfsbench -gen-only -dir "$work" -files 2000 >/dev/null
+
+echo "== pfssim: $work/source at $work/pfs (2 ms per open, 0.2 ms per read, 300 MB/s)"
+./bin/pfssim -open-latency 2ms -read-latency 200us -bandwidth-mbps 300 -stats "$work/pfs.json" \
+  "$work/source" "$work/pfs" >"$work/pfssim.log" 2>&1 &
+pids+=($!)
+wait_line "$work/pfssim.log" mounted
+
+echo "== dlfs mount $work/pfs $work/mnt --ram-cache 1GiB --ssd-cache $work/ssd"
+./bin/dlfs mount --ram-cache 1GiB --ssd-cache "$work/ssd" --ssd-cache-size 2GiB "$work/pfs" "$work/mnt" \
+  >"$work/dlfs.log" 2>&1 &
+pids=("$!" "${pids[@]}")
+wait_line "$work/dlfs.log" "dlfs: mounted"
+cat "$work/dlfs.log"
+
+for epoch in 1 2; do
+  start=$(date +%s.%N)
+  find "$work/mnt" -type f -print0 | shuf -z | xargs -0 -P 4 -n 64 cat >/dev/null
+  end=$(date +%s.%N)
+  awk -v e="$epoch" -v a="$start" -v b="$end" 'BEGIN { printf "== epoch %d: %.2f s\n", e, b - a }'
+done
+
+echo "== $work/mnt/.dlfs/stats"
+cat "$work/mnt/.dlfs/stats"
+echo "== pfssim counted: $(cat "$work/pfs.json")"
+echo "== unmounting"
+cleanup
+pids=()
+echo "demo: done"
