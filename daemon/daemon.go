@@ -78,16 +78,17 @@ type Node struct {
 	log     *slog.Logger
 	started time.Time
 
-	cat     *catalog.Catalog
-	src     *source.Source
-	ram     *ramcache.Cache
-	ssd     *ssdstore.Store // nil when the SSD tier is off
-	load    *loader.Loader
-	fs      *fusefs.FS
-	ctl     *controlPlane
-	reg     *prometheus.Registry
-	server  *fuse.Server
-	metrics *http.Server
+	cat         *catalog.Catalog
+	src         *source.Source
+	ram         *ramcache.Cache
+	ssd         *ssdstore.Store // nil when the SSD tier is off
+	load        *loader.Loader
+	fs          *fusefs.FS
+	ctl         *controlPlane
+	reg         *prometheus.Registry
+	server      *fuse.Server
+	metrics     *http.Server
+	metricsAddr net.Addr
 
 	closeOnce sync.Once
 	closeErr  error
@@ -198,6 +199,7 @@ func (n *Node) serveMetrics(addr string) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{}))
 	n.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	n.metricsAddr = ln.Addr()
 	go func() {
 		if err := n.metrics.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			n.log.Error("metrics server stopped", "err", err)
@@ -205,6 +207,9 @@ func (n *Node) serveMetrics(addr string) error {
 	}()
 	return nil
 }
+
+// MetricsAddr returns the address /metrics is served on, or nil.
+func (n *Node) MetricsAddr() net.Addr { return n.metricsAddr }
 
 // Wait blocks until the filesystem is unmounted.
 func (n *Node) Wait() { n.server.Wait() }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -124,6 +126,30 @@ func TestControlDirHiddenButReachable(t *testing.T) {
 	}
 	if !strings.Contains(string(prom), "dlfs_pfs_read_bytes_total") {
 		t.Errorf("stats.prom lacks dlfs_pfs_read_bytes_total:\n%s", prom)
+	}
+}
+
+// TestMetricsEndpoint: /metrics serves the figures stats.prom shows.
+func TestMetricsEndpoint(t *testing.T) {
+	src := conformance.OddTree(t, t.TempDir())
+	n, mnt := start(t, src, func(c *Config) { c.MetricsAddr = "127.0.0.1:0" })
+	if _, err := os.ReadFile(filepath.Join(mnt, "README")); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get("http://" + n.MetricsAddr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	prom, err := os.ReadFile(filepath.Join(mnt, ".dlfs/stats.prom"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, text := range []string{string(body), string(prom)} {
+		if !strings.Contains(text, `dlfs_served_bytes_total{tier="pfs"} 1234`) {
+			t.Errorf("the 1234 bytes of README read from SOURCE are missing:\n%s", text)
+		}
 	}
 }
 

@@ -15,6 +15,7 @@ type dirNode struct{ node }
 var (
 	_ = (fs.NodeLookuper)((*dirNode)(nil))
 	_ = (fs.NodeReaddirer)((*dirNode)(nil))
+	_ = (fs.NodeOpendirHandler)((*dirNode)(nil))
 	_ = (fs.NodeGetattrer)((*dirNode)(nil))
 	_ = (fs.NodeStatfser)((*dirNode)(nil))
 	_ = (fs.NodeMkdirer)((*dirNode)(nil))
@@ -54,6 +55,17 @@ func (d *dirNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 		list[i] = fuse.DirEntry{Name: c.Name, Mode: c.Mode, Ino: c.Ino}
 	}
 	return fs.NewListDirStream(list), 0
+}
+
+// OpendirHandle lets the kernel cache the listing (FOPEN_CACHE_DIR): the
+// dataset does not change while mounted, and Invalidate clears the cache of
+// directories a refresh changed.
+func (d *dirNode) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	ds, errno := d.Readdir(ctx)
+	if errno != 0 {
+		return nil, 0, errno
+	}
+	return ds, fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE, 0
 }
 
 func (d *dirNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {

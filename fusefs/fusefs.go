@@ -153,10 +153,11 @@ func (f *FS) Invalidate(d catalog.Diff) {
 	forget := func(e *catalog.Entry, content bool) {
 		parent, child := f.find(e.Path)
 		if content && child != nil {
-			child.NotifyContent(0, 0) // page cache and attributes
+			child.NotifyContent(0, 0) // page cache (a directory's: its listing) and attributes
 		}
 		if parent != nil {
 			parent.NotifyEntry(e.Name)
+			parent.NotifyContent(0, 0) // the cached listing
 		}
 	}
 	for _, e := range d.Changed {

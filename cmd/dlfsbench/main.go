@@ -8,7 +8,9 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
+	"io/fs"
 	"flag"
 	"fmt"
 	"io"
@@ -150,6 +152,9 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
+	meta := []metaRow{walkStat("native SOURCE", src)}
+	meta = append(meta, walkStat("dlfs, first walk after mount", mnt), walkStat("dlfs, second walk", mnt))
+	scan := scanSeconds(mnt)
 	if err := measure("dlfs epoch 1 over pfssim (cold)", mnt, 3, true); err != nil {
 		d.Stop(30 * time.Second)
 		return err
@@ -182,7 +187,61 @@ func run(o options) error {
 	}
 
 	printTable(o, rows, total)
+	fmt.Printf("\n### Metadata: walk the tree and lstat every entry (1 thread)\n\n")
+	fmt.Println("| tree | entries/s | × native |")
+	fmt.Println("|---|---:|---:|")
+	for _, m := range meta {
+		if m.err != nil {
+			fmt.Printf("| %s | error: %v | |\n", m.name, m.err)
+			continue
+		}
+		fmt.Printf("| %s | %.0f | %.2f |\n", m.name, m.perSec(), m.perSec()/meta[0].perSec())
+	}
+	fmt.Printf("\nCatalog scan of SOURCE through pfssim at mount: %.3f s for %d files.\n", scan, o.files)
 	return nil
+}
+
+type metaRow struct {
+	name    string
+	entries int
+	elapsed time.Duration
+	err     error
+}
+
+func (m metaRow) perSec() float64 { return float64(m.entries) / m.elapsed.Seconds() }
+
+// walkStat walks root and lstats every entry, as "ls -lR" or os.walk do.
+func walkStat(name, root string) metaRow {
+	start := time.Now()
+	n := 0
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if _, err := os.Lstat(p); err != nil {
+			return err
+		}
+		n++
+		return nil
+	})
+	return metaRow{name: name, entries: n, elapsed: time.Since(start), err: err}
+}
+
+// scanSeconds reads the catalog scan time from the mount's stats.
+func scanSeconds(mnt string) float64 {
+	b, err := os.ReadFile(filepath.Join(mnt, ".dlfs/stats"))
+	if err != nil {
+		return -1
+	}
+	var st struct {
+		Catalog struct {
+			ScanSeconds float64 `json:"scan_seconds"`
+		} `json:"catalog"`
+	}
+	if json.Unmarshal(b, &st) != nil {
+		return -1
+	}
+	return st.Catalog.ScanSeconds
 }
 
 func printTable(o options, rows []row, total int64) {
