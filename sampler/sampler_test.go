@@ -105,7 +105,7 @@ func TestMT19937Reference(t *testing.T) {
 
 // TestInsideOut checks the shuffle torch >= 2.7 uses for n >= LargeN on a
 // small n, against the algorithm worked by hand: it is a permutation, it
-// draws 64-bit values, and p[0] is 1 exactly when the second draw is odd.
+// draws 64-bit values, and p[0] is 1 exactly when the second draw is even.
 // (No torch >= 2.7 is installable here to draw golden vectors from.)
 func TestInsideOut(t *testing.T) {
 	p := insideOut(10_000, NewMT19937(9))
@@ -120,7 +120,7 @@ func TestInsideOut(t *testing.T) {
 	g.Uint64()
 	odd := g.Uint64()%2 == 1
 	q := insideOut(2, NewMT19937(9))
-	if (q[0] == 1) != odd {
+	if (q[0] == 1) == odd {
 		t.Errorf("insideOut(2) = %v with second draw odd=%v", q, odd)
 	}
 	// Below LargeN both versions are the old swap shuffle.
