@@ -1,0 +1,232 @@
+// Package folder computes the sample index of torchvision's ImageFolder
+// (DatasetFolder) from the catalog, in exactly the order torchvision builds
+// it, so that a sampler's indices name files.
+//
+// # torchvision's rules, replicated
+//
+//   - Classes are the sorted names of root's subdirectories, hidden ones
+//     included; a symlink to a directory counts (scandir's is_dir follows
+//     links). The control directory is never listed, so it never becomes
+//     a class.
+//   - Each class directory is walked as sorted(os.walk(dir, followlinks=True)):
+//     directories in order of their full path string (so "a-x" comes
+//     before "a/b"), files in each sorted by name. Symlinked directories
+//     are entered; their samples keep the path through the link.
+//   - A file is a sample if its lower-cased name ends with one of the
+//     extensions (torchvision lower-cases the name, not the extensions).
+//
+// Byte order of UTF-8 is code-point order, so Go's string sort agrees
+// with Python's.
+//
+// # Limits
+//
+// Symlinks whose target leaves the dataset cannot be followed from the
+// catalog; their samples are left out and counted in Index.Unresolved.
+// A symlink cycle is walked as the kernel lets os.walk walk it, until a
+// path needs more than 40 links; a tree that would make more than MaxDirs
+// directories that way is refused.
+package folder
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/dlfs/dlfs/catalog"
+)
+
+// IMGExtensions is torchvision's IMG_EXTENSIONS.
+var IMGExtensions = []string{".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp"}
+
+// Sample is one item of the dataset.
+type Sample struct {
+	Path   string         // as the script opens it, relative to the mount
+	Entry  *catalog.Entry // the regular file it resolves to
+	Target int            // class index
+}
+
+// Index is a dataset's sample list.
+type Index struct {
+	Classes    []string
+	Samples    []Sample
+	Unresolved int // symlinks whose target is outside the dataset
+}
+
+// ErrRoot means the dataset root is missing or not a directory.
+var ErrRoot = errors.New("folder: bad dataset root")
+
+// maxLinks bounds symlink hops while resolving one path, as the kernel's
+// ELOOP does.
+const maxLinks = 40
+
+// MaxDirs bounds the directories one index may walk.
+const MaxDirs = 1 << 22
+
+// ErrTooLarge means the walk exceeded MaxDirs (symlink cycles, usually).
+var ErrTooLarge = errors.New("folder: too many directories; is there a symlink cycle?")
+
+// Build indexes the ImageFolder at root (relative to the mount) in snap.
+// exts nil means IMGExtensions.
+func Build(snap *catalog.Snapshot, root string, exts []string) (*Index, error) {
+	if exts == nil {
+		exts = IMGExtensions
+	}
+	root = strings.Trim(path.Clean("/"+root), "/")
+	dir, err := resolve(snap, root)
+	if err != nil || !dir.IsDir() {
+		return nil, fmt.Errorf("%w: %q is not a directory of the dataset", ErrRoot, root)
+	}
+	idx := &Index{}
+	for _, c := range dir.Children() {
+		if t, err := resolve(snap, join(root, c.Name)); err == nil && t.IsDir() {
+			idx.Classes = append(idx.Classes, c.Name)
+		}
+	}
+	for target, class := range idx.Classes {
+		w := walker{snap: snap, idx: idx}
+		if err := w.walk(join(root, class)); err != nil {
+			return nil, err
+		}
+		sort.Slice(w.dirs, func(i, j int) bool { return w.dirs[i].path < w.dirs[j].path })
+		for _, d := range w.dirs {
+			for _, f := range d.files {
+				if valid(f.name, exts) {
+					idx.Samples = append(idx.Samples, Sample{Path: join(d.path, f.name), Entry: f.entry, Target: target})
+				}
+			}
+		}
+	}
+	return idx, nil
+}
+
+func valid(name string, exts []string) bool {
+	lower := strings.ToLower(name)
+	for _, e := range exts {
+		if strings.HasSuffix(lower, e) {
+			return true
+		}
+	}
+	return false
+}
+
+type file struct {
+	name  string
+	entry *catalog.Entry // nil for a dangling link (never a sample: not a regular file)
+}
+
+type dir struct {
+	path  string
+	files []file // sorted by name
+}
+
+type walker struct {
+	snap *catalog.Snapshot
+	idx  *Index
+	dirs []dir
+	seen int // directories walked
+}
+
+// walk lists dirPath as os.walk does: entries that resolve to directories
+// are descended into, all others are files; a directory that cannot be
+// resolved is skipped, as os.walk ignores scandir errors.
+func (w *walker) walk(dirPath string) error {
+	d, err := resolve(w.snap, dirPath)
+	if err != nil || !d.IsDir() {
+		return nil
+	}
+	if w.seen++; w.seen > MaxDirs {
+		return ErrTooLarge
+	}
+	cur := dir{path: dirPath}
+	var subdirs []string
+	for _, c := range d.Children() {
+		p := join(dirPath, c.Name)
+		t := c
+		if c.IsSymlink() {
+			if t, err = resolve(w.snap, p); err != nil {
+				if errors.Is(err, errOutside) {
+					w.idx.Unresolved++
+				}
+				cur.files = append(cur.files, file{name: c.Name})
+				continue
+			}
+		}
+		if t.IsDir() {
+			subdirs = append(subdirs, p)
+			continue
+		}
+		var e *catalog.Entry
+		if t.IsRegular() {
+			e = t
+		}
+		cur.files = append(cur.files, file{name: c.Name, entry: e})
+	}
+	w.dirs = append(w.dirs, cur)
+	for _, s := range subdirs {
+		if err := w.walk(s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var (
+	errOutside  = errors.New("folder: symlink leaves the dataset")
+	errNotFound = errors.New("folder: no such entry")
+	errLoop     = errors.New("folder: too many levels of symbolic links")
+)
+
+// resolve follows p (relative to the mount) through symlinks, as the
+// kernel would, and returns the entry it names.
+func resolve(snap *catalog.Snapshot, p string) (*catalog.Entry, error) {
+	hops := 0
+	var parts []string
+	if p != "" {
+		parts = strings.Split(p, "/")
+	}
+	var stack []*catalog.Entry // directories from the root down
+	cur := snap.Root
+	for len(parts) > 0 {
+		name := parts[0]
+		parts = parts[1:]
+		switch name {
+		case "", ".":
+			continue
+		case "..":
+			if len(stack) == 0 {
+				return nil, errOutside
+			}
+			cur, stack = stack[len(stack)-1], stack[:len(stack)-1]
+			continue
+		}
+		if !cur.IsDir() {
+			return nil, errNotFound
+		}
+		next := cur.Child(name)
+		if next == nil {
+			return nil, errNotFound
+		}
+		if next.IsSymlink() {
+			if hops++; hops > maxLinks {
+				return nil, errLoop
+			}
+			if strings.HasPrefix(next.Target, "/") {
+				return nil, errOutside // absolute: somewhere on the host
+			}
+			parts = append(strings.Split(next.Target, "/"), parts...)
+			continue
+		}
+		stack = append(stack, cur)
+		cur = next
+	}
+	return cur, nil
+}
+
+func join(dir, name string) string {
+	if dir == "" {
+		return name
+	}
+	return dir + "/" + name
+}
