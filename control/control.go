@@ -11,7 +11,9 @@
 //
 // Commands:
 //
-//	refresh    rescan SOURCE; files that changed are invalidated in every tier
+//	refresh             rescan SOURCE; files that changed are invalidated in every tier
+//	key=value ...       register or update a job (see Job for the keys)
+//	end job=NAME        drop a job
 package control
 
 import (
@@ -56,14 +58,33 @@ func Parse(data []byte) ([]Command, error) {
 
 func parseLine(line string) (Command, error) {
 	fields := strings.Fields(line)
+	if strings.Contains(fields[0], "=") {
+		j, err := parseJob(fields)
+		if err != nil {
+			return nil, err
+		}
+		if !j.Set["epoch"] {
+			return nil, fmt.Errorf("%w: epoch=N is required in a job line", ErrSyntax)
+		}
+		return j, nil
+	}
 	switch fields[0] {
+	case "end":
+		j, err := parseJob(fields[1:])
+		if err != nil && len(fields) > 1 {
+			return nil, err
+		}
+		if len(j.Set) != 1 || !j.Set["job"] {
+			return nil, fmt.Errorf("%w: end takes exactly job=NAME", ErrSyntax)
+		}
+		return End{Job: j.Name}, nil
 	case "refresh":
 		if len(fields) > 1 {
 			return nil, fmt.Errorf("%w: refresh takes no arguments, got %q", ErrSyntax, strings.Join(fields[1:], " "))
 		}
 		return Refresh{}, nil
 	}
-	return nil, fmt.Errorf("%w: unknown command %q; known commands: refresh", ErrSyntax, clip(fields[0]))
+	return nil, fmt.Errorf("%w: unknown command %q; known: refresh, end job=NAME, or key=value pairs", ErrSyntax, clip(fields[0]))
 }
 
 // clip shortens user input quoted in errors.

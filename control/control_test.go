@@ -43,7 +43,7 @@ func TestParse(t *testing.T) {
 }
 
 func FuzzParse(f *testing.F) {
-	for _, s := range []string{"refresh\n", "", "# x\nrefresh", "bogus", "refresh x", "\x00\xff"} {
+	for _, s := range []string{"refresh\n", "", "# x\nrefresh", "bogus", "refresh x", "\x00\xff", "job=a epoch=1 world=4 ranks=0,1 seed=-5", "end job=a", "epoch=1 dataset=list:x/y torch=2.7"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -57,4 +57,63 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestParseJob(t *testing.T) {
+	cmds, err := Parse([]byte("job=imnet root=train dataset=imagefolder sampler=distributed seed=18446744073709551615 epoch=3 world=8 ranks=2,3 shuffle=true drop_last=1 batch=256 workers=8 lookahead=3 torch=2.7.1+cu121 extensions=.jpg,.JPEG\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := cmds[0].(Job).Merge(DefaultJob())
+	if j.Name != "imnet" || j.Root != "train" || j.Seed != 1<<64-1 || j.Epoch != 3 || j.World != 8 ||
+		len(j.Ranks) != 2 || j.Ranks[1] != 3 || !j.DropLast || j.Batch != 256 || j.Workers != 8 || j.Lookahead != 3 ||
+		!j.Torch27 || len(j.Extensions) != 2 {
+		t.Errorf("parsed %+v", j)
+	}
+	if err := j.Check(); err != nil {
+		t.Error(err)
+	}
+	// An update keeps what it does not mention.
+	up, err := Parse([]byte("job=imnet epoch=4"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := up[0].(Job).Merge(j); m.Epoch != 4 || m.World != 8 || m.Root != "train" {
+		t.Errorf("merged update %+v", m)
+	}
+	if neg, err := Parse([]byte("seed=-1 epoch=0")); err != nil || neg[0].(Job).Seed != 1<<64-1 {
+		t.Errorf("negative seed: %v", err)
+	}
+	if end, err := Parse([]byte("end job=imnet")); err != nil || end[0].(End).Job != "imnet" {
+		t.Errorf("end: %v", err)
+	}
+	bad := map[string]string{
+		"seed=1":                     "epoch=N is required",
+		"epoch=1 color=blue":         "unknown key",
+		"epoch=x":                    "want an integer",
+		"epoch=-1":                   "want an integer",
+		"epoch=1 world=0":            "world",
+		"epoch=1 rank=1 ranks=2":     "twice",
+		"epoch=1 epoch=2":            "twice",
+		"epoch=1 ranks=1,1":          "listed twice",
+		"epoch=1 job=../x":           "want a name",
+		"epoch=1 sampler=weighted":   "want distributed",
+		"epoch=1 dataset=hdf5":       "want imagefolder",
+		"epoch=1 shuffle=maybe":      "want true or false",
+		"epoch=1 torch=two":          "version",
+		"epoch=1 lookahead=100":      "lookahead",
+		"epoch=1 =x":                 "not key=value",
+		"end":                        "end takes exactly",
+		"end job=x epoch=1":          "end takes exactly",
+		"epoch=1 extensions=.jpg,,x": "empty extension",
+	}
+	for line, want := range bad {
+		if _, err := Parse([]byte(line)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: got %v, want an error containing %q", line, err, want)
+		}
+	}
+	rankOver := Job{World: 2, Ranks: []int{2}}
+	if err := rankOver.Check(); err == nil {
+		t.Error("rank >= world accepted")
+	}
 }
