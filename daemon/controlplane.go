@@ -1,15 +1,18 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/dlfs/dlfs/control"
 	"github.com/dlfs/dlfs/fusefs"
+	"github.com/dlfs/dlfs/jobs"
 )
 
 // controlPlane serves the files of the control directory.
@@ -24,19 +27,91 @@ var _ fusefs.ControlPlane = (*controlPlane)(nil)
 
 // ControlStatus is the document read from .dlfs/control.
 type ControlStatus struct {
-	Jobs      map[string]any `json:"jobs"`
-	LastError string         `json:"last_error"`
+	Jobs      map[string]jobs.Status `json:"jobs"`
+	LastError string                 `json:"last_error"`
 }
 
+// List serves the control tree:
+//
+//	control, stats, stats.prom
+//	jobs/JOB/rank-R/epoch-E    the predicted read order, one path per line
 func (c *controlPlane) List(dir string) ([]fusefs.PseudoEntry, error) {
-	if dir != "" {
-		return nil, fmt.Errorf("control: %s: %w", dir, fs.ErrNotExist)
+	parts := strings.Split(dir, "/")
+	switch {
+	case dir == "":
+		return []fusefs.PseudoEntry{
+			{Name: "control", Writable: true},
+			{Name: "jobs", Dir: true},
+			{Name: "stats"},
+			{Name: "stats.prom"},
+		}, nil
+	case dir == "jobs":
+		var out []fusefs.PseudoEntry
+		for _, j := range c.n.jobs.All() {
+			out = append(out, fusefs.PseudoEntry{Name: j.Spec.Name, Dir: true})
+		}
+		return out, nil
+	case len(parts) == 3 && parts[0] == "jobs":
+		j, rank, ok := c.jobRank(parts[1], parts[2])
+		if !ok {
+			break
+		}
+		_ = rank
+		var out []fusefs.PseudoEntry
+		for _, e := range j.Epochs() {
+			out = append(out, fusefs.PseudoEntry{Name: fmt.Sprintf("epoch-%d", e)})
+		}
+		return out, nil
+	case len(parts) == 2 && parts[0] == "jobs":
+		j := c.n.jobs.Get(parts[1])
+		if j == nil {
+			break
+		}
+		var out []fusefs.PseudoEntry
+		for _, r := range j.Spec.Ranks {
+			out = append(out, fusefs.PseudoEntry{Name: fmt.Sprintf("rank-%d", r), Dir: true})
+		}
+		return out, nil
 	}
-	return []fusefs.PseudoEntry{
-		{Name: "control", Writable: true},
-		{Name: "stats"},
-		{Name: "stats.prom"},
-	}, nil
+	return nil, fmt.Errorf("control: %s: %w", dir, fs.ErrNotExist)
+}
+
+// jobRank finds job name and its local rank called "rank-R".
+func (c *controlPlane) jobRank(name, rankDir string) (*jobs.Job, int, bool) {
+	j := c.n.jobs.Get(name)
+	if j == nil {
+		return nil, 0, false
+	}
+	var r int
+	if _, err := fmt.Sscanf(rankDir, "rank-%d", &r); err != nil || fmt.Sprintf("rank-%d", r) != rankDir {
+		return nil, 0, false
+	}
+	for _, lr := range j.Spec.Ranks {
+		if lr == r {
+			return j, r, true
+		}
+	}
+	return nil, 0, false
+}
+
+// plan renders jobs/JOB/rank-R/epoch-E.
+func (c *controlPlane) plan(p string) ([]byte, error) {
+	parts := strings.Split(p, "/")
+	if len(parts) != 4 || parts[0] != "jobs" {
+		return nil, fmt.Errorf("control: %s: %w", p, fs.ErrNotExist)
+	}
+	j, rank, ok := c.jobRank(parts[1], parts[2])
+	var epoch int
+	if !ok || func() bool { _, err := fmt.Sscanf(parts[3], "epoch-%d", &epoch); return err != nil }() ||
+		fmt.Sprintf("epoch-%d", epoch) != parts[3] || epoch < j.Spec.Epoch || epoch >= j.Spec.Epoch+j.Spec.Lookahead {
+		return nil, fmt.Errorf("control: %s: %w", p, fs.ErrNotExist)
+	}
+	var b bytes.Buffer
+	for _, i := range j.Order(rank, epoch) {
+		b.WriteString(j.Samples[i].Path)
+		b.WriteByte('\n')
+	}
+	return b.Bytes(), nil
 }
 
 func (c *controlPlane) Read(path string) ([]byte, error) {
@@ -47,10 +122,13 @@ func (c *controlPlane) Read(path string) ([]byte, error) {
 		return c.n.statsProm()
 	case "control":
 		c.mu.Lock()
-		st := ControlStatus{Jobs: map[string]any{}, LastError: c.lastErr}
+		st := ControlStatus{Jobs: c.n.jobs.Statuses(), LastError: c.lastErr}
 		c.mu.Unlock()
 		b, err := json.MarshalIndent(st, "", "  ")
 		return append(b, '\n'), err
+	}
+	if strings.HasPrefix(path, "jobs/") {
+		return c.plan(path)
 	}
 	return nil, fmt.Errorf("control: %s: %w", path, fs.ErrNotExist)
 }
@@ -78,7 +156,15 @@ func (c *controlPlane) exec(data []byte) error {
 		return err
 	}
 	for _, cmd := range cmds {
-		switch cmd.(type) {
+		switch cmd := cmd.(type) {
+		case control.Job:
+			if err := c.n.jobs.Apply(cmd); err != nil {
+				return err
+			}
+		case control.End:
+			if err := c.n.jobs.End(cmd.Job); err != nil {
+				return err
+			}
 		case control.Refresh:
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 			_, err := c.n.Refresh(ctx)

@@ -31,6 +31,7 @@ import (
 
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/fusefs"
+	"github.com/dlfs/dlfs/jobs"
 	"github.com/dlfs/dlfs/loader"
 	"github.com/dlfs/dlfs/ramcache"
 	"github.com/dlfs/dlfs/source"
@@ -85,6 +86,7 @@ type Node struct {
 	load        *loader.Loader
 	fs          *fusefs.FS
 	ctl         *controlPlane
+	jobs        *jobs.Registry
 	reg         *prometheus.Registry
 	server      *fuse.Server
 	metrics     *http.Server
@@ -149,6 +151,11 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	lc := cfg.Loader
 	lc.Logger = cfg.Logger
 	n.load = loader.New(lc, n.ram, ssd, n.src)
+	n.jobs = jobs.New(jobs.Config{
+		Snapshot: n.cat.Snapshot,
+		ReadFile: n.readWhole,
+		Logger:   cfg.Logger,
+	})
 	n.ctl = &controlPlane{n: n}
 	fc := cfg.FUSE
 	fc.Logger = cfg.Logger
@@ -254,6 +261,20 @@ func (d dataset) Snapshot() *catalog.Snapshot { return d.n.cat.Snapshot() }
 func (d dataset) Source() string              { return d.n.cat.Source() }
 func (d dataset) ReadAt(e *catalog.Entry, dest []byte, off int64) ([]byte, error) {
 	return d.n.load.ReadAt(e, dest, off)
+}
+
+// readWhole reads a whole dataset file through the tiers.
+func (n *Node) readWhole(e *catalog.Entry) ([]byte, error) {
+	buf := make([]byte, e.Size)
+	got, err := n.load.ReadAt(e, buf, 0)
+	if err != nil {
+		return nil, err
+	}
+	if len(got) != len(buf) {
+		return nil, fmt.Errorf("read %s: %d of %d bytes", e.Path, len(got), len(buf))
+	}
+	copy(buf, got)
+	return buf, nil
 }
 
 // Refresh rescans SOURCE and invalidates what changed in every tier and in

@@ -178,8 +178,10 @@ var (
 	errLoop     = errors.New("folder: too many levels of symbolic links")
 )
 
-// resolve follows p (relative to the mount) through symlinks, as the
+// Resolve follows p (relative to the mount) through symlinks, as the
 // kernel would, and returns the entry it names.
+func Resolve(snap *catalog.Snapshot, p string) (*catalog.Entry, error) { return resolve(snap, p) }
+
 func resolve(snap *catalog.Snapshot, p string) (*catalog.Entry, error) {
 	hops := 0
 	var parts []string

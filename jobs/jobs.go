@@ -1,0 +1,321 @@
+// Package jobs keeps the training jobs announced on this node and turns
+// each into plans: the exact list of files every local rank will read,
+// epoch by epoch.
+//
+// # Lifecycle
+//
+// A job line (package control) registers a job or updates it; "end" drops
+// it. A line is checked completely before anything changes: the merged
+// settings, the dataset root, and the dataset index, which is built from
+// the catalog (ImageFolder order, package folder) or read from a list
+// file. A line that changes only the epoch reuses the index.
+//
+// # Plans
+//
+// A job plans Lookahead epochs from the announced one. Plans come from the
+// sampler replicas (package sampler) and are computed when asked for and
+// cached per (rank, epoch), since a permutation of a million samples takes
+// tens of milliseconds.
+//
+// The Registry is safe for concurrent use. Subscribers are told, without
+// blocking, when the set of plans changes.
+package jobs
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/control"
+	"github.com/dlfs/dlfs/folder"
+	"github.com/dlfs/dlfs/sampler"
+)
+
+// ErrJob wraps every rejected job line; it is a control.ErrSyntax, so the
+// writer gets EINVAL.
+var ErrJob = fmt.Errorf("%w: job rejected", control.ErrSyntax)
+
+// ErrNoJob means a job or plan that does not exist was asked for.
+var ErrNoJob = errors.New("jobs: no such job")
+
+// Config configures a Registry.
+type Config struct {
+	// Snapshot returns the current catalog snapshot.
+	Snapshot func() *catalog.Snapshot
+	// ReadFile reads a whole dataset file (for dataset=list:PATH).
+	ReadFile func(e *catalog.Entry) ([]byte, error)
+	// MaxListBytes bounds a list file.
+	MaxListBytes int64        // default 256 MiB
+	Logger       *slog.Logger // nil: discard
+}
+
+// Job is a registered job. Its fields do not change; an update replaces
+// the Job.
+type Job struct {
+	Spec    control.Job
+	Samples []folder.Sample // the dataset in index order
+	Classes int
+
+	mu    sync.Mutex
+	plans map[[2]int][]int // (rank, epoch) -> sample indices
+}
+
+// N is the dataset's length.
+func (j *Job) N() int { return len(j.Samples) }
+
+// Epochs returns the planned epochs, in order.
+func (j *Job) Epochs() []int {
+	e := make([]int, j.Spec.Lookahead)
+	for i := range e {
+		e[i] = j.Spec.Epoch + i
+	}
+	return e
+}
+
+// Order returns the sample indices rank reads in epoch, in order. The
+// slice is shared and must not be modified.
+func (j *Job) Order(rank, epoch int) []int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if p, ok := j.plans[[2]int{rank, epoch}]; ok {
+		return p
+	}
+	s := j.Spec
+	v := sampler.Torch1
+	if s.Torch27 {
+		v = sampler.Torch27
+	}
+	var p []int
+	switch s.Sampler {
+	case "distributed":
+		p = sampler.Distributed{N: j.N(), World: s.World, Rank: rank, Shuffle: s.Shuffle, Seed: s.Seed,
+			DropLast: s.DropLast, Version: v}.Epoch(epoch)
+	case "random":
+		p = sampler.Random{N: j.N(), Seed: s.Seed, Version: v}.Epoch(epoch)
+	default:
+		p = sampler.Sequential(j.N())
+	}
+	if j.plans == nil {
+		j.plans = map[[2]int][]int{}
+	}
+	// Keep only the planned window.
+	for k := range j.plans {
+		if k[1] < s.Epoch {
+			delete(j.plans, k)
+		}
+	}
+	j.plans[[2]int{rank, epoch}] = p
+	return p
+}
+
+// Registry holds the jobs of this node.
+type Registry struct {
+	cfg Config
+
+	mu   sync.Mutex
+	jobs map[string]*Job // mu guards jobs and subs
+	subs []chan struct{}
+}
+
+// New returns an empty registry.
+func New(cfg Config) *Registry {
+	if cfg.MaxListBytes <= 0 {
+		cfg.MaxListBytes = 256 << 20
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Registry{cfg: cfg, jobs: map[string]*Job{}}
+}
+
+// Subscribe returns a channel that receives a value (dropped if one is
+// already pending) whenever the jobs change.
+func (r *Registry) Subscribe() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := make(chan struct{}, 1)
+	r.subs = append(r.subs, c)
+	return c
+}
+
+func (r *Registry) notifyLocked() {
+	for _, c := range r.subs {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Apply registers or updates the job of line. Nothing changes on error.
+func (r *Registry) Apply(line control.Job) error {
+	r.mu.Lock()
+	prev := r.jobs[nameOf(line)]
+	r.mu.Unlock()
+	base := control.DefaultJob()
+	if prev != nil {
+		base = prev.Spec
+	}
+	spec := line.Merge(base)
+	if err := spec.Check(); err != nil {
+		return err
+	}
+	j := &Job{Spec: spec}
+	if prev != nil && sameDataset(prev.Spec, spec) {
+		j.Samples, j.Classes = prev.Samples, prev.Classes
+	} else {
+		var err error
+		if j.Samples, j.Classes, err = r.index(spec); err != nil {
+			return err
+		}
+	}
+	r.mu.Lock()
+	r.jobs[spec.Name] = j
+	r.notifyLocked()
+	r.mu.Unlock()
+	r.cfg.Logger.Info("job registered", "job", spec.Name, "samples", j.N(), "epoch", spec.Epoch,
+		"sampler", spec.Sampler, "world", spec.World, "ranks", spec.Ranks)
+	return nil
+}
+
+func nameOf(line control.Job) string {
+	if line.Set["job"] {
+		return line.Name
+	}
+	return control.DefaultJob().Name
+}
+
+func sameDataset(a, b control.Job) bool {
+	return a.Root == b.Root && a.Dataset == b.Dataset && a.ListPath == b.ListPath &&
+		strings.Join(a.Extensions, ",") == strings.Join(b.Extensions, ",")
+}
+
+// index builds the dataset index of spec from the current snapshot.
+func (r *Registry) index(spec control.Job) ([]folder.Sample, int, error) {
+	snap := r.cfg.Snapshot()
+	if spec.Dataset == "list" {
+		return r.list(snap, spec)
+	}
+	idx, err := folder.Build(snap, spec.Root, spec.Extensions)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: root=%s: not a directory of the mount", ErrJob, spec.Root)
+	}
+	if len(idx.Samples) == 0 {
+		return nil, 0, fmt.Errorf("%w: root=%s holds no samples with extensions %v", ErrJob, spec.Root, exts(spec))
+	}
+	return idx.Samples, len(idx.Classes), nil
+}
+
+func exts(spec control.Job) []string {
+	if spec.Extensions == nil {
+		return folder.IMGExtensions
+	}
+	return spec.Extensions
+}
+
+// list reads dataset=list:PATH: one sample path per line, relative to
+// root; blank lines are skipped.
+func (r *Registry) list(snap *catalog.Snapshot, spec control.Job) ([]folder.Sample, int, error) {
+	e, err := folder.Resolve(snap, spec.ListPath)
+	if err != nil || !e.IsRegular() {
+		return nil, 0, fmt.Errorf("%w: dataset=list:%s: no such file in the mount", ErrJob, spec.ListPath)
+	}
+	if e.Size > r.cfg.MaxListBytes {
+		return nil, 0, fmt.Errorf("%w: dataset=list:%s: %d bytes is more than %d", ErrJob, spec.ListPath, e.Size, r.cfg.MaxListBytes)
+	}
+	data, err := r.cfg.ReadFile(e)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: dataset=list:%s: %v", ErrJob, spec.ListPath, err)
+	}
+	root := strings.Trim(path.Clean("/"+spec.Root), "/")
+	var out []folder.Sample
+	for i, line := range bytes.Split(data, []byte("\n")) {
+		p := strings.TrimSpace(string(line))
+		if p == "" {
+			continue
+		}
+		full := strings.Trim(path.Clean("/"+root+"/"+p), "/")
+		f, err := folder.Resolve(snap, full)
+		if err != nil || !f.IsRegular() {
+			return nil, 0, fmt.Errorf("%w: dataset=list:%s line %d: %q is not a file of the mount", ErrJob, spec.ListPath, i+1, p)
+		}
+		out = append(out, folder.Sample{Path: full, Entry: f})
+	}
+	if len(out) == 0 {
+		return nil, 0, fmt.Errorf("%w: dataset=list:%s lists no samples", ErrJob, spec.ListPath)
+	}
+	return out, 0, nil
+}
+
+// End drops a job.
+func (r *Registry) End(name string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.jobs[name]; !ok {
+		return fmt.Errorf("%w: end job=%s: no such job", ErrJob, name)
+	}
+	delete(r.jobs, name)
+	r.notifyLocked()
+	return nil
+}
+
+// Get returns the job called name, or nil.
+func (r *Registry) Get(name string) *Job {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.jobs[name]
+}
+
+// All returns the jobs sorted by name.
+func (r *Registry) All() []*Job {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]*Job, 0, len(r.jobs))
+	for _, j := range r.jobs {
+		out = append(out, j)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Spec.Name < out[b].Spec.Name })
+	return out
+}
+
+// Status is a job as reported in .dlfs/control.
+type Status struct {
+	Root       string   `json:"root"`
+	Dataset    string   `json:"dataset"`
+	Samples    int      `json:"samples"`
+	Classes    int      `json:"classes,omitempty"`
+	Sampler    string   `json:"sampler"`
+	Seed       uint64   `json:"seed"`
+	Epoch      int      `json:"epoch"`
+	World      int      `json:"world"`
+	Ranks      []int    `json:"ranks"`
+	Shuffle    bool     `json:"shuffle"`
+	DropLast   bool     `json:"drop_last"`
+	Batch      int      `json:"batch"`
+	Workers    int      `json:"workers"`
+	Lookahead  int      `json:"lookahead"`
+	Planned    []int    `json:"planned_epochs"`
+	Extensions []string `json:"extensions,omitempty"`
+}
+
+// Statuses describes every job, by name.
+func (r *Registry) Statuses() map[string]Status {
+	out := map[string]Status{}
+	for _, j := range r.All() {
+		s := j.Spec
+		ds := s.Dataset
+		if ds == "list" {
+			ds = "list:" + s.ListPath
+		}
+		out[s.Name] = Status{Root: s.Root, Dataset: ds, Samples: j.N(), Classes: j.Classes, Sampler: s.Sampler,
+			Seed: s.Seed, Epoch: s.Epoch, World: s.World, Ranks: s.Ranks, Shuffle: s.Shuffle, DropLast: s.DropLast,
+			Batch: s.Batch, Workers: s.Workers, Lookahead: s.Lookahead, Planned: j.Epochs(), Extensions: s.Extensions}
+	}
+	return out
+}
