@@ -7,7 +7,8 @@
 // Start builds the parts in dependency order and mounts; once it returns,
 // the mount is usable. Close tears down in reverse: the FUSE server first (no
 // new reads), then the metrics server, then the SSD store (which commits its
-// queued writes), then SOURCE. Wait blocks until the filesystem is unmounted,
+// queued writes), then SOURCE.
+// (The prefetcher stops right after the FUSE server.) Wait blocks until the filesystem is unmounted,
 // by Close or from outside.
 package daemon
 
@@ -33,6 +34,7 @@ import (
 	"github.com/dlfs/dlfs/fusefs"
 	"github.com/dlfs/dlfs/jobs"
 	"github.com/dlfs/dlfs/loader"
+	"github.com/dlfs/dlfs/prefetch"
 	"github.com/dlfs/dlfs/ramcache"
 	"github.com/dlfs/dlfs/source"
 	"github.com/dlfs/dlfs/ssdstore"
@@ -48,10 +50,11 @@ type Config struct {
 	SSDDir      string // "" disables the SSD tier
 	SSDCapacity int64  // bytes; default 4 GiB
 
-	Catalog catalog.Config  // Source and Hide are set by Start
-	FUSE    fusefs.Config   // ControlName, TTL, AllowOther, Debug
-	Loader  loader.Config   // BlockSize
-	SSD     ssdstore.Config // Dir and Capacity are set from SSDDir, SSDCapacity
+	Catalog  catalog.Config  // Source and Hide are set by Start
+	FUSE     fusefs.Config   // ControlName, TTL, AllowOther, Debug
+	Loader   loader.Config   // BlockSize
+	Prefetch prefetch.Config // Workers, Staging
+	SSD      ssdstore.Config // Dir and Capacity are set from SSDDir, SSDCapacity
 
 	// MetricsAddr serves Prometheus /metrics on HOST:PORT; "" is off.
 	MetricsAddr string
@@ -69,6 +72,7 @@ func DefaultConfig(source, mountpoint string) Config {
 		Catalog:     catalog.DefaultConfig(source),
 		FUSE:        fusefs.DefaultConfig(),
 		Loader:      loader.DefaultConfig(),
+		Prefetch:    prefetch.DefaultConfig(),
 		SSD:         ssdstore.DefaultConfig(""),
 	}
 }
@@ -87,6 +91,7 @@ type Node struct {
 	fs          *fusefs.FS
 	ctl         *controlPlane
 	jobs        *jobs.Registry
+	pf          *prefetch.Prefetcher
 	reg         *prometheus.Registry
 	server      *fuse.Server
 	metrics     *http.Server
@@ -135,7 +140,10 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.src, err = source.Open(n.cat.Source()); err != nil {
 		return nil, err
 	}
-	n.ram = ramcache.New(ramcache.Config{Capacity: max(cfg.RAMCache, 0)})
+	// The RAM tier evicts by next use once the prefetcher knows the future.
+	n.ram = ramcache.New(ramcache.Config{Capacity: max(cfg.RAMCache, 0), NextUse: func(ino uint64) int64 {
+		return n.pf.NextUse(ino) // n.pf is set before the mount serves any read
+	}})
 	var ssd loader.SSD
 	if cfg.SSDDir != "" {
 		sc := cfg.SSD
@@ -156,6 +164,13 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		ReadFile: n.readWhole,
 		Logger:   cfg.Logger,
 	})
+	pc := cfg.Prefetch
+	pc.BlockSize, pc.Logger = lc.BlockSize, cfg.Logger
+	if pc.BlockSize <= 0 {
+		pc.BlockSize = loader.DefaultConfig().BlockSize
+	}
+	n.pf = prefetch.New(pc, n.load, n.jobs)
+	n.load.SetStage(n.pf)
 	n.ctl = &controlPlane{n: n}
 	fc := cfg.FUSE
 	fc.Logger = cfg.Logger
@@ -235,6 +250,9 @@ func (n *Node) Close() error {
 				}
 			}
 			n.server.Wait()
+		}
+		if n.pf != nil {
+			n.pf.Close()
 		}
 		if n.metrics != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/dlfs/dlfs/loader"
+	"github.com/dlfs/dlfs/prefetch"
 	"github.com/dlfs/dlfs/ramcache"
 	"github.com/dlfs/dlfs/source"
 	"github.com/dlfs/dlfs/ssdstore"
@@ -25,11 +26,11 @@ type Stats struct {
 	PFS           source.Stats             `json:"pfs"`
 	Cache         CacheStats               `json:"cache"`
 	Catalog       CatalogStats             `json:"catalog"`
-	// Filled by the prefetcher, the cluster and the job registry; present
-	// (and empty) before those exist so that tools can rely on the keys.
-	Prefetch map[string]any `json:"prefetch"`
-	Cluster  map[string]any `json:"cluster"`
-	Jobs     map[string]any `json:"jobs"`
+	// Cluster is filled by the gossip cluster; present (and empty) before it
+	// exists so that tools can rely on the key.
+	Prefetch prefetch.Totals                      `json:"prefetch"`
+	Cluster  map[string]any                       `json:"cluster"`
+	Jobs     map[string]map[string]prefetch.Stats `json:"jobs"`
 }
 
 // CacheStats describes both tiers.
@@ -60,10 +61,9 @@ func (n *Node) Stats() Stats {
 		Cache:         CacheStats{RAM: n.ram.Stats()},
 		Catalog: CatalogStats{Files: snap.Files, Dirs: snap.Dirs, Bytes: snap.Bytes, Skipped: snap.Skipped,
 			ScanSeconds: snap.ScanTime.Seconds()},
-		Prefetch: map[string]any{},
-		Cluster:  map[string]any{},
-		Jobs:     map[string]any{},
+		Cluster: map[string]any{},
 	}
+	s.Prefetch, s.Jobs = n.pf.Stats()
 	if n.ssd != nil {
 		s.Cache.SSD = n.ssd.Stats()
 	}
@@ -110,11 +110,17 @@ var (
 	descFiles       = prometheus.NewDesc("dlfs_catalog_files", "Regular files in the catalog.", nil, nil)
 	descFileBytes   = prometheus.NewDesc("dlfs_catalog_bytes", "Bytes of the regular files in the catalog.", nil, nil)
 	descUptime      = prometheus.NewDesc("dlfs_uptime_seconds", "Seconds since the node started.", nil, nil)
+	descPFFetched   = prometheus.NewDesc("dlfs_prefetch_fetched_bytes_total", "Bytes fetched ahead of reads.", nil, nil)
+	descPFWasted    = prometheus.NewDesc("dlfs_prefetch_wasted_bytes_total", "Prefetched bytes dropped unread.", nil, nil)
+	descPFStaged    = prometheus.NewDesc("dlfs_prefetch_staged_bytes", "Prefetched bytes waiting for their read.", nil, nil)
+	descJobReads    = prometheus.NewDesc("dlfs_job_reads_total", "Planned reads by outcome: hit (no PFS wait), late (waited), miss.", []string{"job", "rank", "outcome"}, nil)
+	descJobStall    = prometheus.NewDesc("dlfs_job_stall_seconds_total", "Seconds reads of a rank waited on the PFS this epoch.", []string{"job", "rank"}, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descServedReads, descServedBytes, descPFSOpens, descPFSReads, descPFSBytes,
-		descEntries, descBytes, descCapacity, descFiles, descFileBytes, descUptime} {
+		descEntries, descBytes, descCapacity, descFiles, descFileBytes, descUptime, descPFFetched, descPFWasted,
+		descPFStaged, descJobReads, descJobStall} {
 		ch <- d
 	}
 }
@@ -139,4 +145,15 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descFiles, prometheus.GaugeValue, float64(s.Catalog.Files))
 	ch <- prometheus.MustNewConstMetric(descFileBytes, prometheus.GaugeValue, float64(s.Catalog.Bytes))
 	ch <- prometheus.MustNewConstMetric(descUptime, prometheus.GaugeValue, s.UptimeSeconds)
+	ch <- prometheus.MustNewConstMetric(descPFFetched, prometheus.CounterValue, float64(s.Prefetch.FetchedBytes))
+	ch <- prometheus.MustNewConstMetric(descPFWasted, prometheus.CounterValue, float64(s.Prefetch.WastedBytes))
+	ch <- prometheus.MustNewConstMetric(descPFStaged, prometheus.GaugeValue, float64(s.Prefetch.StagedBytes))
+	for job, ranks := range s.Jobs {
+		for rank, st := range ranks {
+			ch <- prometheus.MustNewConstMetric(descJobReads, prometheus.CounterValue, float64(st.Hits), job, rank, "hit")
+			ch <- prometheus.MustNewConstMetric(descJobReads, prometheus.CounterValue, float64(st.Late), job, rank, "late")
+			ch <- prometheus.MustNewConstMetric(descJobReads, prometheus.CounterValue, float64(st.Misses), job, rank, "miss")
+			ch <- prometheus.MustNewConstMetric(descJobStall, prometheus.CounterValue, st.StallSeconds, job, rank)
+		}
+	}
 }

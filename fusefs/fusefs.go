@@ -137,7 +137,7 @@ func (f *FS) Options(fsname string) *fs.Options {
 			IgnoreSecurityLabels: true,
 			Debug:                f.cfg.Debug,
 		},
-		RootStableAttr:  &fs.StableAttr{Ino: catalog.RootIno},
+		RootStableAttr: &fs.StableAttr{Ino: catalog.RootIno},
 	}
 }
 

@@ -15,10 +15,21 @@
 // the SSD is promoted to RAM. Returned slices alias cached blocks and must not
 // be modified.
 //
+// # Prefetching
+//
+// A Stage (the prefetcher) may hold blocks fetched ahead of their reads.
+// A demand read looks in RAM, then takes the block from the stage (offering
+// it to RAM, which keeps it only if its next use warrants), then fetches.
+// Prefetch fetches go through the same deduplication as demand fetches: a
+// demand read of a block being prefetched waits for that fetch instead of
+// starting another. Every demand read is reported to the Stage with the
+// time it waited on the PFS, so the prefetcher can track consumption.
+//
 // # Accounting
 //
 // Every read is counted once, under the tier that supplied its bytes:
-// a read that waited for another reader's PFS fetch counts as a PFS read.
+// a read that waited for another reader's PFS fetch counts as a PFS read;
+// a read served from the stage counts as a RAM read.
 package loader
 
 import (
@@ -27,6 +38,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/ramcache"
@@ -79,6 +91,14 @@ type (
 		Put(key string, b ssdstore.Block) error
 		Delete(key string)
 	}
+	// Stage holds prefetched blocks and watches demand reads. It may be nil.
+	Stage interface {
+		// Take removes and returns the staged block key of e, if any.
+		Take(key string, e *catalog.Entry) (ramcache.Block, bool)
+		// Observe reports a demand read of e at off that waited this long
+		// on the PFS (0 when a tier or the stage had it).
+		Observe(e *catalog.Entry, off int64, waited time.Duration)
+	}
 )
 
 // Loader is safe for concurrent use. Read blocks on the SSD and the PFS.
@@ -88,6 +108,8 @@ type Loader struct {
 	ram *ramcache.Cache
 	ssd SSD // nil when the SSD tier is off
 	pfs PFS
+
+	stage atomic.Pointer[stageBox] // nil until SetStage
 
 	flight flight
 	reads  [numTiers]atomic.Int64
@@ -105,6 +127,11 @@ func New(cfg Config, ram *ramcache.Cache, ssd SSD, pfs PFS) *Loader {
 	}
 	return &Loader{cfg: cfg, log: cfg.Logger, ram: ram, ssd: ssd, pfs: pfs}
 }
+
+type stageBox struct{ s Stage }
+
+// SetStage installs the prefetcher's stage. Safe to call while reads run.
+func (l *Loader) SetStage(s Stage) { l.stage.Store(&stageBox{s}) }
 
 // BlockKey is the cache key of block i of the file at path.
 func BlockKey(path string, i int64) string {
@@ -150,29 +177,72 @@ func (l *Loader) count(t tier, n int64) {
 	l.bytes[t].Add(n)
 }
 
-// block returns block i of e and the tier it came from.
+// block returns block i of e for a demand read and the tier it came from.
 func (l *Loader) block(e *catalog.Entry, i int64) ([]byte, tier, error) {
 	key := BlockKey(e.Path, i)
+	var stage Stage
+	if b := l.stage.Load(); b != nil {
+		stage = b.s
+	}
 	if b, ok := l.ram.Get(key, e.Size, e.Mtime); ok {
+		if stage != nil {
+			stage.Observe(e, i*l.cfg.BlockSize, 0)
+		}
 		return b.Data, tierRAM, nil
 	}
-	c, _ := l.flight.do(key, func() ([]byte, tier, error) { return l.fetch(e, i, key) })
-	return c.val, c.src, c.err
+	if stage != nil {
+		if b, ok := stage.Take(key, e); ok {
+			l.ram.Put(key, b) // kept only if its next use warrants it
+			stage.Observe(e, i*l.cfg.BlockSize, 0)
+			return b.Data, tierRAM, nil
+		}
+	}
+	start := time.Now()
+	c, _ := l.flight.do(key, func() ([]byte, tier, error) { return l.load(e, i) })
+	if c.err != nil {
+		return nil, c.src, c.err
+	}
+	l.ram.Put(key, ramcache.Block{ID: e.Ino, Data: c.val, Size: e.Size, Mtime: e.Mtime, Sum: c.sum})
+	if stage != nil {
+		var waited time.Duration
+		if c.src == tierPFS {
+			waited = time.Since(start)
+		}
+		stage.Observe(e, i*l.cfg.BlockSize, waited)
+	}
+	return c.val, c.src, nil
 }
 
-// fetch fills a RAM miss from the SSD or the PFS.
-func (l *Loader) fetch(e *catalog.Entry, i int64, key string) ([]byte, tier, error) {
-	// Another fetch may have finished between the RAM miss and the flight.
-	if b, ok := l.ram.Get(key, e.Size, e.Mtime); ok {
-		return b.Data, tierRAM, nil
+// Prefetch loads every block of e that RAM lacks, from the SSD or the PFS,
+// sharing fetches with concurrent demand reads, and returns them by block
+// number. It does not put them in RAM: the caller stages them.
+func (l *Loader) Prefetch(e *catalog.Entry) (map[int64]ramcache.Block, error) {
+	n := max((e.Size+l.cfg.BlockSize-1)/l.cfg.BlockSize, 1)
+	out := make(map[int64]ramcache.Block, n)
+	for i := int64(0); i < n; i++ {
+		key := BlockKey(e.Path, i)
+		if l.ram.Contains(key) {
+			continue
+		}
+		c, _ := l.flight.do(key, func() ([]byte, tier, error) { return l.load(e, i) })
+		if c.err != nil {
+			return nil, c.err
+		}
+		out[i] = ramcache.Block{ID: e.Ino, Data: c.val, Size: e.Size, Mtime: e.Mtime, Sum: c.sum}
 	}
+	return out, nil
+}
+
+// load reads block i of e from the SSD or, failing that, the PFS, and
+// queues a PFS read for the SSD. It runs inside a flight.
+func (l *Loader) load(e *catalog.Entry, i int64) ([]byte, tier, error) {
+	key := BlockKey(e.Path, i)
 	if l.ssd != nil {
 		b, ok, err := l.ssd.Get(key, e.Size, e.Mtime)
 		if err != nil && !errors.Is(err, ssdstore.ErrClosed) {
 			l.log.Warn("loader: SSD read failed; reading the PFS", "path", e.Path, "err", err)
 		}
 		if ok {
-			l.ram.Put(key, ramcache.Block{Data: b.Data, Size: b.Size, Mtime: b.Mtime, Sum: b.Sum})
 			return b.Data, tierSSD, nil
 		}
 	}
@@ -187,10 +257,8 @@ func (l *Loader) fetch(e *catalog.Entry, i int64, key string) ([]byte, tier, err
 		return nil, tierPFS, fmt.Errorf("loader: %s: short read at %d: got %d of %d bytes; the file shrank, write 'refresh' to the control file",
 			e.Path, i*bs, got, n)
 	}
-	sum := ssdstore.Checksum(buf)
-	l.ram.Put(key, ramcache.Block{Data: buf, Size: e.Size, Mtime: e.Mtime, Sum: sum})
 	if l.ssd != nil {
-		if err := l.ssd.Put(key, ssdstore.Block{Data: buf, Size: e.Size, Mtime: e.Mtime, Sum: sum}); err != nil &&
+		if err := l.ssd.Put(key, ssdstore.Block{Data: buf, Size: e.Size, Mtime: e.Mtime, Sum: ssdstore.Checksum(buf)}); err != nil &&
 			!errors.Is(err, ssdstore.ErrClosed) && !errors.Is(err, ssdstore.ErrBusy) {
 			l.log.Warn("loader: SSD write failed", "path", e.Path, "err", err)
 		}

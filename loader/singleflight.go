@@ -1,6 +1,10 @@
 package loader
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/dlfs/dlfs/ssdstore"
+)
 
 // flight deduplicates concurrent fetches of the same key: the first caller
 // runs fn, later callers wait for its result. Unlike a context-aware group,
@@ -14,6 +18,7 @@ type flight struct {
 type call struct {
 	done chan struct{}
 	val  []byte
+	sum  uint32 // CRC-32C of val
 	src  tier
 	err  error
 }
@@ -35,6 +40,9 @@ func (f *flight) do(key string, fn func() ([]byte, tier, error)) (*call, bool) {
 	f.mu.Unlock()
 
 	c.val, c.src, c.err = fn()
+	if c.err == nil {
+		c.sum = ssdstore.Checksum(c.val)
+	}
 	f.mu.Lock()
 	delete(f.calls, key)
 	f.mu.Unlock()

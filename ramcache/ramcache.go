@@ -3,10 +3,14 @@
 //
 // # Eviction
 //
-// When an insert would exceed the capacity, the least recently used blocks
-// are dropped until it fits. A block larger than the whole capacity is not
-// cached. Values are shared, never copied: callers must not modify a slice
-// they put or got.
+// Without an oracle the cache is LRU. With Config.NextUse, which tells how
+// far in the future a block is needed (the clairvoyant prefetcher knows),
+// it approximates Belady's policy: it looks at the candidates closest to
+// the LRU end plus a random sample of the rest, and evicts the one needed
+// furthest in the future (ties go to the least recently used). A new
+// block needed later than every candidate is not admitted at all. A block
+// larger than the whole capacity is never cached. Values are shared, never
+// copied: callers must not modify a slice they put or got.
 //
 // # Identity
 //
@@ -26,6 +30,10 @@ import (
 type Config struct {
 	// Capacity bounds the bytes of cached block data. 0 disables the tier.
 	Capacity int64 // default 512 MiB
+	// NextUse returns how far in the future the block with Block.ID is
+	// needed (smaller is sooner; math.MaxInt64 for not planned). nil means
+	// LRU. It is called with the cache's lock held and must not block.
+	NextUse func(id uint64) int64
 }
 
 // DefaultConfig returns the defaults.
@@ -33,6 +41,7 @@ func DefaultConfig() Config { return Config{Capacity: 512 << 20} }
 
 // Block is one cached piece of a file.
 type Block struct {
+	ID    uint64 // what NextUse is asked about (the file's inode number)
 	Data  []byte
 	Size  int64  // identity: the file's size
 	Mtime int64  // identity: the file's mtime in nanoseconds
@@ -53,6 +62,7 @@ type Stats struct {
 // Cache is safe for concurrent use; no method blocks on I/O.
 type Cache struct {
 	capacity int64 // read-only after New
+	nextUse  func(uint64) int64
 
 	mu sync.Mutex
 	// mu guards the following.
@@ -69,7 +79,7 @@ type item struct {
 
 // New returns an empty cache.
 func New(cfg Config) *Cache {
-	return &Cache{capacity: cfg.Capacity, items: make(map[string]*list.Element), lru: list.New()}
+	return &Cache{capacity: cfg.Capacity, nextUse: cfg.NextUse, items: make(map[string]*list.Element), lru: list.New()}
 }
 
 // Get returns the block for key if it is cached with identity (size, mtime).
@@ -110,7 +120,11 @@ func (c *Cache) Put(key string, b Block) bool {
 		return false
 	}
 	for c.bytes+cost > c.capacity {
-		c.removeLocked(c.lru.Back())
+		victim := c.victimLocked()
+		if c.nextUse != nil && c.nextUse(b.ID) > c.nextUse(victim.Value.(*item).b.ID) {
+			return false // needed later than anything here: Belady would not keep it
+		}
+		c.removeLocked(victim)
 	}
 	c.items[key] = c.lru.PushFront(&item{key: key, b: b})
 	c.bytes += cost
@@ -124,6 +138,37 @@ func (c *Cache) Delete(key string) {
 	if el, ok := c.items[key]; ok {
 		c.removeLocked(el)
 	}
+}
+
+// candidates is how many blocks from the LRU end, and again at random,
+// the Belady approximation compares.
+const candidates = 16
+
+// victimLocked picks the block to evict.
+func (c *Cache) victimLocked() *list.Element {
+	tail := c.lru.Back()
+	if c.nextUse == nil {
+		return tail
+	}
+	best, bestUse := tail, c.nextUse(tail.Value.(*item).b.ID)
+	consider := func(el *list.Element) {
+		if u := c.nextUse(el.Value.(*item).b.ID); u > bestUse {
+			best, bestUse = el, u
+		}
+	}
+	el := tail.Prev()
+	for i := 1; i < candidates && el != nil; i++ {
+		consider(el)
+		el = el.Prev()
+	}
+	i := 0
+	for _, el := range c.items { // map order is random
+		if i++; i > candidates {
+			break
+		}
+		consider(el)
+	}
+	return best
 }
 
 func (c *Cache) removeLocked(el *list.Element) {

@@ -75,3 +75,25 @@ func TestConcurrent(t *testing.T) {
 	wg.Wait()
 	checkInvariant(t, c)
 }
+
+// TestBelady: with an oracle, the block needed furthest in the future goes
+// first, and a block needed later than everything cached is not admitted.
+func TestBelady(t *testing.T) {
+	next := map[uint64]int64{1: 10, 2: 1000, 3: 5, 4: 7, 5: 2000}
+	c := New(Config{Capacity: 3 * (100 + overhead), NextUse: func(id uint64) int64 { return next[id] }})
+	put := func(id uint64) bool {
+		b := blk(100)
+		b.ID = id
+		return c.Put(fmt.Sprint(id), b)
+	}
+	put(1)
+	put(2)
+	put(3)
+	if !put(4) || c.Contains("2") || !c.Contains("1") || !c.Contains("3") {
+		t.Errorf("evicted the wrong block: 1 %v 2 %v 3 %v", c.Contains("1"), c.Contains("2"), c.Contains("3"))
+	}
+	if put(5) || c.Contains("5") {
+		t.Error("admitted a block needed later than everything cached")
+	}
+	checkInvariant(t, c)
+}

@@ -30,6 +30,8 @@ type mountOptions struct {
 	ttl          time.Duration
 	debugFUSE    bool
 	cpuProfile   string
+	pfWorkers    int
+	staging      sizeValue
 }
 
 func newMountCmd(run func(cmd *cobra.Command, cfg daemon.Config, o *mountOptions) error) *cobra.Command {
@@ -37,6 +39,7 @@ func newMountCmd(run func(cmd *cobra.Command, cfg daemon.Config, o *mountOptions
 	def := daemon.DefaultConfig("", "")
 	o.ramCache = sizeValue(def.RAMCache)
 	o.ssdCacheSize = sizeValue(def.SSDCapacity)
+	o.staging = sizeValue(def.Prefetch.Staging)
 	cmd := &cobra.Command{
 		Use:   "mount SOURCE MOUNTPOINT",
 		Short: "Mount SOURCE read-only at MOUNTPOINT, with caching (runs in the foreground)",
@@ -45,9 +48,11 @@ RAM and SSD caches. Runs in the foreground; prints "dlfs: mounted SOURCE at
 MOUNTPOINT" once the mount is usable; SIGINT or SIGTERM unmounts and exits 0.
 
 MOUNTPOINT/.dlfs/ (never listed) holds:
-  stats       JSON: served bytes per tier, PFS traffic, cache contents
+  stats       JSON: served bytes per tier, PFS traffic, caches, prefetch, jobs
   stats.prom  the same figures in Prometheus text format
-  control     write "refresh" to rescan SOURCE; read it for the last error`,
+  control     write "refresh", a job line (key=value ...) or "end job=NAME";
+              read it for the jobs and the last error
+  jobs/JOB/rank-R/epoch-E   the predicted read order of a rank`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg := daemon.DefaultConfig(args[0], args[1])
@@ -60,6 +65,14 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 			cfg.FUSE.Debug = o.debugFUSE
 			cfg.MetricsAddr = o.metricsAddr
 			cfg.NodeName = o.nodeName
+			cfg.Prefetch.Workers = o.pfWorkers
+			cfg.Prefetch.Staging = int64(o.staging)
+			if o.pfWorkers <= 0 || o.pfWorkers > 4096 {
+				return fmt.Errorf("--prefetch-workers %d: want 1 to 4096", o.pfWorkers)
+			}
+			if o.staging <= 0 {
+				return fmt.Errorf("--staging must be positive")
+			}
 			if strings.ContainsRune(o.controlName, '/') || o.controlName == "" || o.controlName == "." || o.controlName == ".." {
 				return fmt.Errorf("--control-name %q must be a plain file name", o.controlName)
 			}
@@ -79,6 +92,8 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 	f.StringVar(&o.controlName, "control-name", def.FUSE.ControlName, "name of the hidden control directory at the root")
 	f.StringVar(&o.nodeName, "node-name", "", "name of this node in stats (default: host name)")
 	f.DurationVar(&o.ttl, "cache-ttl", def.FUSE.TTL, "how long the kernel caches names and attributes")
+	f.IntVar(&o.pfWorkers, "prefetch-workers", def.Prefetch.Workers, "fetches in flight ahead of announced jobs")
+	f.Var(&o.staging, "staging", "memory for prefetched samples not yet read")
 	f.BoolVar(&o.debugFUSE, "debug-fuse", false, "log every FUSE request")
 	f.StringVar(&o.cpuProfile, "cpu-profile", "", "write a Go CPU profile to this file until unmount")
 	_ = f.MarkHidden("cpu-profile")

@@ -10,10 +10,10 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"io/fs"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -396,4 +396,3 @@ func freshDir(path string) (string, error) {
 	}
 	return path, nil
 }
-

@@ -1,0 +1,577 @@
+// Package prefetch reads ahead of training jobs in the exact order their
+// samplers will ask, and tells the RAM tier which blocks are needed soonest.
+//
+// # Streams
+//
+// Every local rank of every job is a stream: the files it will read over
+// the planned epochs, in sampler order (package jobs). Each stream has a
+// cursor (the first sample not yet consumed) and a frontier (the next
+// sample to consider fetching). The scheduler always fetches the next
+// needed sample that is not yet staged or in flight, taking it from the
+// stream whose frontier is least ahead of its cursor, as long as staged
+// and in-flight bytes fit in Config.Staging. Config.Workers fetches run at
+// once, so a high-latency PFS is kept busy.
+//
+// # Staging
+//
+// Prefetched blocks wait in the stage until a demand read takes them (the
+// loader asks the stage after RAM). The RAM tier then keeps a taken block
+// only if its next use warrants it (NextUse drives its Belady eviction);
+// otherwise it is dropped once consumed. Samples the cursor passes without
+// a read are dropped from the stage and counted as wasted.
+//
+// # Tracking consumption
+//
+// The loader reports every demand read. Only a read at offset 0 marks a
+// sample consumed, at its earliest pending position in a stream, so the
+// interleaving of DataLoader workers (batch k goes to worker k % W) and
+// padding duplicates resolve naturally. A second read of a sample already
+// consumed this epoch is not taken for its next epoch's occurrence. Reads
+// the kernel serves from its page cache never reach dlfs: a sample more
+// than Slack positions behind the furthest read is taken as consumed.
+//
+// # Locking
+//
+// mu guards all state. Lock order: the RAM tier's lock before mu (the RAM
+// tier calls NextUse with its lock held); the Prefetcher never calls the
+// RAM tier or the loader with mu held.
+package prefetch
+
+import (
+	"context"
+	"log/slog"
+	"math"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/jobs"
+	"github.com/dlfs/dlfs/loader"
+	"github.com/dlfs/dlfs/ramcache"
+)
+
+// Config configures a Prefetcher.
+type Config struct {
+	// Workers is the number of fetches in flight. A PFS with 2 ms opens
+	// needs dozens to reach its bandwidth.
+	Workers int // default 32
+	// Staging bounds the bytes of prefetched blocks not yet read, plus
+	// fetches in flight.
+	Staging int64 // default 256 MiB
+	// BlockSize must equal the loader's.
+	BlockSize int64        // default loader.DefaultConfig().BlockSize
+	Logger    *slog.Logger // nil: discard
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{Workers: 32, Staging: 256 << 20, BlockSize: loader.DefaultConfig().BlockSize}
+}
+
+// Loader is what the prefetcher fetches through.
+type Loader interface {
+	Prefetch(e *catalog.Entry) (map[int64]ramcache.Block, error)
+}
+
+// Plans is where jobs come from.
+type Plans interface {
+	All() []*jobs.Job
+	Subscribe() <-chan struct{}
+}
+
+// Prefetcher is safe for concurrent use. It owns its scheduler and worker
+// goroutines; Close stops them.
+type Prefetcher struct {
+	cfg   Config
+	log   *slog.Logger
+	load  Loader
+	plans Plans
+
+	tasks  chan *catalog.Entry
+	wake   chan struct{} // capacity 1
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu sync.Mutex
+	// mu guards the following.
+	// INVARIANT: stagedBytes == sum of len(staged[k].Data); inflightBytes == sum of inflight.
+	streams       []*stream
+	history       map[streamID]*Stats // per (job, rank), surviving plan changes
+	staged        map[string]ramcache.Block
+	stagedIno     map[uint64]int // blocks staged per file
+	stagedBytes   int64
+	inflight      map[uint64]int64
+	inflightBytes int64
+	totals        Totals
+}
+
+type streamID struct {
+	job  string
+	rank int
+}
+
+// stream is one local rank's planned reads.
+type stream struct {
+	id       streamID
+	epochs   []int
+	starts   []int // position where each epoch begins
+	entries  []*catalog.Entry
+	pos      map[uint64][]int32 // inode -> ascending positions
+	consumed []bool
+	cursor   int // first position not consumed
+	maxSeen  int // furthest position consumed by a read; -1 before any
+	frontier int // next position to consider fetching
+	slack    int
+	stats    *Stats
+}
+
+// Stats are one stream's figures, as shown under jobs in .dlfs/stats.
+type Stats struct {
+	Epoch        int     `json:"epoch"`
+	Predicted    int64   `json:"predicted"`
+	Consumed     int64   `json:"consumed"`
+	Inferred     int64   `json:"inferred"`
+	Hits         int64   `json:"hits"`
+	Late         int64   `json:"late"`
+	Misses       int64   `json:"misses"`
+	StallSeconds float64 `json:"stall_seconds"`
+	Wasted       int64   `json:"wasted"`
+	Cursor       int     `json:"cursor"`
+}
+
+// Totals are the node-wide figures, shown as prefetch in .dlfs/stats.
+type Totals struct {
+	Workers         int   `json:"workers"`
+	StagingCapacity int64 `json:"staging_capacity_bytes"`
+	StagedBytes     int64 `json:"staged_bytes"`
+	StagedBlocks    int   `json:"staged_blocks"`
+	InFlight        int   `json:"in_flight"`
+	Fetched         int64 `json:"fetched"`
+	FetchedBytes    int64 `json:"fetched_bytes"`
+	Wasted          int64 `json:"wasted"`
+	WastedBytes     int64 `json:"wasted_bytes"`
+	Unpredicted     int64 `json:"unpredicted_reads"`
+	Errors          int64 `json:"errors"`
+}
+
+// New starts a prefetcher over plans.
+func New(cfg Config, load Loader, plans Plans) *Prefetcher {
+	def := DefaultConfig()
+	if cfg.Workers <= 0 {
+		cfg.Workers = def.Workers
+	}
+	if cfg.Staging <= 0 {
+		cfg.Staging = def.Staging
+	}
+	if cfg.BlockSize <= 0 {
+		cfg.BlockSize = def.BlockSize
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Prefetcher{
+		cfg: cfg, log: cfg.Logger, load: load, plans: plans,
+		tasks: make(chan *catalog.Entry), wake: make(chan struct{}, 1), cancel: cancel,
+		history: map[streamID]*Stats{}, staged: map[string]ramcache.Block{}, stagedIno: map[uint64]int{},
+		inflight: map[uint64]int64{},
+	}
+	changes := plans.Subscribe()
+	p.wg.Add(2 + cfg.Workers)
+	go p.watch(ctx, changes)
+	go p.schedule(ctx)
+	for i := 0; i < cfg.Workers; i++ {
+		go p.work(ctx)
+	}
+	return p
+}
+
+// Close stops every goroutine and drops the stage. Safe to call twice.
+func (p *Prefetcher) Close() {
+	p.cancel()
+	p.wg.Wait()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.staged, p.stagedIno, p.stagedBytes = map[string]ramcache.Block{}, map[uint64]int{}, 0
+}
+
+func (p *Prefetcher) kick() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// watch rebuilds the streams whenever the jobs change.
+func (p *Prefetcher) watch(ctx context.Context, changes <-chan struct{}) {
+	defer p.wg.Done()
+	p.rebuild()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changes:
+			p.rebuild()
+		}
+	}
+}
+
+// rebuild computes the streams of every job (outside the lock: plans of
+// large datasets take a while) and swaps them in. A stream whose job and
+// first epoch did not change keeps its progress.
+func (p *Prefetcher) rebuild() {
+	var fresh []*stream
+	for _, j := range p.plans.All() {
+		for _, r := range j.Spec.Ranks {
+			fresh = append(fresh, build(j, r))
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	old := map[streamID]*stream{}
+	for _, s := range p.streams {
+		old[s.id] = s
+	}
+	for i, s := range fresh {
+		if o := old[s.id]; o != nil && o.epochs[0] == s.epochs[0] && len(o.entries) == len(s.entries) {
+			fresh[i] = o // same plan: keep the progress
+			continue
+		}
+		st := p.history[s.id]
+		if st == nil {
+			st = &Stats{}
+			p.history[s.id] = st
+		}
+		*st = Stats{Epoch: s.epochs[0], Predicted: int64(s.starts[1])}
+		s.stats = st
+	}
+	live := map[streamID]bool{}
+	for _, s := range fresh {
+		live[s.id] = true
+	}
+	for id := range p.history {
+		if !live[id] {
+			delete(p.history, id)
+		}
+	}
+	p.streams = fresh
+	p.dropUnneededLocked()
+	p.kick()
+}
+
+func build(j *jobs.Job, rank int) *stream {
+	s := &stream{id: streamID{j.Spec.Name, rank}, epochs: j.Epochs(), pos: map[uint64][]int32{}, maxSeen: -1}
+	for _, e := range s.epochs {
+		s.starts = append(s.starts, len(s.entries))
+		for _, i := range j.Order(rank, e) {
+			ent := j.Samples[i].Entry
+			s.pos[ent.Ino] = append(s.pos[ent.Ino], int32(len(s.entries)))
+			s.entries = append(s.entries, ent)
+		}
+	}
+	s.starts = append(s.starts, len(s.entries))
+	s.consumed = make([]bool, len(s.entries))
+	// The DataLoader has up to prefetch_factor (2) batches per worker in
+	// flight; reads arrive out of order within that window.
+	window := 2 * max(j.Spec.Workers, 1) * j.Spec.Batch
+	s.slack = 2*window + j.Spec.Batch + 16
+	return s
+}
+
+// epochOf returns the index into s.epochs of position pos.
+func (s *stream) epochOf(pos int) int {
+	return sort.SearchInts(s.starts[1:], pos+1)
+}
+
+// pending returns the first unconsumed position of ino at or after the
+// cursor, or -1.
+func (s *stream) pending(ino uint64) int {
+	ps := s.pos[ino]
+	i := sort.Search(len(ps), func(i int) bool { return int(ps[i]) >= s.cursor })
+	for ; i < len(ps); i++ {
+		if !s.consumed[ps[i]] {
+			return int(ps[i])
+		}
+	}
+	return -1
+}
+
+// consumedThisEpoch reports whether ino was already consumed in the epoch
+// the cursor is in.
+func (s *stream) consumedThisEpoch(ino uint64) bool {
+	ep := s.epochOf(s.cursor)
+	for _, q := range s.pos[ino] {
+		if s.epochOf(int(q)) == ep && s.consumed[q] {
+			return true
+		}
+	}
+	return false
+}
+
+// Observe implements loader.Stage: it records a demand read.
+func (p *Prefetcher) Observe(e *catalog.Entry, off int64, waited time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var best *stream
+	bestPos := -1
+	for _, s := range p.streams {
+		q := s.pending(e.Ino)
+		if q < 0 {
+			continue
+		}
+		if s.epochOf(q) > s.epochOf(s.cursor) && s.consumedThisEpoch(e.Ino) {
+			continue // a second read of this epoch's sample, not next epoch's
+		}
+		if best == nil || q-s.cursor < bestPos-best.cursor {
+			best, bestPos = s, q
+		}
+	}
+	if best == nil {
+		if len(p.streams) > 0 && off == 0 {
+			p.totals.Unpredicted++
+			for _, s := range p.streams {
+				if _, ok := s.pos[e.Ino]; ok {
+					s.stats.Misses++ // planned, but read again
+					break
+				}
+			}
+		}
+		return
+	}
+	st := best.stats
+	st.StallSeconds += waited.Seconds()
+	if off != 0 {
+		return // later blocks of a sample whose first block counted
+	}
+	best.consumed[bestPos] = true
+	st.Consumed++
+	if waited > 0 {
+		st.Late++
+	} else {
+		st.Hits++
+	}
+	best.maxSeen = max(best.maxSeen, bestPos)
+	p.advanceLocked(best)
+	p.kick()
+}
+
+// advanceLocked moves the cursor past consumed positions, and past
+// positions so far behind the furthest read that the kernel must have
+// served them from its page cache.
+func (p *Prefetcher) advanceLocked(s *stream) {
+	for s.cursor < len(s.entries) {
+		switch {
+		case s.consumed[s.cursor]:
+		case s.cursor < s.maxSeen-s.slack:
+			s.consumed[s.cursor] = true
+			s.stats.Inferred++
+		default:
+			s.stats.Cursor = s.cursor
+			if s.frontier < s.cursor {
+				s.frontier = s.cursor
+			}
+			return
+		}
+		s.cursor++
+		// What is still staged for a sample well behind the cursor (the
+		// unread blocks of a read sample, or a sample the page cache
+		// served) will not be read now.
+		if old := s.cursor - s.slack; old >= 0 {
+			p.dropIfUnneededLocked(s.entries[old])
+		}
+	}
+	s.stats.Cursor = s.cursor
+}
+
+// Take implements loader.Stage.
+func (p *Prefetcher) Take(key string, e *catalog.Entry) (ramcache.Block, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	b, ok := p.staged[key]
+	if !ok {
+		return ramcache.Block{}, false
+	}
+	p.unstageLocked(key, b)
+	if b.Size != e.Size || b.Mtime != e.Mtime {
+		return ramcache.Block{}, false
+	}
+	return b, true
+}
+
+func (p *Prefetcher) unstageLocked(key string, b ramcache.Block) {
+	delete(p.staged, key)
+	p.stagedBytes -= int64(len(b.Data))
+	if p.stagedIno[b.ID]--; p.stagedIno[b.ID] <= 0 {
+		delete(p.stagedIno, b.ID)
+	}
+}
+
+// neededLocked reports whether a stream still has ino ahead of its cursor
+// within what the scheduler has reached.
+func (p *Prefetcher) neededLocked(ino uint64) bool {
+	for _, s := range p.streams {
+		if q := s.pending(ino); q >= 0 && q < s.frontier {
+			return true
+		}
+	}
+	return false
+}
+
+// dropIfUnneededLocked drops e's staged blocks if no stream will read them
+// soon; they count as wasted.
+func (p *Prefetcher) dropIfUnneededLocked(e *catalog.Entry) {
+	if p.stagedIno[e.Ino] == 0 || p.neededLocked(e.Ino) {
+		return
+	}
+	n := max((e.Size+p.cfg.BlockSize-1)/p.cfg.BlockSize, 1)
+	for i := int64(0); i < n; i++ {
+		key := loader.BlockKey(e.Path, i)
+		if b, ok := p.staged[key]; ok {
+			p.unstageLocked(key, b)
+			p.totals.WastedBytes += int64(len(b.Data))
+		}
+	}
+	p.totals.Wasted++
+	for _, s := range p.streams {
+		if _, ok := s.pos[e.Ino]; ok {
+			s.stats.Wasted++
+			break
+		}
+	}
+}
+
+// dropUnneededLocked drops every staged block no stream needs (after a
+// plan change).
+func (p *Prefetcher) dropUnneededLocked() {
+	for key, b := range p.staged {
+		if !p.neededLocked(b.ID) {
+			p.unstageLocked(key, b)
+			p.totals.Wasted++
+			p.totals.WastedBytes += int64(len(b.Data))
+		}
+	}
+}
+
+// NextUse is the RAM tier's oracle: how many positions ahead of its
+// stream's cursor file ino is next needed; math.MaxInt64 if no plan has it.
+func (p *Prefetcher) NextUse(ino uint64) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	best := int64(math.MaxInt64)
+	for _, s := range p.streams {
+		if q := s.pending(ino); q >= 0 {
+			best = min(best, int64(q-s.cursor))
+		}
+	}
+	return best
+}
+
+// next picks the next file to fetch and reserves its bytes, or returns nil.
+func (p *Prefetcher) next() *catalog.Entry {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for {
+		var s *stream
+		for _, c := range p.streams {
+			if c.frontier < len(c.entries) && (s == nil || c.frontier-c.cursor < s.frontier-s.cursor) {
+				s = c
+			}
+		}
+		if s == nil {
+			return nil
+		}
+		e := s.entries[s.frontier]
+		if s.consumed[s.frontier] || p.stagedIno[e.Ino] > 0 || p.inflight[e.Ino] > 0 {
+			s.frontier++
+			continue
+		}
+		if p.stagedBytes+p.inflightBytes+e.Size > p.cfg.Staging && p.stagedBytes+p.inflightBytes > 0 {
+			return nil // the stage is full: wait for reads
+		}
+		s.frontier++
+		p.inflight[e.Ino] = e.Size
+		p.inflightBytes += e.Size
+		return e
+	}
+}
+
+// schedule hands files to workers until ctx ends.
+func (p *Prefetcher) schedule(ctx context.Context) {
+	defer p.wg.Done()
+	for {
+		e := p.next()
+		if e == nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-p.wake:
+				continue
+			}
+		}
+		select {
+		case p.tasks <- e:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// work fetches files into the stage until ctx ends.
+func (p *Prefetcher) work(ctx context.Context) {
+	defer p.wg.Done()
+	for {
+		var e *catalog.Entry
+		select {
+		case <-ctx.Done():
+			return
+		case e = <-p.tasks:
+		}
+		blocks, err := p.load.Prefetch(e)
+		p.mu.Lock()
+		p.inflightBytes -= p.inflight[e.Ino]
+		delete(p.inflight, e.Ino)
+		switch {
+		case err != nil:
+			p.totals.Errors++
+			p.log.Warn("prefetch: fetch failed; the read will try again", "path", e.Path, "err", err)
+		case !p.neededLocked(e.Ino):
+			// Consumed meanwhile by a read that shared this fetch.
+		default:
+			p.totals.Fetched++
+			for i, b := range blocks {
+				key := loader.BlockKey(e.Path, i)
+				if _, dup := p.staged[key]; dup {
+					continue
+				}
+				p.staged[key] = b
+				p.stagedIno[e.Ino]++
+				p.stagedBytes += int64(len(b.Data))
+				p.totals.FetchedBytes += int64(len(b.Data))
+			}
+		}
+		p.mu.Unlock()
+		p.kick()
+	}
+}
+
+// Stats returns the node-wide totals and the per-stream figures, keyed
+// "JOB" then "rank-R".
+func (p *Prefetcher) Stats() (Totals, map[string]map[string]Stats) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t := p.totals
+	t.Workers, t.StagingCapacity = p.cfg.Workers, p.cfg.Staging
+	t.StagedBytes, t.StagedBlocks, t.InFlight = p.stagedBytes, len(p.staged), len(p.inflight)
+	per := map[string]map[string]Stats{}
+	for id, st := range p.history {
+		if per[id.job] == nil {
+			per[id.job] = map[string]Stats{}
+		}
+		per[id.job][rankName(id.rank)] = *st
+	}
+	return t, per
+}
+
+func rankName(r int) string { return "rank-" + strconv.Itoa(r) }
