@@ -81,6 +81,10 @@ func TestParseJob(t *testing.T) {
 	if m := up[0].(Job).Merge(j); m.Epoch != 4 || m.World != 8 || m.Root != "train" {
 		t.Errorf("merged update %+v", m)
 	}
+	r1, _ := Parse([]byte("job=imnet epoch=4 rank=5"))
+	if m := r1[0].(Job).Merge(j); len(m.Ranks) != 3 || m.Ranks[2] != 5 {
+		t.Errorf("rank=5 should join ranks 2,3: %v", m.Ranks)
+	}
 	if neg, err := Parse([]byte("seed=-1 epoch=0")); err != nil || neg[0].(Job).Seed != 1<<64-1 {
 		t.Errorf("negative seed: %v", err)
 	}
@@ -115,5 +119,16 @@ func TestParseJob(t *testing.T) {
 	rankOver := Job{World: 2, Ranks: []int{2}}
 	if err := rankOver.Check(); err == nil {
 		t.Error("rank >= world accepted")
+	}
+}
+
+func TestRankJoinsOnlyRegisteredJobs(t *testing.T) {
+	c, _ := Parse([]byte("epoch=0 world=4 rank=2"))
+	if m := c[0].(Job).Merge(DefaultJob()); len(m.Ranks) != 1 || m.Ranks[0] != 2 {
+		t.Errorf("a new job's rank=2 gave ranks %v", m.Ranks)
+	}
+	c, _ = Parse([]byte("epoch=0"))
+	if m := c[0].(Job).Merge(DefaultJob()); len(m.Ranks) != 1 || m.Ranks[0] != 0 {
+		t.Errorf("no rank gave ranks %v, want [0]", m.Ranks)
 	}
 }

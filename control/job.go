@@ -2,6 +2,7 @@ package control
 
 import (
 	"fmt"
+	"slices"
 	"path"
 	"strconv"
 	"strings"
@@ -19,7 +20,9 @@ import (
 //	sampler=KIND      distributed (default), random or sequential
 //	seed=N epoch=N    the sampler's seed and the epoch about to start (epoch is required)
 //	world=N           number of ranks; default 1
-//	rank=R / ranks=R,R,...   the ranks running on this node; default 0
+//	rank=R            adds R to the ranks running on this node (each
+//	                  process announces its own); default 0
+//	ranks=R,R,...     sets the ranks running on this node
 //	shuffle=BOOL drop_last=BOOL   DistributedSampler's options; defaults true, false
 //	batch=N workers=N the DataLoader's batch_size and num_workers; defaults 1, 0
 //	lookahead=N       epochs to plan ahead; default 2
@@ -62,11 +65,12 @@ const (
 
 // DefaultJob returns a job with every default filled in.
 func DefaultJob() Job {
-	return Job{Name: "default", Root: ".", Dataset: "imagefolder", Sampler: "distributed", World: 1, Ranks: []int{0},
-		Shuffle: true, Batch: 1, Lookahead: 2}
+	return Job{Name: "default", Root: ".", Dataset: "imagefolder", Sampler: "distributed", World: 1,
+		Shuffle: true, Batch: 1, Lookahead: 2} // no ranks given means rank 0: see Merge
 }
 
-// Merge returns base with the keys set in j overwritten.
+// Merge returns base with the keys set in j overwritten. A job that ends
+// up with no ranks runs rank 0.
 func (j Job) Merge(base Job) Job {
 	out := base
 	out.Set = j.Set
@@ -88,8 +92,15 @@ func (j Job) Merge(base Job) Job {
 			out.Epoch = j.Epoch
 		case "world":
 			out.World = j.World
-		case "rank", "ranks":
+		case "ranks":
 			out.Ranks = j.Ranks
+		case "rank":
+			// Each process of a node announces its own rank: collect them.
+			out.Ranks = append([]int(nil), base.Ranks...)
+			if !slices.Contains(out.Ranks, j.Ranks[0]) {
+				out.Ranks = append(out.Ranks, j.Ranks[0])
+				slices.Sort(out.Ranks)
+			}
 		case "shuffle":
 			out.Shuffle = j.Shuffle
 		case "drop_last":
@@ -103,6 +114,9 @@ func (j Job) Merge(base Job) Job {
 		case "torch":
 			out.Torch27 = j.Torch27
 		}
+	}
+	if len(out.Ranks) == 0 {
+		out.Ranks = []int{0}
 	}
 	return out
 }
