@@ -56,9 +56,8 @@ func (c *controlPlane) List(dir string) ([]fusefs.PseudoEntry, error) {
 		if !ok {
 			break
 		}
-		_ = rank
 		var out []fusefs.PseudoEntry
-		for _, e := range j.Epochs() {
+		for _, e := range j.Epochs(rank) {
 			out = append(out, fusefs.PseudoEntry{Name: fmt.Sprintf("epoch-%d", e)})
 		}
 		return out, nil
@@ -103,7 +102,7 @@ func (c *controlPlane) plan(p string) ([]byte, error) {
 	j, rank, ok := c.jobRank(parts[1], parts[2])
 	var epoch int
 	if !ok || func() bool { _, err := fmt.Sscanf(parts[3], "epoch-%d", &epoch); return err != nil }() ||
-		fmt.Sprintf("epoch-%d", epoch) != parts[3] || epoch < j.Spec.Epoch || epoch >= j.Spec.Epoch+j.Spec.Lookahead {
+		fmt.Sprintf("epoch-%d", epoch) != parts[3] || !j.Planned(rank, epoch) {
 		return nil, fmt.Errorf("control: %s: %w", p, fs.ErrNotExist)
 	}
 	var b bytes.Buffer

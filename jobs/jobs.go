@@ -61,6 +61,10 @@ type Job struct {
 	Spec    control.Job
 	Samples []folder.Sample // the dataset in index order
 	Classes int
+	// RankEpoch is the epoch each local rank is in. A line with rank=R
+	// moves only rank R (each process announces its own); any other line
+	// moves every local rank.
+	RankEpoch map[int]int
 
 	mu    sync.Mutex
 	plans map[[2]int][]int // (rank, epoch) -> sample indices
@@ -69,13 +73,19 @@ type Job struct {
 // N is the dataset's length.
 func (j *Job) N() int { return len(j.Samples) }
 
-// Epochs returns the planned epochs, in order.
-func (j *Job) Epochs() []int {
+// Epochs returns the epochs planned for rank, in order.
+func (j *Job) Epochs(rank int) []int {
 	e := make([]int, j.Spec.Lookahead)
 	for i := range e {
-		e[i] = j.Spec.Epoch + i
+		e[i] = j.RankEpoch[rank] + i
 	}
 	return e
+}
+
+// Planned reports whether epoch is planned for rank.
+func (j *Job) Planned(rank, epoch int) bool {
+	first, ok := j.RankEpoch[rank]
+	return ok && epoch >= first && epoch < first+j.Spec.Lookahead
 }
 
 // Order returns the sample indices rank reads in epoch, in order. The
@@ -104,9 +114,9 @@ func (j *Job) Order(rank, epoch int) []int {
 	if j.plans == nil {
 		j.plans = map[[2]int][]int{}
 	}
-	// Keep only the planned window.
+	// Keep only the planned windows.
 	for k := range j.plans {
-		if k[1] < s.Epoch {
+		if !j.Planned(k[0], k[1]) {
 			delete(j.plans, k)
 		}
 	}
@@ -166,7 +176,15 @@ func (r *Registry) Apply(line control.Job) error {
 	if err := spec.Check(); err != nil {
 		return err
 	}
-	j := &Job{Spec: spec}
+	j := &Job{Spec: spec, RankEpoch: map[int]int{}}
+	for _, r := range spec.Ranks {
+		j.RankEpoch[r] = spec.Epoch
+		if prev != nil && line.Set["rank"] && r != line.Ranks[0] {
+			if e, ok := prev.RankEpoch[r]; ok {
+				j.RankEpoch[r] = e
+			}
+		}
+	}
 	if prev != nil && sameDataset(prev.Spec, spec) {
 		j.Samples, j.Classes = prev.Samples, prev.Classes
 	} else {
@@ -286,22 +304,22 @@ func (r *Registry) All() []*Job {
 
 // Status is a job as reported in .dlfs/control.
 type Status struct {
-	Root       string   `json:"root"`
-	Dataset    string   `json:"dataset"`
-	Samples    int      `json:"samples"`
-	Classes    int      `json:"classes,omitempty"`
-	Sampler    string   `json:"sampler"`
-	Seed       uint64   `json:"seed"`
-	Epoch      int      `json:"epoch"`
-	World      int      `json:"world"`
-	Ranks      []int    `json:"ranks"`
-	Shuffle    bool     `json:"shuffle"`
-	DropLast   bool     `json:"drop_last"`
-	Batch      int      `json:"batch"`
-	Workers    int      `json:"workers"`
-	Lookahead  int      `json:"lookahead"`
-	Planned    []int    `json:"planned_epochs"`
-	Extensions []string `json:"extensions,omitempty"`
+	Root       string         `json:"root"`
+	Dataset    string         `json:"dataset"`
+	Samples    int            `json:"samples"`
+	Classes    int            `json:"classes,omitempty"`
+	Sampler    string         `json:"sampler"`
+	Seed       uint64         `json:"seed"`
+	Epoch      int            `json:"epoch"`
+	World      int            `json:"world"`
+	Ranks      []int          `json:"ranks"`
+	Shuffle    bool           `json:"shuffle"`
+	DropLast   bool           `json:"drop_last"`
+	Batch      int            `json:"batch"`
+	Workers    int            `json:"workers"`
+	Lookahead  int            `json:"lookahead"`
+	RankEpoch  map[string]int `json:"rank_epochs"`
+	Extensions []string       `json:"extensions,omitempty"`
 }
 
 // Statuses describes every job, by name.
@@ -315,7 +333,10 @@ func (r *Registry) Statuses() map[string]Status {
 		}
 		out[s.Name] = Status{Root: s.Root, Dataset: ds, Samples: j.N(), Classes: j.Classes, Sampler: s.Sampler,
 			Seed: s.Seed, Epoch: s.Epoch, World: s.World, Ranks: s.Ranks, Shuffle: s.Shuffle, DropLast: s.DropLast,
-			Batch: s.Batch, Workers: s.Workers, Lookahead: s.Lookahead, Planned: j.Epochs(), Extensions: s.Extensions}
+			Batch: s.Batch, Workers: s.Workers, Lookahead: s.Lookahead, RankEpoch: map[string]int{}, Extensions: s.Extensions}
+		for r, e := range j.RankEpoch {
+			out[s.Name].RankEpoch[fmt.Sprintf("rank-%d", r)] = e
+		}
 	}
 	return out
 }

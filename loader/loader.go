@@ -140,7 +140,8 @@ func BlockKey(path string, i int64) string {
 
 // ReadAt returns up to len(dest) bytes of file e at off. The result is a
 // slice of a cached block when the range lies in one block, or of dest
-// otherwise. It returns an empty slice at or past end of file.
+// otherwise. It returns an empty slice at or past end of file. The read is
+// reported to the stage, once, with the time it waited on the PFS.
 func (l *Loader) ReadAt(e *catalog.Entry, dest []byte, off int64) ([]byte, error) {
 	if off >= e.Size || len(dest) == 0 {
 		return dest[:0], nil
@@ -148,28 +149,37 @@ func (l *Loader) ReadAt(e *catalog.Entry, dest []byte, off int64) ([]byte, error
 	end := min(off+int64(len(dest)), e.Size)
 	bs := l.cfg.BlockSize
 	first, last := off/bs, (end-1)/bs
-	var from tier
+	var (
+		from   tier
+		waited time.Duration
+		out    []byte
+	)
 	if first == last {
-		b, t, err := l.block(e, first)
+		b, t, w, err := l.block(e, first)
 		if err != nil {
 			return nil, err
 		}
-		l.count(t, end-off)
-		return b[off-first*bs : end-first*bs], nil
-	}
-	n := 0
-	for i := first; i <= last; i++ {
-		b, t, err := l.block(e, i)
-		if err != nil {
-			return nil, err
+		from, waited, out = t, w, b[off-first*bs:end-first*bs]
+	} else {
+		n := 0
+		for i := first; i <= last; i++ {
+			b, t, w, err := l.block(e, i)
+			if err != nil {
+				return nil, err
+			}
+			from = max(from, t) // the slowest tier involved supplied the read
+			waited += w
+			lo := max(off, i*bs) - i*bs
+			hi := min(end, (i+1)*bs) - i*bs
+			n += copy(dest[n:], b[lo:hi])
 		}
-		from = max(from, t) // the slowest tier involved supplied the read
-		lo := max(off, i*bs) - i*bs
-		hi := min(end, (i+1)*bs) - i*bs
-		n += copy(dest[n:], b[lo:hi])
+		out = dest[:n]
 	}
-	l.count(from, int64(n))
-	return dest[:n], nil
+	l.count(from, int64(len(out)))
+	if s := l.stage.Load(); s != nil {
+		s.s.Observe(e, off, waited)
+	}
+	return out, nil
 }
 
 func (l *Loader) count(t tier, n int64) {
@@ -177,40 +187,30 @@ func (l *Loader) count(t tier, n int64) {
 	l.bytes[t].Add(n)
 }
 
-// block returns block i of e for a demand read and the tier it came from.
-func (l *Loader) block(e *catalog.Entry, i int64) ([]byte, tier, error) {
+// block returns block i of e for a demand read, the tier it came from and
+// how long it waited on the PFS.
+func (l *Loader) block(e *catalog.Entry, i int64) ([]byte, tier, time.Duration, error) {
 	key := BlockKey(e.Path, i)
-	var stage Stage
-	if b := l.stage.Load(); b != nil {
-		stage = b.s
-	}
 	if b, ok := l.ram.Get(key, e.Size, e.Mtime); ok {
-		if stage != nil {
-			stage.Observe(e, i*l.cfg.BlockSize, 0)
-		}
-		return b.Data, tierRAM, nil
+		return b.Data, tierRAM, 0, nil
 	}
-	if stage != nil {
-		if b, ok := stage.Take(key, e); ok {
+	if s := l.stage.Load(); s != nil {
+		if b, ok := s.s.Take(key, e); ok {
 			l.ram.Put(key, b) // kept only if its next use warrants it
-			stage.Observe(e, i*l.cfg.BlockSize, 0)
-			return b.Data, tierRAM, nil
+			return b.Data, tierRAM, 0, nil
 		}
 	}
 	start := time.Now()
 	c, _ := l.flight.do(key, func() ([]byte, tier, error) { return l.load(e, i) })
 	if c.err != nil {
-		return nil, c.src, c.err
+		return nil, c.src, 0, c.err
 	}
 	l.ram.Put(key, ramcache.Block{ID: e.Ino, Data: c.val, Size: e.Size, Mtime: e.Mtime, Sum: c.sum})
-	if stage != nil {
-		var waited time.Duration
-		if c.src == tierPFS {
-			waited = time.Since(start)
-		}
-		stage.Observe(e, i*l.cfg.BlockSize, waited)
+	var waited time.Duration
+	if c.src == tierPFS {
+		waited = time.Since(start)
 	}
-	return c.val, c.src, nil
+	return c.val, c.src, waited, nil
 }
 
 // Prefetch loads every block of e that RAM lacks, from the SSD or the PFS,

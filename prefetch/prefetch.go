@@ -127,7 +127,9 @@ type stream struct {
 	stats    *Stats
 }
 
-// Stats are one stream's figures, as shown under jobs in .dlfs/stats.
+// Stats are one stream's figures, as shown under jobs in .dlfs/stats. The
+// counters add up over every epoch announced; Epoch and Cursor are the
+// present position.
 type Stats struct {
 	Epoch        int     `json:"epoch"`
 	Predicted    int64   `json:"predicted"`
@@ -239,12 +241,18 @@ func (p *Prefetcher) rebuild() {
 			fresh[i] = o // same plan: keep the progress
 			continue
 		}
+		// Counters are cumulative over the job's life (they are exported
+		// as Prometheus counters); Epoch and Cursor describe the present.
 		st := p.history[s.id]
 		if st == nil {
-			st = &Stats{}
+			st = &Stats{Epoch: -1}
 			p.history[s.id] = st
 		}
-		*st = Stats{Epoch: s.epochs[0], Predicted: int64(s.starts[1])}
+		if st.Epoch != s.epochs[0] {
+			st.Epoch = s.epochs[0]
+			st.Predicted += int64(s.starts[1])
+		}
+		st.Cursor = 0
 		s.stats = st
 	}
 	live := map[streamID]bool{}
@@ -262,7 +270,7 @@ func (p *Prefetcher) rebuild() {
 }
 
 func build(j *jobs.Job, rank int) *stream {
-	s := &stream{id: streamID{j.Spec.Name, rank}, epochs: j.Epochs(), pos: map[uint64][]int32{}, maxSeen: -1}
+	s := &stream{id: streamID{j.Spec.Name, rank}, epochs: j.Epochs(rank), pos: map[uint64][]int32{}, maxSeen: -1}
 	for _, e := range s.epochs {
 		s.starts = append(s.starts, len(s.entries))
 		for _, i := range j.Order(rank, e) {
@@ -315,22 +323,28 @@ func (p *Prefetcher) Observe(e *catalog.Entry, off int64, waited time.Duration) 
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var best *stream
-	bestPos := -1
+	bestPos, bestRank := -1, 0
 	for _, s := range p.streams {
 		q := s.pending(e.Ino)
 		if q < 0 {
 			continue
 		}
-		if s.epochOf(q) > s.epochOf(s.cursor) && s.consumedThisEpoch(e.Ino) {
-			continue // a second read of this epoch's sample, not next epoch's
+		// Match a read to the epoch the stream is in; to the next one only
+		// when the stream is about to finish (the next epoch's loader may
+		// start early), and never when this epoch's occurrence was already
+		// read (a second read is not a next-epoch read).
+		rank := s.epochOf(q) - s.epochOf(s.cursor)
+		if rank > 1 || rank == 1 && (s.starts[s.epochOf(s.cursor)+1]-s.cursor > s.slack || s.consumedThisEpoch(e.Ino)) {
+			continue
 		}
-		if best == nil || q-s.cursor < bestPos-best.cursor {
-			best, bestPos = s, q
+		if best == nil || rank < bestRank || rank == bestRank && q-s.cursor < bestPos-best.cursor {
+			best, bestPos, bestRank = s, q, rank
 		}
 	}
 	if best == nil {
 		if len(p.streams) > 0 && off == 0 {
 			p.totals.Unpredicted++
+			p.log.Debug("prefetch: read of a sample no plan expects now", "path", e.Path)
 			for _, s := range p.streams {
 				if _, ok := s.pos[e.Ino]; ok {
 					s.stats.Misses++ // planned, but read again
@@ -409,10 +423,10 @@ func (p *Prefetcher) unstageLocked(key string, b ramcache.Block) {
 }
 
 // neededLocked reports whether a stream still has ino ahead of its cursor
-// within what the scheduler has reached.
-func (p *Prefetcher) neededLocked(ino uint64) bool {
+// within what the scheduler has reached (or anywhere, if !soon).
+func (p *Prefetcher) neededLocked(ino uint64, soon bool) bool {
 	for _, s := range p.streams {
-		if q := s.pending(ino); q >= 0 && q < s.frontier {
+		if q := s.pending(ino); q >= 0 && (!soon || q < s.frontier) {
 			return true
 		}
 	}
@@ -422,7 +436,7 @@ func (p *Prefetcher) neededLocked(ino uint64) bool {
 // dropIfUnneededLocked drops e's staged blocks if no stream will read them
 // soon; they count as wasted.
 func (p *Prefetcher) dropIfUnneededLocked(e *catalog.Entry) {
-	if p.stagedIno[e.Ino] == 0 || p.neededLocked(e.Ino) {
+	if p.stagedIno[e.Ino] == 0 || p.neededLocked(e.Ino, true) {
 		return
 	}
 	n := max((e.Size+p.cfg.BlockSize-1)/p.cfg.BlockSize, 1)
@@ -442,11 +456,11 @@ func (p *Prefetcher) dropIfUnneededLocked(e *catalog.Entry) {
 	}
 }
 
-// dropUnneededLocked drops every staged block no stream needs (after a
-// plan change).
+// dropUnneededLocked drops every staged block that no stream will read
+// again (after a plan change).
 func (p *Prefetcher) dropUnneededLocked() {
 	for key, b := range p.staged {
-		if !p.neededLocked(b.ID) {
+		if !p.neededLocked(b.ID, false) {
 			p.unstageLocked(key, b)
 			p.totals.Wasted++
 			p.totals.WastedBytes += int64(len(b.Data))
@@ -536,7 +550,9 @@ func (p *Prefetcher) work(ctx context.Context) {
 		case err != nil:
 			p.totals.Errors++
 			p.log.Warn("prefetch: fetch failed; the read will try again", "path", e.Path, "err", err)
-		case !p.neededLocked(e.Ino):
+		case len(blocks) == 0:
+			// RAM had it already.
+		case !p.neededLocked(e.Ino, true):
 			// Consumed meanwhile by a read that shared this fetch.
 		default:
 			p.totals.Fetched++

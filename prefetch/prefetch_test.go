@@ -1,0 +1,105 @@
+package prefetch
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/control"
+	"github.com/dlfs/dlfs/jobs"
+	"github.com/dlfs/dlfs/loader"
+	"github.com/dlfs/dlfs/ramcache"
+)
+
+// fakeLoader "fetches" instantly and counts fetches per path.
+type fakeLoader struct {
+	mu      sync.Mutex
+	fetches map[string]int
+	total   atomic.Int64
+}
+
+func (f *fakeLoader) Prefetch(e *catalog.Entry) (map[int64]ramcache.Block, error) {
+	f.mu.Lock()
+	f.fetches[e.Path]++
+	f.mu.Unlock()
+	f.total.Add(1)
+	return map[int64]ramcache.Block{0: {ID: e.Ino, Data: make([]byte, e.Size), Size: e.Size, Mtime: e.Mtime}}, nil
+}
+
+func setup(t *testing.T, files int, line string, cfg Config) (*Prefetcher, *jobs.Registry, *fakeLoader) {
+	t.Helper()
+	root := t.TempDir()
+	for i := 0; i < files; i++ {
+		p := filepath.Join(root, "data", fmt.Sprintf("c%d", i%3), fmt.Sprintf("%04d.jpg", i))
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cat, err := catalog.Open(context.Background(), catalog.DefaultConfig(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := jobs.New(jobs.Config{Snapshot: cat.Snapshot})
+	fl := &fakeLoader{fetches: map[string]int{}}
+	p := New(cfg, fl, reg)
+	t.Cleanup(p.Close)
+	cmds, err := control.Parse([]byte(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Apply(cmds[0].(control.Job)); err != nil {
+		t.Fatal(err)
+	}
+	return p, reg, fl
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestFollowsThePlan: the prefetcher fetches in plan order ahead of the
+// reads, each sample once; reads in plan order are hits and take the
+// staged blocks; the RAM oracle ranks by next use.
+func TestFollowsThePlan(t *testing.T) {
+	p, reg, fl := setup(t, 60, "job=j root=data seed=3 epoch=0 world=2 rank=1 lookahead=1", Config{Workers: 4, Staging: 1 << 20})
+	j := reg.Get("j")
+	order := j.Order(1, 0)
+	waitFor(t, "the whole epoch to be staged", func() bool { return fl.total.Load() == int64(len(order)) })
+	if d := p.NextUse(j.Samples[order[5]].Entry.Ino); d != 5 {
+		t.Errorf("NextUse of the 6th sample = %d, want 5", d)
+	}
+	for _, i := range order {
+		e := j.Samples[i].Entry
+		if _, ok := p.Take(loader.BlockKey(e.Path, 0), e); !ok {
+			t.Fatalf("%s was not staged", e.Path)
+		}
+		p.Observe(e, 0, 0)
+	}
+	tot, per := p.Stats()
+	st := per["j"]["rank-1"]
+	if st.Hits != int64(len(order)) || st.Consumed != int64(len(order)) || st.Late != 0 || tot.Unpredicted != 0 || tot.Wasted != 0 {
+		t.Errorf("stats %+v, totals %+v", st, tot)
+	}
+	for path, n := range fl.fetches {
+		if n != 1 {
+			t.Errorf("%s fetched %d times", path, n)
+		}
+	}
+	if tot.StagedBytes != 0 {
+		t.Errorf("%d bytes left staged", tot.StagedBytes)
+	}
+}
