@@ -2,8 +2,8 @@ package control
 
 import (
 	"fmt"
-	"slices"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 )

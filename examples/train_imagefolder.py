@@ -48,6 +48,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", required=True)
     ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--start-epoch", type=int, default=0)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
@@ -68,7 +69,7 @@ def main():
                                       batch_size=args.batch, num_workers=args.workers)
     loader = DataLoader(data, batch_size=args.batch, sampler=sampler, num_workers=args.workers)
     record = []
-    for epoch in range(args.epochs):
+    for epoch in range(args.start_epoch, args.start_epoch + args.epochs):
         sampler.set_epoch(epoch)
         start, n, nbytes, order = time.time(), 0, 0, []
         for sizes, idx in loader:
@@ -77,7 +78,8 @@ def main():
             order.extend(int(i) for i in idx)
         dt = time.time() - start
         print("rank %d epoch %d: %d samples, %.1f MB in %.2f s (%.0f samples/s)" % (rank, epoch, n, nbytes / 1e6, dt, n / dt), flush=True)
-        record.append({"epoch": epoch, "seconds": dt, "order": [ds.samples[i][0] for i in order]})
+        record.append({"epoch": epoch, "seconds": dt, "samples": n, "bytes": nbytes,
+                       "order": [ds.samples[i][0] for i in order]})
     if args.record:
         with open(args.record, "w") as f:
             json.dump(record, f)

@@ -5,8 +5,8 @@ epoch and the ranks on this node. Two ways to tell it, both with nothing
 beyond torch:
 
 * ``dlfs.DistributedSampler`` is a drop-in for
-  ``torch.utils.data.DistributedSampler`` that announces every epoch when
-  ``set_epoch`` is called (and epoch 0 when it is made).
+  ``torch.utils.data.DistributedSampler`` that announces an epoch as soon
+  as ``set_epoch`` is called, or when iteration starts if it was not.
 * ``dlfs.announce(mountpoint, **keys)`` writes one control line, for
   anything else.
 
@@ -96,6 +96,7 @@ class DistributedSampler(torch.utils.data.DistributedSampler):
         root = root if root is not None else getattr(dataset, "root", None)
         self._dlfs_mount = mountpoint or (find_mount(root) if root else None)
         self._dlfs_keys = None
+        self._dlfs_announced = None
         if self._dlfs_mount is None:
             key = str(root)
             if key not in _warned:
@@ -112,12 +113,17 @@ class DistributedSampler(torch.utils.data.DistributedSampler):
             self._dlfs_keys["ranks"] = list(ranks)
         else:
             self._dlfs_keys["rank"] = self.rank
-        self._announce(0)
+        self._dlfs_announced = None
 
     def _announce(self, epoch):
-        if self._dlfs_keys is not None:
+        if self._dlfs_keys is not None and self._dlfs_announced != epoch:
             announce(self._dlfs_mount, epoch=epoch, **self._dlfs_keys)
+            self._dlfs_announced = epoch
 
     def set_epoch(self, epoch):
         super().set_epoch(epoch)
         self._announce(epoch)
+
+    def __iter__(self):
+        self._announce(self.epoch)
+        return super().__iter__()
