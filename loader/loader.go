@@ -93,8 +93,13 @@ type (
 	}
 	// Stage holds prefetched blocks and watches demand reads. It may be nil.
 	Stage interface {
-		// Take removes and returns the staged block key of e, if any.
-		Take(key string, e *catalog.Entry) (ramcache.Block, bool)
+		// Take returns the staged block key of e, if any, and unstages it
+		// if done (the read reaches the block's end; an earlier part of a
+		// block is read again by the next request for the rest).
+		Take(key string, e *catalog.Entry, done bool) (ramcache.Block, bool)
+		// Hold stages a block that a read fetched only in part and that RAM
+		// would not keep, so the read of the rest does not fetch it again.
+		Hold(key string, b ramcache.Block)
 		// Observe reports a demand read of e at off that waited this long
 		// on the PFS (0 when a tier or the stage had it).
 		Observe(e *catalog.Entry, off int64, waited time.Duration)
@@ -155,7 +160,7 @@ func (l *Loader) ReadAt(e *catalog.Entry, dest []byte, off int64) ([]byte, error
 		out    []byte
 	)
 	if first == last {
-		b, t, w, err := l.block(e, first)
+		b, t, w, err := l.block(e, first, end == min((first+1)*bs, e.Size))
 		if err != nil {
 			return nil, err
 		}
@@ -163,7 +168,7 @@ func (l *Loader) ReadAt(e *catalog.Entry, dest []byte, off int64) ([]byte, error
 	} else {
 		n := 0
 		for i := first; i <= last; i++ {
-			b, t, w, err := l.block(e, i)
+			b, t, w, err := l.block(e, i, end >= min((i+1)*bs, e.Size))
 			if err != nil {
 				return nil, err
 			}
@@ -188,15 +193,18 @@ func (l *Loader) count(t tier, n int64) {
 }
 
 // block returns block i of e for a demand read, the tier it came from and
-// how long it waited on the PFS.
-func (l *Loader) block(e *catalog.Entry, i int64) ([]byte, tier, time.Duration, error) {
+// how long it waited on the PFS. done says the read reaches the block's
+// end.
+func (l *Loader) block(e *catalog.Entry, i int64, done bool) ([]byte, tier, time.Duration, error) {
 	key := BlockKey(e.Path, i)
 	if b, ok := l.ram.Get(key, e.Size, e.Mtime); ok {
 		return b.Data, tierRAM, 0, nil
 	}
 	if s := l.stage.Load(); s != nil {
-		if b, ok := s.s.Take(key, e); ok {
-			l.ram.Put(key, b) // kept only if its next use warrants it
+		if b, ok := s.s.Take(key, e, done); ok {
+			if done {
+				l.ram.Put(key, b) // kept only if its next use warrants it
+			}
 			return b.Data, tierRAM, 0, nil
 		}
 	}
@@ -205,7 +213,12 @@ func (l *Loader) block(e *catalog.Entry, i int64) ([]byte, tier, time.Duration, 
 	if c.err != nil {
 		return nil, c.src, 0, c.err
 	}
-	l.ram.Put(key, ramcache.Block{ID: e.Ino, Data: c.val, Size: e.Size, Mtime: e.Mtime, Sum: c.sum})
+	b := ramcache.Block{ID: e.Ino, Data: c.val, Size: e.Size, Mtime: e.Mtime, Sum: c.sum}
+	if !l.ram.Put(key, b) && !done {
+		if s := l.stage.Load(); s != nil {
+			s.s.Hold(key, b)
+		}
+	}
 	var waited time.Duration
 	if c.src == tierPFS {
 		waited = time.Since(start)

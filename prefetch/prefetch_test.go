@@ -84,7 +84,10 @@ func TestFollowsThePlan(t *testing.T) {
 	}
 	for _, i := range order {
 		e := j.Samples[i].Entry
-		if _, ok := p.Take(loader.BlockKey(e.Path, 0), e); !ok {
+		if _, ok := p.Take(loader.BlockKey(e.Path, 0), e, false); !ok {
+			t.Fatalf("%s was not staged", e.Path)
+		}
+		if _, ok := p.Take(loader.BlockKey(e.Path, 0), e, true); !ok {
 			t.Fatalf("%s was not staged", e.Path)
 		}
 		p.Observe(e, 0, 0)

@@ -40,6 +40,10 @@ type options struct {
 	readLatency time.Duration
 	bandwidth   float64
 	genOnly     bool
+	suites      string
+	examples    string
+	busyOpen    time.Duration
+	busyRead    time.Duration
 }
 
 func main() {
@@ -52,6 +56,10 @@ func main() {
 	flag.DurationVar(&o.readLatency, "pfs-read-latency", 200*time.Microsecond, "pfssim latency per read call")
 	flag.Float64Var(&o.bandwidth, "pfs-bandwidth-mbps", 300, "pfssim aggregate bandwidth in MB/s")
 	flag.BoolVar(&o.genOnly, "gen-only", false, "only generate the dataset under DIR/source")
+	flag.StringVar(&o.suites, "suites", "mount,clairvoyance", "which tables to measure")
+	flag.StringVar(&o.examples, "examples", "examples", "directory of train_imagefolder.py")
+	flag.DurationVar(&o.busyOpen, "busy-open-latency", 20*time.Millisecond, "clairvoyance suite: pfssim latency per open")
+	flag.DurationVar(&o.busyRead, "busy-read-latency", time.Millisecond, "clairvoyance suite: pfssim latency per read call")
 	flag.Parse()
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "dlfsbench:", err)
@@ -88,6 +96,19 @@ func run(o options) error {
 		files[i] = f.Path
 		total += f.Size
 	}
+	if strings.Contains(o.suites, "mount") {
+		if err := runMount(o, src, files, total); err != nil {
+			return err
+		}
+	}
+	if strings.Contains(o.suites, "clairvoyance") {
+		return runClairvoyance(o, src, total)
+	}
+	return nil
+}
+
+// runMount measures the mount suite (issue 2): raw reads of every file.
+func runMount(o options, src string, files []string, total int64) error {
 
 	pfsMnt, err := freshDir(filepath.Join(o.dir, "pfs"))
 	if err != nil {

@@ -5,8 +5,10 @@ epoch and the ranks on this node. Two ways to tell it, both with nothing
 beyond torch:
 
 * ``dlfs.DistributedSampler`` is a drop-in for
-  ``torch.utils.data.DistributedSampler`` that announces an epoch as soon
-  as ``set_epoch`` is called, or when iteration starts if it was not.
+  ``torch.utils.data.DistributedSampler`` that announces epoch 0 when it is
+  made (so prefetching starts while the model is still being built), and
+  every later epoch as soon as ``set_epoch`` is called (or when iteration
+  starts, if it was not).
 * ``dlfs.announce(mountpoint, **keys)`` writes one control line, for
   anything else.
 
@@ -113,7 +115,7 @@ class DistributedSampler(torch.utils.data.DistributedSampler):
             self._dlfs_keys["ranks"] = list(ranks)
         else:
             self._dlfs_keys["rank"] = self.rank
-        self._dlfs_announced = None
+        self._announce(self.epoch)
 
     def _announce(self, epoch):
         if self._dlfs_keys is not None and self._dlfs_announced != epoch:

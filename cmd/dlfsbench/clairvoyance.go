@@ -1,0 +1,223 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/dlfs/dlfs/test/mountproc"
+)
+
+// The clairvoyance suite (issue 3): an unmodified PyTorch DataLoader
+// (ImageFolder, DistributedSampler, 4 workers) reads a busy PFS directly,
+// and through dlfs told the sampler's seed by dlfs.DistributedSampler.
+
+type busyPFS struct {
+	openLatency, readLatency time.Duration
+	bandwidthMBps            float64
+	maxInFlight              int
+}
+
+// epochRun is one epoch of the training script.
+type epochRun struct {
+	label    string
+	epoch    int
+	seconds  float64
+	samples  int
+	pfsBytes int64
+	hits     int64 // reads served without waiting on the PFS
+	planned  int64 // hits + late + misses
+}
+
+func runClairvoyance(o options, src string, total int64) error {
+	busy := busyPFS{openLatency: o.busyOpen, readLatency: o.busyRead, bandwidthMBps: o.bandwidth, maxInFlight: 256}
+	pfsMnt, err := freshDir(filepath.Join(o.dir, "busy-pfs"))
+	if err != nil {
+		return err
+	}
+	stats := filepath.Join(o.dir, "busy-pfs.json")
+	pfs, err := mountproc.Start(filepath.Join(o.bin, "pfssim"), pfsMnt, time.Minute,
+		"-stats", stats, "-open-latency", busy.openLatency.String(), "-read-latency", busy.readLatency.String(),
+		"-bandwidth-mbps", fmt.Sprint(busy.bandwidthMBps), "-max-inflight", fmt.Sprint(busy.maxInFlight), src, pfsMnt)
+	if err != nil {
+		return err
+	}
+	defer pfs.Stop(30 * time.Second)
+	pfsBytes := func() int64 {
+		c, err := pfs.PFSCounters(stats, 10*time.Second)
+		if err != nil {
+			return -1
+		}
+		return c.Bytes
+	}
+
+	var runs []epochRun
+	// train runs one epoch of the example script over data.
+	train := func(label, data string, epoch int, mnt string) error {
+		fmt.Fprintf(os.Stderr, "measuring: %s, epoch %d\n", label, epoch)
+		before := pfsBytes()
+		var h0, p0 int64
+		if mnt != "" {
+			h0, p0 = jobReads(mnt)
+		}
+		rec := filepath.Join(o.dir, "record.json")
+		cmd := exec.Command("/usr/bin/python3", filepath.Join(o.examples, "train_imagefolder.py"), "--data", data,
+			"--epochs", "1", "--start-epoch", fmt.Sprint(epoch), "--workers", "4", "--batch", "32", "--raw", "--record", rec)
+		cmd.Env = append(os.Environ(), "RANK=0", "WORLD_SIZE=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%s epoch %d: %v\n%s", label, epoch, err, out)
+		}
+		var r []struct {
+			Seconds float64 `json:"seconds"`
+			Samples int     `json:"samples"`
+		}
+		b, err := os.ReadFile(rec)
+		if err == nil {
+			err = json.Unmarshal(b, &r)
+		}
+		if err != nil || len(r) != 1 {
+			return fmt.Errorf("%s: bad record: %v", label, err)
+		}
+		run := epochRun{label: label, epoch: epoch, seconds: r[0].Seconds, samples: r[0].Samples, pfsBytes: pfsBytes() - before}
+		if mnt != "" {
+			h1, p1 := jobReads(mnt)
+			run.hits, run.planned = h1-h0, p1-p0
+		}
+		runs = append(runs, run)
+		return nil
+	}
+
+	// Direct: every worker waits on the PFS for every sample.
+	for epoch := 0; epoch < 2; epoch++ {
+		if err := train("DataLoader on pfssim directly", pfsMnt, epoch, ""); err != nil {
+			return err
+		}
+	}
+
+	// dlfs with a RAM tier larger than the dataset, then with half of it.
+	// The half-RAM run stages at most 64 MiB, so that staging does not
+	// stand in for the missing half of the RAM tier.
+	for _, c := range []struct {
+		label     string
+		ram       int64
+		staging   string
+		dropCache bool
+	}{
+		{"dlfs, RAM tier ≥ dataset", 2 << 30, "256MiB", false},
+		{"dlfs, RAM tier = ½ dataset, page cache dropped before epoch 1", total / 2, "64MiB", true},
+	} {
+		mnt, err := freshDir(filepath.Join(o.dir, "mnt-clairvoyance"))
+		if err != nil {
+			return err
+		}
+		d, err := mountproc.Start(filepath.Join(o.bin, "dlfs"), mnt, time.Minute, "mount",
+			"--ram-cache", fmt.Sprint(c.ram), "--staging", c.staging, "--log-level", "warn", pfsMnt, mnt)
+		if err != nil {
+			return err
+		}
+		err = train(c.label, mnt, 0, mnt)
+		if err == nil && c.dropCache {
+			err = dropPageCache(mnt, listFiles(mnt))
+		}
+		if err == nil {
+			err = train(c.label, mnt, 1, mnt)
+		}
+		if serr := d.Stop(30 * time.Second); err == nil {
+			err = serr
+		}
+		if err != nil {
+			return err
+		}
+	}
+
+	bound := float64(total) / (busy.bandwidthMBps * 1e6)
+	fmt.Printf("\n## Clairvoyant prefetch: PyTorch DataLoader (ImageFolder, DistributedSampler, 4 workers, batch 32)\n\n")
+	fmt.Printf("pfssim as a busy PFS: %v per open, %v per read, %.0f MB/s aggregate, %d requests in flight. "+
+		"Bandwidth bound for one epoch of %.0f MB: %.2f s.\n\n", busy.openLatency, busy.readLatency, busy.bandwidthMBps,
+		busy.maxInFlight, float64(total)/1e6, bound)
+	fmt.Println("| reader | epoch | seconds | samples/s | × direct | % of bandwidth bound | PFS MB | hits |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|")
+	direct := map[int]float64{}
+	for _, r := range runs {
+		if r.label == runs[0].label {
+			direct[r.epoch] = r.seconds
+		}
+	}
+	for _, r := range runs {
+		hits := "-"
+		if r.planned > 0 {
+			hits = fmt.Sprintf("%.1f%%", 100*float64(r.hits)/float64(r.planned))
+		}
+		fmt.Printf("| %s | %d | %.2f | %.0f | %.1f | %.0f%% | %.0f | %s |\n", r.label, r.epoch, r.seconds,
+			float64(r.samples)/r.seconds, direct[r.epoch]/r.seconds, 100*bound/r.seconds, float64(r.pfsBytes)/1e6, hits)
+	}
+	find := func(label string, epoch int) epochRun {
+		for _, r := range runs {
+			if r.label == label && r.epoch == epoch {
+				return r
+			}
+		}
+		return epochRun{}
+	}
+	full := find("dlfs, RAM tier ≥ dataset", 0)
+	half := find("dlfs, RAM tier = ½ dataset, page cache dropped before epoch 1", 1)
+	fmt.Println()
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "NOT met"
+	}
+	speedup := direct[0] / full.seconds
+	fmt.Printf("- epoch 0 through dlfs vs direct: %.1f× (target ≥ 10×): %s\n", speedup, verdict(speedup >= 10))
+	frac := bound / full.seconds
+	fmt.Printf("- epoch 0 through dlfs, share of the bandwidth bound: %.0f%% (target ≥ 90%%): %s\n", 100*frac, verdict(frac >= 0.9))
+	hr := 0.0
+	if full.planned > 0 {
+		hr = float64(full.hits) / float64(full.planned)
+	}
+	fmt.Printf("- prefetch hits in epoch 0: %.1f%% of reads (target ≥ 99%%): %s\n", 100*hr, verdict(hr >= 0.99))
+	e1 := find("dlfs, RAM tier ≥ dataset", 1).pfsBytes
+	fmt.Printf("- PFS bytes in epoch 1, RAM tier ≥ dataset: %d (target 0): %s\n", e1, verdict(e1 == 0))
+	ratio := float64(half.pfsBytes) / float64(total)
+	fmt.Printf("- PFS bytes in epoch 1, RAM tier = ½ dataset: %.2f× the dataset (target ≤ 0.55×): %s\n", ratio, verdict(ratio <= 0.55))
+	return nil
+}
+
+// jobReads returns the planned reads of job "default", rank 0, so far:
+// those served without waiting on the PFS, and all of them.
+func jobReads(mnt string) (hits, planned int64) {
+	b, err := os.ReadFile(filepath.Join(mnt, ".dlfs/stats"))
+	if err != nil {
+		return 0, 0
+	}
+	var st struct {
+		Jobs map[string]map[string]struct {
+			Hits   int64 `json:"hits"`
+			Late   int64 `json:"late"`
+			Misses int64 `json:"misses"`
+		} `json:"jobs"`
+	}
+	if json.Unmarshal(b, &st) != nil {
+		return 0, 0
+	}
+	r := st.Jobs["default"]["rank-0"]
+	return r.Hits, r.Hits + r.Late + r.Misses
+}
+
+// listFiles returns the regular files under root, relative to it, skipping
+// the control directory.
+func listFiles(root string) []string {
+	var out []string
+	filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			rel, _ := filepath.Rel(root, p)
+			out = append(out, rel)
+		}
+		return nil
+	})
+	return out
+}
