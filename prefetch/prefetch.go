@@ -6,7 +6,8 @@
 // Every local rank of every job is a stream: the files it will read over
 // the planned epochs, in sampler order (package jobs). Each stream has a
 // cursor (the first sample not yet consumed) and a frontier (the next
-// sample to consider fetching). The scheduler always fetches the next
+// sample to consider fetching, in the order the DataLoader's workers will
+// ask for them: see schedule). The scheduler always fetches the next
 // needed sample that is not yet staged or in flight, taking it from the
 // stream whose frontier is least ahead of its cursor, as long as staged
 // and in-flight bytes fit in Config.Staging. Config.Workers fetches run at
@@ -123,7 +124,9 @@ type stream struct {
 	consumed []bool
 	cursor   int // first position not consumed
 	maxSeen  int // furthest position consumed by a read; -1 before any
-	frontier int // next position to consider fetching
+	order    []int32 // positions in the order the DataLoader will ask for them
+	sched    []int32 // sched[pos] is pos's index in order
+	frontier int     // next index into order to consider fetching
 	slack    int
 	stats    *Stats
 }
@@ -282,11 +285,49 @@ func build(j *jobs.Job, rank int) *stream {
 	}
 	s.starts = append(s.starts, len(s.entries))
 	s.consumed = make([]bool, len(s.entries))
+	s.order, s.sched = schedule(s.starts, max(j.Spec.Workers, 1), j.Spec.Batch)
 	// The DataLoader has up to prefetch_factor (2) batches per worker in
 	// flight; reads arrive out of order within that window.
 	window := 2 * max(j.Spec.Workers, 1) * j.Spec.Batch
 	s.slack = 2*window + j.Spec.Batch + 16
 	return s
+}
+
+// schedule returns the positions of each epoch (starts delimits them) in
+// the order a DataLoader with workers processes and batch size batch reads
+// them: batch k goes to worker k % workers, the workers run side by side
+// and each reads its batch in order, so within a round of workers batches
+// the i-th samples of all of them come before the (i+1)-th. Prefetching in
+// this order serves the first batches of an epoch, which every worker asks
+// for at once, in time.
+func schedule(starts []int, workers, batch int) (order, sched []int32) {
+	n := starts[len(starts)-1]
+	order = make([]int32, 0, n)
+	sched = make([]int32, n)
+	for e := 0; e+1 < len(starts); e++ {
+		lo, hi := starts[e], starts[e+1]
+		round := workers * batch
+		for r := lo; r < hi; r += round {
+			for i := 0; i < batch; i++ {
+				for w := 0; w < workers; w++ {
+					if p := r + w*batch + i; p < hi && p < r+round {
+						sched[p] = int32(len(order))
+						order = append(order, int32(p))
+					}
+				}
+			}
+		}
+	}
+	return order, sched
+}
+
+// ahead is how far the scheduler has gone past the cursor, in schedule
+// steps.
+func (s *stream) ahead() int {
+	if s.cursor >= len(s.entries) {
+		return s.frontier
+	}
+	return s.frontier - int(s.sched[s.cursor])
 }
 
 // epochOf returns the index into s.epochs of position pos.
@@ -384,9 +425,6 @@ func (p *Prefetcher) advanceLocked(s *stream) {
 			s.stats.Inferred++
 		default:
 			s.stats.Cursor = s.cursor
-			if s.frontier < s.cursor {
-				s.frontier = s.cursor
-			}
 			return
 		}
 		s.cursor++
@@ -442,7 +480,7 @@ func (p *Prefetcher) unstageLocked(key string, b ramcache.Block) {
 // within what the scheduler has reached (or anywhere, if !soon).
 func (p *Prefetcher) neededLocked(ino uint64, soon bool) bool {
 	for _, s := range p.streams {
-		if q := s.pending(ino); q >= 0 && (!soon || q < s.frontier) {
+		if q := s.pending(ino); q >= 0 && (!soon || int(s.sched[q]) < s.frontier) {
 			return true
 		}
 	}
@@ -505,15 +543,16 @@ func (p *Prefetcher) next() *catalog.Entry {
 	for {
 		var s *stream
 		for _, c := range p.streams {
-			if c.frontier < len(c.entries) && (s == nil || c.frontier-c.cursor < s.frontier-s.cursor) {
+			if c.frontier < len(c.order) && (s == nil || c.ahead() < s.ahead()) {
 				s = c
 			}
 		}
 		if s == nil {
 			return nil
 		}
-		e := s.entries[s.frontier]
-		if s.consumed[s.frontier] || p.stagedIno[e.Ino] > 0 || p.inflight[e.Ino] > 0 {
+		pos := s.order[s.frontier]
+		e := s.entries[pos]
+		if s.consumed[pos] || p.stagedIno[e.Ino] > 0 || p.inflight[e.Ino] > 0 {
 			s.frontier++
 			continue
 		}
