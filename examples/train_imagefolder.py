@@ -54,6 +54,7 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--job", default="default")
     ap.add_argument("--raw", action="store_true")
+    ap.add_argument("--step-ms", type=float, default=0, help="stand-in for the model's step: sleep this long per batch")
     ap.add_argument("--record")
     args = ap.parse_args()
 
@@ -73,6 +74,8 @@ def main():
         sampler.set_epoch(epoch)
         start, n, nbytes, order = time.time(), 0, 0, []
         for sizes, idx in loader:
+            if args.step_ms:
+                time.sleep(args.step_ms / 1000)
             n += len(idx)
             nbytes += int(sizes.sum())
             order.extend(int(i) for i in idx)
