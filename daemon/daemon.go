@@ -17,10 +17,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -148,6 +150,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if cfg.SSDDir != "" {
 		sc := cfg.SSD
 		sc.Dir, sc.Capacity, sc.Logger = cfg.SSDDir, cfg.SSDCapacity, cfg.Logger
+		sc.NextUse = n.nextUseOfKey
 		if err := os.MkdirAll(cfg.SSDDir, 0o700); err != nil {
 			return nil, fmt.Errorf("ssd cache %s: %w", cfg.SSDDir, err)
 		}
@@ -279,6 +282,16 @@ func (d dataset) Snapshot() *catalog.Snapshot { return d.n.cat.Snapshot() }
 func (d dataset) Source() string              { return d.n.cat.Source() }
 func (d dataset) ReadAt(e *catalog.Entry, dest []byte, off int64) ([]byte, error) {
 	return d.n.load.ReadAt(e, dest, off)
+}
+
+// nextUseOfKey is the SSD tier's oracle: how soon a plan needs the file a
+// block key belongs to.
+func (n *Node) nextUseOfKey(key string) int64 {
+	path, _, _ := strings.Cut(key, "\x00")
+	if e := n.cat.Snapshot().Lookup(path); e != nil && n.pf != nil {
+		return n.pf.NextUse(e.Ino)
+	}
+	return math.MaxInt64
 }
 
 // readWhole reads a whole dataset file through the tiers.

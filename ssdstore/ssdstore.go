@@ -15,7 +15,8 @@
 //
 // Blocks are written into the current segment; a segment closes when it
 // holds Capacity/Segments bytes. When the live bytes exceed Capacity, the
-// oldest segment is dropped as a whole with DropPrefix, which also tells
+// oldest segment is dropped as a whole with DropPrefix (after copying out
+// the blocks a known plan needs soonest, when Config.NextUse is set), which also tells
 // Badger that its value-log space is garbage, and value-log GC then deletes
 // or rewrites those files. Evicting by segment, as flash caches do by region,
 // keeps write amplification low and makes reclaimed space real rather than
@@ -41,8 +42,10 @@ import (
 	"fmt"
 	"hash/crc32"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -68,6 +71,10 @@ type Config struct {
 	QueueBytes int64 // default 64 MiB
 	// GCInterval is how often value-log GC runs when there is garbage.
 	GCInterval time.Duration // default 10s
+	// NextUse tells how soon a block is needed by a known plan
+	// (math.MaxInt64: not planned). When a segment is evicted, the planned
+	// blocks needed soonest are kept. nil: plain segment FIFO.
+	NextUse func(key string) int64
 	// TrimBytes of SSD traffic (reads and writes) trigger a page-out of
 	// Badger's value-log mappings, which keeps them out of the
 	// daemon's RSS (see pageout_linux.go). 0 disables.
@@ -99,6 +106,9 @@ type Stats struct {
 	Corrupt   int64 `json:"corrupt"`
 	// Dropped counts blocks not cached because the write queue was full.
 	Dropped int64 `json:"dropped_writes"`
+	// Kept counts blocks copied out of an evicted segment because a plan
+	// needs them soon.
+	Kept int64 `json:"kept_on_eviction"`
 }
 
 // ErrClosed is returned by operations on a closed Store.
@@ -129,13 +139,14 @@ type Store struct {
 	mu sync.Mutex
 	// mu guards the following.
 	// INVARIANT: bytes == sum of meta.len over index; segBytes[s] == sum over index entries in s.
-	index    map[string]meta
-	segBytes map[uint32]int64
-	cur      uint32 // segment being written
-	bytes    int64
-	evicted  int64
-	corrupt  int64
-	dropped  int64
+	index     map[string]meta
+	segBytes  map[uint32]int64
+	cur       uint32 // segment being written
+	bytes     int64
+	evicted   int64
+	corrupt   int64
+	dropped   int64
+	rewritten int64
 }
 
 type meta struct {
@@ -597,8 +608,10 @@ func (s *Store) evictOldest() bool {
 	if oldest == s.cur {
 		s.cur++ // everything is in the open segment: close it and drop it
 	}
+	var victims []keyMeta
 	for k, m := range s.index {
 		if m.seg == oldest {
+			victims = append(victims, keyMeta{k, m})
 			delete(s.index, k)
 			s.bytes -= m.len
 		}
@@ -606,6 +619,7 @@ func (s *Store) evictOldest() bool {
 	delete(s.segBytes, oldest)
 	s.evicted++
 	s.mu.Unlock()
+	s.keepPlanned(victims)
 	s.dropMu.Lock()
 	err := s.db.DropPrefix(segPrefix(oldest))
 	s.dropMu.Unlock()
@@ -613,6 +627,55 @@ func (s *Store) evictOldest() bool {
 		s.log.Warn("ssdstore: dropping segment failed", "segment", oldest, "err", err)
 	}
 	return true
+}
+
+type keyMeta struct {
+	key string
+	m   meta
+}
+
+// keepPlanned copies the blocks of a segment about to be dropped that a
+// plan needs soonest into the current segment, up to half a segment's
+// bytes: segment eviction approximates Belady's policy when the future is
+// known. Without Config.NextUse it does nothing.
+func (s *Store) keepPlanned(victims []keyMeta) {
+	if s.cfg.NextUse == nil {
+		return
+	}
+	type planned struct {
+		keyMeta
+		next int64
+	}
+	var keep []planned
+	for _, v := range victims {
+		if n := s.cfg.NextUse(v.key); n != math.MaxInt64 {
+			keep = append(keep, planned{v, n})
+		}
+	}
+	sort.Slice(keep, func(i, j int) bool { return keep[i].next < keep[j].next })
+	budget := s.cfg.Capacity / int64(s.cfg.Segments) / 2
+	for _, k := range keep {
+		if budget -= k.m.len; budget < 0 {
+			break
+		}
+		var v []byte
+		err := s.db.View(func(txn *badger.Txn) error {
+			item, err := txn.Get(dbKey(k.m, k.key))
+			if err != nil {
+				return err
+			}
+			v, err = item.ValueCopy(nil)
+			return err
+		})
+		if err != nil {
+			continue
+		}
+		if b, err := decode(v); err == nil && s.Put(k.key, b) == nil {
+			s.mu.Lock()
+			s.rewritten++
+			s.mu.Unlock()
+		}
+	}
 }
 
 // garbage reports whether the value log is noticeably larger than the data.
@@ -652,7 +715,7 @@ func (s *Store) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return Stats{Entries: int64(len(s.index)), Bytes: s.bytes, Capacity: s.cfg.Capacity,
-		DiskBytes: disk, Evicted: s.evicted, Corrupt: s.corrupt, Dropped: s.dropped}
+		DiskBytes: disk, Evicted: s.evicted, Corrupt: s.corrupt, Dropped: s.dropped, Kept: s.rewritten}
 }
 
 // Close commits queued writes, stops the goroutines and closes Badger. It is
