@@ -122,8 +122,8 @@ type stream struct {
 	entries  []*catalog.Entry
 	pos      map[uint64][]int32 // inode -> ascending positions
 	consumed []bool
-	cursor   int // first position not consumed
-	maxSeen  int // furthest position consumed by a read; -1 before any
+	cursor   int     // first position not consumed
+	maxSeen  int     // furthest position consumed by a read; -1 before any
 	order    []int32 // positions in the order the DataLoader will ask for them
 	sched    []int32 // sched[pos] is pos's index in order
 	frontier int     // next index into order to consider fetching
