@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"time"
 
 	"github.com/dlfs/dlfs/test/mountproc"
@@ -117,27 +118,41 @@ func runClairvoyance(o options, src string, total int64) error {
 		{"dlfs, RAM tier = ½ dataset, page cache dropped before epoch 1", total / 2, "64MiB", true, 2, nil},
 		{stepLabel, 2 << 30, "256MiB", false, 1, []string{"--step-ms", "12"}},
 	} {
-		mnt, err := freshDir(filepath.Join(o.dir, "mnt-clairvoyance"))
-		if err != nil {
-			return err
-		}
-		d, err := mountproc.Start(filepath.Join(o.bin, "dlfs"), mnt, time.Minute, "mount",
-			"--ram-cache", fmt.Sprint(c.ram), "--staging", c.staging, "--log-level", "warn", pfsMnt, mnt)
-		if err != nil {
-			return err
-		}
-		err = train(c.label, mnt, 0, mnt, c.extra...)
-		if err == nil && c.dropCache {
-			err = dropPageCache(mnt, listFiles(mnt))
-		}
-		if err == nil && c.epochs > 1 {
-			err = train(c.label, mnt, 1, mnt, c.extra...)
-		}
-		if serr := d.Stop(30 * time.Second); err == nil {
-			err = serr
-		}
-		if err != nil {
-			return err
+		// Epoch 0 is measured on 3 fresh mounts (cold caches each time) and
+		// the median kept: one run of 2 s is at the mercy of the noisy
+		// machine. The last mount goes on to epoch 1.
+		var firsts []epochRun
+		for rep := 0; rep < 3; rep++ {
+			mnt, err := freshDir(filepath.Join(o.dir, "mnt-clairvoyance"))
+			if err != nil {
+				return err
+			}
+			d, err := mountproc.Start(filepath.Join(o.bin, "dlfs"), mnt, time.Minute, "mount",
+				"--ram-cache", fmt.Sprint(c.ram), "--staging", c.staging, "--log-level", "warn", pfsMnt, mnt)
+			if err != nil {
+				return err
+			}
+			err = train(c.label, mnt, 0, mnt, c.extra...)
+			if err == nil {
+				firsts = append(firsts, runs[len(runs)-1])
+				runs = runs[:len(runs)-1]
+			}
+			if err == nil && rep == 2 {
+				sort.Slice(firsts, func(i, j int) bool { return firsts[i].seconds < firsts[j].seconds })
+				runs = append(runs, firsts[1])
+				if c.dropCache {
+					err = dropPageCache(mnt, listFiles(mnt))
+				}
+				if err == nil && c.epochs > 1 {
+					err = train(c.label, mnt, 1, mnt, c.extra...)
+				}
+			}
+			if serr := d.Stop(30 * time.Second); err == nil {
+				err = serr
+			}
+			if err != nil {
+				return err
+			}
 		}
 	}
 
@@ -146,6 +161,8 @@ func runClairvoyance(o options, src string, total int64) error {
 	fmt.Printf("pfssim as a busy PFS: %v per open, %v per read, %.0f MB/s aggregate, %d requests in flight. "+
 		"Bandwidth bound for one epoch of %.0f MB: %.2f s.\n\n", busy.openLatency, busy.readLatency, busy.bandwidthMBps,
 		busy.maxInFlight, float64(total)/1e6, bound)
+	fmt.Println("Each dlfs epoch 0 is the median of 3 runs on fresh mounts.")
+	fmt.Println()
 	fmt.Println("| reader | epoch | seconds | samples/s | × direct | % of bandwidth bound | PFS MB | hits |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|")
 	direct := map[int]float64{}
