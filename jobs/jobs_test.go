@@ -1,0 +1,92 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/control"
+)
+
+func registry(t *testing.T, files map[string]string) *Registry {
+	t.Helper()
+	root := t.TempDir()
+	for p, data := range files {
+		full := filepath.Join(root, p)
+		os.MkdirAll(filepath.Dir(full), 0o755)
+		if err := os.WriteFile(full, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cat, err := catalog.Open(context.Background(), catalog.DefaultConfig(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return New(Config{Snapshot: cat.Snapshot, ReadFile: func(e *catalog.Entry) ([]byte, error) {
+		return os.ReadFile(filepath.Join(root, e.Path))
+	}})
+}
+
+func apply(r *Registry, line string) error {
+	cmds, err := control.Parse([]byte(line))
+	if err != nil {
+		return err
+	}
+	return r.Apply(cmds[0].(control.Job))
+}
+
+func TestListDataset(t *testing.T) {
+	r := registry(t, map[string]string{
+		"d/a.bin": "a", "d/b.bin": "b", "d/sub/c.bin": "c",
+		"lists/train.txt": "b.bin\n\nsub/c.bin\na.bin\n",
+		"lists/bad.txt":   "a.bin\nnope.bin\n",
+	})
+	if err := apply(r, "job=l root=d dataset=list:lists/train.txt sampler=sequential epoch=0"); err != nil {
+		t.Fatal(err)
+	}
+	j := r.Get("l")
+	var got []string
+	for _, i := range j.Order(0, 0) {
+		got = append(got, j.Samples[i].Path)
+	}
+	if strings.Join(got, ",") != "d/b.bin,d/sub/c.bin,d/a.bin" {
+		t.Errorf("order %v", got)
+	}
+	for line, want := range map[string]string{
+		"job=x root=d dataset=list:lists/bad.txt epoch=0":  `line 2: "nope.bin"`,
+		"job=x root=d dataset=list:lists/none.txt epoch=0": "no such file",
+		"job=x root=nope epoch=0":                          "not a directory",
+		"job=x root=d epoch=0":                             "holds no samples",
+	} {
+		err := apply(r, line)
+		if err == nil || !strings.Contains(err.Error(), want) || !errors.Is(err, control.ErrSyntax) {
+			t.Errorf("%q: got %v, want an ErrSyntax containing %q", line, err, want)
+		}
+	}
+	if r.Get("x") != nil {
+		t.Error("a rejected line registered a job")
+	}
+}
+
+func TestRankEpochs(t *testing.T) {
+	r := registry(t, map[string]string{"c/1.jpg": "1", "c/2.jpg": "2", "c/3.jpg": "3", "c/4.jpg": "4"})
+	for _, line := range []string{"job=j epoch=0 world=2 rank=0", "job=j epoch=0 world=2 rank=1", "job=j epoch=1 world=2 rank=0"} {
+		if err := apply(r, line); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j := r.Get("j")
+	if j.RankEpoch[0] != 1 || j.RankEpoch[1] != 0 {
+		t.Errorf("rank epochs %v: want rank 0 at 1, rank 1 still at 0", j.RankEpoch)
+	}
+	if !j.Planned(1, 1) || j.Planned(0, 0) || !j.Planned(0, 2) {
+		t.Error("Planned disagrees with the rank epochs")
+	}
+	if err := apply(r, "job=j epoch=5 ranks=0,1"); err != nil || r.Get("j").RankEpoch[1] != 5 {
+		t.Errorf("ranks= should move every rank: %v %v", err, r.Get("j").RankEpoch)
+	}
+}
