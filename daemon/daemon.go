@@ -48,7 +48,10 @@ type Config struct {
 	Mountpoint string // required
 	NodeName   string // default: the host name
 
-	RAMCache    int64  // bytes; default 512 MiB; 0 after defaults means off
+	RAMCache int64 // bytes; default 512 MiB; 0 after defaults means off
+	// RAMEvictLRU makes the RAM tier plain LRU even when plans are known
+	// (for comparison; Belady by next use is the default).
+	RAMEvictLRU bool
 	SSDDir      string // "" disables the SSD tier
 	SSDCapacity int64  // bytes; default 4 GiB
 
@@ -143,9 +146,13 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	// The RAM tier evicts by next use once the prefetcher knows the future.
-	n.ram = ramcache.New(ramcache.Config{Capacity: max(cfg.RAMCache, 0), NextUse: func(ino uint64) int64 {
+	rc := ramcache.Config{Capacity: max(cfg.RAMCache, 0), NextUse: func(ino uint64) int64 {
 		return n.pf.NextUse(ino) // n.pf is set before the mount serves any read
-	}})
+	}}
+	if cfg.RAMEvictLRU {
+		rc.NextUse = nil
+	}
+	n.ram = ramcache.New(rc)
 	var ssd loader.SSD
 	if cfg.SSDDir != "" {
 		sc := cfg.SSD

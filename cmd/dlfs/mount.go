@@ -31,6 +31,7 @@ type mountOptions struct {
 	debugFUSE    bool
 	cpuProfile   string
 	pfWorkers    int
+	ramEviction  string
 	staging      sizeValue
 }
 
@@ -66,6 +67,13 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 			cfg.MetricsAddr = o.metricsAddr
 			cfg.NodeName = o.nodeName
 			cfg.Prefetch.Workers = o.pfWorkers
+			switch o.ramEviction {
+			case "belady":
+			case "lru":
+				cfg.RAMEvictLRU = true
+			default:
+				return fmt.Errorf("--ram-eviction %q: want belady or lru", o.ramEviction)
+			}
 			cfg.Prefetch.Staging = int64(o.staging)
 			if o.pfWorkers <= 0 || o.pfWorkers > 4096 {
 				return fmt.Errorf("--prefetch-workers %d: want 1 to 4096", o.pfWorkers)
@@ -94,6 +102,7 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 	f.DurationVar(&o.ttl, "cache-ttl", def.FUSE.TTL, "how long the kernel caches names and attributes")
 	f.IntVar(&o.pfWorkers, "prefetch-workers", def.Prefetch.Workers, "fetches in flight ahead of announced jobs")
 	f.Var(&o.staging, "staging", "memory for prefetched samples not yet read")
+	f.StringVar(&o.ramEviction, "ram-eviction", "belady", "RAM tier eviction: belady (by next use, when jobs are announced) or lru")
 	f.BoolVar(&o.debugFUSE, "debug-fuse", false, "log every FUSE request")
 	f.StringVar(&o.cpuProfile, "cpu-profile", "", "write a Go CPU profile to this file until unmount")
 	_ = f.MarkHidden("cpu-profile")
