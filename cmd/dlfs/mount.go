@@ -128,9 +128,10 @@ func runMount(cmd *cobra.Command, cfg daemon.Config, o *mountOptions) error {
 	if _, err := os.Stat(cfg.Source); err != nil {
 		return fmt.Errorf("source %s: %w", cfg.Source, unwrapPath(err))
 	}
-	// Keep the heap near the RAM tier: the tier's blocks are most of it, and
-	// the collector would otherwise let garbage grow to the tier's size again.
-	debug.SetMemoryLimit(cfg.RAMCache + 192<<20)
+	// Keep the heap near the RAM tier and the stage: their blocks are most
+	// of it, and the collector would otherwise let garbage grow as large
+	// again.
+	debug.SetMemoryLimit(cfg.RAMCache + cfg.Prefetch.Staging + 192<<20)
 
 	if o.cpuProfile != "" {
 		f, err := os.Create(o.cpuProfile)

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/dlfs/dlfs/test/conformance"
 )
 
 type epochRecord struct {
@@ -104,5 +106,32 @@ func TestDataLoaderMatchesPlan(t *testing.T) {
 	t.Logf("prefetch %v; jobs %v", st["prefetch"], st["jobs"])
 	if os.Getenv("DLFS_DEBUG_IT") != "" {
 		t.Log(d.Stderr.String())
+	}
+}
+
+// TestPlanIndexMatchesTorchvision: on a tree with hidden classes, symlinks,
+// mixed-case extensions and "sub-x" next to "sub/deeper", dlfs's
+// ImageFolder index (a sequential plan lists it in order) is torchvision's.
+func TestPlanIndexMatchesTorchvision(t *testing.T) {
+	src := t.TempDir()
+	dataset(t, src, 40)
+	conformance.OddTree(t, filepath.Join(src, "class_odd"))
+	if err := os.Symlink("class_001", filepath.Join(src, "class_link")); err != nil {
+		t.Fatal(err)
+	}
+	d := startDlfs(t, src)
+	if err := os.WriteFile(filepath.Join(d.Mnt, ".dlfs/control"), []byte("job=idx sampler=sequential epoch=0\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := os.ReadFile(filepath.Join(d.Mnt, ".dlfs/jobs/idx/rank-0/epoch-0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, s := range imageFolder(t, d.Mnt).Samples {
+		want = append(want, s[0].(string))
+	}
+	if got := strings.Split(strings.TrimSpace(string(plan)), "\n"); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("dlfs index (%d samples) differs from torchvision's (%d)\ndlfs: %v\ntorchvision: %v", len(got), len(want), got, want)
 	}
 }
