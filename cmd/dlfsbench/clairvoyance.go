@@ -35,25 +35,14 @@ type epochRun struct {
 
 func runClairvoyance(o options, src string, total int64) error {
 	busy := busyPFS{openLatency: o.busyOpen, readLatency: o.busyRead, bandwidthMBps: o.bandwidth, maxInFlight: 256}
-	pfsMnt, err := freshDir(filepath.Join(o.dir, "busy-pfs"))
-	if err != nil {
-		return err
-	}
-	stats := filepath.Join(o.dir, "busy-pfs.json")
-	pfs, err := mountproc.Start(filepath.Join(o.bin, "pfssim"), pfsMnt, time.Minute,
-		"-stats", stats, "-open-latency", busy.openLatency.String(), "-read-latency", busy.readLatency.String(),
-		"-bandwidth-mbps", fmt.Sprint(busy.bandwidthMBps), "-max-inflight", fmt.Sprint(busy.maxInFlight), src, pfsMnt)
+	pfs, err := startSim(o, "busy-pfs", src, "-open-latency", busy.openLatency.String(),
+		"-read-latency", busy.readLatency.String(), "-bandwidth-mbps", fmt.Sprint(busy.bandwidthMBps),
+		"-max-inflight", fmt.Sprint(busy.maxInFlight))
 	if err != nil {
 		return err
 	}
 	defer pfs.Stop(30 * time.Second)
-	pfsBytes := func() int64 {
-		c, err := pfs.PFSCounters(stats, 10*time.Second)
-		if err != nil {
-			return -1
-		}
-		return c.Bytes
-	}
+	pfsMnt, pfsBytes := pfs.Mnt, pfs.bytes
 
 	var runs []epochRun
 	// train runs one epoch of the example script over data.

@@ -110,26 +110,13 @@ func run(o options) error {
 // runMount measures the mount suite (issue 2): raw reads of every file.
 func runMount(o options, src string, files []string, total int64) error {
 
-	pfsMnt, err := freshDir(filepath.Join(o.dir, "pfs"))
-	if err != nil {
-		return err
-	}
-	pfsStats := filepath.Join(o.dir, "pfs.json")
-	pfs, err := mountproc.Start(filepath.Join(o.bin, "pfssim"), pfsMnt, time.Minute,
-		"-stats", pfsStats, "-open-latency", o.openLatency.String(), "-read-latency", o.readLatency.String(),
-		"-bandwidth-mbps", fmt.Sprint(o.bandwidth), src, pfsMnt)
+	pfs, err := startSim(o, "pfs", src, "-open-latency", o.openLatency.String(), "-read-latency", o.readLatency.String(),
+		"-bandwidth-mbps", fmt.Sprint(o.bandwidth))
 	if err != nil {
 		return err
 	}
 	defer pfs.Stop(30 * time.Second)
-	pfsBytes := func() int64 {
-		c, err := pfs.PFSCounters(pfsStats, 10*time.Second)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "dlfsbench:", err)
-			return -1
-		}
-		return c.Bytes
-	}
+	pfsMnt, pfsBytes := pfs.Mnt, pfs.bytes
 
 	var rows []row
 	// measureN reads the dataset passes times (each pass after prepare, if
@@ -405,6 +392,37 @@ func dropPageCache(root string, files []string) error {
 		}
 	}
 	return nil
+}
+
+// sim is a running pfssim with its counters file.
+type sim struct {
+	*mountproc.Proc
+	stats string
+}
+
+// startSim mounts pfssim over src at DIR/name with flags.
+func startSim(o options, name, src string, flags ...string) (*sim, error) {
+	mnt, err := freshDir(filepath.Join(o.dir, name))
+	if err != nil {
+		return nil, err
+	}
+	stats := filepath.Join(o.dir, name+".json")
+	args := append(append([]string{"-stats", stats}, flags...), src, mnt)
+	p, err := mountproc.Start(filepath.Join(o.bin, "pfssim"), mnt, time.Minute, args...)
+	if err != nil {
+		return nil, err
+	}
+	return &sim{p, stats}, nil
+}
+
+// bytes returns the bytes pfssim has served so far, or -1.
+func (s *sim) bytes() int64 {
+	c, err := s.PFSCounters(s.stats, 10*time.Second)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "dlfsbench:", err)
+		return -1
+	}
+	return c.Bytes
 }
 
 // freshDir returns an empty directory at path, unmounting a leftover mount.
