@@ -121,3 +121,39 @@ func TestSchedule(t *testing.T) {
 		}
 	}
 }
+
+// TestConsumptionTracking pins the rules that follow a DataLoader's reads:
+// out-of-order reads within the window, samples the page cache served
+// (never seen, inferred once far enough behind), a second read of a sample
+// (not taken for its next-epoch occurrence), unplanned reads.
+func TestConsumptionTracking(t *testing.T) {
+	p, reg, _ := setup(t, 400, "job=j root=data seed=9 epoch=0 batch=4 workers=2 lookahead=2", Config{Workers: 1, Staging: 1})
+	j := reg.Get("j")
+	e0 := j.Order(0, 0)
+	at := func(i int) *catalog.Entry { return j.Samples[e0[i]].Entry }
+	stats := func() Stats { _, per := p.Stats(); return per["j"]["rank-0"] }
+	waitFor(t, "the stream", func() bool { return stats().Predicted == 400 })
+
+	// Worker 1's batch (positions 4-7) arrives before worker 0's.
+	for _, i := range []int{4, 5, 0, 6, 1, 7, 2, 3} {
+		p.Observe(at(i), 0, 0)
+	}
+	if st := stats(); st.Consumed != 8 || st.Cursor != 8 {
+		t.Fatalf("after two interleaved batches: %+v", st)
+	}
+	// A read at a later offset of the same file is not a new sample.
+	p.Observe(at(7), 4096, 0)
+	// A second read of sample 2 must not consume its epoch-1 occurrence.
+	p.Observe(at(2), 0, 0)
+	if st := stats(); st.Consumed != 8 || st.Misses != 1 {
+		t.Errorf("after a re-read: %+v", st)
+	}
+	// The page cache serves 8..199; dlfs sees only 200 onwards.
+	for i := 200; i < 260; i++ {
+		p.Observe(at(i), 0, time.Millisecond)
+	}
+	st := stats()
+	if st.Inferred != 192 || st.Cursor != 260 || st.Late != 60 { // 8..199 inferred, 200..259 read
+		t.Errorf("after reads far ahead: %+v", st)
+	}
+}
