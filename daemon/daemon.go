@@ -329,6 +329,9 @@ func (n *Node) Refresh(ctx context.Context) (catalog.Diff, error) {
 		n.load.Invalidate(e)
 	}
 	n.fs.Invalidate(d)
+	if len(d.Changed)+len(d.Removed)+len(d.Added) > 0 {
+		n.jobs.Reindex() // plans name files of the new snapshot
+	}
 	n.log.Info("refreshed catalog", "changed", len(d.Changed), "removed", len(d.Removed), "added", len(d.Added))
 	return d, nil
 }

@@ -271,6 +271,28 @@ func (r *Registry) list(snap *catalog.Snapshot, spec control.Job) ([]folder.Samp
 	return out, 0, nil
 }
 
+// Reindex rebuilds every job's dataset index from the current snapshot,
+// after a refresh. A job whose dataset no longer indexes (its root is
+// gone) is dropped, with a warning.
+func (r *Registry) Reindex() {
+	for _, old := range r.All() {
+		samples, classes, err := r.index(old.Spec)
+		r.mu.Lock()
+		if r.jobs[old.Spec.Name] != old {
+			r.mu.Unlock()
+			continue // replaced meanwhile
+		}
+		if err != nil {
+			delete(r.jobs, old.Spec.Name)
+			r.cfg.Logger.Warn("job dropped: its dataset is gone after the refresh", "job", old.Spec.Name, "err", err)
+		} else {
+			r.jobs[old.Spec.Name] = &Job{Spec: old.Spec, Samples: samples, Classes: classes, RankEpoch: old.RankEpoch}
+		}
+		r.notifyLocked()
+		r.mu.Unlock()
+	}
+}
+
 // End drops a job.
 func (r *Registry) End(name string) error {
 	r.mu.Lock()

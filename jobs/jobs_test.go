@@ -90,3 +90,33 @@ func TestRankEpochs(t *testing.T) {
 		t.Errorf("ranks= should move every rank: %v %v", err, r.Get("j").RankEpoch)
 	}
 }
+
+func TestReindexAfterRefresh(t *testing.T) {
+	root := t.TempDir()
+	for _, f := range []string{"c/1.jpg", "c/2.jpg"} {
+		os.MkdirAll(filepath.Join(root, filepath.Dir(f)), 0o755)
+		os.WriteFile(filepath.Join(root, f), []byte("x"), 0o644)
+	}
+	cat, err := catalog.Open(context.Background(), catalog.DefaultConfig(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := New(Config{Snapshot: cat.Snapshot})
+	if err := apply(r, "job=j epoch=0 sampler=sequential"); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(root, "c/3.jpg"), []byte("x"), 0o644)
+	if _, err := cat.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r.Reindex()
+	if n := r.Get("j").N(); n != 3 {
+		t.Errorf("after a refresh that added a file, the job has %d samples, want 3", n)
+	}
+	os.RemoveAll(filepath.Join(root, "c"))
+	cat.Refresh(context.Background())
+	r.Reindex()
+	if r.Get("j") != nil {
+		t.Error("a job whose root vanished was kept")
+	}
+}
