@@ -120,7 +120,8 @@ type stream struct {
 	epochs   []int
 	starts   []int // position where each epoch begins
 	entries  []*catalog.Entry
-	pos      map[uint64][]int32 // inode -> ascending positions
+	first    map[uint64]int32 // inode -> its first position
+	next     []int32          // next[pos]: the following position of the same file, or -1
 	consumed []bool
 	cursor   int     // first position not consumed
 	maxSeen  int     // furthest position consumed by a read; -1 before any
@@ -274,13 +275,21 @@ func (p *Prefetcher) rebuild() {
 }
 
 func build(j *jobs.Job, rank int) *stream {
-	s := &stream{id: streamID{j.Spec.Name, rank}, epochs: j.Epochs(rank), pos: map[uint64][]int32{}, maxSeen: -1}
+	s := &stream{id: streamID{j.Spec.Name, rank}, epochs: j.Epochs(rank), first: map[uint64]int32{}, maxSeen: -1}
+	last := map[uint64]int32{}
 	for _, e := range s.epochs {
 		s.starts = append(s.starts, len(s.entries))
 		for _, i := range j.Order(rank, e) {
 			ent := j.Samples[i].Entry
-			s.pos[ent.Ino] = append(s.pos[ent.Ino], int32(len(s.entries)))
+			p := int32(len(s.entries))
+			if q, ok := last[ent.Ino]; ok {
+				s.next[q] = p
+			} else {
+				s.first[ent.Ino] = p
+			}
+			last[ent.Ino] = p
 			s.entries = append(s.entries, ent)
+			s.next = append(s.next, -1)
 		}
 	}
 	s.starts = append(s.starts, len(s.entries))
@@ -338,11 +347,13 @@ func (s *stream) epochOf(pos int) int {
 // pending returns the first unconsumed position of ino at or after the
 // cursor, or -1.
 func (s *stream) pending(ino uint64) int {
-	ps := s.pos[ino]
-	i := sort.Search(len(ps), func(i int) bool { return int(ps[i]) >= s.cursor })
-	for ; i < len(ps); i++ {
-		if !s.consumed[ps[i]] {
-			return int(ps[i])
+	q, ok := s.first[ino]
+	if !ok {
+		return -1
+	}
+	for ; q >= 0; q = s.next[q] {
+		if int(q) >= s.cursor && !s.consumed[q] {
+			return int(q)
 		}
 	}
 	return -1
@@ -352,7 +363,8 @@ func (s *stream) pending(ino uint64) int {
 // the cursor is in.
 func (s *stream) consumedThisEpoch(ino uint64) bool {
 	ep := s.epochOf(s.cursor)
-	for _, q := range s.pos[ino] {
+	q, ok := s.first[ino]
+	for ; ok && q >= 0; q = s.next[q] {
 		if s.epochOf(int(q)) == ep && s.consumed[q] {
 			return true
 		}
@@ -388,7 +400,7 @@ func (p *Prefetcher) Observe(e *catalog.Entry, off int64, waited time.Duration) 
 			p.totals.Unpredicted++
 			p.log.Debug("prefetch: read of a sample no plan expects now", "path", e.Path)
 			for _, s := range p.streams {
-				if _, ok := s.pos[e.Ino]; ok {
+				if _, ok := s.first[e.Ino]; ok {
 					s.stats.Misses++ // planned, but read again
 					break
 				}
@@ -503,7 +515,7 @@ func (p *Prefetcher) dropIfUnneededLocked(e *catalog.Entry) {
 	}
 	p.totals.Wasted++
 	for _, s := range p.streams {
-		if _, ok := s.pos[e.Ino]; ok {
+		if _, ok := s.first[e.Ino]; ok {
 			s.stats.Wasted++
 			break
 		}
