@@ -90,18 +90,6 @@ func (p *pfs) counters(t *testing.T) pfssim.Counters {
 	return c
 }
 
-// poll calls cond until it holds or the deadline passes.
-func poll(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for wait := time.Millisecond; !cond(); wait = min(wait*2, 100*time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(wait)
-	}
-}
-
 // startDlfs mounts src with the dlfs binary and extra flags.
 func startDlfs(t *testing.T, src string, flags ...string) *proc {
 	t.Helper()
