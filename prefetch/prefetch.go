@@ -1,5 +1,6 @@
 // Package prefetch reads ahead of training jobs in the exact order their
-// samplers will ask, and tells the RAM tier which blocks are needed soonest.
+// samplers will ask, and tells the RAM and SSD tiers which files are needed
+// soonest (NextUse).
 //
 // # Streams
 //
@@ -23,13 +24,16 @@
 //
 // # Tracking consumption
 //
-// The loader reports every demand read. Only a read at offset 0 marks a
-// sample consumed, at its earliest pending position in a stream, so the
-// interleaving of DataLoader workers (batch k goes to worker k % W) and
-// padding duplicates resolve naturally. A second read of a sample already
-// consumed this epoch is not taken for its next epoch's occurrence. Reads
-// the kernel serves from its page cache never reach dlfs: a sample more
-// than Slack positions behind the furthest read is taken as consumed.
+// The loader reports every demand read, once per request. Only a read at
+// offset 0 marks a sample consumed, at its earliest pending position in the
+// epoch its stream is in (the next epoch only when the stream is about to
+// finish), so the interleaving of DataLoader workers (batch k goes to
+// worker k % W) and padding duplicates resolve naturally. A second read of
+// a sample already consumed this epoch is not taken for its next epoch's
+// occurrence. Reads the kernel serves from its page cache never reach
+// dlfs: a sample more than a slack (twice the DataLoader's in-flight
+// window, prefetch_factor × workers × batch, plus a batch) behind the
+// furthest read is taken as consumed.
 //
 // # Locking
 //
