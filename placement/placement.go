@@ -1,0 +1,109 @@
+// Package placement decides which cluster member owns each sample.
+//
+// # Rule
+//
+// Ownership is weighted rendezvous hashing (highest random weight): every
+// member scores every key by w / -ln(u), where u is a uniform hash of the
+// member's name and the key in (0, 1) and w is the member's capacity; the
+// highest score owns the key. It is a pure function of the members and the
+// key, so every node computes the same table without talking to the others,
+// and:
+//
+//   - every key has exactly one owner (partitions are disjoint);
+//   - a member owns a share of the keys proportional to its capacity;
+//   - when a member leaves, only the keys it owned move, spread over the
+//     others in proportion to their capacities; when one joins, it takes
+//     keys only, in proportion to its capacity. Nothing else moves.
+//
+// Ties (equal scores) go to the member whose name sorts first.
+//
+// A Table is immutable and safe for concurrent use.
+package placement
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+)
+
+// Member is one node as placement sees it.
+type Member struct {
+	Name     string
+	Capacity int64 // bytes it can cache (RAM + SSD); must be positive
+}
+
+// Table assigns keys to members.
+type Table struct {
+	members []Member // sorted by name
+	weights []float64
+}
+
+// ErrMembers means the member list cannot make a table.
+var ErrMembers = errors.New("placement: bad member list")
+
+// New returns the table of members.
+func New(members []Member) (*Table, error) {
+	if len(members) == 0 {
+		return nil, fmt.Errorf("%w: no members", ErrMembers)
+	}
+	ms := append([]Member(nil), members...)
+	sort.Slice(ms, func(i, j int) bool { return ms[i].Name < ms[j].Name })
+	t := &Table{members: ms, weights: make([]float64, len(ms))}
+	for i, m := range ms {
+		if m.Capacity <= 0 {
+			return nil, fmt.Errorf("%w: member %q has capacity %d", ErrMembers, m.Name, m.Capacity)
+		}
+		if i > 0 && ms[i-1].Name == m.Name {
+			return nil, fmt.Errorf("%w: member %q listed twice", ErrMembers, m.Name)
+		}
+		t.weights[i] = float64(m.Capacity)
+	}
+	return t, nil
+}
+
+// Members returns the members sorted by name. The slice must not be
+// modified.
+func (t *Table) Members() []Member { return t.members }
+
+// Owner returns the index (into Members) of the member that owns key.
+func (t *Table) Owner(key string) int {
+	best, bestScore := 0, math.Inf(-1)
+	for i, m := range t.members {
+		u := unit(m.Name, key)
+		score := t.weights[i] / -math.Log(u)
+		if score > bestScore {
+			best, bestScore = i, score
+		}
+	}
+	return best
+}
+
+// unit hashes (member, key) to a float in (0, 1), the same on every node.
+func unit(member, key string) float64 {
+	h := fnv64a(member, key)
+	return (float64(h>>11) + 0.5) / (1 << 53)
+}
+
+// fnv64a is FNV-1a over member, a zero byte and key, finished with a
+// 64-bit mixer: stable across processes and architectures.
+func fnv64a(member, key string) uint64 {
+	const prime = 1099511628211
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(member); i++ {
+		h ^= uint64(member[i])
+		h *= prime
+	}
+	h *= prime // the zero separator byte
+	for i := 0; i < len(key); i++ {
+		h ^= uint64(key[i])
+		h *= prime
+	}
+	// splitmix64 finaliser: FNV's low bits are weak.
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return h
+}
