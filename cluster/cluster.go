@@ -1,0 +1,246 @@
+// Package cluster is the gossip membership of the dlfs nodes that mount
+// the same dataset (hashicorp/memberlist).
+//
+// # What it does
+//
+// A node starts a memberlist on Config.Bind, advertises its data address,
+// dataset identity and tier capacities as node metadata (Meta), and joins
+// the nodes in Config.Join; with none, it is a cluster of one. Members()
+// is the current view: every node alive, suspect or gone, with its
+// metadata. Subscribers hear of every change without blocking.
+//
+// # Security
+//
+// With Config.Key (16, 24 or 32 bytes), all gossip is encrypted and
+// authenticated (memberlist's keyring, with incoming and outgoing
+// verification): a node without the key can neither join nor be heard.
+//
+// # Lifetime
+//
+// Start returns a running member; Close leaves the cluster (telling the
+// others) and shuts memberlist down. Callbacks from memberlist never block:
+// they record the change and notify.
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Config configures a member.
+type Config struct {
+	NodeName  string   // unique in the cluster; required
+	Bind      string   // HOST:PORT for gossip; port 0 picks one
+	Advertise string   // HOST:PORT others reach this node on; default Bind
+	Join      []string // HOST:PORT of members to join; empty: a cluster of one
+	Key       []byte   // cluster key; nil: no encryption (not for shared networks)
+	Meta      Meta
+	// Local uses memberlist's loopback timings (fast failure detection),
+	// for tests and single-machine clusters.
+	Local  bool
+	Logger *slog.Logger // nil: discard
+}
+
+// State of a member.
+const (
+	StateAlive   = "alive"
+	StateSuspect = "suspect"
+	StateDead    = "dead"
+	StateLeft    = "left"
+)
+
+// Member is a node in the view.
+type Member struct {
+	Name  string `json:"name"`
+	Addr  string `json:"address"`
+	State string `json:"state"`
+	Meta  Meta   `json:"meta"`
+}
+
+// Cluster is a running member. Safe for concurrent use.
+type Cluster struct {
+	cfg Config
+	log *slog.Logger
+	ml  *memberlist.Memberlist
+
+	mu      sync.Mutex
+	members map[string]Member // mu guards members and subs
+	subs    []chan struct{}
+	closed  bool
+}
+
+// ErrConfig wraps configuration errors.
+var ErrConfig = errors.New("cluster: bad configuration")
+
+// Start creates the member and joins the cluster.
+func Start(cfg Config) (*Cluster, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.NodeName == "" {
+		return nil, fmt.Errorf("%w: no node name", ErrConfig)
+	}
+	switch len(cfg.Key) {
+	case 0, 16, 24, 32:
+	default:
+		return nil, fmt.Errorf("%w: the cluster key must be 16, 24 or 32 bytes, not %d", ErrConfig, len(cfg.Key))
+	}
+	meta, err := cfg.Meta.Encode()
+	if err != nil {
+		return nil, err
+	}
+	mc := memberlist.DefaultLANConfig()
+	if cfg.Local {
+		mc = memberlist.DefaultLocalConfig()
+	}
+	mc.Name = cfg.NodeName
+	if mc.BindAddr, mc.BindPort, err = splitHostPort(cfg.Bind, "bind"); err != nil {
+		return nil, err
+	}
+	if cfg.Advertise != "" {
+		if mc.AdvertiseAddr, mc.AdvertisePort, err = splitHostPort(cfg.Advertise, "advertise"); err != nil {
+			return nil, err
+		}
+	}
+	if len(cfg.Key) > 0 {
+		mc.SecretKey = cfg.Key
+		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
+	}
+	mc.Logger = slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug)
+	c := &Cluster{cfg: cfg, log: cfg.Logger, members: map[string]Member{}}
+	mc.Delegate = &delegate{meta: meta}
+	mc.Events = &events{c: c}
+	c.ml, err = memberlist.Create(mc)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: start gossip on %s: %w", cfg.Bind, err)
+	}
+	if len(cfg.Join) > 0 {
+		if _, err := c.ml.Join(cfg.Join); err != nil {
+			c.ml.Shutdown()
+			return nil, fmt.Errorf("cluster: join %v: %w (is the cluster key the same on every node?)", cfg.Join, err)
+		}
+	}
+	return c, nil
+}
+
+func splitHostPort(hp, what string) (string, int, error) {
+	host, port, err := net.SplitHostPort(hp)
+	if err != nil {
+		return "", 0, fmt.Errorf("%w: --%s %q: want HOST:PORT", ErrConfig, what, hp)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 0 || p > 65535 {
+		return "", 0, fmt.Errorf("%w: --%s %q: bad port", ErrConfig, what, hp)
+	}
+	return host, p, nil
+}
+
+// Addr returns the gossip address this member is reachable on.
+func (c *Cluster) Addr() string {
+	n := c.ml.LocalNode()
+	return net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+}
+
+// Members returns the view, sorted by name.
+func (c *Cluster) Members() []Member {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]Member, 0, len(c.members))
+	for _, m := range c.members {
+		out = append(out, m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Alive returns the members currently alive, sorted by name.
+func (c *Cluster) Alive() []Member {
+	var out []Member
+	for _, m := range c.Members() {
+		if m.State == StateAlive {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// Subscribe returns a channel that receives a value (coalesced) whenever
+// the view changes.
+func (c *Cluster) Subscribe() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := make(chan struct{}, 1)
+	c.subs = append(c.subs, ch)
+	return ch
+}
+
+// Close leaves the cluster and stops gossiping. Safe to call twice.
+func (c *Cluster) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.mu.Unlock()
+	err := c.ml.Leave(2 * time.Second)
+	if serr := c.ml.Shutdown(); err == nil {
+		err = serr
+	}
+	return err
+}
+
+// record updates the view from a memberlist node. It never blocks.
+func (c *Cluster) record(n *memberlist.Node, state string) {
+	m := Member{Name: n.Name, Addr: net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port))), State: state}
+	meta, err := DecodeMeta(n.Meta)
+	if err != nil {
+		c.log.Warn("cluster: ignoring a member's metadata", "node", n.Name, "err", err)
+	} else {
+		m.Meta = meta
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.members[n.Name] = m
+	for _, ch := range c.subs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// delegate serves this node's metadata. Messages are not used yet.
+type delegate struct{ meta []byte }
+
+func (d *delegate) NodeMeta(limit int) []byte {
+	if len(d.meta) > limit {
+		return nil
+	}
+	return d.meta
+}
+func (d *delegate) NotifyMsg([]byte)                           {}
+func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
+func (d *delegate) LocalState(join bool) []byte                { return nil }
+func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
+
+// events turns memberlist's callbacks into view updates.
+type events struct{ c *Cluster }
+
+func (e *events) NotifyJoin(n *memberlist.Node)   { e.c.record(n, StateAlive) }
+func (e *events) NotifyUpdate(n *memberlist.Node) { e.c.record(n, StateAlive) }
+func (e *events) NotifyLeave(n *memberlist.Node) {
+	state := StateDead
+	if n.State == memberlist.StateLeft {
+		state = StateLeft
+	}
+	e.c.record(n, state)
+}

@@ -1,0 +1,109 @@
+package cluster
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+)
+
+func start(t *testing.T, name string, key []byte, join ...string) *Cluster {
+	t.Helper()
+	c, err := Start(Config{NodeName: name, Bind: "127.0.0.1:0", Join: join, Key: key, Local: true,
+		Meta: Meta{DataAddr: "127.0.0.1:9" + name[len(name)-1:], Dataset: "ds", RAM: 1 << 30, SSD: 4 << 30}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// waitView polls until c sees want alive members.
+func waitView(t *testing.T, c *Cluster, want int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for len(c.Alive()) != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s sees %v, want %d alive", c.cfg.NodeName, c.Members(), want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestJoinLeaveMeta(t *testing.T) {
+	key := bytes.Repeat([]byte{7}, 32)
+	a := start(t, "node-a", key)
+	b := start(t, "node-b", key, a.Addr())
+	c := start(t, "node-c", key, a.Addr())
+	for _, n := range []*Cluster{a, b, c} {
+		waitView(t, n, 3)
+	}
+	for _, m := range a.Members() {
+		if m.Meta.Dataset != "ds" || m.Meta.RAM != 1<<30 || m.Meta.DataAddr == "" {
+			t.Errorf("member %s carries metadata %+v", m.Name, m.Meta)
+		}
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitView(t, a, 2)
+	for _, m := range a.Members() {
+		if m.Name == "node-c" && m.State == StateAlive {
+			t.Errorf("node-c is still alive after leaving")
+		}
+	}
+}
+
+// TestKeyRequired: a node without the cluster key cannot join.
+func TestKeyRequired(t *testing.T) {
+	a := start(t, "node-a", bytes.Repeat([]byte{1}, 16))
+	_, err := Start(Config{NodeName: "intruder", Bind: "127.0.0.1:0", Join: []string{a.Addr()}, Local: true})
+	if err == nil {
+		t.Fatal("a node without the key joined")
+	}
+	_, err = Start(Config{NodeName: "wrong", Bind: "127.0.0.1:0", Join: []string{a.Addr()}, Local: true,
+		Key: bytes.Repeat([]byte{2}, 16)})
+	if err == nil {
+		t.Fatal("a node with another key joined")
+	}
+	if len(a.Alive()) != 1 {
+		t.Errorf("the cluster let a stranger in: %v", a.Members())
+	}
+}
+
+func TestBadConfig(t *testing.T) {
+	for _, cfg := range []Config{
+		{Bind: "127.0.0.1:0"},
+		{NodeName: "x", Bind: "nonsense"},
+		{NodeName: "x", Bind: "127.0.0.1:0", Key: []byte("short")},
+		{NodeName: "x", Bind: "127.0.0.1:0", Meta: Meta{Dataset: string(make([]byte, 600))}},
+	} {
+		if _, err := Start(cfg); err == nil {
+			t.Errorf("%+v accepted", cfg)
+		}
+	}
+}
+
+func FuzzDecodeMeta(f *testing.F) {
+	good, _ := Meta{DataAddr: "h:1", Dataset: "d", RAM: 1, SSD: 2}.Encode()
+	f.Add(good)
+	f.Add([]byte{})
+	f.Add([]byte{1, '{'})
+	f.Add([]byte{2, '{', '}'})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := DecodeMeta(b)
+		if err != nil {
+			if !errors.Is(err, ErrMeta) {
+				t.Fatalf("error %v does not wrap ErrMeta", err)
+			}
+			return
+		}
+		if m.RAM < 0 || m.SSD < 0 {
+			t.Fatalf("accepted %+v", m)
+		}
+		if _, err := m.Encode(); err != nil && len(fmt.Sprint(m)) < MaxMeta/2 {
+			t.Fatalf("decoded %+v does not encode: %v", m, err)
+		}
+	})
+}
