@@ -33,6 +33,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/cluster"
 	"github.com/dlfs/dlfs/fusefs"
 	"github.com/dlfs/dlfs/jobs"
 	"github.com/dlfs/dlfs/loader"
@@ -60,6 +61,10 @@ type Config struct {
 	Loader   loader.Config   // BlockSize
 	Prefetch prefetch.Config // Workers, Staging
 	SSD      ssdstore.Config // Dir and Capacity are set from SSDDir, SSDCapacity
+
+	// Cluster configures gossip membership. With no Bind and no Join the
+	// node is a cluster of one and opens no gossip port.
+	Cluster cluster.Config
 
 	// MetricsAddr serves Prometheus /metrics on HOST:PORT; "" is off.
 	MetricsAddr string
@@ -97,6 +102,7 @@ type Node struct {
 	ctl         *controlPlane
 	jobs        *jobs.Registry
 	pf          *prefetch.Prefetcher
+	cl          *cluster.Cluster // nil for a cluster of one
 	reg         *prometheus.Registry
 	server      *fuse.Server
 	metrics     *http.Server
@@ -197,6 +203,21 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 	}
 
+	if cc := cfg.Cluster; cc.Bind != "" || len(cc.Join) > 0 {
+		if cc.Bind == "" {
+			cc.Bind = "0.0.0.0:7946"
+		}
+		cc.NodeName, cc.Logger = cfg.NodeName, cfg.Logger
+		cc.Meta.Dataset = n.cat.Source()
+		cc.Meta.RAM, cc.Meta.SSD = cfg.RAMCache, 0
+		if n.ssd != nil {
+			cc.Meta.SSD = cfg.SSDCapacity
+		}
+		if n.cl, err = cluster.Start(cc); err != nil {
+			return nil, err
+		}
+	}
+
 	if n.server, err = n.fs.Mount(cfg.Mountpoint, "dlfs:"+n.cat.Source()); err != nil {
 		return nil, fmt.Errorf("mount %s: %w", cfg.Mountpoint, err)
 	}
@@ -263,6 +284,11 @@ func (n *Node) Close() error {
 		}
 		if n.pf != nil {
 			n.pf.Close()
+		}
+		if n.cl != nil {
+			if err := n.cl.Close(); err != nil {
+				n.log.Warn("leaving the cluster failed", "err", err)
+			}
 		}
 		if n.metrics != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

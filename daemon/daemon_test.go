@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlfs/dlfs/cluster"
 	"github.com/dlfs/dlfs/test/conformance"
 )
 
@@ -260,3 +261,28 @@ func openFlags(p string, flags int) error {
 }
 
 var timeZero = time.Unix(1, 0)
+
+// TestTwoNodesSeeEachOther: two mounts gossip and list each other, with
+// their capacities, under cluster in .dlfs/stats.
+func TestTwoNodesSeeEachOther(t *testing.T) {
+	src := conformance.OddTree(t, t.TempDir())
+	key := []byte("0123456789abcdef")
+	a, mntA := start(t, src, func(c *Config) {
+		c.NodeName, c.Cluster = "a", cluster.Config{Bind: "127.0.0.1:0", Key: key, Local: true}
+	})
+	_, _ = start(t, src, func(c *Config) {
+		c.NodeName, c.Cluster = "b", cluster.Config{Bind: "127.0.0.1:0", Join: []string{a.cl.Addr()}, Key: key, Local: true}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var st Stats
+		readJSON(t, filepath.Join(mntA, ".dlfs/stats"), &st)
+		if len(st.Cluster.Members) == 2 && st.Cluster.Members[1].Name == "b" && st.Cluster.Members[1].Meta.RAM == 64<<20 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node a sees %+v", st.Cluster)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 
+	"github.com/dlfs/dlfs/cluster"
 	"github.com/dlfs/dlfs/loader"
 	"github.com/dlfs/dlfs/prefetch"
 	"github.com/dlfs/dlfs/ramcache"
@@ -18,19 +19,23 @@ import (
 
 // Stats is the document served as .dlfs/stats.
 type Stats struct {
-	Node          string                   `json:"node"`
-	Source        string                   `json:"source"`
-	Mountpoint    string                   `json:"mountpoint"`
-	UptimeSeconds float64                  `json:"uptime_seconds"`
-	Served        map[string]loader.Served `json:"served"`
-	PFS           source.Stats             `json:"pfs"`
-	Cache         CacheStats               `json:"cache"`
-	Catalog       CatalogStats             `json:"catalog"`
-	// Cluster is filled by the gossip cluster; present (and empty) before it
-	// exists so that tools can rely on the key.
-	Prefetch prefetch.Totals                      `json:"prefetch"`
-	Cluster  map[string]any                       `json:"cluster"`
-	Jobs     map[string]map[string]prefetch.Stats `json:"jobs"`
+	Node          string                               `json:"node"`
+	Source        string                               `json:"source"`
+	Mountpoint    string                               `json:"mountpoint"`
+	UptimeSeconds float64                              `json:"uptime_seconds"`
+	Served        map[string]loader.Served             `json:"served"`
+	PFS           source.Stats                         `json:"pfs"`
+	Cache         CacheStats                           `json:"cache"`
+	Catalog       CatalogStats                         `json:"catalog"`
+	Prefetch      prefetch.Totals                      `json:"prefetch"`
+	Cluster       ClusterStats                         `json:"cluster"`
+	Jobs          map[string]map[string]prefetch.Stats `json:"jobs"`
+}
+
+// ClusterStats is the gossip view: this node alone when it runs no gossip.
+type ClusterStats struct {
+	Gossip  string           `json:"gossip,omitempty"` // this node's gossip address
+	Members []cluster.Member `json:"members"`
 }
 
 // CacheStats describes both tiers.
@@ -61,12 +66,17 @@ func (n *Node) Stats() Stats {
 		Cache:         CacheStats{RAM: n.ram.Stats()},
 		Catalog: CatalogStats{Files: snap.Files, Dirs: snap.Dirs, Bytes: snap.Bytes, Skipped: snap.Skipped,
 			ScanSeconds: snap.ScanTime.Seconds()},
-		Cluster: map[string]any{},
 	}
-	s.Prefetch, s.Jobs = n.pf.Stats()
 	if n.ssd != nil {
 		s.Cache.SSD = n.ssd.Stats()
 	}
+	if n.cl != nil {
+		s.Cluster = ClusterStats{Gossip: n.cl.Addr(), Members: n.cl.Members()}
+	} else {
+		s.Cluster.Members = []cluster.Member{{Name: n.cfg.NodeName, State: cluster.StateAlive,
+			Meta: cluster.Meta{Dataset: n.cat.Source(), RAM: n.cfg.RAMCache, SSD: s.Cache.SSD.Capacity}}}
+	}
+	s.Prefetch, s.Jobs = n.pf.Stats()
 	return s
 }
 

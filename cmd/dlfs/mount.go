@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -32,6 +34,11 @@ type mountOptions struct {
 	cpuProfile   string
 	pfWorkers    int
 	ramEviction  string
+	bind         string
+	advertise    string
+	join         []string
+	dataAddr     string
+	keyFile      string
 	staging      sizeValue
 }
 
@@ -67,6 +74,23 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 			cfg.MetricsAddr = o.metricsAddr
 			cfg.NodeName = o.nodeName
 			cfg.Prefetch.Workers = o.pfWorkers
+			for flag, addrs := range map[string][]string{"--bind": {o.bind}, "--advertise": {o.advertise},
+				"--join": o.join, "--data-addr": {o.dataAddr}, "--metrics-addr": {o.metricsAddr}} {
+				for _, a := range addrs {
+					if _, _, err := net.SplitHostPort(a); a != "" && err != nil {
+						return fmt.Errorf("%s %q: want HOST:PORT", flag, a)
+					}
+				}
+			}
+			cfg.Cluster.Bind, cfg.Cluster.Advertise, cfg.Cluster.Join = o.bind, o.advertise, o.join
+			cfg.Cluster.Meta.DataAddr = o.dataAddr
+			if o.keyFile != "" {
+				key, err := readKey(o.keyFile)
+				if err != nil {
+					return err
+				}
+				cfg.Cluster.Key = key
+			}
 			switch o.ramEviction {
 			case "belady":
 			case "lru":
@@ -103,6 +127,11 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 	f.IntVar(&o.pfWorkers, "prefetch-workers", def.Prefetch.Workers, "fetches in flight ahead of announced jobs")
 	f.Var(&o.staging, "staging", "memory for prefetched samples not yet read")
 	f.StringVar(&o.ramEviction, "ram-eviction", "belady", "RAM tier eviction: belady (by next use, when jobs are announced) or lru")
+	f.StringVar(&o.bind, "bind", "", "gossip on HOST:PORT (default: none; with --join, 0.0.0.0:7946)")
+	f.StringVar(&o.advertise, "advertise", "", "HOST:PORT the other nodes reach this one's gossip on (default --bind)")
+	f.StringSliceVar(&o.join, "join", nil, "HOST:PORT of cluster members to join (comma list); none: a cluster of one")
+	f.StringVar(&o.dataAddr, "data-addr", "", "HOST:PORT of this node's peer data transport, advertised to the cluster")
+	f.StringVar(&o.keyFile, "cluster-key-file", "", "file holding the cluster key (16, 24 or 32 bytes, raw or base64); encrypts gossip")
 	f.BoolVar(&o.debugFUSE, "debug-fuse", false, "log every FUSE request")
 	f.StringVar(&o.cpuProfile, "cpu-profile", "", "write a Go CPU profile to this file until unmount")
 	_ = f.MarkHidden("cpu-profile")
@@ -173,4 +202,24 @@ func unwrapPath(err error) error {
 		return pe.Err
 	}
 	return err
+}
+
+// readKey reads a cluster key file: 16, 24 or 32 raw bytes, or their
+// base64 (as "head -c 32 /dev/urandom | base64" writes).
+func readKey(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cluster-key-file: %w", unwrapPath(err))
+	}
+	switch len(b) {
+	case 16, 24, 32:
+		return b, nil
+	}
+	if k, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(b))); err == nil {
+		switch len(k) {
+		case 16, 24, 32:
+			return k, nil
+		}
+	}
+	return nil, fmt.Errorf("--cluster-key-file %s: want 16, 24 or 32 bytes, raw or base64; make one with: head -c 32 /dev/urandom | base64 > %s", path, path)
 }

@@ -37,6 +37,8 @@ func TestBadArguments(t *testing.T) {
 		{"wrong arity", []string{"mount", src}, "accepts 2 arg(s)"},
 		{"unknown flag", []string{"mount", "--ram", "1G", src, mnt}, "unknown flag"},
 		{"umount of a plain directory", []string{"umount", mnt}, "not mounted"},
+		{"bad cluster key", []string{"mount", "--cluster-key-file", file, src, mnt}, "--cluster-key-file"},
+		{"bad bind address", []string{"mount", "--bind", "nowhere", src, mnt}, "--bind"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
