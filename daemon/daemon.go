@@ -103,6 +103,10 @@ type Node struct {
 	jobs        *jobs.Registry
 	pf          *prefetch.Prefetcher
 	cl          *cluster.Cluster // nil for a cluster of one
+	own         ownership
+	refreshed   chan struct{} // capacity 1: the catalog changed
+	stop        chan struct{} // closed by Close: background goroutines end
+	wg          sync.WaitGroup
 	reg         *prometheus.Registry
 	server      *fuse.Server
 	metrics     *http.Server
@@ -133,7 +137,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if abs, err := filepath.Abs(cfg.Mountpoint); err == nil {
 		cfg.Mountpoint = abs
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, started: time.Now(), reg: cfg.Registry}
+	n := &Node{cfg: cfg, log: cfg.Logger, started: time.Now(), reg: cfg.Registry,
+		refreshed: make(chan struct{}, 1), stop: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			n.Close()
@@ -216,6 +221,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		if n.cl, err = cluster.Start(cc); err != nil {
 			return nil, err
 		}
+		n.wg.Add(1)
+		go n.watchOwnership(n.cl.Subscribe(), n.stop)
 	}
 
 	if n.server, err = n.fs.Mount(cfg.Mountpoint, "dlfs:"+n.cat.Source()); err != nil {
@@ -282,6 +289,8 @@ func (n *Node) Close() error {
 			}
 			n.server.Wait()
 		}
+		close(n.stop)
+		n.wg.Wait()
 		if n.pf != nil {
 			n.pf.Close()
 		}
@@ -357,6 +366,10 @@ func (n *Node) Refresh(ctx context.Context) (catalog.Diff, error) {
 	n.fs.Invalidate(d)
 	if len(d.Changed)+len(d.Removed)+len(d.Added) > 0 {
 		n.jobs.Reindex() // plans name files of the new snapshot
+		select {
+		case n.refreshed <- struct{}{}:
+		default:
+		}
 	}
 	n.log.Info("refreshed catalog", "changed", len(d.Changed), "removed", len(d.Removed), "added", len(d.Added))
 	return d, nil

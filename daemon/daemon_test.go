@@ -277,8 +277,11 @@ func TestTwoNodesSeeEachOther(t *testing.T) {
 	for {
 		var st Stats
 		readJSON(t, filepath.Join(mntA, ".dlfs/stats"), &st)
-		if len(st.Cluster.Members) == 2 && st.Cluster.Members[1].Name == "b" && st.Cluster.Members[1].Meta.RAM == 64<<20 {
-			break
+		if m := st.Cluster.Members; len(m) == 2 && m[1].Name == "b" && m[1].Meta.RAM == 64<<20 &&
+			m[0].OwnedSamples > 0 && m[1].OwnedSamples > 0 &&
+			m[0].OwnedSamples+m[1].OwnedSamples == int64(st.Catalog.Files) &&
+			m[0].OwnedBytes+m[1].OwnedBytes == st.Catalog.Bytes {
+			break // disjoint shares that cover the dataset
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("node a sees %+v", st.Cluster)

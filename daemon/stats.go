@@ -34,8 +34,16 @@ type Stats struct {
 
 // ClusterStats is the gossip view: this node alone when it runs no gossip.
 type ClusterStats struct {
-	Gossip  string           `json:"gossip,omitempty"` // this node's gossip address
-	Members []cluster.Member `json:"members"`
+	Gossip  string        `json:"gossip,omitempty"` // this node's gossip address
+	Members []MemberStats `json:"members"`
+}
+
+// MemberStats is one member and the share of the dataset placement gives
+// it (alive members only).
+type MemberStats struct {
+	cluster.Member
+	OwnedSamples int64 `json:"owned_samples"`
+	OwnedBytes   int64 `json:"owned_bytes"`
 }
 
 // CacheStats describes both tiers.
@@ -71,10 +79,18 @@ func (n *Node) Stats() Stats {
 		s.Cache.SSD = n.ssd.Stats()
 	}
 	if n.cl != nil {
-		s.Cluster = ClusterStats{Gossip: n.cl.Addr(), Members: n.cl.Members()}
+		s.Cluster.Gossip = n.cl.Addr()
+		for _, m := range n.cl.Members() {
+			ms := MemberStats{Member: m}
+			if m.State == cluster.StateAlive {
+				ms.OwnedSamples, ms.OwnedBytes = n.own.get(m.Name)
+			}
+			s.Cluster.Members = append(s.Cluster.Members, ms)
+		}
 	} else {
-		s.Cluster.Members = []cluster.Member{{Name: n.cfg.NodeName, State: cluster.StateAlive,
-			Meta: cluster.Meta{Dataset: n.cat.Source(), RAM: n.cfg.RAMCache, SSD: s.Cache.SSD.Capacity}}}
+		s.Cluster.Members = []MemberStats{{Member: cluster.Member{Name: n.cfg.NodeName, State: cluster.StateAlive,
+			Meta: cluster.Meta{Dataset: n.cat.Source(), RAM: n.cfg.RAMCache, SSD: s.Cache.SSD.Capacity}},
+			OwnedSamples: int64(snap.Files), OwnedBytes: snap.Bytes}}
 	}
 	s.Prefetch, s.Jobs = n.pf.Stats()
 	return s
