@@ -1,0 +1,173 @@
+package peer
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+)
+
+// Client fetches blocks from peers over one pipelined connection per peer.
+// Safe for concurrent use; Close closes every connection.
+type Client struct {
+	key         []byte
+	dialTimeout time.Duration
+
+	mu     sync.Mutex
+	conns  map[string]*conn // mu guards conns and closed
+	closed bool
+}
+
+// NewClient returns a client that proves itself with key.
+func NewClient(key []byte) *Client {
+	return &Client{key: key, dialTimeout: 2 * time.Second, conns: map[string]*conn{}}
+}
+
+// ErrClosed is returned after Close.
+var ErrClosed = errors.New("peer: client closed")
+
+type conn struct {
+	c       net.Conn
+	writeMu sync.Mutex
+
+	mu      sync.Mutex
+	nextID  uint32
+	pending map[uint32]chan response // mu guards nextID, pending and err
+	err     error
+	done    chan struct{} // closed when the reader goroutine ends
+}
+
+type response struct {
+	results []Result
+	err     error
+}
+
+// Fetch asks the peer at addr for items and waits for the answer or ctx.
+func (cl *Client) Fetch(ctx context.Context, addr string, items []Item) ([]Result, error) {
+	if len(items) == 0 || len(items) > MaxItems {
+		return nil, fmt.Errorf("peer: %d items in one request (1 to %d)", len(items), MaxItems)
+	}
+	cn, err := cl.get(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	ch := make(chan response, 1)
+	cn.mu.Lock()
+	if cn.err != nil {
+		err := cn.err
+		cn.mu.Unlock()
+		return nil, err
+	}
+	cn.nextID++
+	id := cn.nextID
+	cn.pending[id] = ch
+	cn.mu.Unlock()
+	cn.writeMu.Lock()
+	err = writeFrame(cn.c, encodeRequest(id, items))
+	cn.writeMu.Unlock()
+	if err != nil {
+		cn.fail(fmt.Errorf("peer: send to %s: %w", addr, err))
+	}
+	select {
+	case r := <-ch:
+		if r.err == nil && len(r.results) != len(items) {
+			return nil, fmt.Errorf("%w: %d results for %d items", ErrWire, len(r.results), len(items))
+		}
+		return r.results, r.err
+	case <-ctx.Done():
+		cn.mu.Lock()
+		delete(cn.pending, id)
+		cn.mu.Unlock()
+		return nil, ctx.Err()
+	}
+}
+
+// get returns a live connection to addr, dialling and authenticating a new
+// one if needed.
+func (cl *Client) get(ctx context.Context, addr string) (*conn, error) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.closed {
+		return nil, ErrClosed
+	}
+	if cn := cl.conns[addr]; cn != nil {
+		cn.mu.Lock()
+		broken := cn.err != nil
+		cn.mu.Unlock()
+		if !broken {
+			return cn, nil
+		}
+	}
+	d := net.Dialer{Timeout: cl.dialTimeout}
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("peer: dial %s: %w", addr, err)
+	}
+	c.SetDeadline(time.Now().Add(handshakeTimeout))
+	if err := clientHandshake(c, cl.key); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("peer: %s: %w", addr, err)
+	}
+	c.SetDeadline(time.Time{})
+	cn := &conn{c: c, pending: map[uint32]chan response{}, done: make(chan struct{})}
+	go cn.read()
+	cl.conns[addr] = cn
+	return cn, nil
+}
+
+// read delivers responses until the connection fails; it owns no state
+// beyond the connection and ends when it closes.
+func (cn *conn) read() {
+	defer close(cn.done)
+	r := bufio.NewReader(cn.c)
+	for {
+		frame, err := readFrame(r)
+		if err != nil {
+			cn.fail(fmt.Errorf("peer: %s: %w", cn.c.RemoteAddr(), err))
+			return
+		}
+		id, results, err := decodeResponse(frame)
+		if err != nil {
+			cn.fail(err)
+			return
+		}
+		cn.mu.Lock()
+		ch := cn.pending[id]
+		delete(cn.pending, id)
+		cn.mu.Unlock()
+		if ch != nil {
+			ch <- response{results: results}
+		}
+	}
+}
+
+// fail closes the connection and fails every pending request.
+func (cn *conn) fail(err error) {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	if cn.err != nil {
+		return
+	}
+	cn.err = err
+	cn.c.Close()
+	for id, ch := range cn.pending {
+		ch <- response{err: err}
+		delete(cn.pending, id)
+	}
+}
+
+// Close closes every connection and waits for their readers.
+func (cl *Client) Close() {
+	cl.mu.Lock()
+	cl.closed = true
+	conns := cl.conns
+	cl.conns = map[string]*conn{}
+	cl.mu.Unlock()
+	for _, cn := range conns {
+		cn.fail(ErrClosed)
+		<-cn.done
+	}
+}
