@@ -49,7 +49,7 @@ func TestFetch(t *testing.T) {
 			res, err := cl.Fetch(ctx, s.Addr(), []Item{
 				{Path: "a/x.jpg", Size: 100_000, Mtime: 5},
 				{Path: "b.jpg", Size: 3, Mtime: 5},
-				{Path: "b.jpg", Size: 4, Mtime: 5},          // another version
+				{Path: "b.jpg", Size: 4, Mtime: 5},            // another version
 				{Path: "../../etc/passwd", Size: 1, Mtime: 5}, // not in the catalog
 			})
 			if err != nil {
