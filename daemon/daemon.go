@@ -24,6 +24,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -37,6 +38,8 @@ import (
 	"github.com/dlfs/dlfs/fusefs"
 	"github.com/dlfs/dlfs/jobs"
 	"github.com/dlfs/dlfs/loader"
+	"github.com/dlfs/dlfs/peer"
+	"github.com/dlfs/dlfs/placement"
 	"github.com/dlfs/dlfs/prefetch"
 	"github.com/dlfs/dlfs/ramcache"
 	"github.com/dlfs/dlfs/source"
@@ -93,16 +96,24 @@ type Node struct {
 	log     *slog.Logger
 	started time.Time
 
-	cat         *catalog.Catalog
-	src         *source.Source
-	ram         *ramcache.Cache
-	ssd         *ssdstore.Store // nil when the SSD tier is off
-	load        *loader.Loader
-	fs          *fusefs.FS
-	ctl         *controlPlane
-	jobs        *jobs.Registry
-	pf          *prefetch.Prefetcher
-	cl          *cluster.Cluster // nil for a cluster of one
+	cat        *catalog.Catalog
+	src        *source.Source
+	ram        *ramcache.Cache
+	ssd        *ssdstore.Store // nil when the SSD tier is off
+	load       *loader.Loader
+	fs         *fusefs.FS
+	ctl        *controlPlane
+	jobs       *jobs.Registry
+	pf         *prefetch.Prefetcher
+	cl         *cluster.Cluster // nil for a cluster of one
+	peers      *peer.Client     // nil without a cluster
+	peerSrv    *peer.Server     // nil without --data-addr
+	peerServed atomic.Int64
+	tableMu    sync.Mutex
+	// tableMu guards the following: placement over the alive members.
+	placement   *placement.Table
+	placed      map[int]cluster.Member
+	tableDirty  bool
 	own         ownership
 	refreshed   chan struct{} // capacity 1: the catalog changed
 	stop        chan struct{} // closed by Close: background goroutines end
@@ -218,11 +229,19 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		if n.ssd != nil {
 			cc.Meta.SSD = cfg.SSDCapacity
 		}
+		if cc.Meta.DataAddr != "" {
+			if n.peerSrv, err = peer.Listen(cc.Meta.DataAddr, cc.Key, n, cfg.Logger); err != nil {
+				return nil, err
+			}
+			cc.Meta.DataAddr = n.peerSrv.Addr() // the real port, if it was 0
+		}
 		if n.cl, err = cluster.Start(cc); err != nil {
 			return nil, err
 		}
 		n.wg.Add(1)
 		go n.watchOwnership(n.cl.Subscribe(), n.stop)
+		n.peers = peer.NewClient(cc.Key)
+		n.load.SetRemote(remote{n})
 	}
 
 	if n.server, err = n.fs.Mount(cfg.Mountpoint, "dlfs:"+n.cat.Source()); err != nil {
@@ -291,6 +310,12 @@ func (n *Node) Close() error {
 		}
 		close(n.stop)
 		n.wg.Wait()
+		if n.peerSrv != nil {
+			n.peerSrv.Close()
+		}
+		if n.peers != nil {
+			n.peers.Close()
+		}
 		if n.pf != nil {
 			n.pf.Close()
 		}

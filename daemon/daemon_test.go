@@ -289,3 +289,37 @@ func TestTwoNodesSeeEachOther(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestPeerServesOwnedSamples: two nodes over one SOURCE; every file read
+// through node b comes from the PFS once cluster-wide: b reads the files a
+// owns from a (served.peer), and a reads them from SOURCE.
+func TestPeerServesOwnedSamples(t *testing.T) {
+	src := conformance.OddTree(t, t.TempDir())
+	key := []byte("0123456789abcdef")
+	a, mntA := start(t, src, func(c *Config) {
+		c.NodeName = "a"
+		c.Cluster = cluster.Config{Bind: "127.0.0.1:0", Key: key, Local: true, Meta: cluster.Meta{DataAddr: "127.0.0.1:0"}}
+	})
+	b, mntB := start(t, src, func(c *Config) {
+		c.NodeName = "b"
+		c.Cluster = cluster.Config{Bind: "127.0.0.1:0", Join: []string{a.cl.Addr()}, Key: key, Local: true,
+			Meta: cluster.Meta{DataAddr: "127.0.0.1:0"}}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for len(a.cl.Alive()) != 2 || len(b.cl.Alive()) != 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the nodes never saw each other")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	conformance.Tree(t, src, mntB) // every byte correct through b
+	var sa, sb Stats
+	readJSON(t, filepath.Join(mntA, ".dlfs/stats"), &sa)
+	readJSON(t, filepath.Join(mntB, ".dlfs/stats"), &sb)
+	if sb.Served["peer"].Reads == 0 || sa.Cluster.ServedToPeers == 0 {
+		t.Fatalf("no block moved between the nodes: b served %+v, a served %d blocks to peers", sb.Served, sa.Cluster.ServedToPeers)
+	}
+	if got, want := sa.PFS.Bytes+sb.PFS.Bytes, sb.Catalog.Bytes; got != want {
+		t.Errorf("the cluster read %d bytes from SOURCE for a %d-byte tree read once", got, want)
+	}
+}

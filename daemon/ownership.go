@@ -49,6 +49,9 @@ func (o *ownership) compute(snap *catalog.Snapshot, alive []cluster.Member) {
 func (n *Node) watchOwnership(changes <-chan struct{}, stop <-chan struct{}) {
 	defer n.wg.Done()
 	for {
+		n.tableMu.Lock()
+		n.tableDirty = true // the owner table follows the view
+		n.tableMu.Unlock()
 		n.own.compute(n.cat.Snapshot(), n.cl.Alive())
 		select {
 		case <-stop:

@@ -36,6 +36,9 @@ type Stats struct {
 type ClusterStats struct {
 	Gossip  string        `json:"gossip,omitempty"` // this node's gossip address
 	Members []MemberStats `json:"members"`
+	// ServedToPeers counts blocks this node sent to peers that read a
+	// sample it owns.
+	ServedToPeers int64 `json:"served_to_peers"`
 }
 
 // MemberStats is one member and the share of the dataset placement gives
@@ -79,7 +82,7 @@ func (n *Node) Stats() Stats {
 		s.Cache.SSD = n.ssd.Stats()
 	}
 	if n.cl != nil {
-		s.Cluster.Gossip = n.cl.Addr()
+		s.Cluster.Gossip, s.Cluster.ServedToPeers = n.cl.Addr(), n.peerServed.Load()
 		for _, m := range n.cl.Members() {
 			ms := MemberStats{Member: m}
 			if m.State == cluster.StateAlive {

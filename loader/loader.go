@@ -91,6 +91,12 @@ type (
 		Put(key string, b ssdstore.Block) error
 		Delete(key string)
 	}
+	// Remote fetches a block from the peer that owns it. It reports false
+	// when this node owns the block, or the peer failed or was too slow:
+	// the caller then reads the PFS. It may be nil.
+	Remote interface {
+		Fetch(e *catalog.Entry, i int64) ([]byte, bool)
+	}
 	// Stage holds prefetched blocks and watches demand reads. It may be nil.
 	Stage interface {
 		// Take returns the staged block key of e, if any, and unstages it
@@ -114,7 +120,8 @@ type Loader struct {
 	ssd SSD // nil when the SSD tier is off
 	pfs PFS
 
-	stage atomic.Pointer[stageBox] // nil until SetStage
+	stage  atomic.Pointer[stageBox]  // nil until SetStage
+	remote atomic.Pointer[remoteBox] // nil until SetRemote
 
 	flight flight
 	reads  [numTiers]atomic.Int64
@@ -135,8 +142,16 @@ func New(cfg Config, ram *ramcache.Cache, ssd SSD, pfs PFS) *Loader {
 
 type stageBox struct{ s Stage }
 
+type remoteBox struct{ r Remote }
+
+// SetRemote installs the peer tier. Safe to call while reads run.
+func (l *Loader) SetRemote(r Remote) { l.remote.Store(&remoteBox{r}) }
+
 // SetStage installs the prefetcher's stage. Safe to call while reads run.
 func (l *Loader) SetStage(s Stage) { l.stage.Store(&stageBox{s}) }
+
+// BlockSize returns the block size.
+func (l *Loader) BlockSize() int64 { return l.cfg.BlockSize }
 
 // BlockKey is the cache key of block i of the file at path.
 func BlockKey(path string, i int64) string {
@@ -209,7 +224,7 @@ func (l *Loader) block(e *catalog.Entry, i int64, done bool) ([]byte, tier, time
 		}
 	}
 	start := time.Now()
-	c, _ := l.flight.do(key, func() ([]byte, tier, error) { return l.load(e, i) })
+	c, _ := l.flight.do(key, func() ([]byte, tier, error) { return l.load(e, i, true) })
 	if c.err != nil {
 		return nil, c.src, 0, c.err
 	}
@@ -237,7 +252,7 @@ func (l *Loader) Prefetch(e *catalog.Entry) (map[int64]ramcache.Block, error) {
 		if l.ram.Contains(key) {
 			continue
 		}
-		c, _ := l.flight.do(key, func() ([]byte, tier, error) { return l.load(e, i) })
+		c, _ := l.flight.do(key, func() ([]byte, tier, error) { return l.load(e, i, true) })
 		if c.err != nil {
 			return nil, c.err
 		}
@@ -246,9 +261,26 @@ func (l *Loader) Prefetch(e *catalog.Entry) (map[int64]ramcache.Block, error) {
 	return out, nil
 }
 
-// load reads block i of e from the SSD or, failing that, the PFS, and
-// queues a PFS read for the SSD. It runs inside a flight.
-func (l *Loader) load(e *catalog.Entry, i int64) ([]byte, tier, error) {
+// Serve returns block i of e for a peer that asked this node, its owner:
+// from RAM, the SSD or the PFS, never from another peer (two nodes whose
+// views differ must not bounce a request between them). The block stays
+// cached here.
+func (l *Loader) Serve(e *catalog.Entry, i int64) ([]byte, error) {
+	key := BlockKey(e.Path, i)
+	if b, ok := l.ram.Get(key, e.Size, e.Mtime); ok {
+		return b.Data, nil
+	}
+	c, _ := l.flight.do(key, func() ([]byte, tier, error) { return l.load(e, i, false) })
+	if c.err != nil {
+		return nil, c.err
+	}
+	l.ram.Put(key, ramcache.Block{ID: e.Ino, Data: c.val, Size: e.Size, Mtime: e.Mtime, Sum: c.sum})
+	return c.val, nil
+}
+
+// load reads block i of e from the SSD, the owning peer (if remote) or the
+// PFS, and queues a PFS read for the SSD. It runs inside a flight.
+func (l *Loader) load(e *catalog.Entry, i int64, remote bool) ([]byte, tier, error) {
 	key := BlockKey(e.Path, i)
 	if l.ssd != nil {
 		b, ok, err := l.ssd.Get(key, e.Size, e.Mtime)
@@ -261,6 +293,11 @@ func (l *Loader) load(e *catalog.Entry, i int64) ([]byte, tier, error) {
 	}
 	bs := l.cfg.BlockSize
 	n := min(bs, e.Size-i*bs)
+	if r := l.remote.Load(); remote && r != nil {
+		if b, ok := r.r.Fetch(e, i); ok && int64(len(b)) == n {
+			return b, tierPeer, nil
+		}
+	}
 	buf := make([]byte, n)
 	got, err := l.pfs.ReadAt(e.Path, source.Want{Size: e.Size, Mtime: e.Mtime}, buf, i*bs)
 	if err != nil {
