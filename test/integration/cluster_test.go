@@ -1,0 +1,134 @@
+package integration
+
+import (
+	"encoding/base64"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestThreeNodes runs three dlfs binaries over one pfssim, as three nodes
+// of a cluster on one machine. It checks that:
+//   - every byte read through every mount is correct, and each sample is
+//     read from the PFS about once cluster-wide;
+//   - a node killed with SIGKILL mid-read leaves the others' readers
+//     finishing without an error;
+//   - a node without the cluster key is refused.
+func TestThreeNodes(t *testing.T) {
+	src := t.TempDir()
+	files := dataset(t, src, 300)
+	pfs := startPFS(t, src, "-open-latency", "1ms")
+	keyFile := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	node := func(name string, join ...string) *proc {
+		args := []string{"--node-name", name, "--bind", "127.0.0.1:0", "--data-addr", "127.0.0.1:0",
+			"--cluster-key-file", keyFile, "--ram-cache", "64MiB"}
+		if len(join) > 0 {
+			args = append(args, "--join", strings.Join(join, ","))
+		}
+		return startDlfs(t, pfs.Mnt, args...)
+	}
+	a := node("a")
+	gossip, _ := dlfsStats(t, a.Mnt)["cluster"].(map[string]any)["gossip"].(string)
+	b := node("b", gossip)
+	c := node("c", gossip)
+	for _, n := range []*proc{a, b, c} {
+		waitAlive(t, n.Mnt, 3)
+	}
+
+	// Every node reads the whole dataset; the PFS sees it about once.
+	var wg sync.WaitGroup
+	for i, n := range []*proc{a, b, c} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			readAll(t, n.Mnt, files, 4, uint64(i), fromSource(src))
+		}()
+	}
+	wg.Wait()
+	var total int64
+	for _, f := range files {
+		fi, _ := os.Stat(filepath.Join(src, f))
+		total += fi.Size()
+	}
+	if got := pfs.counters(t).Bytes; got > total+total/20 {
+		t.Errorf("three nodes read %d bytes from the PFS for a %d-byte dataset (want about once)", got, total)
+	}
+	for _, n := range []*proc{b, c} {
+		if num(dlfsStats(t, n.Mnt), "served", "peer", "reads") == 0 {
+			t.Errorf("%s read nothing from its peers", n.Mnt)
+		}
+	}
+
+	// A node without the key cannot join.
+	mnt := t.TempDir()
+	code, _, stderr := runCmd(t, bin.dlfs, "mount", "--node-name", "intruder", "--bind", "127.0.0.1:0", "--join", gossip, pfs.Mnt, mnt)
+	if code == 0 || !strings.Contains(stderr, "cluster key") {
+		t.Errorf("a node without the key: exit %d, stderr %q", code, stderr)
+	}
+
+	// Kill c while a and b read again (their page caches dropped, so they
+	// ask the owners again): they finish without an error.
+	dropPageCache(t)
+	errs := make(chan error, 2)
+	var progress atomic.Int64
+	for i, n := range []*proc{a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j, f := range files {
+				got, err := os.ReadFile(filepath.Join(n.Mnt, f))
+				if err != nil {
+					errs <- fmt.Errorf("node %d, file %d: %v", i, j, err)
+					return
+				}
+				if want, _ := os.ReadFile(filepath.Join(src, f)); string(got) != string(want) {
+					errs <- fmt.Errorf("node %d: %s: wrong bytes", i, f)
+					return
+				}
+				progress.Add(1)
+			}
+		}()
+	}
+	// Kill c once the readers are under way, so it dies mid-read.
+	for deadline := time.Now().Add(10 * time.Second); progress.Load() < 20 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	c.Cmd.Process.Signal(syscall.SIGKILL)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	syscall.Unmount(c.Mnt, syscall.MNT_DETACH)
+}
+
+// waitAlive polls a mount's stats until it sees want alive members.
+func waitAlive(t *testing.T, mnt string, want int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		alive := 0
+		members, _ := dlfsStats(t, mnt)["cluster"].(map[string]any)["members"].([]any)
+		for _, m := range members {
+			if m.(map[string]any)["state"] == "alive" {
+				alive++
+			}
+		}
+		if alive == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s sees %d alive members, want %d", mnt, alive, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
