@@ -75,6 +75,9 @@ type Cluster struct {
 	members map[string]Member // mu guards members and subs
 	subs    []chan struct{}
 	closed  bool
+
+	stop chan struct{} // closed by Close
+	wg   sync.WaitGroup
 }
 
 // ErrConfig wraps configuration errors.
@@ -102,6 +105,13 @@ func Start(cfg Config) (*Cluster, error) {
 		mc = memberlist.DefaultLocalConfig()
 	}
 	mc.Name = cfg.NodeName
+	// A node that comes back after a crash binds new ports (port 0, or a
+	// new machine): let it reclaim its name soon after it was declared
+	// dead, instead of never (memberlist's default).
+	mc.DeadNodeReclaimTime = 5 * time.Second
+	if cfg.Local {
+		mc.DeadNodeReclaimTime = time.Second
+	}
 	if mc.BindAddr, mc.BindPort, err = splitHostPort(cfg.Bind, "bind"); err != nil {
 		return nil, err
 	}
@@ -115,7 +125,7 @@ func Start(cfg Config) (*Cluster, error) {
 		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
 	}
 	mc.Logger = slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug)
-	c := &Cluster{cfg: cfg, log: cfg.Logger, members: map[string]Member{}}
+	c := &Cluster{cfg: cfg, log: cfg.Logger, members: map[string]Member{}, stop: make(chan struct{})}
 	mc.Delegate = &delegate{meta: meta}
 	mc.Events = &events{c: c}
 	c.ml, err = memberlist.Create(mc)
@@ -127,8 +137,28 @@ func Start(cfg Config) (*Cluster, error) {
 			c.ml.Shutdown()
 			return nil, fmt.Errorf("cluster: join %v: %w (is the cluster key the same on every node?)", cfg.Join, err)
 		}
+		c.wg.Add(1)
+		go c.rejoin(mc.DeadNodeReclaimTime)
 	}
 	return c, nil
+}
+
+// rejoin joins again a few times after start. A node back from a crash
+// under its old name but at a new address is refused until the others
+// have held its old self dead for the reclaim time; without another join
+// it would wait for the next push-pull (30 s on a LAN) to be seen again.
+func (c *Cluster) rejoin(reclaim time.Duration) {
+	defer c.wg.Done()
+	for i := 1; i <= 3; i++ {
+		select {
+		case <-c.stop:
+			return
+		case <-time.After(time.Duration(i)*reclaim + 500*time.Millisecond):
+		}
+		if _, err := c.ml.Join(c.cfg.Join); err != nil {
+			c.log.Debug("cluster: rejoin failed", "err", err)
+		}
+	}
 }
 
 func splitHostPort(hp, what string) (string, int, error) {
@@ -191,6 +221,8 @@ func (c *Cluster) Close() error {
 	}
 	c.closed = true
 	c.mu.Unlock()
+	close(c.stop)
+	c.wg.Wait()
 	err := c.ml.Leave(2 * time.Second)
 	if serr := c.ml.Shutdown(); err == nil {
 		err = serr

@@ -25,6 +25,12 @@
 // starting another. Every demand read is reported to the Stage with the
 // time it waited on the PFS, so the prefetcher can track consumption.
 //
+// # Cluster
+//
+// When a Remote is set, a block another node owns is fetched from it
+// (tier "peer") before the PFS is tried, and is not kept in this node's RAM:
+// the RAM tiers of the nodes hold disjoint partitions.
+//
 // # Accounting
 //
 // Every read is counted once, under the tier that supplied its bytes:
@@ -228,8 +234,10 @@ func (l *Loader) block(e *catalog.Entry, i int64, done bool) ([]byte, tier, time
 	if c.err != nil {
 		return nil, c.src, 0, c.err
 	}
+	// A block from a peer stays with its owner: caching it here too would
+	// spend this node's share of the cluster's RAM on another's partition.
 	b := ramcache.Block{ID: e.Ino, Data: c.val, Size: e.Size, Mtime: e.Mtime, Sum: c.sum}
-	if !l.ram.Put(key, b) && !done {
+	if (c.src == tierPeer || !l.ram.Put(key, b)) && !done {
 		if s := l.stage.Load(); s != nil {
 			s.s.Hold(key, b)
 		}

@@ -28,9 +28,13 @@ func TestThreeNodes(t *testing.T) {
 	if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	ssdC := t.TempDir()
 	node := func(name string, join ...string) *proc {
 		args := []string{"--node-name", name, "--bind", "127.0.0.1:0", "--data-addr", "127.0.0.1:0",
 			"--cluster-key-file", keyFile, "--ram-cache", "64MiB"}
+		if name == "c" {
+			args = append(args, "--ssd-cache", ssdC, "--ssd-cache-size", "256MiB")
+		}
 		if len(join) > 0 {
 			args = append(args, "--join", strings.Join(join, ","))
 		}
@@ -109,6 +113,40 @@ func TestThreeNodes(t *testing.T) {
 		t.Error(err)
 	}
 	syscall.Unmount(c.Mnt, syscall.MNT_DETACH)
+
+	// c comes back with its SSD cache and serves its share again without
+	// reading it from the PFS. It can reclaim its name once the others have
+	// declared the killed c dead (memberlist refuses a live name at a new
+	// address).
+	waitAlive(t, a.Mnt, 2)
+	c = node("c", gossip)
+	waitAlive(t, c.Mnt, 3)
+	// a must see the new c, not the killed one it may still think alive.
+	cGossip, _ := dlfsStats(t, c.Mnt)["cluster"].(map[string]any)["gossip"].(string)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		seen := false
+		members, _ := dlfsStats(t, a.Mnt)["cluster"].(map[string]any)["members"].([]any)
+		for _, m := range members {
+			mm := m.(map[string]any)
+			seen = seen || mm["name"] == "c" && mm["address"] == cGossip && mm["state"] == "alive"
+		}
+		if seen {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a never saw c come back at %s: %v", cGossip, members)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	dropPageCache(t)
+	before := pfs.counters(t).Bytes
+	readAll(t, a.Mnt, files, 4, 9, fromSource(src))
+	if got := pfs.counters(t).Bytes - before; got != 0 {
+		t.Errorf("after c returned, reading everything through a cost %d PFS bytes, want 0", got)
+	}
+	if num(dlfsStats(t, c.Mnt), "served", "ssd", "reads") == 0 && num(dlfsStats(t, c.Mnt), "cluster", "served_to_peers") == 0 {
+		t.Error("the returned node served nothing")
+	}
 }
 
 // waitAlive polls a mount's stats until it sees want alive members.
