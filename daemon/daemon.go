@@ -198,6 +198,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	})
 	pc := cfg.Prefetch
 	pc.BlockSize, pc.Logger = lc.BlockSize, cfg.Logger
+	// In a cluster this node keeps samples for ranks that run elsewhere.
+	pc.AllRanks = cfg.Cluster.Bind != "" || len(cfg.Cluster.Join) > 0
 	if pc.BlockSize <= 0 {
 		pc.BlockSize = loader.DefaultConfig().BlockSize
 	}

@@ -12,7 +12,7 @@ import (
 
 // peerTimeout bounds a fetch from a peer; past it the reader goes to the
 // PFS instead.
-const peerTimeout = 2 * time.Second
+const peerTimeout = 10 * time.Second
 
 // Block serves a peer's request (peer.Source): by catalog identity only.
 func (n *Node) Block(it peer.Item) ([]byte, byte) {

@@ -223,7 +223,7 @@ func (l *Loader) block(e *catalog.Entry, i int64, done bool) ([]byte, tier, time
 	}
 	if s := l.stage.Load(); s != nil {
 		if b, ok := s.s.Take(key, e, done); ok {
-			if done {
+			if done && !b.Peer {
 				l.ram.Put(key, b) // kept only if its next use warrants it
 			}
 			return b.Data, tierRAM, 0, nil
@@ -264,7 +264,7 @@ func (l *Loader) Prefetch(e *catalog.Entry) (map[int64]ramcache.Block, error) {
 		if c.err != nil {
 			return nil, c.err
 		}
-		out[i] = ramcache.Block{ID: e.Ino, Data: c.val, Size: e.Size, Mtime: e.Mtime, Sum: c.sum}
+		out[i] = ramcache.Block{ID: e.Ino, Data: c.val, Size: e.Size, Mtime: e.Mtime, Sum: c.sum, Peer: c.src == tierPeer}
 	}
 	return out, nil
 }
@@ -277,6 +277,11 @@ func (l *Loader) Serve(e *catalog.Entry, i int64) ([]byte, error) {
 	key := BlockKey(e.Path, i)
 	if b, ok := l.ram.Get(key, e.Size, e.Mtime); ok {
 		return b.Data, nil
+	}
+	if s := l.stage.Load(); s != nil {
+		if b, ok := s.s.Take(key, e, false); ok && !b.Peer { // staged for a local rank: leave it there
+			return b.Data, nil
+		}
 	}
 	c, _ := l.flight.do(key, func() ([]byte, tier, error) { return l.load(e, i, false) })
 	if c.err != nil {

@@ -90,7 +90,7 @@ func (s *Server) accept() {
 }
 
 // serve runs one connection: the handshake, then requests, each answered
-// in its own goroutine (at most 16 at once) so a slow PFS read does not
+// in its own goroutine (at most 128 at once) so a slow PFS read does not
 // hold up the blocks behind it.
 func (s *Server) serve(c net.Conn) {
 	defer s.wg.Done()
@@ -110,7 +110,7 @@ func (s *Server) serve(c net.Conn) {
 	var (
 		writeMu sync.Mutex
 		reqs    sync.WaitGroup
-		sem     = make(chan struct{}, 16)
+		sem     = make(chan struct{}, 128)
 	)
 	defer reqs.Wait()
 	for {

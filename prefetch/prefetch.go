@@ -67,8 +67,13 @@ type Config struct {
 	// fetches in flight.
 	Staging int64 // default 256 MiB
 	// BlockSize must equal the loader's.
-	BlockSize int64        // default loader.DefaultConfig().BlockSize
-	Logger    *slog.Logger // nil: discard
+	BlockSize int64 // default loader.DefaultConfig().BlockSize
+	// AllRanks makes NextUse also answer for the ranks other nodes run
+	// (assumed to be as far as this node's ranks of the same job): in a
+	// cluster, this node owns samples that only those ranks read, and its
+	// RAM tier must keep them for them.
+	AllRanks bool
+	Logger   *slog.Logger // nil: discard
 }
 
 // DefaultConfig returns the defaults.
@@ -104,6 +109,7 @@ type Prefetcher struct {
 	// mu guards the following.
 	// INVARIANT: stagedBytes == sum of len(staged[k].Data); inflightBytes == sum of inflight.
 	streams       []*stream
+	others        []*stream           // ranks other nodes run (AllRanks): for NextUse only
 	history       map[streamID]*Stats // per (job, rank), surviving plan changes
 	staged        map[string]ramcache.Block
 	stagedIno     map[uint64]int // blocks staged per file
@@ -233,14 +239,23 @@ func (p *Prefetcher) watch(ctx context.Context, changes <-chan struct{}) {
 // large datasets take a while) and swaps them in. A stream whose job and
 // first epoch did not change keeps its progress.
 func (p *Prefetcher) rebuild() {
-	var fresh []*stream
+	var fresh, others []*stream
 	for _, j := range p.plans.All() {
+		local := map[int]bool{}
 		for _, r := range j.Spec.Ranks {
-			fresh = append(fresh, build(j, r))
+			local[r] = true
+			fresh = append(fresh, build(j, r, j.Epochs(r)))
+		}
+		for r := 0; p.cfg.AllRanks && r < j.Spec.World; r++ {
+			if !local[r] {
+				// Assumed to be in the epoch of this node's first rank.
+				others = append(others, build(j, r, j.Epochs(j.Spec.Ranks[0])))
+			}
 		}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.others = others
 	old := map[streamID]*stream{}
 	for _, s := range p.streams {
 		old[s.id] = s
@@ -278,8 +293,8 @@ func (p *Prefetcher) rebuild() {
 	p.kick()
 }
 
-func build(j *jobs.Job, rank int) *stream {
-	s := &stream{id: streamID{j.Spec.Name, rank}, epochs: j.Epochs(rank), first: map[uint64]int32{}, maxSeen: -1}
+func build(j *jobs.Job, rank int, epochs []int) *stream {
+	s := &stream{id: streamID{j.Spec.Name, rank}, epochs: epochs, first: map[uint64]int32{}, maxSeen: -1}
 	last := map[uint64]int32{}
 	for _, e := range s.epochs {
 		s.starts = append(s.starts, len(s.entries))
@@ -540,6 +555,8 @@ func (p *Prefetcher) dropUnneededLocked() {
 
 // NextUse is the RAM tier's oracle: how many positions ahead of its
 // stream's cursor file ino is next needed; math.MaxInt64 if no plan has it.
+// Ranks of other nodes (AllRanks) count with the cursor of this node's
+// furthest-behind rank of the same job.
 func (p *Prefetcher) NextUse(ino uint64) int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -547,6 +564,21 @@ func (p *Prefetcher) NextUse(ino uint64) int64 {
 	for _, s := range p.streams {
 		if q := s.pending(ino); q >= 0 {
 			best = min(best, int64(q-s.cursor))
+		}
+	}
+	for _, o := range p.others {
+		cursor := -1
+		for _, s := range p.streams {
+			if s.id.job == o.id.job && (cursor < 0 || s.cursor < cursor) {
+				cursor = s.cursor
+			}
+		}
+		if cursor < 0 {
+			continue
+		}
+		o.cursor = cursor // others are never consumed: pending skips only what is behind
+		if q := o.pending(ino); q >= 0 {
+			best = min(best, int64(q-cursor))
 		}
 	}
 	return best

@@ -56,7 +56,7 @@ func main() {
 	flag.DurationVar(&o.readLatency, "pfs-read-latency", 200*time.Microsecond, "pfssim latency per read call")
 	flag.Float64Var(&o.bandwidth, "pfs-bandwidth-mbps", 300, "pfssim aggregate bandwidth in MB/s")
 	flag.BoolVar(&o.genOnly, "gen-only", false, "only generate the dataset under DIR/source")
-	flag.StringVar(&o.suites, "suites", "mount,clairvoyance", "which tables to measure")
+	flag.StringVar(&o.suites, "suites", "mount,clairvoyance,cluster", "which tables to measure")
 	flag.StringVar(&o.examples, "examples", "examples", "directory of train_imagefolder.py")
 	flag.DurationVar(&o.busyOpen, "busy-open-latency", 20*time.Millisecond, "clairvoyance suite: pfssim latency per open")
 	flag.DurationVar(&o.busyRead, "busy-read-latency", time.Millisecond, "clairvoyance suite: pfssim latency per read call")
@@ -102,10 +102,17 @@ func run(o options) error {
 		}
 	}
 	if strings.Contains(o.suites, "clairvoyance") {
-		return runClairvoyance(o, src, total)
+		if err := runClairvoyance(o, src, total); err != nil {
+			return err
+		}
+	}
+	if strings.Contains(o.suites, "cluster") {
+		return runCluster(o, src, files, total)
 	}
 	return nil
 }
+
+var jsonUnmarshal = json.Unmarshal
 
 // runMount measures the mount suite (issue 2): raw reads of every file.
 func runMount(o options, src string, files []string, total int64) error {

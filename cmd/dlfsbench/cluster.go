@@ -1,0 +1,225 @@
+package main
+
+import (
+	"encoding/base64"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dlfs/dlfs/test/mountproc"
+)
+
+// The cluster suite (issue 4): three nodes on loopback over one busy
+// pfssim, each with a RAM tier of 40% of the dataset (so no node holds half
+// of it, and the three together hold it all), run one DistributedSampler
+// job of 3 ranks, one per node, for 3 epochs. The same job runs with every
+// node reading pfssim directly and with three dlfs nodes that cache only
+// locally. Each mount's page cache is dropped before every epoch, so what
+// is measured is dlfs's caches, not the kernel's.
+
+const clusterNodes = 3
+
+type clusterEpoch struct {
+	mode     string
+	epoch    int
+	seconds  float64
+	pfsBytes int64
+}
+
+func runCluster(o options, src string, files []string, total int64) error {
+	pfs, err := startSim(o, "cluster-pfs", src, "-open-latency", o.busyOpen.String(), "-read-latency", o.busyRead.String(),
+		"-bandwidth-mbps", fmt.Sprint(o.bandwidth), "-max-inflight", "256")
+	if err != nil {
+		return err
+	}
+	defer pfs.Stop(30 * time.Second)
+	keyFile := filepath.Join(o.dir, "cluster.key")
+	if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString([]byte("dlfsbench-cluster-key-0123456789"))), 0o600); err != nil {
+		return err
+	}
+	ram := fmt.Sprint(total * 4 / 10)
+
+	var results []clusterEpoch
+	// epochs runs the 3 ranks for 3 epochs over the given data roots.
+	epochs := func(mode string, roots []string, mnts []string) error {
+		for epoch := 0; epoch < 3; epoch++ {
+			for _, m := range mnts {
+				if err := dropPageCache(m, files); err != nil {
+					return err
+				}
+			}
+			fmt.Fprintf(os.Stderr, "measuring: %s, epoch %d\n", mode, epoch)
+			before := pfs.bytes()
+			start := time.Now()
+			var wg sync.WaitGroup
+			errs := make([]error, clusterNodes)
+			for r := 0; r < clusterNodes; r++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					cmd := exec.Command("/usr/bin/python3", filepath.Join(o.examples, "train_imagefolder.py"), "--data", roots[r],
+						"--epochs", "1", "--start-epoch", fmt.Sprint(epoch), "--workers", "2", "--batch", "32", "--raw", "--job", "cluster")
+					cmd.Env = append(os.Environ(), fmt.Sprintf("RANK=%d", r), fmt.Sprintf("WORLD_SIZE=%d", clusterNodes))
+					if out, err := cmd.CombinedOutput(); err != nil {
+						errs[r] = fmt.Errorf("%s rank %d: %v\n%s", mode, r, err, out)
+					}
+				}()
+			}
+			wg.Wait()
+			for _, err := range errs {
+				if err != nil {
+					return err
+				}
+			}
+			results = append(results, clusterEpoch{mode: mode, epoch: epoch, seconds: time.Since(start).Seconds(),
+				pfsBytes: pfs.bytes() - before})
+		}
+		return nil
+	}
+
+	// Direct: every rank reads pfssim.
+	direct := make([]string, clusterNodes)
+	for i := range direct {
+		direct[i] = pfs.Mnt
+	}
+	if err := epochs("every node reads pfssim directly", direct, nil); err != nil {
+		return err
+	}
+
+	for _, mode := range []struct {
+		name    string
+		cluster bool
+	}{{"three dlfs nodes caching only locally", false}, {"three dlfs nodes as a cluster", true}} {
+		var (
+			procs  []*mountproc.Proc
+			mnts   []string
+			gossip string
+		)
+		stop := func() {
+			for _, p := range procs {
+				p.Stop(30 * time.Second)
+			}
+		}
+		for i := 0; i < clusterNodes; i++ {
+			mnt, err := freshDir(filepath.Join(o.dir, fmt.Sprintf("cluster-mnt-%d", i)))
+			if err != nil {
+				stop()
+				return err
+			}
+			args := []string{"mount", "--ram-cache", ram, "--log-level", "warn", "--node-name", fmt.Sprintf("node-%d", i)}
+			if mode.cluster {
+				args = append(args, "--bind", "127.0.0.1:0", "--data-addr", "127.0.0.1:0", "--cluster-key-file", keyFile)
+				if gossip != "" {
+					args = append(args, "--join", gossip)
+				}
+			}
+			p, err := mountproc.Start(filepath.Join(o.bin, "dlfs"), mnt, time.Minute, append(args, pfs.Mnt, mnt)...)
+			if err != nil {
+				stop()
+				return err
+			}
+			procs, mnts = append(procs, p), append(mnts, mnt)
+			if mode.cluster && gossip == "" {
+				gossip = statsString(mnt, "gossip")
+			}
+		}
+		if mode.cluster {
+			if err := waitMembers(mnts, clusterNodes); err != nil {
+				stop()
+				return err
+			}
+		}
+		err := epochs(mode.name, mnts, mnts)
+		stop()
+		if err != nil {
+			return err
+		}
+	}
+
+	fmt.Printf("\n## Cluster: 3 nodes, one DistributedSampler job of 3 ranks (one per node), 3 epochs\n\n")
+	fmt.Printf("Same busy pfssim as above. Each node's RAM tier is 40%% of the dataset (%.0f MB), no SSD tier; "+
+		"each mount's page cache is dropped before every epoch. An epoch's time is that of its slowest rank.\n\n",
+		float64(total)*0.4/1e6)
+	fmt.Println("| nodes | epoch | seconds | PFS MB | PFS bytes ÷ dataset |")
+	fmt.Println("|---|---:|---:|---:|---:|")
+	for _, r := range results {
+		fmt.Printf("| %s | %d | %.2f | %.0f | %.2f |\n", r.mode, r.epoch, r.seconds, float64(r.pfsBytes)/1e6, float64(r.pfsBytes)/float64(total))
+	}
+	find := func(mode string, epoch int) clusterEpoch {
+		for _, r := range results {
+			if strings.HasPrefix(r.mode, mode) && r.epoch == epoch {
+				return r
+			}
+		}
+		return clusterEpoch{}
+	}
+	c0, c1 := find("three dlfs nodes as a cluster", 0), find("three dlfs nodes as a cluster", 1)
+	d1 := find("every node reads", 1)
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "NOT met"
+	}
+	fmt.Println()
+	fmt.Printf("- PFS bytes in epoch 0, cluster: %.2f× the dataset (target ≤ 1.05×): %s\n",
+		float64(c0.pfsBytes)/float64(total), verdict(float64(c0.pfsBytes) <= 1.05*float64(total)))
+	fmt.Printf("- PFS bytes in epoch 1, cluster: %.2f× the dataset (target ≈ 0)\n", float64(c1.pfsBytes)/float64(total))
+	fmt.Printf("- epoch 1, cluster vs every node reading pfssim directly: %.1f× faster (target ≥ 5×): %s\n",
+		d1.seconds/c1.seconds, verdict(d1.seconds/c1.seconds >= 5))
+	return nil
+}
+
+// statsString reads a string field of the cluster section of a mount's
+// stats.
+func statsString(mnt, key string) string {
+	b, err := os.ReadFile(filepath.Join(mnt, ".dlfs/stats"))
+	if err != nil {
+		return ""
+	}
+	var st struct {
+		Cluster map[string]any `json:"cluster"`
+	}
+	if jsonUnmarshal(b, &st) != nil {
+		return ""
+	}
+	s, _ := st.Cluster[key].(string)
+	return s
+}
+
+// waitMembers polls every mount until it sees n alive members.
+func waitMembers(mnts []string, n int) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for _, m := range mnts {
+		for {
+			b, _ := os.ReadFile(filepath.Join(m, ".dlfs/stats"))
+			var st struct {
+				Cluster struct {
+					Members []struct {
+						State string `json:"state"`
+					} `json:"members"`
+				} `json:"cluster"`
+			}
+			alive := 0
+			if jsonUnmarshal(b, &st) == nil {
+				for _, mm := range st.Cluster.Members {
+					if mm.State == "alive" {
+						alive++
+					}
+				}
+			}
+			if alive == n {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s sees %d alive members, want %d", m, alive, n)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return nil
+}
