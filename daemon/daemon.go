@@ -96,24 +96,26 @@ type Node struct {
 	log     *slog.Logger
 	started time.Time
 
-	cat        *catalog.Catalog
-	src        *source.Source
-	ram        *ramcache.Cache
-	ssd        *ssdstore.Store // nil when the SSD tier is off
-	load       *loader.Loader
-	fs         *fusefs.FS
-	ctl        *controlPlane
-	jobs       *jobs.Registry
-	pf         *prefetch.Prefetcher
-	cl         *cluster.Cluster // nil for a cluster of one
-	peers      *peer.Client     // nil without a cluster
-	peerSrv    *peer.Server     // nil without --data-addr
-	peerServed atomic.Int64
-	tableMu    sync.Mutex
+	cat         *catalog.Catalog
+	src         *source.Source
+	ram         *ramcache.Cache
+	ssd         *ssdstore.Store // nil when the SSD tier is off
+	load        *loader.Loader
+	fs          *fusefs.FS
+	ctl         *controlPlane
+	jobs        *jobs.Registry
+	pf          *prefetch.Prefetcher
+	cl          *cluster.Cluster // nil for a cluster of one
+	peers       *peer.Client     // nil without a cluster
+	peerSrv     *peer.Server     // nil without --data-addr
+	peerServed  atomic.Int64
+	peerBatches atomic.Int64
+	tableMu     sync.Mutex
 	// tableMu guards the following: placement over the alive members.
 	placement   *placement.Table
 	placed      map[int]cluster.Member
 	tableDirty  bool
+	batchers    map[string]*batcher // by peer data address
 	own         ownership
 	refreshed   chan struct{} // capacity 1: the catalog changed
 	stop        chan struct{} // closed by Close: background goroutines end
@@ -311,12 +313,12 @@ func (n *Node) Close() error {
 			n.server.Wait()
 		}
 		close(n.stop)
+		if n.peers != nil {
+			n.peers.Close() // fails fetches in flight, so the batchers end at once
+		}
 		n.wg.Wait()
 		if n.peerSrv != nil {
 			n.peerSrv.Close()
-		}
-		if n.peers != nil {
-			n.peers.Close()
 		}
 		if n.pf != nil {
 			n.pf.Close()

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/dlfs/dlfs/catalog"
@@ -38,14 +39,122 @@ func (r remote) Fetch(e *catalog.Entry, i int64) ([]byte, bool) {
 	if !ok {
 		return nil, false
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
-	defer cancel()
-	res, err := r.n.peers.Fetch(ctx, owner.Meta.DataAddr, []peer.Item{{Path: e.Path, Size: e.Size, Mtime: e.Mtime, Block: i}})
-	if err != nil || res[0].Status != peer.StatusOK {
+	res, err := r.n.batcherFor(owner.Meta.DataAddr).fetch(peer.Item{Path: e.Path, Size: e.Size, Mtime: e.Mtime, Block: i})
+	if err != nil || res.Status != peer.StatusOK {
 		r.n.log.Debug("peer fetch failed; reading the PFS", "path", e.Path, "owner", owner.Name, "err", err)
 		return nil, false
 	}
-	return res[0].Data, true
+	return res.Data, true
+}
+
+// batcher sends the blocks wanted from one peer in batches: whatever is
+// queued when a request goes out travels in it (up to maxBatch items),
+// without waiting for more, so batching adds no latency. Up to
+// batchesInFlight requests are pipelined on the connection.
+type batcher struct {
+	n    *Node
+	addr string
+	q    chan batchItem
+}
+
+type batchItem struct {
+	it    peer.Item
+	reply chan batchReply
+}
+
+type batchReply struct {
+	res peer.Result
+	err error
+}
+
+const (
+	maxBatch        = 64
+	batchesInFlight = 8
+)
+
+// batcherFor returns the batcher of addr, starting it on first use. Its
+// goroutine is owned by the Node and ends when n.stop closes.
+func (n *Node) batcherFor(addr string) *batcher {
+	n.tableMu.Lock()
+	defer n.tableMu.Unlock()
+	if n.batchers == nil {
+		n.batchers = map[string]*batcher{}
+	}
+	b := n.batchers[addr]
+	if b == nil {
+		b = &batcher{n: n, addr: addr, q: make(chan batchItem, 4*maxBatch)}
+		n.batchers[addr] = b
+		n.wg.Add(1)
+		go b.run()
+	}
+	return b
+}
+
+func (b *batcher) fetch(it peer.Item) (peer.Result, error) {
+	reply := make(chan batchReply, 1)
+	select {
+	case b.q <- batchItem{it, reply}:
+	case <-b.n.stop:
+		return peer.Result{}, peer.ErrClosed
+	}
+	select {
+	case r := <-reply:
+		return r.res, r.err
+	case <-b.n.stop:
+		return peer.Result{}, peer.ErrClosed
+	}
+}
+
+func (b *batcher) run() {
+	defer b.n.wg.Done()
+	sem := make(chan struct{}, batchesInFlight)
+	var inflight sync.WaitGroup
+	defer inflight.Wait()
+	for {
+		var batch []batchItem
+		select {
+		case <-b.n.stop:
+			return
+		case first := <-b.q:
+			batch = append(batch, first)
+		}
+	more:
+		for len(batch) < maxBatch {
+			select {
+			case it := <-b.q:
+				batch = append(batch, it)
+			default:
+				break more
+			}
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-b.n.stop:
+			return
+		}
+		inflight.Add(1)
+		go func() {
+			defer inflight.Done()
+			defer func() { <-sem }()
+			items := make([]peer.Item, len(batch))
+			for i, bi := range batch {
+				items[i] = bi.it
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+			res, err := b.n.peers.Fetch(ctx, b.addr, items)
+			cancel()
+			b.n.peerBatches.Add(1)
+			for i, bi := range batch {
+				var r batchReply
+				if err != nil {
+					r.err = err
+				} else {
+					r.res = res[i]
+				}
+				bi.reply <- r
+			}
+		}()
+	}
 }
 
 // owner returns the member that owns path, if it is another alive node

@@ -39,6 +39,9 @@ type ClusterStats struct {
 	// ServedToPeers counts blocks this node sent to peers that read a
 	// sample it owns.
 	ServedToPeers int64 `json:"served_to_peers"`
+	// PeerRequests counts requests sent to peers; blocks fetched from
+	// peers (served.peer.reads) divided by it is the batching factor.
+	PeerRequests int64 `json:"peer_requests"`
 }
 
 // MemberStats is one member and the share of the dataset placement gives
@@ -83,6 +86,7 @@ func (n *Node) Stats() Stats {
 	}
 	if n.cl != nil {
 		s.Cluster.Gossip, s.Cluster.ServedToPeers = n.cl.Addr(), n.peerServed.Load()
+		s.Cluster.PeerRequests = n.peerBatches.Load()
 		for _, m := range n.cl.Members() {
 			ms := MemberStats{Member: m}
 			if m.State == cluster.StateAlive {
