@@ -111,10 +111,10 @@ type Node struct {
 	peerServed  atomic.Int64
 	peerBatches atomic.Int64
 	tableMu     sync.Mutex
-	// tableMu guards the following: placement over the alive members.
+	// tableMu guards the following: placement over the alive members
+	// (placed[i] is the table's member i), kept by watchOwnership.
 	placement   *placement.Table
-	placed      map[int]cluster.Member
-	tableDirty  bool
+	placed      []cluster.Member
 	batchers    map[string]*batcher // by peer data address
 	own         ownership
 	refreshed   chan struct{} // capacity 1: the catalog changed

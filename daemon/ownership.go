@@ -23,14 +23,21 @@ func (o *ownership) get(name string) (samples, bytes int64) {
 	return c[0], c[1]
 }
 
-// compute places every regular file of snap over the alive members.
-func (o *ownership) compute(snap *catalog.Snapshot, alive []cluster.Member) {
-	ms := make([]placement.Member, 0, len(alive))
-	for _, m := range alive {
-		ms = append(ms, placement.Member{Name: m.Name, Capacity: max(m.Meta.RAM+m.Meta.SSD, 1)})
+// placeAlive returns the placement table of the alive members.
+// placement orders its members by name, as cluster.Alive does, so the
+// table's member i is alive[i].
+func placeAlive(alive []cluster.Member) (*placement.Table, error) {
+	ms := make([]placement.Member, len(alive))
+	for i, m := range alive {
+		ms[i] = placement.Member{Name: m.Name, Capacity: max(m.Meta.RAM+m.Meta.SSD, 1)}
 	}
+	return placement.New(ms)
+}
+
+// compute places every regular file of snap with t.
+func (o *ownership) compute(snap *catalog.Snapshot, t *placement.Table) {
 	counts := map[string][2]int64{}
-	if t, err := placement.New(ms); err == nil {
+	if t != nil {
 		snap.Walk(func(e *catalog.Entry) {
 			if e.IsRegular() {
 				name := t.Members()[t.Owner(e.Path)].Name
@@ -44,15 +51,21 @@ func (o *ownership) compute(snap *catalog.Snapshot, alive []cluster.Member) {
 	o.mu.Unlock()
 }
 
-// watchOwnership recomputes ownership on every change of the view until
-// stop closes. It is owned by the Node, which closes stop in Close.
+// watchOwnership rebuilds the placement table and the ownership counts on
+// every change of the view or the catalog, until stop closes. It is owned
+// by the Node, which closes stop in Close.
 func (n *Node) watchOwnership(changes <-chan struct{}, stop <-chan struct{}) {
 	defer n.wg.Done()
 	for {
+		alive := n.cl.Alive()
+		t, err := placeAlive(alive)
+		if err != nil {
+			t, alive = nil, nil // no alive member yet: every read goes to the PFS
+		}
 		n.tableMu.Lock()
-		n.tableDirty = true // the owner table follows the view
+		n.placement, n.placed = t, alive
 		n.tableMu.Unlock()
-		n.own.compute(n.cat.Snapshot(), n.cl.Alive())
+		n.own.compute(n.cat.Snapshot(), t)
 		select {
 		case <-stop:
 			return

@@ -8,7 +8,6 @@ import (
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/cluster"
 	"github.com/dlfs/dlfs/peer"
-	"github.com/dlfs/dlfs/placement"
 )
 
 // peerTimeout bounds a fetch from a peer; past it the reader goes to the
@@ -160,39 +159,15 @@ func (b *batcher) run() {
 // owner returns the member that owns path, if it is another alive node
 // with a data address.
 func (n *Node) owner(path string) (cluster.Member, bool) {
-	t, members := n.table()
+	n.tableMu.Lock()
+	t, placed := n.placement, n.placed
+	n.tableMu.Unlock()
 	if t == nil {
 		return cluster.Member{}, false
 	}
-	m := members[t.Owner(path)]
+	m := placed[t.Owner(path)]
 	if m.Name == n.cfg.NodeName || m.Meta.DataAddr == "" {
 		return cluster.Member{}, false
 	}
 	return m, true
-}
-
-// table returns the placement table of the alive members, rebuilt when the
-// view changed.
-func (n *Node) table() (*placement.Table, map[int]cluster.Member) {
-	n.tableMu.Lock()
-	defer n.tableMu.Unlock()
-	if n.tableDirty || n.placement == nil {
-		alive := n.cl.Alive()
-		ms := make([]placement.Member, len(alive))
-		byName := map[string]cluster.Member{}
-		for i, m := range alive {
-			ms[i] = placement.Member{Name: m.Name, Capacity: max(m.Meta.RAM+m.Meta.SSD, 1)}
-			byName[m.Name] = m
-		}
-		t, err := placement.New(ms)
-		if err != nil {
-			return nil, nil
-		}
-		n.placement, n.placed = t, map[int]cluster.Member{}
-		for i, m := range t.Members() {
-			n.placed[i] = byName[m.Name]
-		}
-		n.tableDirty = false
-	}
-	return n.placement, n.placed
 }

@@ -473,12 +473,22 @@ func (p *Prefetcher) advanceLocked(s *stream) {
 func (p *Prefetcher) Hold(key string, b ramcache.Block) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if _, dup := p.staged[key]; dup || !p.neededLocked(b.ID, false) || p.stagedBytes+int64(len(b.Data)) > p.cfg.Staging {
+	if !p.neededLocked(b.ID, false) || p.stagedBytes+int64(len(b.Data)) > p.cfg.Staging {
 		return // unplanned (nothing would ever drop it) or no room
+	}
+	p.stageLocked(key, b)
+}
+
+// stageLocked adds b to the stage unless it is there already, and reports
+// whether it added it.
+func (p *Prefetcher) stageLocked(key string, b ramcache.Block) bool {
+	if _, dup := p.staged[key]; dup {
+		return false
 	}
 	p.staged[key] = b
 	p.stagedIno[b.ID]++
 	p.stagedBytes += int64(len(b.Data))
+	return true
 }
 
 // Take implements loader.Stage.
@@ -660,14 +670,9 @@ func (p *Prefetcher) work(ctx context.Context) {
 		default:
 			p.totals.Fetched++
 			for i, b := range blocks {
-				key := loader.BlockKey(e.Path, i)
-				if _, dup := p.staged[key]; dup {
-					continue
+				if p.stageLocked(loader.BlockKey(e.Path, i), b) {
+					p.totals.FetchedBytes += int64(len(b.Data))
 				}
-				p.staged[key] = b
-				p.stagedIno[e.Ino]++
-				p.stagedBytes += int64(len(b.Data))
-				p.totals.FetchedBytes += int64(len(b.Data))
 			}
 		}
 		p.mu.Unlock()

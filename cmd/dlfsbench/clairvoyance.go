@@ -224,18 +224,8 @@ const (
 // jobReads returns the planned reads of job "default", rank 0, so far:
 // those served without waiting on the PFS, and all of them.
 func jobReads(mnt string) (hits, planned int64) {
-	b, err := os.ReadFile(filepath.Join(mnt, ".dlfs/stats"))
+	st, err := readStats(mnt)
 	if err != nil {
-		return 0, 0
-	}
-	var st struct {
-		Jobs map[string]map[string]struct {
-			Hits   int64 `json:"hits"`
-			Late   int64 `json:"late"`
-			Misses int64 `json:"misses"`
-		} `json:"jobs"`
-	}
-	if json.Unmarshal(b, &st) != nil {
 		return 0, 0
 	}
 	r := st.Jobs["default"]["rank-0"]

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlfs/dlfs/cluster"
 	"github.com/dlfs/dlfs/test/mountproc"
 )
 
@@ -124,7 +125,12 @@ func runCluster(o options, src string, files []string, total int64) error {
 			}
 			procs, mnts = append(procs, p), append(mnts, mnt)
 			if mode.cluster && gossip == "" {
-				gossip = statsString(mnt, "gossip")
+				st, err := readStats(mnt)
+				if err != nil {
+					stop()
+					return err
+				}
+				gossip = st.Cluster.Gossip
 			}
 		}
 		if mode.cluster {
@@ -174,40 +180,15 @@ func runCluster(o options, src string, files []string, total int64) error {
 	return nil
 }
 
-// statsString reads a string field of the cluster section of a mount's
-// stats.
-func statsString(mnt, key string) string {
-	b, err := os.ReadFile(filepath.Join(mnt, ".dlfs/stats"))
-	if err != nil {
-		return ""
-	}
-	var st struct {
-		Cluster map[string]any `json:"cluster"`
-	}
-	if jsonUnmarshal(b, &st) != nil {
-		return ""
-	}
-	s, _ := st.Cluster[key].(string)
-	return s
-}
-
 // waitMembers polls every mount until it sees n alive members.
 func waitMembers(mnts []string, n int) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for _, m := range mnts {
 		for {
-			b, _ := os.ReadFile(filepath.Join(m, ".dlfs/stats"))
-			var st struct {
-				Cluster struct {
-					Members []struct {
-						State string `json:"state"`
-					} `json:"members"`
-				} `json:"cluster"`
-			}
 			alive := 0
-			if jsonUnmarshal(b, &st) == nil {
+			if st, err := readStats(m); err == nil {
 				for _, mm := range st.Cluster.Members {
-					if mm.State == "alive" {
+					if mm.State == cluster.StateAlive {
 						alive++
 					}
 				}

@@ -27,6 +27,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/dlfs/dlfs/daemon"
 	"github.com/dlfs/dlfs/test/datagen"
 	"github.com/dlfs/dlfs/test/mountproc"
 )
@@ -112,8 +113,6 @@ func run(o options) error {
 	return nil
 }
 
-var jsonUnmarshal = json.Unmarshal
-
 // runMount measures the mount suite (issue 2): raw reads of every file.
 func runMount(o options, src string, files []string, total int64) error {
 
@@ -188,7 +187,10 @@ func runMount(o options, src string, files []string, total int64) error {
 	}
 	meta := []metaRow{walkStat("native SOURCE", src, 3)}
 	meta = append(meta, walkStat("dlfs, first walk after mount", mnt, 1), walkStat("dlfs, later walks", mnt, 3))
-	scan := scanSeconds(mnt)
+	scan := -1.0
+	if st, err := readStats(mnt); err == nil {
+		scan = st.Catalog.ScanSeconds
+	}
 	if err := measure("dlfs epoch 1 over pfssim (cold)", mnt, 3, true); err != nil {
 		d.Stop(30 * time.Second)
 		return err
@@ -264,21 +266,14 @@ func walkStat(name, root string, passes int) metaRow {
 	return runs[len(runs)/2]
 }
 
-// scanSeconds reads the catalog scan time from the mount's stats.
-func scanSeconds(mnt string) float64 {
+// readStats reads a mount's .dlfs/stats.
+func readStats(mnt string) (daemon.Stats, error) {
+	var st daemon.Stats
 	b, err := os.ReadFile(filepath.Join(mnt, ".dlfs/stats"))
-	if err != nil {
-		return -1
+	if err == nil {
+		err = json.Unmarshal(b, &st)
 	}
-	var st struct {
-		Catalog struct {
-			ScanSeconds float64 `json:"scan_seconds"`
-		} `json:"catalog"`
-	}
-	if json.Unmarshal(b, &st) != nil {
-		return -1
-	}
-	return st.Catalog.ScanSeconds
+	return st, err
 }
 
 func printTable(o options, rows []row, total int64) {
