@@ -2,6 +2,7 @@ package control
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -56,7 +57,39 @@ func FuzzParse(f *testing.F) {
 				t.Fatal("commands returned with an error")
 			}
 		}
+		for _, c := range cmds {
+			if j, ok := c.(Job); ok {
+				checkLine(t, j.Merge(DefaultJob()))
+			}
+		}
 	})
+}
+
+// checkLine checks that j.Line parses back to j.
+func checkLine(t *testing.T, j Job) {
+	t.Helper()
+	cmds, err := Parse([]byte(j.Line()))
+	if err != nil || len(cmds) != 1 {
+		t.Fatalf("Line() %q does not parse: %v", j.Line(), err)
+	}
+	back := cmds[0].(Job).Merge(DefaultJob())
+	back.Set, j.Set = nil, nil
+	if !reflect.DeepEqual(back, j) {
+		t.Fatalf("Line() %q parses to %+v, want %+v", j.Line(), back, j)
+	}
+}
+
+func TestLineRoundTrip(t *testing.T) {
+	for _, s := range []string{
+		"epoch=0",
+		"job=a root=x/y dataset=list:l.txt extensions=.a,.B sampler=random seed=18446744073709551615 epoch=7 world=8 ranks=3,1 shuffle=0 drop_last=1 batch=9 workers=4 lookahead=3 torch=2.7",
+	} {
+		cmds, err := Parse([]byte(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkLine(t, cmds[0].(Job).Merge(DefaultJob()))
+	}
 }
 
 func TestParseJob(t *testing.T) {

@@ -173,7 +173,7 @@ func (j *Job) set(k, v string) error {
 		switch {
 		case v == "imagefolder":
 			j.Dataset = v
-		case strings.HasPrefix(v, "list:") && len(v) > 5:
+		case strings.HasPrefix(v, "list:") && path.Clean("/"+v[5:]) != "/":
 			j.Dataset, j.ListPath = "list", strings.TrimPrefix(path.Clean("/"+v[5:]), "/")
 		default:
 			return fmt.Errorf("want imagefolder or list:PATH")
@@ -286,4 +286,51 @@ func parseTorch(s string) (bool, error) {
 		return false, fmt.Errorf("want a version like 2.7")
 	}
 	return major > 2 || major == 2 && minor >= 7, nil
+}
+
+// Line formats j as a job line with every key, which Parse reads back to
+// the same job (with every key in Set). Extensions are written only when
+// set, so a job on torchvision's defaults keeps them.
+func (j Job) Line() string {
+	var b strings.Builder
+	kv := func(k, v string) {
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(v)
+	}
+	kv("job", j.Name)
+	kv("root", j.Root)
+	if j.Dataset == "list" {
+		kv("dataset", "list:"+j.ListPath)
+	} else {
+		kv("dataset", j.Dataset)
+	}
+	if j.Extensions != nil {
+		kv("extensions", strings.Join(j.Extensions, ","))
+	}
+	kv("sampler", j.Sampler)
+	kv("seed", strconv.FormatUint(j.Seed, 10))
+	kv("epoch", strconv.Itoa(j.Epoch))
+	kv("world", strconv.Itoa(j.World))
+	if len(j.Ranks) > 0 {
+		rs := make([]string, len(j.Ranks))
+		for i, r := range j.Ranks {
+			rs[i] = strconv.Itoa(r)
+		}
+		kv("ranks", strings.Join(rs, ","))
+	}
+	kv("shuffle", strconv.FormatBool(j.Shuffle))
+	kv("drop_last", strconv.FormatBool(j.DropLast))
+	kv("batch", strconv.Itoa(j.Batch))
+	kv("workers", strconv.Itoa(j.Workers))
+	kv("lookahead", strconv.Itoa(j.Lookahead))
+	if j.Torch27 {
+		kv("torch", "2.7")
+	} else {
+		kv("torch", "2.6")
+	}
+	return b.String()
 }
