@@ -71,6 +71,8 @@ type Cluster struct {
 	log *slog.Logger
 	ml  *memberlist.Memberlist
 
+	delegate *delegate
+
 	mu      sync.Mutex
 	members map[string]Member // mu guards members and subs
 	subs    []chan struct{}
@@ -126,7 +128,8 @@ func Start(cfg Config) (*Cluster, error) {
 	}
 	mc.Logger = slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug)
 	c := &Cluster{cfg: cfg, log: cfg.Logger, members: map[string]Member{}, stop: make(chan struct{})}
-	mc.Delegate = &delegate{meta: meta}
+	c.delegate = &delegate{meta: meta}
+	mc.Delegate = c.delegate
 	mc.Events = &events{c: c}
 	c.ml, err = memberlist.Create(mc)
 	if err != nil {
@@ -250,10 +253,35 @@ func (c *Cluster) record(n *memberlist.Node, state string) {
 	}
 }
 
+// SetMeta replaces this node's metadata and gossips it. It waits up to
+// a second for the update to go out.
+func (c *Cluster) SetMeta(m Meta) error {
+	b, err := m.Encode()
+	if err != nil {
+		return err
+	}
+	c.delegate.set(b)
+	if err := c.ml.UpdateNode(time.Second); err != nil {
+		return fmt.Errorf("cluster: gossip new metadata: %w", err)
+	}
+	return nil
+}
+
 // delegate serves this node's metadata. Messages are not used yet.
-type delegate struct{ meta []byte }
+type delegate struct {
+	mu   sync.Mutex
+	meta []byte // mu guards meta
+}
+
+func (d *delegate) set(b []byte) {
+	d.mu.Lock()
+	d.meta = b
+	d.mu.Unlock()
+}
 
 func (d *delegate) NodeMeta(limit int) []byte {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	if len(d.meta) > limit {
 		return nil
 	}

@@ -107,3 +107,44 @@ func FuzzDecodeMeta(f *testing.F) {
 		}
 	})
 }
+
+// TestSetMeta: a metadata update reaches every member, this one included.
+func TestSetMeta(t *testing.T) {
+	a := start(t, "node-a", nil)
+	b := start(t, "node-b", nil, a.Addr())
+	waitView(t, a, 2)
+	waitView(t, b, 2)
+	ch := a.Subscribe()
+	m := b.cfg.Meta
+	m.Jobs = []string{"job=x epoch=0 world=2 ranks=1"}
+	if err := b.SetMeta(m); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*Cluster{a, b} {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var got []string
+			for _, mm := range c.Members() {
+				if mm.Name == "node-b" {
+					got = mm.Meta.Jobs
+				}
+			}
+			if len(got) == 1 && got[0] == m.Jobs[0] {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s sees node-b's jobs as %q", c.cfg.NodeName, got)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	select {
+	case <-ch:
+	default:
+		t.Error("subscriber was not told of the update")
+	}
+	m.Jobs = []string{string(make([]byte, MaxMeta))}
+	if err := b.SetMeta(m); !errors.Is(err, ErrMeta) {
+		t.Errorf("oversized metadata: got %v, want ErrMeta", err)
+	}
+}

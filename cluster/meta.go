@@ -13,6 +13,11 @@ type Meta struct {
 	Dataset  string `json:"dataset"` // identity of the dataset it mounts
 	RAM      int64  `json:"ram"`     // RAM tier capacity in bytes
 	SSD      int64  `json:"ssd"`     // SSD tier capacity in bytes
+	// Jobs are the jobs this node runs ranks of, as job lines (package
+	// control) whose epoch is the first one announced: placement reads
+	// them to put samples where they are read most. The reader parses
+	// and checks them.
+	Jobs []string `json:"jobs,omitempty"`
 }
 
 // metaV1 is the first byte of encoded metadata: every gossip payload
@@ -33,7 +38,7 @@ func (m Meta) Encode() ([]byte, error) {
 	}
 	b = append([]byte{metaV1}, b...)
 	if len(b) > MaxMeta {
-		return nil, fmt.Errorf("%w: %d bytes is over the %d-byte limit; shorten the dataset identity", ErrMeta, len(b), MaxMeta)
+		return nil, fmt.Errorf("%w: %d bytes is over the %d-byte limit; shorten the dataset identity or run fewer jobs", ErrMeta, len(b), MaxMeta)
 	}
 	return b, nil
 }

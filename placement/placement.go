@@ -17,6 +17,13 @@
 //
 // Ties (equal scores) go to the member whose name sorts first.
 //
+// # Demand
+//
+// When the cluster knows its jobs' plans, Assign moves samples to the
+// members that will read them most (see Assign). Keys outside the plans
+// keep their hashed owners, so the properties above hold for them; the
+// planned samples follow the plans, within each member's quota.
+//
 // A Table is immutable and safe for concurrent use.
 package placement
 
@@ -35,8 +42,9 @@ type Member struct {
 
 // Table assigns keys to members.
 type Table struct {
-	members []Member // sorted by name
-	weights []float64
+	members  []Member // sorted by name
+	weights  []float64
+	assigned map[string]int32 // owners set by demand (Assign) where they differ from the hash
 }
 
 // ErrMembers means the member list cannot make a table.
@@ -68,11 +76,17 @@ func (t *Table) Members() []Member { return t.members }
 
 // Owner returns the index (into Members) of the member that owns key.
 func (t *Table) Owner(key string) int {
+	if m, ok := t.assigned[key]; ok {
+		return int(m)
+	}
+	return t.hashOwner(key)
+}
+
+// hashOwner is the rendezvous owner of key.
+func (t *Table) hashOwner(key string) int {
 	best, bestScore := 0, math.Inf(-1)
-	for i, m := range t.members {
-		u := unit(m.Name, key)
-		score := t.weights[i] / -math.Log(u)
-		if score > bestScore {
+	for i := range t.members {
+		if score := t.score(i, key); score > bestScore {
 			best, bestScore = i, score
 		}
 	}
