@@ -68,6 +68,12 @@ type Config struct {
 	// Cluster configures gossip membership. With no Bind and no Join the
 	// node is a cluster of one and opens no gossip port.
 	Cluster cluster.Config
+	// HashPlacement places samples by hashing only, ignoring the jobs'
+	// plans (for comparison; placement by demand is the default).
+	HashPlacement bool
+	// PlacementEpochs is how many epochs of each job, from its first,
+	// demand placement counts reads over; default 4.
+	PlacementEpochs int
 
 	// MetricsAddr serves Prometheus /metrics on HOST:PORT; "" is off.
 	MetricsAddr string
@@ -106,6 +112,7 @@ type Node struct {
 	jobs        *jobs.Registry
 	pf          *prefetch.Prefetcher
 	cl          *cluster.Cluster // nil for a cluster of one
+	meta        cluster.Meta     // what this node gossips, less its jobs
 	peers       *peer.Client     // nil without a cluster
 	peerSrv     *peer.Server     // nil without --data-addr
 	peerServed  atomic.Int64
@@ -143,6 +150,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
+	}
+	if cfg.PlacementEpochs <= 0 {
+		cfg.PlacementEpochs = 4
 	}
 	if err := checkMountpoint(cfg.Mountpoint); err != nil {
 		return nil, err
@@ -242,8 +252,10 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		if n.cl, err = cluster.Start(cc); err != nil {
 			return nil, err
 		}
-		n.wg.Add(1)
+		n.meta = cc.Meta
+		n.wg.Add(2)
 		go n.watchOwnership(n.cl.Subscribe(), n.stop)
+		go n.advertiseJobs(n.jobs.Subscribe(), n.stop)
 		n.peers = peer.NewClient(cc.Key)
 		n.load.SetRemote(remote{n})
 	}

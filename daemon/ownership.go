@@ -13,7 +13,44 @@ import (
 // since it hashes every file once per member.
 type ownership struct {
 	mu     sync.Mutex
-	counts map[string][2]int64 // mu guards counts: member -> {samples, bytes}
+	counts map[string][2]int64 // mu guards counts and plan: member -> {samples, bytes}
+	plan   PlacementStats
+}
+
+// PlacementStats tells how placement follows the jobs' plans.
+type PlacementStats struct {
+	Mode string `json:"mode"` // "demand" or "hash"
+	// PlannedSamples is how many samples the gossiped jobs read over the
+	// placement window; PlannedReads their reads, and LocalReads the
+	// share of those a node makes of a sample it owns.
+	PlannedSamples int     `json:"planned_samples"`
+	PlannedReads   int64   `json:"planned_reads"`
+	LocalReads     float64 `json:"local_reads"`
+}
+
+func (o *ownership) placementStats() PlacementStats {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.plan
+}
+
+// planStats measures t against the planned reads d.
+func planStats(mode string, t *placement.Table, d []placement.Sample) PlacementStats {
+	ps := PlacementStats{Mode: mode, PlannedSamples: len(d)}
+	var local int64
+	for _, s := range d {
+		o := t.Owner(s.Key)
+		for m, r := range s.Reads {
+			ps.PlannedReads += int64(r)
+			if m == o {
+				local += int64(r)
+			}
+		}
+	}
+	if ps.PlannedReads > 0 {
+		ps.LocalReads = float64(local) / float64(ps.PlannedReads)
+	}
+	return ps
 }
 
 func (o *ownership) get(name string) (samples, bytes int64) {
@@ -35,7 +72,7 @@ func placeAlive(alive []cluster.Member) (*placement.Table, error) {
 }
 
 // compute places every regular file of snap with t.
-func (o *ownership) compute(snap *catalog.Snapshot, t *placement.Table) {
+func (o *ownership) compute(snap *catalog.Snapshot, t *placement.Table, plan PlacementStats) {
 	counts := map[string][2]int64{}
 	if t != nil {
 		snap.Walk(func(e *catalog.Entry) {
@@ -47,7 +84,7 @@ func (o *ownership) compute(snap *catalog.Snapshot, t *placement.Table) {
 		})
 	}
 	o.mu.Lock()
-	o.counts = counts
+	o.counts, o.plan = counts, plan
 	o.mu.Unlock()
 }
 
@@ -62,10 +99,21 @@ func (n *Node) watchOwnership(changes <-chan struct{}, stop <-chan struct{}) {
 		if err != nil {
 			t, alive = nil, nil // no alive member yet: every read goes to the PFS
 		}
+		mode, plan := "hash", PlacementStats{Mode: "hash"}
+		if !n.cfg.HashPlacement {
+			mode = "demand"
+		}
+		if t != nil {
+			d := n.demand(alive)
+			if mode == "demand" && len(d) > 0 {
+				t = t.Assign(d)
+			}
+			plan = planStats(mode, t, d)
+		}
 		n.tableMu.Lock()
 		n.placement, n.placed = t, alive
 		n.tableMu.Unlock()
-		n.own.compute(n.cat.Snapshot(), t)
+		n.own.compute(n.cat.Snapshot(), t, plan)
 		select {
 		case <-stop:
 			return

@@ -42,6 +42,8 @@ type ClusterStats struct {
 	// PeerRequests counts requests sent to peers; blocks fetched from
 	// peers (served.peer.reads) divided by it is the batching factor.
 	PeerRequests int64 `json:"peer_requests"`
+	// Placement tells how far placement follows the jobs' plans.
+	Placement PlacementStats `json:"placement"`
 }
 
 // MemberStats is one member and the share of the dataset placement gives
@@ -87,6 +89,7 @@ func (n *Node) Stats() Stats {
 	if n.cl != nil {
 		s.Cluster.Gossip, s.Cluster.ServedToPeers = n.cl.Addr(), n.peerServed.Load()
 		s.Cluster.PeerRequests = n.peerBatches.Load()
+		s.Cluster.Placement = n.own.placementStats()
 		for _, m := range n.cl.Members() {
 			ms := MemberStats{Member: m}
 			if m.State == cluster.StateAlive {
@@ -148,12 +151,17 @@ var (
 	descPFStaged    = prometheus.NewDesc("dlfs_prefetch_staged_bytes", "Prefetched bytes waiting for their read.", nil, nil)
 	descJobReads    = prometheus.NewDesc("dlfs_job_reads_total", "Planned reads by outcome: hit (no PFS wait), late (waited), miss.", []string{"job", "rank", "outcome"}, nil)
 	descJobStall    = prometheus.NewDesc("dlfs_job_stall_seconds_total", "Seconds reads of a rank waited on the PFS this epoch.", []string{"job", "rank"}, nil)
+	descMembers     = prometheus.NewDesc("dlfs_cluster_members", "Members in this node's view, by state.", []string{"state"}, nil)
+	descOwned       = prometheus.NewDesc("dlfs_cluster_owned_bytes", "Bytes of the dataset placement gives a member.", []string{"member"}, nil)
+	descPeerServed  = prometheus.NewDesc("dlfs_cluster_served_to_peers_total", "Blocks sent to peers.", nil, nil)
+	descPeerReqs    = prometheus.NewDesc("dlfs_cluster_peer_requests_total", "Requests sent to peers.", nil, nil)
+	descLocalReads  = prometheus.NewDesc("dlfs_placement_local_reads_ratio", "Share of the jobs' planned reads that find the sample on the reader's node.", nil, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descServedReads, descServedBytes, descPFSOpens, descPFSReads, descPFSBytes,
 		descEntries, descBytes, descCapacity, descFiles, descFileBytes, descUptime, descPFFetched, descPFWasted,
-		descPFStaged, descJobReads, descJobStall} {
+		descPFStaged, descJobReads, descJobStall, descMembers, descOwned, descPeerServed, descPeerReqs, descLocalReads} {
 		ch <- d
 	}
 }
@@ -181,6 +189,19 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descPFFetched, prometheus.CounterValue, float64(s.Prefetch.FetchedBytes))
 	ch <- prometheus.MustNewConstMetric(descPFWasted, prometheus.CounterValue, float64(s.Prefetch.WastedBytes))
 	ch <- prometheus.MustNewConstMetric(descPFStaged, prometheus.GaugeValue, float64(s.Prefetch.StagedBytes))
+	states := map[string]int{}
+	for _, m := range s.Cluster.Members {
+		states[m.State]++
+		if m.State == cluster.StateAlive {
+			ch <- prometheus.MustNewConstMetric(descOwned, prometheus.GaugeValue, float64(m.OwnedBytes), m.Name)
+		}
+	}
+	for state, count := range states {
+		ch <- prometheus.MustNewConstMetric(descMembers, prometheus.GaugeValue, float64(count), state)
+	}
+	ch <- prometheus.MustNewConstMetric(descPeerServed, prometheus.CounterValue, float64(s.Cluster.ServedToPeers))
+	ch <- prometheus.MustNewConstMetric(descPeerReqs, prometheus.CounterValue, float64(s.Cluster.PeerRequests))
+	ch <- prometheus.MustNewConstMetric(descLocalReads, prometheus.GaugeValue, s.Cluster.Placement.LocalReads)
 	for job, ranks := range s.Jobs {
 		for rank, st := range ranks {
 			ch <- prometheus.MustNewConstMetric(descJobReads, prometheus.CounterValue, float64(st.Hits), job, rank, "hit")

@@ -96,21 +96,7 @@ func (j *Job) Order(rank, epoch int) []int {
 	if p, ok := j.plans[[2]int{rank, epoch}]; ok {
 		return p
 	}
-	s := j.Spec
-	v := sampler.Torch1
-	if s.Torch27 {
-		v = sampler.Torch27
-	}
-	var p []int
-	switch s.Sampler {
-	case "distributed":
-		p = sampler.Distributed{N: j.N(), World: s.World, Rank: rank, Shuffle: s.Shuffle, Seed: s.Seed,
-			DropLast: s.DropLast, Version: v}.Epoch(epoch)
-	case "random":
-		p = sampler.Random{N: j.N(), Seed: s.Seed, Version: v}.Epoch(epoch)
-	default:
-		p = sampler.Sequential(j.N())
-	}
+	p := draw(j.Spec, j.N(), rank, epoch)
 	if j.plans == nil {
 		j.plans = map[[2]int][]int{}
 	}
@@ -122,6 +108,55 @@ func (j *Job) Order(rank, epoch int) []int {
 	}
 	j.plans[[2]int{rank, epoch}] = p
 	return p
+}
+
+func version(s control.Job) sampler.Version {
+	if s.Torch27 {
+		return sampler.Torch27
+	}
+	return sampler.Torch1
+}
+
+// draw returns the sample indices rank of a job with spec over n samples
+// reads in epoch.
+func draw(s control.Job, n, rank, epoch int) []int {
+	switch s.Sampler {
+	case "distributed":
+		return sampler.Distributed{N: n, World: s.World, Rank: rank, Shuffle: s.Shuffle, Seed: s.Seed,
+			DropLast: s.DropLast, Version: version(s)}.Epoch(epoch)
+	case "random":
+		return sampler.Random{N: n, Seed: s.Seed, Version: version(s)}.Epoch(epoch)
+	}
+	return sampler.Sequential(n)
+}
+
+// Reads calls fn(rank, i) for every read of sample i by any rank of a job
+// with spec over n samples, in epochs from to from+count-1. It draws one
+// permutation per epoch for all the ranks of a DistributedSampler;
+// RandomSampler and SequentialSampler ranks each read every sample.
+func Reads(spec control.Job, n, from, count int, fn func(rank, i int)) {
+	for e := from; e < from+count; e++ {
+		if spec.Sampler != "distributed" {
+			for r := 0; r < spec.World; r++ {
+				for i := 0; i < n; i++ {
+					fn(r, i)
+				}
+			}
+			continue
+		}
+		d := sampler.Distributed{N: n, World: spec.World, Shuffle: spec.Shuffle, Seed: spec.Seed,
+			DropLast: spec.DropLast, Version: version(spec)}
+		for pos, i := range d.Global(e) {
+			fn(pos%spec.World, i)
+		}
+	}
+}
+
+// Index builds the dataset index of spec from the current snapshot, as a
+// job line with spec would, without registering a job.
+func (r *Registry) Index(spec control.Job) ([]folder.Sample, error) {
+	s, _, err := r.index(spec)
+	return s, err
 }
 
 // Registry holds the jobs of this node.

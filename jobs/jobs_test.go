@@ -120,3 +120,38 @@ func TestReindexAfterRefresh(t *testing.T) {
 		t.Error("a job whose root vanished was kept")
 	}
 }
+
+// TestReads: Reads visits exactly what each rank's plan reads.
+func TestReads(t *testing.T) {
+	for _, line := range []string{
+		"epoch=3 world=3 seed=9",
+		"epoch=0 world=4 seed=1 drop_last=true",
+		"epoch=1 world=2 sampler=random seed=5",
+		"epoch=0 world=2 sampler=sequential",
+	} {
+		cmds, err := control.Parse([]byte(line))
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec := cmds[0].(control.Job).Merge(control.DefaultJob())
+		const n = 101
+		got := map[[2]int]int{}
+		Reads(spec, n, spec.Epoch, 2, func(r, i int) { got[[2]int{r, i}]++ })
+		want := map[[2]int]int{}
+		for e := spec.Epoch; e < spec.Epoch+2; e++ {
+			for r := 0; r < spec.World; r++ {
+				for _, i := range draw(spec, n, r, e) {
+					want[[2]int{r, i}]++
+				}
+			}
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d (rank, sample) pairs, want %d", line, len(got), len(want))
+		}
+		for k, c := range want {
+			if got[k] != c {
+				t.Fatalf("%s: rank %d reads sample %d %d times, want %d", line, k[0], k[1], got[k], c)
+			}
+		}
+	}
+}

@@ -40,6 +40,8 @@ type mountOptions struct {
 	dataAddr     string
 	keyFile      string
 	staging      sizeValue
+	placement    string
+	placeEpochs  int
 }
 
 func newMountCmd(run func(cmd *cobra.Command, cfg daemon.Config, o *mountOptions) error) *cobra.Command {
@@ -98,6 +100,17 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 			default:
 				return fmt.Errorf("--ram-eviction %q: want belady or lru", o.ramEviction)
 			}
+			switch o.placement {
+			case "demand":
+			case "hash":
+				cfg.HashPlacement = true
+			default:
+				return fmt.Errorf("--placement %q: want demand or hash", o.placement)
+			}
+			if o.placeEpochs < 1 || o.placeEpochs > 64 {
+				return fmt.Errorf("--placement-epochs %d: want 1 to 64", o.placeEpochs)
+			}
+			cfg.PlacementEpochs = o.placeEpochs
 			cfg.Prefetch.Staging = int64(o.staging)
 			if o.pfWorkers <= 0 || o.pfWorkers > 4096 {
 				return fmt.Errorf("--prefetch-workers %d: want 1 to 4096", o.pfWorkers)
@@ -132,6 +145,8 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 	f.StringSliceVar(&o.join, "join", nil, "HOST:PORT of cluster members to join (comma list); none: a cluster of one")
 	f.StringVar(&o.dataAddr, "data-addr", "", "HOST:PORT of this node's peer data transport, advertised to the cluster")
 	f.StringVar(&o.keyFile, "cluster-key-file", "", "file holding the cluster key (16, 24 or 32 bytes, raw or base64); encrypts gossip")
+	f.StringVar(&o.placement, "placement", "demand", "cluster placement: demand (each sample on the node whose ranks read it most, from the gossiped jobs) or hash")
+	f.IntVar(&o.placeEpochs, "placement-epochs", 4, "epochs of each job, from its first, that demand placement counts reads over")
 	f.BoolVar(&o.debugFUSE, "debug-fuse", false, "log every FUSE request")
 	f.StringVar(&o.cpuProfile, "cpu-profile", "", "write a Go CPU profile to this file until unmount")
 	_ = f.MarkHidden("cpu-profile")

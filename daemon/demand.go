@@ -1,0 +1,164 @@
+package daemon
+
+import (
+	"slices"
+	"sort"
+
+	"github.com/dlfs/dlfs/cluster"
+	"github.com/dlfs/dlfs/control"
+	"github.com/dlfs/dlfs/jobs"
+	"github.com/dlfs/dlfs/placement"
+)
+
+// Demand placement (NoPFS): every node gossips the jobs it runs ranks of,
+// each as a job line whose epoch is the first one this node announced.
+// From the alive members' lines every node computes the same demand: how
+// often each member's ranks read each sample over PlacementEpochs epochs
+// from the job's first epoch, and placement puts each sample on its most
+// frequent reader (placement.Table.Assign).
+//
+// The window starts at a job's first epoch and does not move with it:
+// moving it would move samples between nodes every epoch, and every
+// move is a sample read from the PFS again.
+
+// advertiseJobs gossips this node's jobs whenever they change, until stop
+// closes. It is owned by the Node.
+func (n *Node) advertiseJobs(changes <-chan struct{}, stop <-chan struct{}) {
+	defer n.wg.Done()
+	first := map[string]int{} // job identity -> first epoch announced
+	var last []string
+	for {
+		lines := jobLines(n.jobs.All(), first)
+		if !slices.Equal(lines, last) {
+			m := n.meta
+			m.Jobs = lines
+			for len(m.Jobs) > 0 {
+				if _, err := m.Encode(); err == nil {
+					break
+				}
+				m.Jobs = m.Jobs[:len(m.Jobs)-1] // too many for gossip metadata: keep the first, by name
+			}
+			if len(m.Jobs) < len(lines) {
+				n.log.Warn("cluster: too many jobs to gossip; placement ignores the rest", "gossiped", len(m.Jobs), "jobs", len(lines))
+			}
+			if err := n.cl.SetMeta(m); err != nil {
+				n.log.Warn("cluster: gossiping jobs failed", "err", err)
+			}
+			last = lines
+		}
+		select {
+		case <-stop:
+			return
+		case <-changes:
+		}
+	}
+}
+
+// jobLines returns the gossip lines of jobs: each job's spec with the
+// first epoch it was announced at, which first remembers across calls
+// (and forgets for jobs that ended).
+func jobLines(all []*jobs.Job, first map[string]int) []string {
+	var lines []string
+	seen := map[string]bool{}
+	for _, j := range all {
+		id := jobIdentity(j.Spec)
+		seen[id] = true
+		epoch := j.Spec.Epoch
+		for _, e := range j.RankEpoch {
+			epoch = min(epoch, e)
+		}
+		if e, ok := first[id]; !ok || epoch < e {
+			first[id] = epoch
+		}
+		spec := j.Spec
+		spec.Epoch = first[id]
+		lines = append(lines, spec.Line())
+	}
+	for id := range first {
+		if !seen[id] {
+			delete(first, id) // ended: a new run of it starts a new window
+		}
+	}
+	return lines
+}
+
+// jobIdentity names what decides which samples a job's ranks read: its
+// spec without the epoch, the local ranks and the loader's settings.
+func jobIdentity(s control.Job) string {
+	s.Epoch, s.Ranks, s.Batch, s.Workers, s.Lookahead = 0, nil, 0, 0, 0
+	return s.Line()
+}
+
+// demand returns the planned reads of every sample any alive member's job
+// reads, by member index (alive order, which is placement's). Lines that
+// do not parse or whose dataset this node cannot index are skipped: they
+// come from a peer whose view differs, and hashing still places those
+// samples.
+func (n *Node) demand(alive []cluster.Member) []placement.Sample {
+	type group struct {
+		spec  control.Job
+		ranks map[int]int // rank -> member index
+	}
+	groups := map[string]*group{}
+	for mi, m := range alive {
+		for _, line := range m.Meta.Jobs {
+			cmds, err := control.Parse([]byte(line))
+			if err != nil || len(cmds) != 1 {
+				n.log.Debug("placement: ignoring a peer's job", "node", m.Name, "line", line, "err", err)
+				continue
+			}
+			line, ok := cmds[0].(control.Job)
+			if !ok {
+				continue
+			}
+			spec := line.Merge(control.DefaultJob())
+			if spec.Check() != nil {
+				continue
+			}
+			id := jobIdentity(spec)
+			g := groups[id]
+			if g == nil {
+				g = &group{spec: spec, ranks: map[int]int{}}
+				groups[id] = g
+			}
+			g.spec.Epoch = min(g.spec.Epoch, spec.Epoch)
+			for _, r := range spec.Ranks {
+				if _, taken := g.ranks[r]; !taken { // alive is sorted: the first name wins a rank two claim
+					g.ranks[r] = mi
+				}
+			}
+		}
+	}
+	ids := make([]string, 0, len(groups))
+	for id := range groups {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	var out []placement.Sample
+	at := map[string]int{} // path -> index in out
+	for _, id := range ids {
+		g := groups[id]
+		samples, err := n.jobs.Index(g.spec)
+		if err != nil {
+			n.log.Debug("placement: cannot index a gossiped job", "job", g.spec.Name, "err", err)
+			continue
+		}
+		slot := make([]int, len(samples)) // sample index -> index in out
+		for i, s := range samples {
+			p := s.Entry.Path
+			k, ok := at[p]
+			if !ok {
+				k = len(out)
+				at[p] = k
+				out = append(out, placement.Sample{Key: p, Size: s.Entry.Size, Reads: make([]uint32, len(alive))})
+			}
+			slot[i] = k
+		}
+		jobs.Reads(g.spec, len(samples), g.spec.Epoch, n.cfg.PlacementEpochs, func(rank, i int) {
+			if mi, ok := g.ranks[rank]; ok {
+				out[slot[i]].Reads[mi]++
+			}
+		})
+	}
+	return out
+}
