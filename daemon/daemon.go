@@ -39,6 +39,7 @@ import (
 	"github.com/dlfs/dlfs/jobs"
 	"github.com/dlfs/dlfs/loader"
 	"github.com/dlfs/dlfs/peer"
+	"github.com/dlfs/dlfs/perfmodel"
 	"github.com/dlfs/dlfs/placement"
 	"github.com/dlfs/dlfs/prefetch"
 	"github.com/dlfs/dlfs/ramcache"
@@ -107,6 +108,7 @@ type Node struct {
 	ram         *ramcache.Cache
 	ssd         *ssdstore.Store // nil when the SSD tier is off
 	load        *loader.Loader
+	model       *perfmodel.Model // shared by the loader and the peer batchers
 	fs          *fusefs.FS
 	ctl         *controlPlane
 	jobs        *jobs.Registry
@@ -202,6 +204,10 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	lc := cfg.Loader
 	lc.Logger = cfg.Logger
+	if lc.Model == nil {
+		lc.Model = perfmodel.New(perfmodel.DefaultConfig())
+	}
+	n.model = lc.Model
 	n.load = loader.New(lc, n.ram, ssd, n.src)
 	n.jobs = jobs.New(jobs.Config{
 		Snapshot: n.cat.Snapshot,

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -321,5 +322,47 @@ func TestPeerServesOwnedSamples(t *testing.T) {
 	}
 	if got, want := sa.PFS.Bytes+sb.PFS.Bytes, sb.Catalog.Bytes; got != want {
 		t.Errorf("the cluster read %d bytes from SOURCE for a %d-byte tree read once", got, want)
+	}
+}
+
+// TestStuckPeer: a member whose data address accepts connections but never
+// answers owns part of the tree. Every read through the other node still
+// returns the right bytes, from the PFS, once the request to the stuck
+// peer passes its deadline; the model then skips the peer.
+func TestStuckPeer(t *testing.T) {
+	src := conformance.OddTree(t, t.TempDir())
+	key := []byte("0123456789abcdef")
+	hole, err := net.Listen("tcp", "127.0.0.1:0") // accepts (the kernel does), never answers
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hole.Close()
+	a, mntA := start(t, src, func(c *Config) {
+		c.NodeName = "a"
+		c.Cluster = cluster.Config{Bind: "127.0.0.1:0", Key: key, Local: true, Meta: cluster.Meta{DataAddr: "127.0.0.1:0"}}
+	})
+	b, err := cluster.Start(cluster.Config{NodeName: "b", Bind: "127.0.0.1:0", Join: []string{a.cl.Addr()}, Key: key, Local: true,
+		Meta: cluster.Meta{DataAddr: hole.Addr().String(), Dataset: src, RAM: 1 << 30}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var st Stats
+		readJSON(t, filepath.Join(mntA, ".dlfs/stats"), &st)
+		if m := st.Cluster.Members; len(m) == 2 && m[1].OwnedSamples > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node a never placed samples on b: %+v", st.Cluster)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	conformance.Tree(t, src, mntA)
+	var st Stats
+	readJSON(t, filepath.Join(mntA, ".dlfs/stats"), &st)
+	if p := st.Sources["peer:b"]; p.Failures == 0 || st.Served["peer"].Reads != 0 {
+		t.Errorf("the stuck peer: %+v, %d reads served by peers", p, st.Served["peer"].Reads)
 	}
 }

@@ -2,17 +2,29 @@ package daemon
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/cluster"
+	"github.com/dlfs/dlfs/loader"
 	"github.com/dlfs/dlfs/peer"
+	"github.com/dlfs/dlfs/perfmodel"
 )
 
-// peerTimeout bounds a fetch from a peer; past it the reader goes to the
-// PFS instead.
-const peerTimeout = 10 * time.Second
+// A request to a peer has a deadline of peerSlack times the model's
+// estimate for it, within [minPeerTimeout, maxPeerTimeout]; past it the
+// reader tries the next source, and the peer is skipped for a while.
+// errPeerSkipped fails blocks queued for a peer that failed meanwhile.
+var errPeerSkipped = errors.New("skipped after a recent failure")
+
+const (
+	peerSlack      = 8
+	minPeerTimeout = 2 * time.Second
+	maxPeerTimeout = 10 * time.Second
+)
 
 // Block serves a peer's request (peer.Source): by catalog identity only.
 func (n *Node) Block(it peer.Item) ([]byte, byte) {
@@ -33,17 +45,25 @@ func (n *Node) Block(it peer.Item) ([]byte, byte) {
 // placement over the alive members with a data address says.
 type remote struct{ n *Node }
 
-func (r remote) Fetch(e *catalog.Entry, i int64) ([]byte, bool) {
-	owner, ok := r.n.owner(e.Path)
+func (r remote) Owner(e *catalog.Entry) (string, bool) {
+	m, ok := r.n.owner(e.Path)
+	return m.Name, ok
+}
+
+func (r remote) Fetch(peerName string, e *catalog.Entry, i int64) ([]byte, error) {
+	addr, ok := r.n.dataAddr(peerName)
 	if !ok {
-		return nil, false
+		return nil, fmt.Errorf("peer %s: no longer a member with a data address", peerName)
 	}
-	res, err := r.n.batcherFor(owner.Meta.DataAddr).fetch(peer.Item{Path: e.Path, Size: e.Size, Mtime: e.Mtime, Block: i})
-	if err != nil || res.Status != peer.StatusOK {
-		r.n.log.Debug("peer fetch failed; reading the PFS", "path", e.Path, "owner", owner.Name, "err", err)
-		return nil, false
+	size := min(r.n.load.BlockSize(), e.Size-i*r.n.load.BlockSize())
+	res, err := r.n.batcherFor(addr, peerName).fetch(peer.Item{Path: e.Path, Size: e.Size, Mtime: e.Mtime, Block: i}, size)
+	if err != nil {
+		return nil, fmt.Errorf("peer %s: %w", peerName, err)
 	}
-	return res.Data, true
+	if res.Status != peer.StatusOK {
+		return nil, fmt.Errorf("peer %s: status %d: %w", peerName, res.Status, loader.ErrNoBlock)
+	}
+	return res.Data, nil
 }
 
 // batcher sends the blocks wanted from one peer in batches: whatever is
@@ -53,11 +73,13 @@ func (r remote) Fetch(e *catalog.Entry, i int64) ([]byte, bool) {
 type batcher struct {
 	n    *Node
 	addr string
+	name string // the peer's name, its source in the model
 	q    chan batchItem
 }
 
 type batchItem struct {
 	it    peer.Item
+	size  int64 // bytes expected
 	reply chan batchReply
 }
 
@@ -73,7 +95,7 @@ const (
 
 // batcherFor returns the batcher of addr, starting it on first use. Its
 // goroutine is owned by the Node and ends when n.stop closes.
-func (n *Node) batcherFor(addr string) *batcher {
+func (n *Node) batcherFor(addr, name string) *batcher {
 	n.tableMu.Lock()
 	defer n.tableMu.Unlock()
 	if n.batchers == nil {
@@ -81,7 +103,7 @@ func (n *Node) batcherFor(addr string) *batcher {
 	}
 	b := n.batchers[addr]
 	if b == nil {
-		b = &batcher{n: n, addr: addr, q: make(chan batchItem, 4*maxBatch)}
+		b = &batcher{n: n, addr: addr, name: name, q: make(chan batchItem, 4*maxBatch)}
 		n.batchers[addr] = b
 		n.wg.Add(1)
 		go b.run()
@@ -89,10 +111,10 @@ func (n *Node) batcherFor(addr string) *batcher {
 	return b
 }
 
-func (b *batcher) fetch(it peer.Item) (peer.Result, error) {
+func (b *batcher) fetch(it peer.Item, size int64) (peer.Result, error) {
 	reply := make(chan batchReply, 1)
 	select {
-	case b.q <- batchItem{it, reply}:
+	case b.q <- batchItem{it, size, reply}:
 	case <-b.n.stop:
 		return peer.Result{}, peer.ErrClosed
 	}
@@ -136,12 +158,29 @@ func (b *batcher) run() {
 			defer inflight.Done()
 			defer func() { <-sem }()
 			items := make([]peer.Item, len(batch))
+			var bytes int64
 			for i, bi := range batch {
 				items[i] = bi.it
+				bytes += bi.size
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
-			res, err := b.n.peers.Fetch(ctx, b.addr, items)
-			cancel()
+			var (
+				res []peer.Result
+				err error
+			)
+			est := b.n.model.Estimate("peer:"+b.name, bytes)
+			if est == perfmodel.Unreachable {
+				// It failed after these blocks were queued: do not wait on
+				// it again; the readers go to their next source.
+				err = errPeerSkipped
+			} else {
+				timeout := maxPeerTimeout
+				if est < maxPeerTimeout/peerSlack {
+					timeout = max(peerSlack*est, minPeerTimeout)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), timeout)
+				res, err = b.n.peers.Fetch(ctx, b.addr, items)
+				cancel()
+			}
 			b.n.peerBatches.Add(1)
 			for i, bi := range batch {
 				var r batchReply
@@ -170,4 +209,16 @@ func (n *Node) owner(path string) (cluster.Member, bool) {
 		return cluster.Member{}, false
 	}
 	return m, true
+}
+
+// dataAddr returns the data address of the alive member called name.
+func (n *Node) dataAddr(name string) (string, bool) {
+	n.tableMu.Lock()
+	defer n.tableMu.Unlock()
+	for _, m := range n.placed {
+		if m.Name == name && m.Meta.DataAddr != "" {
+			return m.Meta.DataAddr, true
+		}
+	}
+	return "", false
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlfs/dlfs/cluster"
 	"github.com/dlfs/dlfs/loader"
+	"github.com/dlfs/dlfs/perfmodel"
 	"github.com/dlfs/dlfs/prefetch"
 	"github.com/dlfs/dlfs/ramcache"
 	"github.com/dlfs/dlfs/source"
@@ -24,6 +25,7 @@ type Stats struct {
 	Mountpoint    string                               `json:"mountpoint"`
 	UptimeSeconds float64                              `json:"uptime_seconds"`
 	Served        map[string]loader.Served             `json:"served"`
+	Sources       map[string]perfmodel.Source          `json:"sources"`
 	PFS           source.Stats                         `json:"pfs"`
 	Cache         CacheStats                           `json:"cache"`
 	Catalog       CatalogStats                         `json:"catalog"`
@@ -72,12 +74,14 @@ type CatalogStats struct {
 // Stats returns the node's current figures. Safe for concurrent use.
 func (n *Node) Stats() Stats {
 	snap := n.cat.Snapshot()
+	ls := n.load.Stats()
 	s := Stats{
 		Node:          n.cfg.NodeName,
 		Source:        n.cat.Source(),
 		Mountpoint:    n.cfg.Mountpoint,
 		UptimeSeconds: time.Since(n.started).Seconds(),
-		Served:        n.load.Stats().Served,
+		Served:        ls.Served,
+		Sources:       ls.Sources,
 		PFS:           n.src.Stats(),
 		Cache:         CacheStats{RAM: n.ram.Stats()},
 		Catalog: CatalogStats{Files: snap.Files, Dirs: snap.Dirs, Bytes: snap.Bytes, Skipped: snap.Skipped,

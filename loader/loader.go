@@ -27,9 +27,23 @@
 //
 // # Cluster
 //
-// When a Remote is set, a block another node owns is fetched from it
-// (tier "peer") before the PFS is tried, and is not kept in this node's RAM:
-// the RAM tiers of the nodes hold disjoint partitions.
+// When a Remote is set, a block another node owns can be fetched from it
+// (tier "peer"), and is not kept in this node's RAM: the RAM tiers of the
+// nodes hold disjoint partitions.
+//
+// # Choice of source
+//
+// RAM and the stage are looked in first: their bytes are already in
+// memory. Past them, the SSD and the owning peer are tried in the order of
+// a performance model (package perfmodel) fitted to the reads made from
+// each, and the PFS last. The PFS is shared: what one node measures of it
+// hides what its reads cost the others, so a cached copy goes behind the
+// PFS only when the model expects it to be more than Config.PFSMargin
+// times slower. A source that fails is skipped for a while and the next
+// one tried, so a dead or erring peer costs the reader no error. When the
+// PFS does come first, a cache source not measured for a second is tried
+// before it anyway: that is how one that was slow is seen to recover, and
+// it costs the PFS nothing.
 //
 // # Accounting
 //
@@ -47,6 +61,7 @@ import (
 	"time"
 
 	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/perfmodel"
 	"github.com/dlfs/dlfs/ramcache"
 	"github.com/dlfs/dlfs/source"
 	"github.com/dlfs/dlfs/ssdstore"
@@ -54,12 +69,18 @@ import (
 
 // Config configures a Loader.
 type Config struct {
-	BlockSize int64        // default 1 MiB
+	BlockSize int64 // default 1 MiB
+	// Model estimates each source's speed; nil makes one with the
+	// defaults. The loader records every read and failure in it.
+	Model *perfmodel.Model
+	// PFSMargin is how many times slower than the PFS a cached copy must
+	// be expected to be before the PFS is read instead; default 8.
+	PFSMargin float64
 	Logger    *slog.Logger // nil: discard
 }
 
 // DefaultConfig returns the defaults.
-func DefaultConfig() Config { return Config{BlockSize: 1 << 20} }
+func DefaultConfig() Config { return Config{BlockSize: 1 << 20, PFSMargin: 8} }
 
 // tier names where bytes came from.
 type tier int
@@ -80,9 +101,11 @@ type Served struct {
 	Bytes int64 `json:"bytes"`
 }
 
-// Stats are the loader's counters: reads served per tier.
+// Stats are the loader's counters: reads served per tier, and the model's
+// estimate of each source.
 type Stats struct {
-	Served map[string]Served `json:"served"`
+	Served  map[string]Served           `json:"served"`
+	Sources map[string]perfmodel.Source `json:"sources"`
 }
 
 // Dependencies the loader reads through; small interfaces where used.
@@ -97,11 +120,15 @@ type (
 		Put(key string, b ssdstore.Block) error
 		Delete(key string)
 	}
-	// Remote fetches a block from the peer that owns it. It reports false
-	// when this node owns the block, or the peer failed or was too slow:
-	// the caller then reads the PFS. It may be nil.
+	// Remote fetches blocks from the peers that own them. It may be nil.
 	Remote interface {
-		Fetch(e *catalog.Entry, i int64) ([]byte, bool)
+		// Owner names the peer that owns e, or reports false when this
+		// node owns it or no peer can serve it.
+		Owner(e *catalog.Entry) (string, bool)
+		// Fetch returns block i of e from peer, or an error when the
+		// peer failed or was too slow, or one wrapping ErrNoBlock when
+		// it answered but could not serve this block.
+		Fetch(peer string, e *catalog.Entry, i int64) ([]byte, error)
 	}
 	// Stage holds prefetched blocks and watches demand reads. It may be nil.
 	Stage interface {
@@ -118,11 +145,17 @@ type (
 	}
 )
 
+// ErrNoBlock means a peer answered but could not serve a block (its view
+// of the file differs, or its own read failed): the peer is not at fault
+// for other blocks.
+var ErrNoBlock = errors.New("peer could not serve the block")
+
 // Loader is safe for concurrent use. Read blocks on the SSD and the PFS.
 type Loader struct {
-	cfg Config
-	log *slog.Logger
-	ram *ramcache.Cache
+	cfg   Config
+	log   *slog.Logger
+	model *perfmodel.Model
+	ram   *ramcache.Cache
 	ssd SSD // nil when the SSD tier is off
 	pfs PFS
 
@@ -143,7 +176,13 @@ func New(cfg Config, ram *ramcache.Cache, ssd SSD, pfs PFS) *Loader {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Loader{cfg: cfg, log: cfg.Logger, ram: ram, ssd: ssd, pfs: pfs}
+	if cfg.Model == nil {
+		cfg.Model = perfmodel.New(perfmodel.DefaultConfig())
+	}
+	if cfg.PFSMargin <= 0 {
+		cfg.PFSMargin = DefaultConfig().PFSMargin
+	}
+	return &Loader{cfg: cfg, log: cfg.Logger, model: cfg.Model, ram: ram, ssd: ssd, pfs: pfs}
 }
 
 type stageBox struct{ s Stage }
@@ -291,42 +330,115 @@ func (l *Loader) Serve(e *catalog.Entry, i int64) ([]byte, error) {
 	return c.val, nil
 }
 
+// Sources the loader can read a block from past RAM; a peer source is
+// "peer:" and the peer's name.
+const (
+	srcSSD = "ssd"
+	srcPFS = "pfs"
+)
+
+// probeAfter is how long a cache source may go unmeasured before it is
+// tried ahead of the PFS anyway.
+const probeAfter = time.Second
+
 // load reads block i of e from the SSD, the owning peer (if remote) or the
-// PFS, and queues a PFS read for the SSD. It runs inside a flight.
+// PFS, in the order the model estimates fastest, and queues a PFS read for
+// the SSD. It runs inside a flight.
 func (l *Loader) load(e *catalog.Entry, i int64, remote bool) ([]byte, tier, error) {
 	key := BlockKey(e.Path, i)
-	if l.ssd != nil {
-		b, ok, err := l.ssd.Get(key, e.Size, e.Mtime)
-		if err != nil && !errors.Is(err, ssdstore.ErrClosed) {
-			l.log.Warn("loader: SSD read failed; reading the PFS", "path", e.Path, "err", err)
-		}
-		if ok {
-			return b.Data, tierSSD, nil
-		}
-	}
 	bs := l.cfg.BlockSize
 	n := min(bs, e.Size-i*bs)
+	sources := make([]string, 0, 3)
+	if l.ssd != nil {
+		sources = append(sources, srcSSD)
+	}
+	var owner string
 	if r := l.remote.Load(); remote && r != nil {
-		if b, ok := r.r.Fetch(e, i); ok && int64(len(b)) == n {
+		if p, ok := r.r.Owner(e); ok {
+			owner = p
+			sources = append(sources, "peer:"+p)
+		}
+	}
+	l.model.Order(sources, n)
+	// The PFS goes after every copy, unless the fastest copy is expected
+	// to be PFSMargin times slower than it.
+	pfsEst := float64(l.model.Estimate(srcPFS, n))
+	if len(sources) > 0 && float64(l.model.Estimate(sources[0], n)) > l.cfg.PFSMargin*pfsEst {
+		sources = append([]string{srcPFS}, sources...)
+		// Unless a copy has gone unmeasured for a while: try it first,
+		// to see whether it recovered.
+		for k, src := range sources[1:] {
+			if l.model.Since(src) > probeAfter && l.model.Estimate(src, n) != perfmodel.Unreachable {
+				copy(sources[1:k+2], sources[:k+1])
+				sources[0] = src
+				break
+			}
+		}
+	} else {
+		sources = append(sources, srcPFS)
+	}
+	var pfsErr error
+	for _, src := range sources {
+		start := time.Now()
+		switch src {
+		case srcSSD:
+			b, ok, err := l.ssd.Get(key, e.Size, e.Mtime)
+			if err != nil && !errors.Is(err, ssdstore.ErrClosed) {
+				l.log.Warn("loader: SSD read failed; trying the next source", "path", e.Path, "err", err)
+				l.model.Fail(src)
+			}
+			if ok {
+				l.model.Observe(src, n, time.Since(start))
+				return b.Data, tierSSD, nil
+			}
+		case srcPFS:
+			buf, err := l.readPFS(e, i, n)
+			if err != nil {
+				pfsErr = err
+				continue // a cache source after it may still hold the block
+			}
+			l.model.Observe(src, n, time.Since(start))
+			if l.ssd != nil {
+				if err := l.ssd.Put(key, ssdstore.Block{Data: buf, Size: e.Size, Mtime: e.Mtime, Sum: ssdstore.Checksum(buf)}); err != nil &&
+					!errors.Is(err, ssdstore.ErrClosed) && !errors.Is(err, ssdstore.ErrBusy) {
+					l.log.Warn("loader: SSD write failed", "path", e.Path, "err", err)
+				}
+			}
+			return buf, tierPFS, nil
+		default:
+			b, err := l.remote.Load().r.Fetch(owner, e, i)
+			if err == nil && int64(len(b)) != n {
+				err = fmt.Errorf("peer %s sent %d bytes of %d", owner, len(b), n)
+			}
+			if err != nil {
+				l.log.Debug("loader: peer fetch failed; trying the next source", "path", e.Path, "peer", owner, "err", err)
+				if !errors.Is(err, ErrNoBlock) {
+					l.model.Fail(src)
+				}
+				continue
+			}
+			// Timed per block, waiting in the batch included: that is
+			// what a read from this peer costs the reader.
+			l.model.Observe(src, n, time.Since(start))
 			return b, tierPeer, nil
 		}
 	}
+	return nil, tierPFS, pfsErr
+}
+
+// readPFS reads block i (n bytes) of e from SOURCE.
+func (l *Loader) readPFS(e *catalog.Entry, i, n int64) ([]byte, error) {
 	buf := make([]byte, n)
-	got, err := l.pfs.ReadAt(e.Path, source.Want{Size: e.Size, Mtime: e.Mtime}, buf, i*bs)
+	off := i * l.cfg.BlockSize
+	got, err := l.pfs.ReadAt(e.Path, source.Want{Size: e.Size, Mtime: e.Mtime}, buf, off)
 	if err != nil {
-		return nil, tierPFS, err
+		return nil, err
 	}
 	if int64(got) != n {
-		return nil, tierPFS, fmt.Errorf("loader: %s: short read at %d: got %d of %d bytes; the file shrank, write 'refresh' to the control file",
-			e.Path, i*bs, got, n)
+		return nil, fmt.Errorf("loader: %s: short read at %d: got %d of %d bytes; the file shrank, write 'refresh' to the control file",
+			e.Path, off, got, n)
 	}
-	if l.ssd != nil {
-		if err := l.ssd.Put(key, ssdstore.Block{Data: buf, Size: e.Size, Mtime: e.Mtime, Sum: ssdstore.Checksum(buf)}); err != nil &&
-			!errors.Is(err, ssdstore.ErrClosed) && !errors.Is(err, ssdstore.ErrBusy) {
-			l.log.Warn("loader: SSD write failed", "path", e.Path, "err", err)
-		}
-	}
-	return buf, tierPFS, nil
+	return buf, nil
 }
 
 // Invalidate drops every cached block of e (an entry of an older snapshot)
@@ -347,7 +459,7 @@ func (l *Loader) Invalidate(e *catalog.Entry) {
 
 // Stats returns the per-tier counters.
 func (l *Loader) Stats() Stats {
-	s := Stats{Served: make(map[string]Served, numTiers)}
+	s := Stats{Served: make(map[string]Served, numTiers), Sources: l.model.Stats()}
 	for t := tier(0); t < numTiers; t++ {
 		s.Served[tierNames[t]] = Served{Reads: l.reads[t].Load(), Bytes: l.bytes[t].Load()}
 	}

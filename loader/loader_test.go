@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/perfmodel"
 	"github.com/dlfs/dlfs/ramcache"
 	"github.com/dlfs/dlfs/source"
 	"github.com/dlfs/dlfs/ssdstore"
@@ -174,5 +175,86 @@ func TestErrorsAreNotCached(t *testing.T) {
 	pfs.files["gone"] = data(10)
 	if _, err := l.ReadAt(e, make([]byte, 10), 0); err != nil {
 		t.Fatalf("after the file came back: %v", err)
+	}
+}
+
+// fakeRemote serves blocks as a peer called "b" would, from files, and
+// counts fetches; err, if set, is what every fetch returns instead.
+type fakeRemote struct {
+	files   map[string][]byte
+	bs      int64
+	fetches atomic.Int64
+	err     error
+}
+
+func (r *fakeRemote) Owner(e *catalog.Entry) (string, bool) { return "b", true }
+
+func (r *fakeRemote) Fetch(peer string, e *catalog.Entry, i int64) ([]byte, error) {
+	r.fetches.Add(1)
+	if r.err != nil {
+		return nil, r.err
+	}
+	b := r.files[e.Path]
+	return b[i*r.bs : min((i+1)*r.bs, int64(len(b)))], nil
+}
+
+// TestSourceChoice: past RAM, reads go to a cached copy unless the model
+// expects it to be PFSMargin times slower than the PFS; a failing peer
+// costs the reader nothing and is skipped; a peer that only lacks a
+// block is not.
+func TestSourceChoice(t *testing.T) {
+	files := map[string][]byte{}
+	var es []*catalog.Entry
+	for i := 0; i < 20; i++ {
+		p := string(rune('a' + i))
+		files[p] = data(1000 + i)
+		es = append(es, entry(p, int64(1000+i)))
+	}
+	for _, c := range []struct {
+		name      string
+		warm      func(m *perfmodel.Model)
+		err       error
+		peer, pfs int64 // fetches expected; -1: at most one
+		skipped   bool
+	}{
+		{name: "unmeasured peer first", peer: 20, pfs: 0},
+		{name: "peer a little slower than the PFS", warm: func(m *perfmodel.Model) {
+			for i := 0; i < 30; i++ {
+				m.Observe("peer:b", 1000+int64(i), 5*time.Millisecond)
+				m.Observe("pfs", 1000+int64(i), time.Millisecond)
+			}
+		}, peer: 20, pfs: 0},
+		{name: "peer far slower than the PFS", warm: func(m *perfmodel.Model) {
+			for i := 0; i < 30; i++ {
+				m.Observe("peer:b", 1000+int64(i), 50*time.Millisecond)
+				m.Observe("pfs", 1000+int64(i), time.Millisecond)
+			}
+		}, peer: -1, pfs: 20},
+		{name: "failing peer", err: errors.New("connection refused"), peer: 1, pfs: 20, skipped: true},
+		{name: "peer lacks the block", err: ErrNoBlock, peer: 20, pfs: 20},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := perfmodel.New(perfmodel.DefaultConfig())
+			if c.warm != nil {
+				c.warm(m)
+			}
+			pfs := &fakePFS{files: files}
+			r := &fakeRemote{files: files, bs: 1 << 20, err: c.err}
+			l := New(Config{Model: m}, ramcache.New(ramcache.Config{Capacity: 0}), nil, pfs)
+			l.SetRemote(r)
+			for _, e := range es {
+				got, err := l.ReadAt(e, make([]byte, e.Size), 0)
+				if err != nil || !bytes.Equal(got, files[e.Path]) {
+					t.Fatalf("read %s: %v", e.Path, err)
+				}
+			}
+			peer, pfsReads := r.fetches.Load(), pfs.reads.Load()
+			if c.peer >= 0 && peer != c.peer || c.peer < 0 && peer > 1 || pfsReads != c.pfs {
+				t.Errorf("%d peer fetches and %d PFS reads, want %d and %d", peer, pfsReads, c.peer, c.pfs)
+			}
+			if got := l.Stats().Sources["peer:b"].Skipped; got != c.skipped {
+				t.Errorf("peer skipped: %v, want %v", got, c.skipped)
+			}
+		})
 	}
 }

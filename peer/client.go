@@ -66,7 +66,11 @@ func (cl *Client) Fetch(ctx context.Context, addr string, items []Item) ([]Resul
 	cn.pending[id] = ch
 	cn.mu.Unlock()
 	cn.writeMu.Lock()
+	if d, ok := ctx.Deadline(); ok {
+		cn.c.SetWriteDeadline(d) // a peer that stops reading must not block the writer for ever
+	}
 	err = writeFrame(cn.c, encodeRequest(id, items))
+	cn.c.SetWriteDeadline(time.Time{})
 	cn.writeMu.Unlock()
 	if err != nil {
 		cn.fail(fmt.Errorf("peer: send to %s: %w", addr, err))
@@ -78,9 +82,10 @@ func (cl *Client) Fetch(ctx context.Context, addr string, items []Item) ([]Resul
 		}
 		return r.results, r.err
 	case <-ctx.Done():
-		cn.mu.Lock()
-		delete(cn.pending, id)
-		cn.mu.Unlock()
+		// A peer that does not answer within the deadline is taken as
+		// stuck: the connection is dropped, and the next request dials
+		// again.
+		cn.fail(fmt.Errorf("peer: %s did not answer in time: %w", addr, ctx.Err()))
 		return nil, ctx.Err()
 	}
 }
@@ -89,33 +94,53 @@ func (cl *Client) Fetch(ctx context.Context, addr string, items []Item) ([]Resul
 // one if needed.
 func (cl *Client) get(ctx context.Context, addr string) (*conn, error) {
 	cl.mu.Lock()
-	defer cl.mu.Unlock()
 	if cl.closed {
+		cl.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if cn := cl.conns[addr]; cn != nil {
-		cn.mu.Lock()
-		broken := cn.err != nil
-		cn.mu.Unlock()
-		if !broken {
-			return cn, nil
-		}
+	if cn := cl.conns[addr]; cn != nil && cn.alive() {
+		cl.mu.Unlock()
+		return cn, nil
 	}
+	cl.mu.Unlock()
+	// Dial and authenticate without the lock: a peer that hangs must not
+	// hold up requests to the others.
 	d := net.Dialer{Timeout: cl.dialTimeout}
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("peer: dial %s: %w", addr, err)
 	}
-	c.SetDeadline(time.Now().Add(handshakeTimeout))
+	deadline := time.Now().Add(handshakeTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	c.SetDeadline(deadline)
 	if err := clientHandshake(c, cl.key); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("peer: %s: %w", addr, err)
 	}
 	c.SetDeadline(time.Time{})
 	cn := &conn{c: c, pending: map[uint32]chan response{}, done: make(chan struct{})}
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.closed {
+		c.Close()
+		return nil, ErrClosed
+	}
+	if old := cl.conns[addr]; old != nil && old.alive() {
+		c.Close() // another request dialled first: use its connection
+		return old, nil
+	}
 	go cn.read()
 	cl.conns[addr] = cn
 	return cn, nil
+}
+
+// alive reports whether the connection has not failed.
+func (cn *conn) alive() bool {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	return cn.err == nil
 }
 
 // read delivers responses until the connection fails; it owns no state
