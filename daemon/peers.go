@@ -22,8 +22,8 @@ var errPeerSkipped = errors.New("skipped after a recent failure")
 
 const (
 	peerSlack      = 8
-	minPeerTimeout = 2 * time.Second
-	maxPeerTimeout = 10 * time.Second
+	minPeerTimeout = 5 * time.Second
+	maxPeerTimeout = 15 * time.Second
 )
 
 // Block serves a peer's request (peer.Source): by catalog identity only.

@@ -25,6 +25,7 @@ type Stats struct {
 	Mountpoint    string                               `json:"mountpoint"`
 	UptimeSeconds float64                              `json:"uptime_seconds"`
 	Served        map[string]loader.Served             `json:"served"`
+	Fetched       map[string]loader.Served             `json:"fetched"`
 	Sources       map[string]perfmodel.Source          `json:"sources"`
 	PFS           source.Stats                         `json:"pfs"`
 	Cache         CacheStats                           `json:"cache"`
@@ -81,6 +82,7 @@ func (n *Node) Stats() Stats {
 		Mountpoint:    n.cfg.Mountpoint,
 		UptimeSeconds: time.Since(n.started).Seconds(),
 		Served:        ls.Served,
+		Fetched:       ls.Fetched,
 		Sources:       ls.Sources,
 		PFS:           n.src.Stats(),
 		Cache:         CacheStats{RAM: n.ram.Stats()},

@@ -38,8 +38,9 @@
 // a performance model (package perfmodel) fitted to the reads made from
 // each, and the PFS last. The PFS is shared: what one node measures of it
 // hides what its reads cost the others, so a cached copy goes behind the
-// PFS only when the model expects it to be more than Config.PFSMargin
-// times slower. A source that fails is skipped for a while and the next
+// PFS only for a waiting reader, and only when the model expects the copy
+// to be more than Config.PFSMargin times slower. Prefetches always wait
+// for the copy: their latency is hidden. A source that fails is skipped for a while and the next
 // one tried, so a dead or erring peer costs the reader no error. When the
 // PFS does come first, a cache source not measured for a second is tried
 // before it anyway: that is how one that was slow is seen to recover, and
@@ -101,10 +102,12 @@ type Served struct {
 	Bytes int64 `json:"bytes"`
 }
 
-// Stats are the loader's counters: reads served per tier, and the model's
-// estimate of each source.
+// Stats are the loader's counters: reads served per tier; blocks fetched
+// past RAM per tier, for readers, prefetches and peers alike; and the
+// model's estimate of each source.
 type Stats struct {
 	Served  map[string]Served           `json:"served"`
+	Fetched map[string]Served           `json:"fetched"`
 	Sources map[string]perfmodel.Source `json:"sources"`
 }
 
@@ -165,6 +168,9 @@ type Loader struct {
 	flight flight
 	reads  [numTiers]atomic.Int64
 	bytes  [numTiers]atomic.Int64
+	// fetches and fetched count what load brought in, by tier.
+	fetches [numTiers]atomic.Int64
+	fetched [numTiers]atomic.Int64
 }
 
 // New returns a loader over the given tiers. ssd may be nil (an untyped
@@ -269,7 +275,7 @@ func (l *Loader) block(e *catalog.Entry, i int64, done bool) ([]byte, tier, time
 		}
 	}
 	start := time.Now()
-	c, _ := l.flight.do(key, func() ([]byte, tier, error) { return l.load(e, i, true) })
+	c, _ := l.flight.do(key, func() ([]byte, tier, error) { return l.load(e, i, forReader) })
 	if c.err != nil {
 		return nil, c.src, 0, c.err
 	}
@@ -299,7 +305,7 @@ func (l *Loader) Prefetch(e *catalog.Entry) (map[int64]ramcache.Block, error) {
 		if l.ram.Contains(key) {
 			continue
 		}
-		c, _ := l.flight.do(key, func() ([]byte, tier, error) { return l.load(e, i, true) })
+		c, _ := l.flight.do(key, func() ([]byte, tier, error) { return l.load(e, i, forPrefetch) })
 		if c.err != nil {
 			return nil, c.err
 		}
@@ -322,7 +328,7 @@ func (l *Loader) Serve(e *catalog.Entry, i int64) ([]byte, error) {
 			return b.Data, nil
 		}
 	}
-	c, _ := l.flight.do(key, func() ([]byte, tier, error) { return l.load(e, i, false) })
+	c, _ := l.flight.do(key, func() ([]byte, tier, error) { return l.load(e, i, forPeer) })
 	if c.err != nil {
 		return nil, c.err
 	}
@@ -341,10 +347,31 @@ const (
 // tried ahead of the PFS anyway.
 const probeAfter = time.Second
 
-// load reads block i of e from the SSD, the owning peer (if remote) or the
-// PFS, in the order the model estimates fastest, and queues a PFS read for
-// the SSD. It runs inside a flight.
-func (l *Loader) load(e *catalog.Entry, i int64, remote bool) ([]byte, tier, error) {
+// purpose says who a load is for.
+type purpose int
+
+const (
+	forReader   purpose = iota // a read waits on it
+	forPrefetch                // ahead of the reader: latency is hidden, PFS load is not
+	forPeer                    // a peer asked this node, the owner: never ask another peer
+)
+
+// load reads block i of e from the SSD, the owning peer (unless for a
+// peer) or the PFS, in the order the model estimates fastest, and queues
+// a PFS read for the SSD. Only a waiting reader is sent to the PFS ahead of
+// a copy that is PFSMargin times slower: a prefetch has time to wait for
+// a loaded peer, and going around it would read the PFS again. It runs
+// inside a flight.
+func (l *Loader) load(e *catalog.Entry, i int64, why purpose) ([]byte, tier, error) {
+	b, t, err := l.loadFrom(e, i, why)
+	if err == nil {
+		l.fetches[t].Add(1)
+		l.fetched[t].Add(int64(len(b)))
+	}
+	return b, t, err
+}
+
+func (l *Loader) loadFrom(e *catalog.Entry, i int64, why purpose) ([]byte, tier, error) {
 	key := BlockKey(e.Path, i)
 	bs := l.cfg.BlockSize
 	n := min(bs, e.Size-i*bs)
@@ -353,7 +380,7 @@ func (l *Loader) load(e *catalog.Entry, i int64, remote bool) ([]byte, tier, err
 		sources = append(sources, srcSSD)
 	}
 	var owner string
-	if r := l.remote.Load(); remote && r != nil {
+	if r := l.remote.Load(); why != forPeer && r != nil {
 		if p, ok := r.r.Owner(e); ok {
 			owner = p
 			sources = append(sources, "peer:"+p)
@@ -363,7 +390,7 @@ func (l *Loader) load(e *catalog.Entry, i int64, remote bool) ([]byte, tier, err
 	// The PFS goes after every copy, unless the fastest copy is expected
 	// to be PFSMargin times slower than it.
 	pfsEst := float64(l.model.Estimate(srcPFS, n))
-	if len(sources) > 0 && float64(l.model.Estimate(sources[0], n)) > l.cfg.PFSMargin*pfsEst {
+	if why == forReader && len(sources) > 0 && float64(l.model.Estimate(sources[0], n)) > l.cfg.PFSMargin*pfsEst {
 		sources = append([]string{srcPFS}, sources...)
 		// Unless a copy has gone unmeasured for a while: try it first,
 		// to see whether it recovered.
@@ -459,9 +486,13 @@ func (l *Loader) Invalidate(e *catalog.Entry) {
 
 // Stats returns the per-tier counters.
 func (l *Loader) Stats() Stats {
-	s := Stats{Served: make(map[string]Served, numTiers), Sources: l.model.Stats()}
+	s := Stats{Served: make(map[string]Served, numTiers), Fetched: make(map[string]Served, numTiers-1),
+		Sources: l.model.Stats()}
 	for t := tier(0); t < numTiers; t++ {
 		s.Served[tierNames[t]] = Served{Reads: l.reads[t].Load(), Bytes: l.bytes[t].Load()}
+		if t != tierRAM {
+			s.Fetched[tierNames[t]] = Served{Reads: l.fetches[t].Load(), Bytes: l.fetched[t].Load()}
+		}
 	}
 	return s
 }

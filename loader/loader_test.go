@@ -216,6 +216,7 @@ func TestSourceChoice(t *testing.T) {
 		err       error
 		peer, pfs int64 // fetches expected; -1: at most one
 		skipped   bool
+		prefetch  bool
 	}{
 		{name: "unmeasured peer first", peer: 20, pfs: 0},
 		{name: "peer a little slower than the PFS", warm: func(m *perfmodel.Model) {
@@ -230,6 +231,12 @@ func TestSourceChoice(t *testing.T) {
 				m.Observe("pfs", 1000+int64(i), time.Millisecond)
 			}
 		}, peer: -1, pfs: 20},
+		{name: "prefetch waits for a far slower peer", warm: func(m *perfmodel.Model) {
+			for i := 0; i < 30; i++ {
+				m.Observe("peer:b", 1000+int64(i), 50*time.Millisecond)
+				m.Observe("pfs", 1000+int64(i), time.Millisecond)
+			}
+		}, peer: 20, pfs: 0, prefetch: true},
 		{name: "failing peer", err: errors.New("connection refused"), peer: 1, pfs: 20, skipped: true},
 		{name: "peer lacks the block", err: ErrNoBlock, peer: 20, pfs: 20},
 	} {
@@ -243,6 +250,13 @@ func TestSourceChoice(t *testing.T) {
 			l := New(Config{Model: m}, ramcache.New(ramcache.Config{Capacity: 0}), nil, pfs)
 			l.SetRemote(r)
 			for _, e := range es {
+				if c.prefetch {
+					bs, err := l.Prefetch(e)
+					if err != nil || !bytes.Equal(bs[0].Data, files[e.Path]) {
+						t.Fatalf("prefetch %s: %v", e.Path, err)
+					}
+					continue
+				}
 				got, err := l.ReadAt(e, make([]byte, e.Size), 0)
 				if err != nil || !bytes.Equal(got, files[e.Path]) {
 					t.Fatalf("read %s: %v", e.Path, err)

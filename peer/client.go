@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -38,6 +39,8 @@ type conn struct {
 	pending map[uint32]chan response // mu guards nextID, pending and err
 	err     error
 	done    chan struct{} // closed when the reader goroutine ends
+
+	lastAnswer atomic.Int64 // unix nanoseconds of the last response
 }
 
 type response struct {
@@ -65,6 +68,7 @@ func (cl *Client) Fetch(ctx context.Context, addr string, items []Item) ([]Resul
 	id := cn.nextID
 	cn.pending[id] = ch
 	cn.mu.Unlock()
+	sent := time.Now()
 	cn.writeMu.Lock()
 	if d, ok := ctx.Deadline(); ok {
 		cn.c.SetWriteDeadline(d) // a peer that stops reading must not block the writer for ever
@@ -82,10 +86,15 @@ func (cl *Client) Fetch(ctx context.Context, addr string, items []Item) ([]Resul
 		}
 		return r.results, r.err
 	case <-ctx.Done():
-		// A peer that does not answer within the deadline is taken as
-		// stuck: the connection is dropped, and the next request dials
-		// again.
-		cn.fail(fmt.Errorf("peer: %s did not answer in time: %w", addr, ctx.Err()))
+		cn.mu.Lock()
+		delete(cn.pending, id)
+		cn.mu.Unlock()
+		// A peer that answered nothing since this request went out is
+		// taken as stuck: the connection is dropped, and the next request
+		// dials again. One that answers others is only busy.
+		if cn.lastAnswer.Load() < sent.UnixNano() {
+			cn.fail(fmt.Errorf("peer: %s answered nothing in time: %w", addr, ctx.Err()))
+		}
 		return nil, ctx.Err()
 	}
 }
@@ -159,6 +168,7 @@ func (cn *conn) read() {
 			cn.fail(err)
 			return
 		}
+		cn.lastAnswer.Store(time.Now().UnixNano())
 		cn.mu.Lock()
 		ch := cn.pending[id]
 		delete(cn.pending, id)

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -24,11 +23,20 @@ import (
 
 const clusterNodes = 3
 
+// The runs of the cluster table.
+const (
+	modeDirect  = "every node reads pfssim directly"
+	modeLocal   = "three dlfs nodes caching only locally"
+	modeHash    = "three dlfs nodes as a cluster, placement by hash"
+	modeCluster = "three dlfs nodes as a cluster, placement by demand"
+)
+
 type clusterEpoch struct {
-	mode     string
-	epoch    int
-	seconds  float64
-	pfsBytes int64
+	mode      string
+	epoch     int
+	seconds   float64
+	pfsBytes  int64
+	peerBytes int64 // bytes the nodes fetched from peers
 }
 
 func runCluster(o options, src string, files []string, total int64) error {
@@ -54,6 +62,10 @@ func runCluster(o options, src string, files []string, total int64) error {
 				}
 			}
 			fmt.Fprintf(os.Stderr, "measuring: %s, epoch %d\n", mode, epoch)
+			peerBefore, err := peerBytes(mnts)
+			if err != nil {
+				return err
+			}
 			before := pfs.bytes()
 			start := time.Now()
 			var wg sync.WaitGroup
@@ -76,8 +88,13 @@ func runCluster(o options, src string, files []string, total int64) error {
 					return err
 				}
 			}
-			results = append(results, clusterEpoch{mode: mode, epoch: epoch, seconds: time.Since(start).Seconds(),
-				pfsBytes: pfs.bytes() - before})
+			r := clusterEpoch{mode: mode, epoch: epoch, seconds: time.Since(start).Seconds(), pfsBytes: pfs.bytes() - before}
+			peerAfter, err := peerBytes(mnts)
+			if err != nil {
+				return err
+			}
+			r.peerBytes = peerAfter - peerBefore
+			results = append(results, r)
 		}
 		return nil
 	}
@@ -87,14 +104,19 @@ func runCluster(o options, src string, files []string, total int64) error {
 	for i := range direct {
 		direct[i] = pfs.Mnt
 	}
-	if err := epochs("every node reads pfssim directly", direct, nil); err != nil {
+	if err := epochs(modeDirect, direct, nil); err != nil {
 		return err
 	}
 
 	for _, mode := range []struct {
 		name    string
 		cluster bool
-	}{{"three dlfs nodes caching only locally", false}, {"three dlfs nodes as a cluster", true}} {
+		args    []string
+	}{
+		{modeLocal, false, nil},
+		{modeHash, true, []string{"--placement", "hash"}},
+		{modeCluster, true, nil},
+	} {
 		var (
 			procs  []*mountproc.Proc
 			mnts   []string
@@ -111,7 +133,7 @@ func runCluster(o options, src string, files []string, total int64) error {
 				stop()
 				return err
 			}
-			args := []string{"mount", "--ram-cache", ram, "--log-level", "warn", "--node-name", fmt.Sprintf("node-%d", i)}
+			args := append([]string{"mount", "--ram-cache", ram, "--log-level", "warn", "--node-name", fmt.Sprintf("node-%d", i)}, mode.args...)
 			if mode.cluster {
 				args = append(args, "--bind", "127.0.0.1:0", "--data-addr", "127.0.0.1:0", "--cluster-key-file", keyFile)
 				if gossip != "" {
@@ -147,24 +169,28 @@ func runCluster(o options, src string, files []string, total int64) error {
 	}
 
 	fmt.Printf("\n## Cluster: 3 nodes, one DistributedSampler job of 3 ranks (one per node), 3 epochs\n\n")
+	fmt.Printf("Placement by demand puts each sample on the node whose rank reads it most over the epochs planned; " +
+		"by hash, on a node drawn by weighted rendezvous hashing. \"MB between nodes\" is what the nodes fetched from each other, prefetches included.\n\n")
 	fmt.Printf("Same busy pfssim as above. Each node's RAM tier is 40%% of the dataset (%.0f MB), no SSD tier; "+
 		"each mount's page cache is dropped before every epoch. An epoch's time is that of its slowest rank.\n\n",
 		float64(total)*0.4/1e6)
-	fmt.Println("| nodes | epoch | seconds | PFS MB | PFS bytes ÷ dataset |")
-	fmt.Println("|---|---:|---:|---:|---:|")
+	fmt.Println("| nodes | epoch | seconds | PFS MB | PFS bytes ÷ dataset | MB between nodes |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|")
 	for _, r := range results {
-		fmt.Printf("| %s | %d | %.2f | %.0f | %.2f |\n", r.mode, r.epoch, r.seconds, float64(r.pfsBytes)/1e6, float64(r.pfsBytes)/float64(total))
+		fmt.Printf("| %s | %d | %.2f | %.0f | %.2f | %.0f |\n", r.mode, r.epoch, r.seconds, float64(r.pfsBytes)/1e6,
+			float64(r.pfsBytes)/float64(total), float64(r.peerBytes)/1e6)
 	}
 	find := func(mode string, epoch int) clusterEpoch {
 		for _, r := range results {
-			if strings.HasPrefix(r.mode, mode) && r.epoch == epoch {
+			if r.mode == mode && r.epoch == epoch {
 				return r
 			}
 		}
 		return clusterEpoch{}
 	}
-	c0, c1 := find("three dlfs nodes as a cluster", 0), find("three dlfs nodes as a cluster", 1)
-	d1 := find("every node reads", 1)
+	c0, c1 := find(modeCluster, 0), find(modeCluster, 1)
+	h1 := find(modeHash, 1)
+	d1 := find(modeDirect, 1)
 	verdict := func(ok bool) string {
 		if ok {
 			return "met"
@@ -177,6 +203,8 @@ func runCluster(o options, src string, files []string, total int64) error {
 	fmt.Printf("- PFS bytes in epoch 1, cluster: %.2f× the dataset (target ≈ 0)\n", float64(c1.pfsBytes)/float64(total))
 	fmt.Printf("- epoch 1, cluster vs every node reading pfssim directly: %.1f× faster (target ≥ 5×): %s\n",
 		d1.seconds/c1.seconds, verdict(d1.seconds/c1.seconds >= 5))
+	fmt.Printf("- epoch 1, bytes moved between nodes: %.0f MB with placement by demand, %.0f MB by hash (%.2f×); epoch time %.2f s against %.2f s\n",
+		float64(c1.peerBytes)/1e6, float64(h1.peerBytes)/1e6, float64(c1.peerBytes)/float64(max(h1.peerBytes, 1)), c1.seconds, h1.seconds)
 	return nil
 }
 
@@ -203,4 +231,17 @@ func waitMembers(mnts []string, n int) error {
 		}
 	}
 	return nil
+}
+
+// peerBytes sums the bytes the mounts fetched from peers.
+func peerBytes(mnts []string) (int64, error) {
+	var n int64
+	for _, m := range mnts {
+		st, err := readStats(m)
+		if err != nil {
+			return 0, err
+		}
+		n += st.Fetched["peer"].Bytes
+	}
+	return n, nil
 }
