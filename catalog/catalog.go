@@ -52,8 +52,27 @@ type Config struct {
 	// Hide names entries at the root that the view must not show (the
 	// control directory); they are skipped by the scan.
 	Hide []string
+	// Lister, if set, lists the dataset instead of a scan of Source as a
+	// directory tree: a packed dataset shows the tree it holds.
+	Lister Lister
 	// Logger receives warnings about entries that could not be scanned.
 	Logger *slog.Logger // nil: discard
+}
+
+// Lister lists a dataset that is not a plain directory tree.
+type Lister interface {
+	List(ctx context.Context) ([]File, error)
+}
+
+// File is one entry a Lister reports: a regular file, a directory or a
+// symlink at a slash-separated path. Directories above a path that are
+// not listed are made, with mode 0755.
+type File struct {
+	Path   string
+	Mode   uint32 // syscall.S_IF* type bits | permission bits
+	Size   int64
+	Mtime  int64 // nanoseconds
+	Target string
 }
 
 // DefaultConfig returns the defaults for source.
@@ -271,17 +290,27 @@ func (c *Catalog) scan(ctx context.Context, old *Snapshot) (*Snapshot, error) {
 	if old != nil {
 		oldRoot = old.Root
 	}
-	sc := &scanner{c: c, ctx: ctx, sem: make(chan struct{}, c.cfg.ScanWorkers)}
-	sc.wg.Add(1)
-	go sc.dir(root, oldRoot)
-	sc.wg.Wait()
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("catalog: scan %s: %w", c.cfg.Source, err)
+	var skipped int
+	if c.cfg.Lister != nil {
+		files, err := c.cfg.Lister.List(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrSource, err)
+		}
+		skipped = c.build(root, oldRoot, files)
+	} else {
+		sc := &scanner{c: c, ctx: ctx, sem: make(chan struct{}, c.cfg.ScanWorkers)}
+		sc.wg.Add(1)
+		go sc.dir(root, oldRoot)
+		sc.wg.Wait()
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("catalog: scan %s: %w", c.cfg.Source, err)
+		}
+		if sc.rootErr != nil {
+			return nil, fmt.Errorf("%w: %v", ErrSource, sc.rootErr)
+		}
+		skipped = int(sc.skipped.Load())
 	}
-	if sc.rootErr != nil {
-		return nil, fmt.Errorf("%w: %v", ErrSource, sc.rootErr)
-	}
-	snap := &Snapshot{Root: root, ScanTime: time.Since(start), Skipped: int(sc.skipped.Load())}
+	snap := &Snapshot{Root: root, ScanTime: time.Since(start), Skipped: skipped}
 	snap.byIno = make([]*Entry, c.nextIno.Load())
 	snap.Walk(func(e *Entry) {
 		snap.byIno[e.Ino] = e
@@ -294,6 +323,102 @@ func (c *Catalog) scan(ctx context.Context, old *Snapshot) (*Snapshot, error) {
 		}
 	})
 	return snap, nil
+}
+
+// build makes the tree under root from a Lister's files, keeping the
+// inode numbers of paths whose type matches old. It returns how many
+// files it left out (bad paths, repeats, a file under a non-directory).
+func (c *Catalog) build(root, old *Entry, files []File) int {
+	sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
+	skipped := 0
+	kids := map[*Entry]map[string]*Entry{root: {}}
+	olds := map[*Entry]*Entry{root: old}
+	// child returns the entry name in dir, making it (as mode) if missing.
+	child := func(dir *Entry, name string, f File) *Entry {
+		if e := kids[dir][name]; e != nil {
+			return e
+		}
+		e := &Entry{Name: name, Path: join(dir.Path, name), Mode: f.Mode, Uid: root.Uid, Gid: root.Gid,
+			Size: f.Size, Mtime: f.Mtime, Target: f.Target}
+		var prev *Entry
+		if o := olds[dir]; o != nil {
+			if p := o.Child(name); p != nil && p.Mode&syscall.S_IFMT == e.Mode&syscall.S_IFMT {
+				prev = p
+			}
+		}
+		if prev != nil {
+			e.Ino = prev.Ino
+		} else {
+			e.Ino = c.nextIno.Add(1) - 1
+		}
+		if e.IsDir() {
+			kids[e], olds[e] = map[string]*Entry{}, prev
+		}
+		kids[dir][name] = e
+		return e
+	}
+	for _, f := range files {
+		names := strings.Split(f.Path, "/")
+		if !validPath(f.Path) || (len(names) == 1 && c.hidden(names[0])) {
+			skipped++
+			continue
+		}
+		d := root
+		for _, name := range names[:len(names)-1] {
+			d = child(d, name, File{Mode: syscall.S_IFDIR | 0o755, Mtime: root.Mtime})
+			if !d.IsDir() {
+				break
+			}
+		}
+		if !d.IsDir() {
+			skipped++
+			continue
+		}
+		last := names[len(names)-1]
+		if e := kids[d][last]; e != nil {
+			if e.IsDir() && f.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+				e.Mode, e.Mtime = f.Mode, f.Mtime // made as a parent before its own line came
+			} else {
+				skipped++
+			}
+			continue
+		}
+		child(d, last, f)
+	}
+	var link func(d *Entry)
+	link = func(d *Entry) {
+		for _, e := range kids[d] {
+			d.children = append(d.children, e)
+			if e.IsDir() {
+				link(e)
+			}
+		}
+		sort.Slice(d.children, func(i, j int) bool { return d.children[i].Name < d.children[j].Name })
+	}
+	link(root)
+	return skipped
+}
+
+// validPath accepts a clean, relative, slash-separated path.
+func validPath(p string) bool {
+	if p == "" || strings.ContainsRune(p, 0) {
+		return false
+	}
+	for _, el := range strings.Split(p, "/") {
+		if el == "" || el == "." || el == ".." {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *Catalog) hidden(name string) bool {
+	for _, h := range c.cfg.Hide {
+		if h == name {
+			return true
+		}
+	}
+	return false
 }
 
 type scanner struct {
@@ -361,7 +486,7 @@ func (sc *scanner) read(d *Entry) ([]*Entry, error) {
 	fd := int(f.Fd())
 	out := make([]*Entry, 0, len(names))
 	for _, name := range names {
-		if d.Ino == RootIno && sc.hidden(name) {
+		if d.Ino == RootIno && sc.c.hidden(name) {
 			sc.c.cfg.Logger.Warn("catalog: SOURCE entry shadowed by the control directory", "name", name)
 			sc.skipped.Add(1)
 			continue
@@ -393,15 +518,6 @@ func (sc *scanner) read(d *Entry) ([]*Entry, error) {
 		out = append(out, e)
 	}
 	return out, nil
-}
-
-func (sc *scanner) hidden(name string) bool {
-	for _, h := range sc.c.cfg.Hide {
-		if h == name {
-			return true
-		}
-	}
-	return false
 }
 
 func (c *Catalog) stat(path string, e *Entry) error {

@@ -133,3 +133,52 @@ func TestOpenErrors(t *testing.T) {
 		})
 	}
 }
+
+type listed []File
+
+func (l listed) List(context.Context) ([]File, error) { return l, nil }
+
+// TestLister: a listed dataset becomes a tree, with implied parents, bad
+// paths and clashes left out, and inodes kept across a refresh.
+func TestLister(t *testing.T) {
+	files := listed{
+		{Path: "train/b/2.jpg", Mode: syscall.S_IFREG | 0o644, Size: 2, Mtime: 5},
+		{Path: "train/a/1.jpg", Mode: syscall.S_IFREG | 0o600, Size: 1, Mtime: 5},
+		{Path: "train", Mode: syscall.S_IFDIR | 0o750, Mtime: 9},
+		{Path: "empty", Mode: syscall.S_IFDIR | 0o700},
+		{Path: "link", Mode: syscall.S_IFLNK | 0o777, Target: "train"},
+		{Path: "../escape", Mode: syscall.S_IFREG | 0o644},
+		{Path: "train/a/1.jpg/x", Mode: syscall.S_IFREG | 0o644},
+		{Path: ".dlfs", Mode: syscall.S_IFREG | 0o644},
+	}
+	cfg := DefaultConfig(t.TempDir())
+	cfg.Lister, cfg.Hide = files, []string{".dlfs"}
+	c, err := Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := c.Snapshot()
+	if s.Files != 2 || s.Dirs != 5 || s.Skipped != 3 || s.Bytes != 3 {
+		t.Fatalf("files %d dirs %d skipped %d bytes %d", s.Files, s.Dirs, s.Skipped, s.Bytes)
+	}
+	tr := s.Lookup("train")
+	if tr.Mode != syscall.S_IFDIR|0o750 || tr.Mtime != 9 || len(tr.Children()) != 2 {
+		t.Errorf("train: %+v", tr)
+	}
+	if a := s.Lookup("train/a"); a == nil || a.Mode != syscall.S_IFDIR|0o755 {
+		t.Errorf("implied train/a: %+v", a)
+	}
+	if e := s.Lookup("train/a/1.jpg"); e == nil || e.Size != 1 || s.ByIno(e.Ino) != e {
+		t.Errorf("train/a/1.jpg: %+v", e)
+	}
+	if l := s.Lookup("link"); l == nil || l.Target != "train" {
+		t.Errorf("link: %+v", l)
+	}
+	ino := s.Lookup("train/b/2.jpg").Ino
+	if _, err := c.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Snapshot().Lookup("train/b/2.jpg").Ino; got != ino {
+		t.Errorf("inode %d after refresh, was %d", got, ino)
+	}
+}

@@ -38,6 +38,7 @@ import (
 	"github.com/dlfs/dlfs/fusefs"
 	"github.com/dlfs/dlfs/jobs"
 	"github.com/dlfs/dlfs/loader"
+	"github.com/dlfs/dlfs/packed"
 	"github.com/dlfs/dlfs/peer"
 	"github.com/dlfs/dlfs/perfmodel"
 	"github.com/dlfs/dlfs/placement"
@@ -105,6 +106,7 @@ type Node struct {
 
 	cat         *catalog.Catalog
 	src         *source.Source
+	packed      packed.Dataset // nil unless SOURCE is packed
 	ram         *ramcache.Cache
 	ssd         *ssdstore.Store // nil when the SSD tier is off
 	load        *loader.Loader
@@ -170,17 +172,33 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 	}()
 
+	if fi, err := os.Stat(cfg.Source); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("%w: %s is not a directory", catalog.ErrSource, cfg.Source)
+	}
+	if n.src, err = source.Open(cfg.Source); err != nil {
+		return nil, err
+	}
+	// A packed SOURCE shows the tree it holds; its samples are read from
+	// their containers.
+	var pfs loader.PFS = n.src
+	if n.packed, err = packed.Open(cfg.Source, n.src); err != nil {
+		return nil, err
+	}
 	cc := cfg.Catalog
 	cc.Source, cc.Hide, cc.Logger = cfg.Source, []string{cfg.FUSE.ControlName}, cfg.Logger
+	if n.packed != nil {
+		cc.Lister, pfs = n.packed, n.packed
+	}
 	if n.cat, err = catalog.Open(ctx, cc); err != nil {
 		return nil, err
 	}
 	snap := n.cat.Snapshot()
-	n.log.Info("scanned SOURCE", "source", n.cat.Source(), "files", snap.Files, "dirs", snap.Dirs,
-		"bytes", snap.Bytes, "seconds", snap.ScanTime.Seconds())
-	if n.src, err = source.Open(n.cat.Source()); err != nil {
-		return nil, err
+	format := "directory"
+	if n.packed != nil {
+		format = n.packed.Kind()
 	}
+	n.log.Info("scanned SOURCE", "source", n.cat.Source(), "format", format, "files", snap.Files, "dirs", snap.Dirs,
+		"bytes", snap.Bytes, "seconds", snap.ScanTime.Seconds())
 	// The RAM tier evicts by next use once the prefetcher knows the future.
 	rc := ramcache.Config{Capacity: max(cfg.RAMCache, 0), NextUse: func(ino uint64) int64 {
 		return n.pf.NextUse(ino) // n.pf is set before the mount serves any read
@@ -208,7 +226,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		lc.Model = perfmodel.New(perfmodel.DefaultConfig())
 	}
 	n.model = lc.Model
-	n.load = loader.New(lc, n.ram, ssd, n.src)
+	n.load = loader.New(lc, n.ram, ssd, pfs)
 	n.jobs = jobs.New(jobs.Config{
 		Snapshot: n.cat.Snapshot,
 		ReadFile: n.readWhole,
@@ -355,6 +373,9 @@ func (n *Node) Close() error {
 			if err := n.ssd.Close(); err != nil {
 				errs = append(errs, err)
 			}
+		}
+		if n.packed != nil {
+			_ = n.packed.Close()
 		}
 		if n.src != nil {
 			_ = n.src.Close()

@@ -15,7 +15,8 @@
 // Shards are written under temporary names and renamed, and the index is
 // written last: a directory with a valid index is a finished pack. Pack
 // over a finished pack of the same tree does nothing; over a pack of a
-// different tree it refuses, naming a difference.
+// different tree it refuses, naming a difference. OUTDIR itself takes
+// SOURCE's mode and mtime, as it is the root of the mounted tree.
 package packer
 
 import (
@@ -164,6 +165,18 @@ func Pack(ctx context.Context, cfg Config) (Result, error) {
 	}
 	if err := seqfile.WriteIndex(cfg.Out, ix); err != nil {
 		return res, fmt.Errorf("pack: %w", err)
+	}
+	// OUTDIR is the root of the mounted tree: it takes SOURCE's mode and
+	// mtime, last, since writing into it changes its mtime.
+	var st syscall.Stat_t
+	if err := syscall.Stat(cfg.Source, &st); err == nil {
+		mt := time.Unix(0, st.Mtim.Nano())
+		if err := os.Chtimes(cfg.Out, mt, mt); err != nil {
+			return res, fmt.Errorf("pack: %w", err)
+		}
+		if err := os.Chmod(cfg.Out, os.FileMode(st.Mode&0o777)); err != nil {
+			return res, fmt.Errorf("pack: %w", err)
+		}
 	}
 	res.Files, res.Bytes = int(p.files.Load()), p.bytes.Load()
 	res.Elapsed = time.Since(start)
@@ -414,6 +427,9 @@ type Mismatch struct {
 // the entries checked and up to limit mismatches.
 func Verify(dir, src string, limit int) (int, []Mismatch, error) {
 	ix, err := seqfile.ReadIndex(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil, fmt.Errorf("verify: %s is not a pack (no %s); make one with dlfs pack SOURCE %s", dir, seqfile.IndexName, dir)
+	}
 	if err != nil {
 		return 0, nil, fmt.Errorf("verify: %w", err)
 	}

@@ -1,0 +1,77 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/dlfs/dlfs/packer"
+	"github.com/dlfs/dlfs/seqfile"
+	"github.com/dlfs/dlfs/test/conformance"
+)
+
+// TestPackedSource: a seqfile pack of the odd tree mounts as that tree,
+// byte for byte, with its names, modes, mtimes and symlinks; the second
+// read of the tree reads nothing from the shards.
+func TestPackedSource(t *testing.T) {
+	src := conformance.OddTree(t, t.TempDir())
+	out := filepath.Join(t.TempDir(), "pack")
+	if _, err := packer.Pack(context.Background(), packer.Config{Source: src, Out: out, Shards: 3}); err != nil {
+		t.Fatal(err)
+	}
+	n, mnt := start(t, out, nil)
+	conformance.Tree(t, src, mnt)
+	before := n.Stats().PFS
+	if before.Opens > 4 { // the index and 3 shards, each opened once
+		t.Errorf("%d opens of the pack for one read of the tree", before.Opens)
+	}
+	conformance.Tree(t, src, mnt)
+	if after := n.Stats().PFS; after.Bytes != before.Bytes {
+		t.Errorf("the second read of the tree read %d bytes from the shards", after.Bytes-before.Bytes)
+	}
+}
+
+// TestCorruptPack: a record whose bytes were flipped in its shard fails
+// with EIO and a log line naming the shard; every other file reads fine.
+func TestCorruptPack(t *testing.T) {
+	src := conformance.OddTree(t, t.TempDir())
+	out := filepath.Join(t.TempDir(), "pack")
+	if _, err := packer.Pack(context.Background(), packer.Config{Source: src, Out: out, Shards: 1}); err != nil {
+		t.Fatal(err)
+	}
+	ix, err := seqfile.ReadIndex(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, _ := ix.Lookup("dogs/sub/b.jpg")
+	shard := filepath.Join(out, ix.Shards[0])
+	b, _ := os.ReadFile(shard)
+	b[e.DataOffset()+100] ^= 0xff
+	if err := os.WriteFile(shard, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, mnt := start(t, out, nil)
+	if _, err := os.ReadFile(filepath.Join(mnt, "dogs/sub/b.jpg")); !errors.Is(err, syscall.EIO) {
+		t.Errorf("reading the corrupt record: %v, want EIO", err)
+	}
+	for _, ok := range []string{"README", "cats/tabby 01.jpg", "dogs/sub-x/a.jpg"} {
+		got, err := os.ReadFile(filepath.Join(mnt, ok))
+		want, _ := os.ReadFile(filepath.Join(src, ok))
+		if err != nil || string(got) != string(want) {
+			t.Errorf("%s: %v", ok, err)
+		}
+	}
+	// A truncated index refuses to mount with a one-line reason.
+	idx := filepath.Join(out, seqfile.IndexName)
+	ib, _ := os.ReadFile(idx)
+	os.WriteFile(idx, ib[:len(ib)/2], 0o644)
+	cfg := DefaultConfig(out, t.TempDir())
+	if _, err := Start(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "index") ||
+		strings.Contains(err.Error(), "\n") {
+		t.Errorf("mounting a truncated index: %v", err)
+	}
+}

@@ -1,0 +1,64 @@
+// Package packed shows packed datasets as trees of ordinary per-sample
+// files, so that a script written for a directory of images runs on them
+// unchanged.
+//
+// # Formats
+//
+// Open recognises SOURCE by what it holds:
+//
+//   - a seqfile pack (index.seqidx, made by "dlfs pack") shows the tree
+//     that was packed: the same paths, sizes, modes and bytes.
+//
+// A Dataset lists the tree (catalog.Lister) and reads sample bytes by path
+// (the loader's PFS), so packed samples go through the same tiers,
+// prefetching and cluster as files do.
+//
+// # Reads
+//
+// Containers (shards) are opened once, through source.Source, so every
+// open stays confined to SOURCE and every read is counted as PFS traffic.
+// A read of a whole sample checks its checksum, where the format has one:
+// a corrupt record is an error naming the container and offset, never
+// wrong bytes.
+package packed
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/source"
+)
+
+// Dataset is a packed dataset seen as a tree of files.
+type Dataset interface {
+	catalog.Lister
+	// ReadAt reads the sample at path, whose identity the caller expects
+	// to be want, as the loader reads files.
+	ReadAt(path string, want source.Want, p []byte, off int64) (int, error)
+	// Kind names the format, for stats and logs.
+	Kind() string
+	// Close closes the containers.
+	Close() error
+}
+
+// ErrFormat wraps errors about containers that are not what they claim.
+var ErrFormat = errors.New("packed: bad container")
+
+// Open returns the packed dataset at dir, read through src, or nil when
+// dir is a plain directory tree.
+func Open(dir string, src *source.Source) (Dataset, error) {
+	if _, err := os.Stat(filepath.Join(dir, seqIndexName)); err == nil {
+		d, err := openSeq(src)
+		if err != nil {
+			return nil, err // not a typed nil in the interface
+		}
+		return d, nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("packed: %w", err)
+	}
+	return nil, nil
+}
