@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -73,5 +74,22 @@ func TestCorruptPack(t *testing.T) {
 	if _, err := Start(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "index") ||
 		strings.Contains(err.Error(), "\n") {
 		t.Errorf("mounting a truncated index: %v", err)
+	}
+}
+
+// TestTruncatedRecordIO: a .rec file cut inside a record refuses to mount
+// with one line naming the file, the offset and the problem.
+func TestTruncatedRecordIO(t *testing.T) {
+	src := t.TempDir()
+	rec := binary.LittleEndian.AppendUint32(nil, 0xced7230a)
+	rec = binary.LittleEndian.AppendUint32(rec, 100)
+	rec = append(rec, make([]byte, 40)...)
+	if err := os.WriteFile(filepath.Join(src, "train.rec"), rec, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Start(context.Background(), DefaultConfig(src, t.TempDir()))
+	if err == nil || !strings.Contains(err.Error(), "train.rec") || !strings.Contains(err.Error(), "truncated") ||
+		strings.Contains(err.Error(), "\n") {
+		t.Errorf("mounting a truncated .rec: %v", err)
 	}
 }

@@ -7,7 +7,9 @@
 // Open recognises SOURCE by what it holds:
 //
 //   - a seqfile pack (index.seqidx, made by "dlfs pack") shows the tree
-//     that was packed: the same paths, sizes, modes and bytes.
+//     that was packed: the same paths, sizes, modes and bytes;
+//   - MXNet RecordIO (*.rec, as im2rec writes them) shows each image as
+//     LABEL/ID.jpg, so ImageFolder finds the classes.
 //
 // A Dataset lists the tree (catalog.Lister) and reads sample bytes by path
 // (the loader's PFS), so packed samples go through the same tiers,
@@ -59,6 +61,13 @@ func Open(dir string, src *source.Source) (Dataset, error) {
 		return d, nil
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("packed: %w", err)
+	}
+	recs, err := recFiles(dir)
+	if err != nil {
+		return nil, fmt.Errorf("packed: %w", err)
+	}
+	if len(recs) > 0 {
+		return openRec(src, recs), nil
 	}
 	return nil, nil
 }

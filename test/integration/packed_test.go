@@ -1,6 +1,12 @@
 package integration
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io/fs"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -57,5 +63,52 @@ func TestPackBadInput(t *testing.T) {
 		if code == 0 || !strings.Contains(stderr, c.want) || strings.Count(strings.TrimSpace(stderr), "\n") > 0 {
 			t.Errorf("dlfs %v: exit %d, stderr %q, want one line with %q", c.args, code, stderr, c.want)
 		}
+	}
+}
+
+// TestRecordIO: a RecordIO file written as im2rec writes it (by a script
+// following its layout, a split record included) mounts as LABEL/ID.jpg
+// with the image bytes, and ImageFolder finds the labels as classes.
+func TestRecordIO(t *testing.T) {
+	src := t.TempDir()
+	out, err := exec.Command("/usr/bin/python3", "write_recordio.py", filepath.Join(src, "train"), "60", "5").Output()
+	if err != nil {
+		t.Fatalf("write_recordio.py: %v", err)
+	}
+	var want map[string]string
+	if err := json.Unmarshal(out, &want); err != nil {
+		t.Fatal(err)
+	}
+	d := startDlfs(t, src)
+	got := map[string]string{}
+	err = filepath.WalkDir(d.Mnt, func(p string, de fs.DirEntry, err error) error {
+		if err != nil || de.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(d.Mnt, p)
+		sum := sha256.Sum256(b)
+		got[rel] = hex.EncodeToString(sum[:])
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 60 || string(mustJSON(got)) != string(mustJSON(want)) {
+		t.Errorf("the mount shows %d images; first differences:", len(got))
+		n := 0
+		for p, w := range want {
+			if got[p] != w && n < 5 {
+				t.Errorf("  %s: %q, want %q", p, got[p], w)
+				n++
+			}
+		}
+	}
+	idx := imageFolder(t, d.Mnt)
+	if strings.Join(idx.Classes, ",") != "0,1,2,3,4" || len(idx.Samples) != 60 {
+		t.Errorf("ImageFolder over the RecordIO mount: classes %v, %d samples", idx.Classes, len(idx.Samples))
 	}
 }

@@ -1,0 +1,234 @@
+package packed
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/recordio"
+	"github.com/dlfs/dlfs/source"
+)
+
+// recDataset is a directory of MXNet RecordIO files (im2rec's .rec; the
+// .idx beside them is not needed, since the records are walked). Each
+// image shows as LABEL/ID.jpg, under the .rec file's stem when there are
+// several. Integer labels of one file are zero-padded to one width, so
+// ImageFolder's class indices (sorted names) equal the labels 0..K-1.
+type recDataset struct {
+	src   *source.Source
+	names []string // the .rec files, sorted
+
+	mu      sync.Mutex
+	samples map[string]recSample // mu guards samples, files and retired
+	files   map[string]*source.Handle
+	retired []*source.Handle
+}
+
+// recSample is where one image lives.
+type recSample struct {
+	file   string
+	rec    recordio.Record
+	skip   int64 // bytes of IRHeader before the image
+	length int64
+	mtime  int64
+}
+
+func openRec(src *source.Source, names []string) *recDataset {
+	return &recDataset{src: src, names: names, files: map[string]*source.Handle{}}
+}
+
+func (d *recDataset) Kind() string { return "recordio" }
+
+// List walks every .rec file and returns the image tree.
+func (d *recDataset) List(ctx context.Context) (_ []catalog.File, err error) {
+	samples := map[string]recSample{}
+	var files []catalog.File
+	handles := map[string]*source.Handle{}
+	defer func() {
+		if err != nil {
+			for _, h := range handles {
+				h.Close()
+			}
+		}
+	}()
+	for _, name := range d.names {
+		h, err := d.src.OpenHandle(name)
+		if err != nil {
+			return nil, err
+		}
+		handles[name] = h
+		prefix := ""
+		if len(d.names) > 1 {
+			prefix = strings.TrimSuffix(name, ".rec") + "/"
+		}
+		type found struct {
+			s     recSample
+			label float32
+			id    uint64
+		}
+		var all []found
+		for off := int64(0); off < h.Size(); {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			s, hdr, err := readImage(h, off)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+			s.file, s.mtime = name, h.Mtime()
+			all = append(all, found{s, hdr.FirstLabel(), hdr.ID})
+			off = s.rec.Next()
+		}
+		labels := make([]float32, len(all))
+		for i, f := range all {
+			labels[i] = f.label
+		}
+		dir := labelNamer(labels)
+		seen := map[string]int{}
+		for _, f := range all {
+			base := prefix + dir(f.label) + "/" + strconv.FormatUint(f.id, 10)
+			p := base + ".jpg"
+			if n := seen[base]; n > 0 {
+				p = fmt.Sprintf("%s-%d.jpg", base, n+1) // a repeated id: keep both
+			}
+			seen[base]++
+			samples[p] = f.s
+			files = append(files, catalog.File{Path: p, Mode: syscall.S_IFREG | 0o444, Size: f.s.length, Mtime: f.s.mtime})
+		}
+		if prefix != "" {
+			files = append(files, catalog.File{Path: strings.TrimSuffix(prefix, "/"), Mode: syscall.S_IFDIR | 0o555, Mtime: h.Mtime()})
+		}
+	}
+	d.mu.Lock()
+	for _, h := range d.files {
+		d.retired = append(d.retired, h)
+	}
+	d.samples, d.files = samples, handles
+	d.mu.Unlock()
+	return files, nil
+}
+
+// readImage reads the record at off and its IRHeader: one read of the
+// record and image headers for a whole record, the whole data for a split
+// one.
+func readImage(h *source.Handle, off int64) (recSample, recordio.IRHeader, error) {
+	var b [recordio.HeaderSize + recordio.IRHeaderSize + 4]byte
+	n, err := h.ReadAt(b[:], off)
+	if err != nil && err != io.EOF {
+		return recSample{}, recordio.IRHeader{}, err
+	}
+	part, err := recordio.DecodeHeader(b[:n], off)
+	if err != nil {
+		return recSample{}, recordio.IRHeader{}, err
+	}
+	var rec recordio.Record
+	var head []byte
+	if part.Flag == 0 {
+		if off+recordio.HeaderSize+part.Length > h.Size() {
+			return recSample{}, recordio.IRHeader{}, fmt.Errorf("%w: offset %d: record of %d bytes runs past the end of the file (%d bytes); it is truncated",
+				recordio.ErrFormat, off, part.Length, h.Size())
+		}
+		rec = recordio.Record{Parts: []recordio.Part{part}, Length: part.Length}
+		head = b[recordio.HeaderSize:n]
+	} else {
+		if rec, err = recordio.ReadRecord(h, h.Size(), off); err != nil {
+			return recSample{}, recordio.IRHeader{}, err
+		}
+		if head, err = recordio.ReadData(h, rec); err != nil {
+			return recSample{}, recordio.IRHeader{}, err
+		}
+	}
+	hdr, err := recordio.DecodeIRHeader(head[:min(len(head), int(rec.Length))], rec.Length)
+	if err != nil {
+		return recSample{}, recordio.IRHeader{}, fmt.Errorf("offset %d: %w", off, err)
+	}
+	return recSample{rec: rec, skip: hdr.Size(), length: rec.Length - hdr.Size()}, hdr, nil
+}
+
+// labelNamer returns how labels become directory names: zero-padded
+// integers when every label is a non-negative integer, else the shortest
+// decimal form.
+func labelNamer(labels []float32) func(float32) string {
+	width, integral := 1, true
+	for _, l := range labels {
+		if l < 0 || l != float32(math.Trunc(float64(l))) || l > 1e9 {
+			integral = false
+			break
+		}
+		width = max(width, len(strconv.Itoa(int(l))))
+	}
+	if !integral {
+		return func(l float32) string { return strconv.FormatFloat(float64(l), 'g', -1, 32) }
+	}
+	return func(l float32) string {
+		s := strconv.Itoa(int(l))
+		return strings.Repeat("0", width-len(s)) + s
+	}
+}
+
+func (d *recDataset) ReadAt(p string, want source.Want, buf []byte, off int64) (int, error) {
+	d.mu.Lock()
+	s, ok := d.samples[path.Clean(p)]
+	h := d.files[s.file]
+	d.mu.Unlock()
+	if !ok || h == nil {
+		return 0, fmt.Errorf("packed: %s: no such image in the RecordIO files: %w", p, syscall.ENOENT)
+	}
+	if s.length != want.Size || s.mtime != want.Mtime {
+		return 0, fmt.Errorf("%w: %s; write 'refresh' to the control file", source.ErrChanged, p)
+	}
+	if off >= s.length {
+		return 0, nil
+	}
+	buf = buf[:min(int64(len(buf)), s.length-off)]
+	if s.rec.Contiguous() {
+		n, err := h.ReadAt(buf, s.rec.DataOffset()+s.skip+off)
+		if err == io.EOF {
+			err = fmt.Errorf("%w: %s: the image at offset %d runs past the end; the file is truncated", ErrFormat, h.Path(), s.rec.Offset())
+		}
+		return n, err
+	}
+	data, err := recordio.ReadData(h, s.rec)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", h.Path(), err)
+	}
+	return copy(buf, data[s.skip+off:]), nil
+}
+
+func (d *recDataset) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, h := range d.files {
+		h.Close()
+	}
+	for _, h := range d.retired {
+		h.Close()
+	}
+	d.files, d.retired = map[string]*source.Handle{}, nil
+	return nil
+}
+
+// recFiles lists the .rec files at the top of dir.
+func recFiles(dir string) ([]string, error) {
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, de := range des {
+		if strings.HasSuffix(de.Name(), ".rec") && de.Type().IsRegular() {
+			out = append(out, de.Name())
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
