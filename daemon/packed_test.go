@@ -93,3 +93,17 @@ func TestTruncatedRecordIO(t *testing.T) {
 		t.Errorf("mounting a truncated .rec: %v", err)
 	}
 }
+
+// TestBadHDF5: a .h5 file that is not HDF5 refuses to mount with one line
+// naming it.
+func TestBadHDF5(t *testing.T) {
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "bad.h5"), []byte("\x89HDF\r\n\x1a\nnot really"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Start(context.Background(), DefaultConfig(src, t.TempDir()))
+	if err == nil || !strings.Contains(err.Error(), "bad.h5") || !strings.Contains(err.Error(), "HDF5") ||
+		strings.Contains(err.Error(), "\n") {
+		t.Errorf("mounting a bad .h5: %v", err)
+	}
+}

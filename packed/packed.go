@@ -9,7 +9,9 @@
 //   - a seqfile pack (index.seqidx, made by "dlfs pack") shows the tree
 //     that was packed: the same paths, sizes, modes and bytes;
 //   - MXNet RecordIO (*.rec, as im2rec writes them) shows each image as
-//     LABEL/ID.jpg, so ImageFolder finds the classes.
+//     LABEL/ID.jpg, so ImageFolder finds the classes;
+//   - HDF5 files (*.h5, *.hdf5) show each numeric dataset of shape
+//     (N, ...) as a directory of N .npy files, one per row.
 //
 // A Dataset lists the tree (catalog.Lister) and reads sample bytes by path
 // (the loader's PFS), so packed samples go through the same tiers,
@@ -68,6 +70,13 @@ func Open(dir string, src *source.Source) (Dataset, error) {
 	}
 	if len(recs) > 0 {
 		return openRec(src, recs), nil
+	}
+	h5s, err := h5Files(dir)
+	if err != nil {
+		return nil, fmt.Errorf("packed: %w", err)
+	}
+	if len(h5s) > 0 {
+		return openH5(src, h5s), nil
 	}
 	return nil, nil
 }

@@ -215,3 +215,14 @@ func (h *Handle) ReadAt(p []byte, off int64) (int, error) {
 
 // Close closes the file.
 func (h *Handle) Close() error { return h.f.Close() }
+
+// Fd is the open file's descriptor, for a library that must open the file
+// itself (as /proc/self/fd/N, so that it opens this same confined file).
+func (h *Handle) Fd() uintptr { return h.f.Fd() }
+
+// Count records reads of SOURCE made by a library on a Handle's file,
+// which Source cannot see itself.
+func (s *Source) Count(ops, bytes int64) {
+	s.readOps.Add(ops)
+	s.bytes.Add(bytes)
+}

@@ -112,3 +112,19 @@ func TestRecordIO(t *testing.T) {
 		t.Errorf("ImageFolder over the RecordIO mount: classes %v, %d samples", idx.Classes, len(idx.Samples))
 	}
 }
+
+// TestHDF5: an HDF5 file written by h5py mounts as .npy files, one per
+// row, that numpy loads equal to the HDF5 rows (dtype, shape, values; a
+// big-endian and a chunked dataset included).
+func TestHDF5(t *testing.T) {
+	src := t.TempDir()
+	h5 := filepath.Join(src, "data.h5")
+	if out, err := exec.Command("/usr/bin/python3", "hdf5_check.py", "write", h5).CombinedOutput(); err != nil {
+		t.Fatalf("hdf5_check.py write: %v\n%s(make test installs python3-h5py)", err, out)
+	}
+	d := startDlfs(t, src)
+	out, err := exec.Command("/usr/bin/python3", "hdf5_check.py", "check", h5, d.Mnt).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "58" {
+		t.Fatalf("hdf5_check.py check: %v\n%s", err, out)
+	}
+}

@@ -1,0 +1,335 @@
+package packed
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"gonum.org/v1/hdf5"
+
+	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/npy"
+	"github.com/dlfs/dlfs/source"
+)
+
+// h5Dataset is a directory of HDF5 files. Every dataset of shape (N, ...)
+// with a numeric type shows as a directory of N NumPy files, one per row:
+// FILE/GROUP/DATASET/000042.npy (FILE/ only when there are several
+// files). Rows are numbered with as many digits as N-1 needs, so names
+// sort in row order.
+//
+// The files are opened by the HDF5 library (cgo), through
+// /proc/self/fd of a descriptor opened by source.Source, so they stay
+// confined to SOURCE. The library reads them itself: the bytes of the rows
+// read are counted as PFS traffic, its metadata reads are not. One mutex
+// serialises calls into the library.
+type h5Dataset struct {
+	src   *source.Source
+	names []string // the HDF5 files, sorted
+
+	mu      sync.Mutex // guards everything below and every library call
+	files   map[string]*h5File
+	rows    map[string]h5Row // path -> row
+	retired []*h5File
+}
+
+type h5File struct {
+	h    *source.Handle
+	f    *hdf5.File
+	sets map[string]*h5Set // by dataset path in the file
+}
+
+// h5Set is one dataset shown as a directory.
+type h5Set struct {
+	ds     *hdf5.Dataset
+	dims   []uint
+	rowLen int64  // bytes of one row
+	header []byte // the .npy header of every row
+}
+
+type h5Row struct {
+	file, set string
+	row       uint
+	size      int64
+	mtime     int64
+}
+
+// npyTypes maps HDF5's standard types to NumPy's descr.
+var npyTypes = []struct {
+	t     *hdf5.Datatype
+	descr string
+}{
+	{hdf5.T_STD_I8LE, "|i1"}, {hdf5.T_STD_I8BE, "|i1"}, {hdf5.T_STD_U8LE, "|u1"}, {hdf5.T_STD_U8BE, "|u1"},
+	{hdf5.T_STD_I16LE, "<i2"}, {hdf5.T_STD_I16BE, ">i2"}, {hdf5.T_STD_U16LE, "<u2"}, {hdf5.T_STD_U16BE, ">u2"},
+	{hdf5.T_STD_I32LE, "<i4"}, {hdf5.T_STD_I32BE, ">i4"}, {hdf5.T_STD_U32LE, "<u4"}, {hdf5.T_STD_U32BE, ">u4"},
+	{hdf5.T_STD_I64LE, "<i8"}, {hdf5.T_STD_I64BE, ">i8"}, {hdf5.T_STD_U64LE, "<u8"}, {hdf5.T_STD_U64BE, ">u8"},
+	{hdf5.T_IEEE_F32LE, "<f4"}, {hdf5.T_IEEE_F32BE, ">f4"}, {hdf5.T_IEEE_F64LE, "<f8"}, {hdf5.T_IEEE_F64BE, ">f8"},
+}
+
+func openH5(src *source.Source, names []string) *h5Dataset {
+	return &h5Dataset{src: src, names: names, files: map[string]*h5File{}}
+}
+
+func (d *h5Dataset) Kind() string { return "hdf5" }
+
+// List opens every HDF5 file and returns the row tree.
+func (d *h5Dataset) List(ctx context.Context) (_ []catalog.File, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	defer recoverLibrary(&err)
+	files := map[string]*h5File{}
+	defer func() {
+		if err != nil {
+			for _, f := range files {
+				f.close()
+			}
+		}
+	}()
+	rows := map[string]h5Row{}
+	var out []catalog.File
+	for _, name := range d.names {
+		h, err := d.src.OpenHandle(name)
+		if err != nil {
+			return nil, err
+		}
+		f, err := hdf5.OpenFile(fmt.Sprintf("/proc/self/fd/%d", h.Fd()), hdf5.F_ACC_RDONLY)
+		if err != nil {
+			h.Close()
+			return nil, fmt.Errorf("%w: %s: not a readable HDF5 file: %v", ErrFormat, name, err)
+		}
+		hf := &h5File{h: h, f: f, sets: map[string]*h5Set{}}
+		files[name] = hf
+		prefix := ""
+		if len(d.names) > 1 {
+			prefix = strings.TrimSuffix(strings.TrimSuffix(name, ".h5"), ".hdf5") + "/"
+			out = append(out, catalog.File{Path: strings.TrimSuffix(prefix, "/"), Mode: syscall.S_IFDIR | 0o555, Mtime: h.Mtime()})
+		}
+		if err := hf.walk(&hf.f.CommonFG, ""); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		setNames := make([]string, 0, len(hf.sets))
+		for s := range hf.sets {
+			setNames = append(setNames, s)
+		}
+		sort.Strings(setNames)
+		for _, s := range setNames {
+			set := hf.sets[s]
+			dir := prefix + s
+			out = append(out, catalog.File{Path: dir, Mode: syscall.S_IFDIR | 0o555, Mtime: h.Mtime()})
+			width := len(strconv.FormatUint(uint64(max(set.dims[0], 1)-1), 10))
+			size := int64(len(set.header)) + set.rowLen
+			for r := uint(0); r < set.dims[0]; r++ {
+				n := strconv.FormatUint(uint64(r), 10)
+				p := dir + "/" + strings.Repeat("0", width-len(n)) + n + ".npy"
+				rows[p] = h5Row{file: name, set: s, row: r, size: size, mtime: h.Mtime()}
+				out = append(out, catalog.File{Path: p, Mode: syscall.S_IFREG | 0o444, Size: size, Mtime: h.Mtime()})
+			}
+		}
+	}
+	for _, f := range d.files {
+		d.retired = append(d.retired, f)
+	}
+	d.files, d.rows = files, rows
+	return out, nil
+}
+
+// walk records every numeric dataset of shape (N, ...) under g.
+func (hf *h5File) walk(g *hdf5.CommonFG, dir string) error {
+	n, err := g.NumObjects()
+	if err != nil {
+		return fmt.Errorf("%w: group /%s: %v", ErrFormat, dir, err)
+	}
+	for i := uint(0); i < n; i++ {
+		name, err := g.ObjectNameByIndex(i)
+		if err != nil || name == "" || strings.ContainsAny(name, "/\x00") || name == "." || name == ".." {
+			continue
+		}
+		typ, err := g.ObjectTypeByIndex(i)
+		if err != nil {
+			continue
+		}
+		p := name
+		if dir != "" {
+			p = dir + "/" + name
+		}
+		switch typ {
+		case hdf5.H5G_GROUP:
+			sub, err := g.OpenGroup(name)
+			if err != nil {
+				return fmt.Errorf("%w: group /%s: %v", ErrFormat, p, err)
+			}
+			err = hf.walk(&sub.CommonFG, p)
+			sub.Close()
+			if err != nil {
+				return err
+			}
+		case hdf5.H5G_DATASET:
+			ds, err := g.OpenDataset(name)
+			if err != nil {
+				return fmt.Errorf("%w: dataset /%s: %v", ErrFormat, p, err)
+			}
+			if set := describe(ds); set != nil {
+				hf.sets[p] = set
+			} else {
+				ds.Close() // not an array of numbers: not shown
+			}
+		}
+	}
+	return nil
+}
+
+// describe returns how ds shows, or nil if it is not a numeric array of
+// at least one dimension.
+func describe(ds *hdf5.Dataset) *h5Set {
+	space := ds.Space()
+	if space == nil {
+		return nil
+	}
+	defer space.Close()
+	if !space.IsSimple() || space.SimpleExtentNDims() < 1 {
+		return nil // a scalar or null dataspace has no rows
+	}
+	dims, _, err := space.SimpleExtentDims()
+	if err != nil || len(dims) == 0 {
+		return nil
+	}
+	dt, err := ds.Datatype()
+	if err != nil {
+		return nil
+	}
+	defer dt.Close()
+	descr := ""
+	for _, t := range npyTypes {
+		if dt.Equal(t.t) {
+			descr = t.descr
+			break
+		}
+	}
+	if descr == "" {
+		return nil
+	}
+	shape := make([]int, len(dims)-1)
+	rowLen := int64(dt.Size())
+	for i, d := range dims[1:] {
+		shape[i] = int(d)
+		rowLen *= int64(d)
+	}
+	return &h5Set{ds: ds, dims: dims, rowLen: rowLen, header: npy.Header(descr, shape)}
+}
+
+func (d *h5Dataset) ReadAt(p string, want source.Want, buf []byte, off int64) (_ int, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	defer recoverLibrary(&err)
+	r, ok := d.rows[path.Clean(p)]
+	if !ok {
+		return 0, fmt.Errorf("packed: %s: no such row in the HDF5 files: %w", p, syscall.ENOENT)
+	}
+	if r.size != want.Size || r.mtime != want.Mtime {
+		return 0, fmt.Errorf("%w: %s; write 'refresh' to the control file", source.ErrChanged, p)
+	}
+	hf := d.files[r.file]
+	set := hf.sets[r.set]
+	if off >= r.size {
+		return 0, nil
+	}
+	buf = buf[:min(int64(len(buf)), r.size-off)]
+	n := 0
+	if off < int64(len(set.header)) {
+		n = copy(buf, set.header[off:])
+	}
+	if n == len(buf) {
+		return n, nil
+	}
+	row, err := d.readRows(hf, set, r.row, 1)
+	if err != nil {
+		return n, fmt.Errorf("%s: %s row %d: %w", r.file, r.set, r.row, err)
+	}
+	from := max(off-int64(len(set.header)), 0)
+	n += copy(buf[n:], row[from:])
+	return n, nil
+}
+
+// readRows reads count rows from row first of set, raw in the file's
+// byte order. d.mu is held.
+func (d *h5Dataset) readRows(hf *h5File, set *h5Set, first, count uint) ([]byte, error) {
+	rank := len(set.dims)
+	offset, cnt := make([]uint, rank), make([]uint, rank)
+	offset[0], cnt[0] = first, count
+	copy(cnt[1:], set.dims[1:])
+	fspace := set.ds.Space()
+	if fspace == nil {
+		return nil, fmt.Errorf("%w: no dataspace", ErrFormat)
+	}
+	defer fspace.Close()
+	if err := fspace.SelectHyperslab(offset, nil, cnt, nil); err != nil {
+		return nil, err
+	}
+	mspace, err := hdf5.CreateSimpleDataspace(cnt, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer mspace.Close()
+	buf := make([]byte, set.rowLen*int64(count))
+	if len(buf) == 0 {
+		return buf, nil
+	}
+	if err := set.ds.ReadSubset(&buf, mspace, fspace); err != nil {
+		return nil, err
+	}
+	d.src.Count(1, int64(len(buf)))
+	return buf, nil
+}
+
+func (f *h5File) close() {
+	for _, s := range f.sets {
+		s.ds.Close()
+	}
+	f.f.Close()
+	f.h.Close()
+}
+
+func (d *h5Dataset) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, f := range d.files {
+		f.close()
+	}
+	for _, f := range d.retired {
+		f.close()
+	}
+	d.files, d.retired = map[string]*h5File{}, nil
+	return nil
+}
+
+// recoverLibrary turns a panic in the HDF5 bindings (they index slices a
+// crafted file can leave empty) into an error: a bad file must not take
+// the daemon down.
+func recoverLibrary(err *error) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("%w: the HDF5 library failed on this file: %v", ErrFormat, r)
+	}
+}
+
+// h5Files lists the HDF5 files at the top of dir.
+func h5Files(dir string) ([]string, error) {
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, de := range des {
+		n := de.Name()
+		if (strings.HasSuffix(n, ".h5") || strings.HasSuffix(n, ".hdf5")) && de.Type().IsRegular() {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
