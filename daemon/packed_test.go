@@ -9,10 +9,12 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/dlfs/dlfs/packer"
 	"github.com/dlfs/dlfs/seqfile"
 	"github.com/dlfs/dlfs/test/conformance"
+	"github.com/dlfs/dlfs/test/datagen"
 )
 
 // TestPackedSource: a seqfile pack of the odd tree mounts as that tree,
@@ -106,4 +108,35 @@ func TestBadHDF5(t *testing.T) {
 		strings.Contains(err.Error(), "\n") {
 		t.Errorf("mounting a bad .h5: %v", err)
 	}
+}
+
+// TestCoalescedPrefetch: over a pack, an announced shuffled epoch is
+// prefetched in runs of neighbouring records: under half a PFS read call
+// per sample, every sample right.
+func TestCoalescedPrefetch(t *testing.T) {
+	src := t.TempDir()
+	if _, err := datagen.ImageFolder(filepath.Join(src, "train"), datagen.Spec{Classes: 4, Files: 400, MeanSize: 3000, Seed: 4}); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "pack")
+	if _, err := packer.Pack(context.Background(), packer.Config{Source: src, Out: out, Shards: 2}); err != nil {
+		t.Fatal(err)
+	}
+	n, mnt := start(t, out, nil)
+	if err := os.WriteFile(filepath.Join(mnt, ".dlfs/control"), []byte("job=j root=train seed=9 epoch=0 lookahead=1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for n.Stats().Fetched["pfs"].Reads < 400 {
+		if time.Now().After(deadline) {
+			t.Fatalf("prefetched %d of 400 samples", n.Stats().Fetched["pfs"].Reads)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	conformance.Tree(t, src, mnt)
+	st := n.Stats()
+	if st.Coalescing.Reads == 0 || st.Coalescing.CallsPerSample > 0.5 {
+		t.Errorf("coalescing %+v: want under half a PFS call per sample", st.Coalescing)
+	}
+	t.Logf("coalescing: %+v", st.Coalescing)
 }

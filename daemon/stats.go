@@ -27,12 +27,24 @@ type Stats struct {
 	Served        map[string]loader.Served             `json:"served"`
 	Fetched       map[string]loader.Served             `json:"fetched"`
 	Sources       map[string]perfmodel.Source          `json:"sources"`
+	Coalescing    CoalescingStats                      `json:"coalescing"`
 	PFS           source.Stats                         `json:"pfs"`
 	Cache         CacheStats                           `json:"cache"`
 	Catalog       CatalogStats                         `json:"catalog"`
 	Prefetch      prefetch.Totals                      `json:"prefetch"`
 	Cluster       ClusterStats                         `json:"cluster"`
 	Jobs          map[string]map[string]prefetch.Stats `json:"jobs"`
+}
+
+// CoalescingStats tell how packed samples were read from the PFS.
+type CoalescingStats struct {
+	// Reads counts PFS reads that brought several neighbouring samples,
+	// and Samples the samples they brought.
+	Reads   int64 `json:"coalesced_reads"`
+	Samples int64 `json:"coalesced_samples"`
+	// CallsPerSample is PFS read calls per sample fetched from the PFS:
+	// 1 without coalescing (for samples of one block), less with it.
+	CallsPerSample float64 `json:"pfs_calls_per_sample"`
 }
 
 // ClusterStats is the gossip view: this node alone when it runs no gossip.
@@ -83,6 +95,7 @@ func (n *Node) Stats() Stats {
 		UptimeSeconds: time.Since(n.started).Seconds(),
 		Served:        ls.Served,
 		Fetched:       ls.Fetched,
+		Coalescing:    CoalescingStats{Reads: ls.Runs, Samples: ls.RunSamples},
 		Sources:       ls.Sources,
 		PFS:           n.src.Stats(),
 		Cache:         CacheStats{RAM: n.ram.Stats()},
@@ -91,6 +104,9 @@ func (n *Node) Stats() Stats {
 	}
 	if n.ssd != nil {
 		s.Cache.SSD = n.ssd.Stats()
+	}
+	if f := ls.Fetched["pfs"].Reads; f > 0 {
+		s.Coalescing.CallsPerSample = float64(s.PFS.ReadOps) / float64(f)
 	}
 	if n.cl != nil {
 		s.Cluster.Gossip, s.Cluster.ServedToPeers = n.cl.Addr(), n.peerServed.Load()

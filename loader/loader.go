@@ -109,6 +109,10 @@ type Stats struct {
 	Served  map[string]Served           `json:"served"`
 	Fetched map[string]Served           `json:"fetched"`
 	Sources map[string]perfmodel.Source `json:"sources"`
+	// Runs counts coalesced PFS reads, and RunSamples the samples they
+	// brought in (part of fetched.pfs).
+	Runs       int64 `json:"coalesced_reads"`
+	RunSamples int64 `json:"coalesced_samples"`
 }
 
 // Dependencies the loader reads through; small interfaces where used.
@@ -122,6 +126,17 @@ type (
 		Get(key string, size, mtime int64) (ssdstore.Block, bool, error)
 		Put(key string, b ssdstore.Block) error
 		Delete(key string)
+	}
+	// Coalescer is a PFS whose samples lie in larger containers (a packed
+	// dataset): neighbouring samples can be read in one request.
+	Coalescer interface {
+		// Locate says where the sample at path lies: its container and
+		// the offset and length of its bytes there.
+		Locate(path string) (Span, bool)
+		// ReadRun reads the samples at paths, all of one container and in
+		// offset order, with one request from the first's start to the
+		// last's end; it returns each sample's bytes.
+		ReadRun(paths []string, wants []source.Want) ([][]byte, error)
 	}
 	// Remote fetches blocks from the peers that own them. It may be nil.
 	Remote interface {
@@ -148,6 +163,12 @@ type (
 	}
 )
 
+// Span is where a sample's bytes lie in a packed container.
+type Span struct {
+	Container string
+	Off, Len  int64
+}
+
 // ErrNoBlock means a peer answered but could not serve a block (its view
 // of the file differs, or its own read failed): the peer is not at fault
 // for other blocks.
@@ -171,6 +192,8 @@ type Loader struct {
 	// fetches and fetched count what load brought in, by tier.
 	fetches [numTiers]atomic.Int64
 	fetched [numTiers]atomic.Int64
+	// runs and runSamples count coalesced PFS reads and the samples in them.
+	runs, runSamples atomic.Int64
 }
 
 // New returns a loader over the given tiers. ssd may be nil (an untyped
@@ -275,16 +298,35 @@ func (l *Loader) block(e *catalog.Entry, i int64, done bool) ([]byte, tier, time
 		}
 	}
 	start := time.Now()
-	c, _ := l.flight.do(key, func() ([]byte, tier, error) { return l.load(e, i, forReader) })
+	kept := false
+	c, shared := l.flight.do(key, func() ([]byte, tier, error) {
+		// A fetch that finished between the look in RAM and this flight
+		// left the block there: do not read it again.
+		if b, ok := l.ram.Get(key, e.Size, e.Mtime); ok {
+			return b.Data, tierRAM, nil
+		}
+		val, src, err := l.load(e, i, forReader)
+		// A block from a peer stays with its owner: caching it here too
+		// would spend this node's share of the cluster's RAM on another's
+		// partition. Others are offered to RAM before the flight ends, so
+		// a reader that just missed RAM finds them there.
+		if err == nil && src != tierPeer {
+			kept = l.ram.Put(key, ramcache.Block{ID: e.Ino, Data: val, Size: e.Size, Mtime: e.Mtime, Sum: ssdstore.Checksum(val)})
+		}
+		return val, src, err
+	})
 	if c.err != nil {
 		return nil, c.src, 0, c.err
 	}
-	// A block from a peer stays with its owner: caching it here too would
-	// spend this node's share of the cluster's RAM on another's partition.
-	b := ramcache.Block{ID: e.Ino, Data: c.val, Size: e.Size, Mtime: e.Mtime, Sum: c.sum}
-	if (c.src == tierPeer || !l.ram.Put(key, b)) && !done {
+	if c.src == tierRAM {
+		return c.val, tierRAM, 0, nil
+	}
+	if shared {
+		kept = c.src != tierPeer && l.ram.Contains(key)
+	}
+	if !kept && !done {
 		if s := l.stage.Load(); s != nil {
-			s.s.Hold(key, b)
+			s.s.Hold(key, ramcache.Block{ID: e.Ino, Data: c.val, Size: e.Size, Mtime: e.Mtime, Sum: c.sum})
 		}
 	}
 	var waited time.Duration
@@ -487,7 +529,7 @@ func (l *Loader) Invalidate(e *catalog.Entry) {
 // Stats returns the per-tier counters.
 func (l *Loader) Stats() Stats {
 	s := Stats{Served: make(map[string]Served, numTiers), Fetched: make(map[string]Served, numTiers-1),
-		Sources: l.model.Stats()}
+		Sources: l.model.Stats(), Runs: l.runs.Load(), RunSamples: l.runSamples.Load()}
 	for t := tier(0); t < numTiers; t++ {
 		s.Served[tierNames[t]] = Served{Reads: l.reads[t].Load(), Bytes: l.bytes[t].Load()}
 		if t != tierRAM {
@@ -495,4 +537,111 @@ func (l *Loader) Stats() Stats {
 		}
 	}
 	return s
+}
+
+// Locate says where e's bytes lie, if SOURCE is a packed dataset and e is
+// one block.
+func (l *Loader) Locate(e *catalog.Entry) (Span, bool) {
+	c, ok := l.pfs.(Coalescer)
+	if !ok || e.Size > l.cfg.BlockSize {
+		return Span{}, false
+	}
+	return c.Locate(e.Path)
+}
+
+// RunLimits are the thresholds for reading neighbouring samples in one
+// request, from the model's measure of the PFS: a gap is worth reading
+// through when it takes less time than a request's latency (gap =
+// latency × bandwidth), and a run stops at ten times that, where
+// transfer time dominates and a longer run saves little.
+func (l *Loader) RunLimits() (gap, run int64) {
+	latency, perByte := l.model.Fit(srcPFS)
+	if perByte <= 0 {
+		return 0, l.cfg.BlockSize
+	}
+	gap = int64(latency.Seconds() / perByte)
+	return min(gap, 8<<20), min(max(10*gap, l.cfg.BlockSize), 32<<20)
+}
+
+// PrefetchRun fetches the samples es, neighbours in one container in
+// offset order, from the PFS with one request, sharing flights with
+// concurrent reads. It returns the block of every sample it fetched; it
+// leaves out those RAM or the SSD holds, that a peer owns, or that another
+// fetch is already bringing in: the caller prefetches those one by one.
+func (l *Loader) PrefetchRun(es []*catalog.Entry) (map[uint64]ramcache.Block, error) {
+	c, ok := l.pfs.(Coalescer)
+	if !ok {
+		return nil, nil
+	}
+	r := l.remote.Load()
+	var pick []*catalog.Entry
+	for _, e := range es {
+		key := BlockKey(e.Path, 0)
+		if e.Size > l.cfg.BlockSize || l.ram.Contains(key) {
+			continue
+		}
+		if s, ok := l.ssd.(interface{ Contains(string) bool }); ok && s.Contains(key) {
+			continue
+		}
+		if r != nil {
+			if _, remote := r.r.Owner(e); remote {
+				continue
+			}
+		}
+		pick = append(pick, e)
+	}
+	keys := make([]string, len(pick))
+	for i, e := range pick {
+		keys[i] = BlockKey(e.Path, 0)
+	}
+	calls := l.flight.claim(keys)
+	var (
+		paths []string
+		wants []source.Want
+		mine  []int
+	)
+	for i, e := range pick {
+		if calls[i] != nil {
+			paths = append(paths, e.Path)
+			wants = append(wants, source.Want{Size: e.Size, Mtime: e.Mtime})
+			mine = append(mine, i)
+		}
+	}
+	out := make(map[uint64]ramcache.Block, len(mine))
+	if len(mine) == 0 {
+		return out, nil
+	}
+	start := time.Now()
+	bufs, err := c.ReadRun(paths, wants)
+	if err == nil && len(bufs) != len(mine) {
+		err = fmt.Errorf("loader: a run of %d samples returned %d", len(mine), len(bufs))
+	}
+	var total int64
+	for k, i := range mine {
+		e := pick[i]
+		if err != nil {
+			l.flight.finish(keys[i], calls[i], nil, tierPFS, err)
+			continue
+		}
+		b := bufs[k]
+		total += int64(len(b))
+		l.flight.finish(keys[i], calls[i], b, tierPFS, nil)
+		l.fetches[tierPFS].Add(1)
+		l.fetched[tierPFS].Add(int64(len(b)))
+		blk := ramcache.Block{ID: e.Ino, Data: b, Size: e.Size, Mtime: e.Mtime, Sum: ssdstore.Checksum(b)}
+		out[e.Ino] = blk
+		if l.ssd != nil {
+			if err := l.ssd.Put(keys[i], ssdstore.Block{Data: b, Size: e.Size, Mtime: e.Mtime, Sum: blk.Sum}); err != nil &&
+				!errors.Is(err, ssdstore.ErrClosed) && !errors.Is(err, ssdstore.ErrBusy) {
+				l.log.Warn("loader: SSD write failed", "path", e.Path, "err", err)
+			}
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	l.model.Observe(srcPFS, total, time.Since(start))
+	l.runs.Add(1)
+	l.runSamples.Add(int64(len(mine)))
+	return out, nil
 }

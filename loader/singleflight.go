@@ -49,3 +49,36 @@ func (f *flight) do(key string, fn func() ([]byte, tier, error)) (*call, bool) {
 	close(c.done)
 	return c, false
 }
+
+// claim registers a call for every key no fetch is running for, and
+// returns them by position (nil where another fetch runs: that key is
+// left to it). Whoever claims must finish every call it got.
+func (f *flight) claim(keys []string) []*call {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.calls == nil {
+		f.calls = make(map[string]*call)
+	}
+	out := make([]*call, len(keys))
+	for i, k := range keys {
+		if _, busy := f.calls[k]; busy {
+			continue
+		}
+		c := &call{done: make(chan struct{})}
+		f.calls[k] = c
+		out[i] = c
+	}
+	return out
+}
+
+// finish completes a claimed call and wakes its waiters.
+func (f *flight) finish(key string, c *call, val []byte, src tier, err error) {
+	c.val, c.src, c.err = val, src, err
+	if err == nil {
+		c.sum = ssdstore.Checksum(val)
+	}
+	f.mu.Lock()
+	delete(f.calls, key)
+	f.mu.Unlock()
+	close(c.done)
+}

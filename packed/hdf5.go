@@ -14,6 +14,7 @@ import (
 	"gonum.org/v1/hdf5"
 
 	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/loader"
 	"github.com/dlfs/dlfs/npy"
 	"github.com/dlfs/dlfs/source"
 )
@@ -331,5 +332,51 @@ func h5Files(dir string) ([]string, error) {
 		}
 	}
 	sort.Strings(out)
+	return out, nil
+}
+
+// Locate implements loader.Coalescer: a dataset is a container whose
+// samples are its rows, each at row × its .npy size.
+func (d *h5Dataset) Locate(p string) (loader.Span, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r, ok := d.rows[p]
+	if !ok {
+		return loader.Span{}, false
+	}
+	return loader.Span{Container: r.file + "\x00" + r.set, Off: int64(r.row) * r.size, Len: r.size}, true
+}
+
+// ReadRun implements loader.Coalescer: one hyperslab read of the rows from
+// the first to the last, each then given its .npy header.
+func (d *h5Dataset) ReadRun(paths []string, wants []source.Want) (_ [][]byte, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	defer recoverLibrary(&err)
+	rows := make([]h5Row, len(paths))
+	for i, p := range paths {
+		r, ok := d.rows[p]
+		if !ok || (i > 0 && (r.file != rows[0].file || r.set != rows[0].set || r.row <= rows[i-1].row)) {
+			return nil, fmt.Errorf("packed: %s is not a later row of the run's dataset", p)
+		}
+		if r.size != wants[i].Size || r.mtime != wants[i].Mtime {
+			return nil, fmt.Errorf("%w: %s; write 'refresh' to the control file", source.ErrChanged, p)
+		}
+		rows[i] = r
+	}
+	hf := d.files[rows[0].file]
+	set := hf.sets[rows[0].set]
+	first, last := rows[0].row, rows[len(rows)-1].row
+	data, err := d.readRows(hf, set, first, last-first+1)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %s rows %d to %d: %w", rows[0].file, rows[0].set, first, last, err)
+	}
+	out := make([][]byte, len(rows))
+	for i, r := range rows {
+		b := make([]byte, 0, r.size)
+		b = append(b, set.header...)
+		at := int64(r.row-first) * set.rowLen
+		out[i] = append(b, data[at:at+set.rowLen]...)
+	}
 	return out, nil
 }

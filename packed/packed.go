@@ -29,6 +29,7 @@ package packed
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -79,4 +80,37 @@ func Open(dir string, src *source.Source) (Dataset, error) {
 		return openH5(src, h5s), nil
 	}
 	return nil, nil
+}
+
+// runPart is one sample of a run: where its bytes lie in the container.
+type runPart struct {
+	path     string
+	off, len int64
+}
+
+// readRun reads parts, in offset order in h's container, with one read
+// from the first's start to the last's end, and returns each one's bytes.
+func readRun(h *source.Handle, parts []runPart) ([][]byte, error) {
+	if len(parts) == 0 {
+		return nil, nil
+	}
+	start, end := parts[0].off, parts[0].off
+	for i, p := range parts {
+		if i > 0 && p.off < parts[i-1].off {
+			return nil, fmt.Errorf("packed: run out of offset order at %s", p.path)
+		}
+		end = max(end, p.off+p.len)
+	}
+	if end > h.Size() {
+		return nil, fmt.Errorf("%w: %s: a run ends at %d, past the end of the file (%d bytes); it is truncated", ErrFormat, h.Path(), end, h.Size())
+	}
+	buf := make([]byte, end-start)
+	if n, err := h.ReadAt(buf, start); err != nil && !(errors.Is(err, io.EOF) && int64(n) == end-start) {
+		return nil, err
+	}
+	out := make([][]byte, len(parts))
+	for i, p := range parts {
+		out[i] = buf[p.off-start : p.off-start+p.len : p.off-start+p.len]
+	}
+	return out, nil
 }

@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/loader"
 	"github.com/dlfs/dlfs/recordio"
 	"github.com/dlfs/dlfs/source"
 )
@@ -231,4 +232,37 @@ func recFiles(dir string) ([]string, error) {
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// Locate implements loader.Coalescer, for images of whole records.
+func (d *recDataset) Locate(p string) (loader.Span, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s, ok := d.samples[p]
+	if !ok || !s.rec.Contiguous() {
+		return loader.Span{}, false
+	}
+	return loader.Span{Container: s.file, Off: s.rec.DataOffset() + s.skip, Len: s.length}, true
+}
+
+// ReadRun implements loader.Coalescer.
+func (d *recDataset) ReadRun(paths []string, wants []source.Want) ([][]byte, error) {
+	d.mu.Lock()
+	parts := make([]runPart, len(paths))
+	var h *source.Handle
+	for i, p := range paths {
+		s, ok := d.samples[p]
+		if !ok || !s.rec.Contiguous() || (i > 0 && d.files[s.file] != h) {
+			d.mu.Unlock()
+			return nil, fmt.Errorf("packed: %s is not a whole record of the run's file", p)
+		}
+		if s.length != wants[i].Size || s.mtime != wants[i].Mtime {
+			d.mu.Unlock()
+			return nil, fmt.Errorf("%w: %s; write 'refresh' to the control file", source.ErrChanged, p)
+		}
+		h = d.files[s.file]
+		parts[i] = runPart{path: p, off: s.rec.DataOffset() + s.skip, len: s.length}
+	}
+	d.mu.Unlock()
+	return readRun(h, parts)
 }

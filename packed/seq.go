@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/loader"
 	"github.com/dlfs/dlfs/seqfile"
 	"github.com/dlfs/dlfs/source"
 )
@@ -144,4 +145,54 @@ func (d *seqDataset) Close() error {
 	}
 	d.shards, d.retired = map[int]*source.Handle{}, nil
 	return nil
+}
+
+// Locate implements loader.Coalescer.
+func (d *seqDataset) Locate(path string) (loader.Span, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	e, ok := d.ix.Lookup(path)
+	if !ok || e.IsDir() {
+		return loader.Span{}, false
+	}
+	return loader.Span{Container: d.ix.Shards[e.Shard], Off: e.DataOffset(), Len: e.Length}, true
+}
+
+// ReadRun implements loader.Coalescer: one read for the run, then every
+// record's checksum.
+func (d *seqDataset) ReadRun(paths []string, wants []source.Want) ([][]byte, error) {
+	d.mu.Lock()
+	entries := make([]seqfile.Entry, len(paths))
+	for i, p := range paths {
+		e, ok := d.ix.Lookup(p)
+		if !ok || e.IsDir() || (i > 0 && e.Shard != entries[0].Shard) {
+			d.mu.Unlock()
+			return nil, fmt.Errorf("packed: %s is not a record of the run's shard", p)
+		}
+		if e.Length != wants[i].Size || e.Mtime != wants[i].Mtime {
+			d.mu.Unlock()
+			return nil, fmt.Errorf("%w: %s; write 'refresh' to the control file", source.ErrChanged, p)
+		}
+		entries[i] = e
+	}
+	d.mu.Unlock()
+	h, err := d.shard(entries[0].Shard)
+	if err != nil {
+		return nil, err
+	}
+	parts := make([]runPart, len(entries))
+	for i, e := range entries {
+		parts[i] = runPart{path: e.Name, off: e.DataOffset(), len: e.Length}
+	}
+	bufs, err := readRun(h, parts)
+	if err != nil {
+		return nil, err
+	}
+	for i, e := range entries {
+		if crc32.Update(crc32.Checksum([]byte(e.Name), castagnoli), castagnoli, bufs[i]) != e.CRC {
+			return nil, fmt.Errorf("%w: %s: record %s at offset %d fails its checksum; the shard is corrupt, repack",
+				ErrFormat, h.Path(), e.Name, e.Offset)
+		}
+	}
+	return bufs, nil
 }

@@ -216,3 +216,11 @@ func (m *Model) Stats() map[string]Source {
 	}
 	return out
 }
+
+// Fit returns source's fitted latency and seconds per byte.
+func (m *Model) Fit(source string) (latency time.Duration, perByte float64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f := m.get(source)
+	return time.Duration(f.latency * 1e9), f.secPerByte
+}

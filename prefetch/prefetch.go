@@ -84,6 +84,11 @@ func DefaultConfig() Config {
 // Loader is what the prefetcher fetches through.
 type Loader interface {
 	Prefetch(e *catalog.Entry) (map[int64]ramcache.Block, error)
+	// Locate, PrefetchRun and RunLimits coalesce neighbouring samples of a
+	// packed dataset into one PFS read (see loader.Loader).
+	Locate(e *catalog.Entry) (loader.Span, bool)
+	PrefetchRun(es []*catalog.Entry) (map[uint64]ramcache.Block, error)
+	RunLimits() (gap, run int64)
 }
 
 // Plans is where jobs come from.
@@ -100,7 +105,7 @@ type Prefetcher struct {
 	load  Loader
 	plans Plans
 
-	tasks  chan *catalog.Entry
+	tasks  chan []*catalog.Entry
 	wake   chan struct{} // capacity 1
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -135,7 +140,9 @@ type stream struct {
 	consumed []bool
 	cursor   int     // first position not consumed
 	maxSeen  int     // furthest position consumed by a read; -1 before any
-	order    []int32 // positions in the order the DataLoader will ask for them
+	spans    []loader.Span // where each position's sample lies in a packed container
+	packed   []bool        // whether spans[pos] is known
+	order    []int32       // positions in the order the DataLoader will ask for them
 	sched    []int32 // sched[pos] is pos's index in order
 	frontier int     // next index into order to consider fetching
 	slack    int
@@ -191,7 +198,7 @@ func New(cfg Config, load Loader, plans Plans) *Prefetcher {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Prefetcher{
 		cfg: cfg, log: cfg.Logger, load: load, plans: plans,
-		tasks: make(chan *catalog.Entry), wake: make(chan struct{}, 1), cancel: cancel,
+		tasks: make(chan []*catalog.Entry), wake: make(chan struct{}, 1), cancel: cancel,
 		history: map[streamID]*Stats{}, staged: map[string]ramcache.Block{}, stagedIno: map[uint64]int{},
 		inflight: map[uint64]int64{},
 	}
@@ -244,7 +251,9 @@ func (p *Prefetcher) rebuild() {
 		local := map[int]bool{}
 		for _, r := range j.Spec.Ranks {
 			local[r] = true
-			fresh = append(fresh, build(j, r, j.Epochs(r)))
+			s := build(j, r, j.Epochs(r))
+			p.locate(s)
+			fresh = append(fresh, s)
 		}
 		for r := 0; p.cfg.AllRanks && r < j.Spec.World; r++ {
 			if !local[r] {
@@ -319,6 +328,21 @@ func build(j *jobs.Job, rank int, epochs []int) *stream {
 	window := 2 * max(j.Spec.Workers, 1) * j.Spec.Batch
 	s.slack = 2*window + j.Spec.Batch + 16
 	return s
+}
+
+// locate records where each sample of s lies, when SOURCE is packed, so
+// that next can coalesce neighbours without calling out under mu.
+func (p *Prefetcher) locate(s *stream) {
+	s.spans, s.packed = make([]loader.Span, len(s.entries)), make([]bool, len(s.entries))
+	spans := map[uint64]int{} // ino -> first position located
+	for pos, e := range s.entries {
+		if q, ok := spans[e.Ino]; ok {
+			s.spans[pos], s.packed[pos] = s.spans[q], s.packed[q]
+			continue
+		}
+		s.spans[pos], s.packed[pos] = p.load.Locate(e)
+		spans[e.Ino] = pos
+	}
 }
 
 // schedule returns the positions of each epoch (starts delimits them) in
@@ -594,8 +618,14 @@ func (p *Prefetcher) NextUse(ino uint64) int64 {
 	return best
 }
 
-// next picks the next file to fetch and reserves its bytes, or returns nil.
-func (p *Prefetcher) next() *catalog.Entry {
+// runWindow is how many schedule steps past the frontier next looks for
+// neighbours of a sample in its container.
+const runWindow = 1024
+
+// next picks the next file to fetch, with the neighbours in its packed
+// container worth reading in the same request, and reserves their bytes;
+// or returns nil.
+func (p *Prefetcher) next(gap, run int64) []*catalog.Entry {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for {
@@ -618,18 +648,83 @@ func (p *Prefetcher) next() *catalog.Entry {
 			return nil // the stage is full: wait for reads
 		}
 		s.frontier++
-		p.inflight[e.Ino] = e.Size
-		p.inflightBytes += e.Size
-		return e
+		group := []*catalog.Entry{e}
+		if s.packed[pos] {
+			group = p.neighboursLocked(s, int(pos), gap, run)
+		}
+		for _, g := range group {
+			p.inflight[g.Ino] = g.Size
+			p.inflightBytes += g.Size
+		}
+		return group
 	}
+}
+
+// neighboursLocked returns the sample at pos with the samples planned
+// within runWindow steps that lie in the same container, around it, with
+// gaps of at most gap and in all at most run bytes, within the staging
+// budget; in offset order.
+func (p *Prefetcher) neighboursLocked(s *stream, pos int, gap, run int64) []*catalog.Entry {
+	at := s.spans[pos]
+	type cand struct {
+		span loader.Span
+		e    *catalog.Entry
+	}
+	cands := []cand{{at, s.entries[pos]}}
+	seen := map[uint64]bool{s.entries[pos].Ino: true}
+	for i := s.frontier; i < min(len(s.order), s.frontier+runWindow); i++ {
+		q := s.order[i]
+		e := s.entries[q]
+		sp := s.spans[q]
+		if !s.packed[q] || s.consumed[q] || seen[e.Ino] || sp.Container != at.Container ||
+			sp.Off+sp.Len < at.Off-run || sp.Off > at.Off+run || p.stagedIno[e.Ino] > 0 || p.inflight[e.Ino] > 0 {
+			continue
+		}
+		seen[e.Ino] = true
+		cands = append(cands, cand{sp, e})
+	}
+	sort.Slice(cands, func(i, j int) bool { return cands[i].span.Off < cands[j].span.Off })
+	k := sort.Search(len(cands), func(i int) bool { return cands[i].span.Off >= at.Off })
+	for k < len(cands) && cands[k].e != s.entries[pos] {
+		k++
+	}
+	lo, hi := k, k // the run is cands[lo..hi]
+	budget := p.cfg.Staging - p.stagedBytes - p.inflightBytes - cands[k].e.Size
+	fits := func(c cand, first, last loader.Span) bool {
+		return c.e.Size <= budget && max(last.Off+last.Len, c.span.Off+c.span.Len)-min(first.Off, c.span.Off) <= run
+	}
+	for {
+		grew := false
+		if hi+1 < len(cands) {
+			c, prev := cands[hi+1], cands[hi].span
+			if c.span.Off-(prev.Off+prev.Len) <= gap && fits(c, cands[lo].span, prev) {
+				hi, budget, grew = hi+1, budget-c.e.Size, true
+			}
+		}
+		if lo > 0 {
+			c, next := cands[lo-1], cands[lo].span
+			if next.Off-(c.span.Off+c.span.Len) <= gap && fits(c, next, cands[hi].span) {
+				lo, budget, grew = lo-1, budget-c.e.Size, true
+			}
+		}
+		if !grew {
+			break
+		}
+	}
+	out := make([]*catalog.Entry, 0, hi-lo+1)
+	for _, c := range cands[lo : hi+1] {
+		out = append(out, c.e)
+	}
+	return out
 }
 
 // schedule hands files to workers until ctx ends.
 func (p *Prefetcher) schedule(ctx context.Context) {
 	defer p.wg.Done()
 	for {
-		e := p.next()
-		if e == nil {
+		gap, run := p.load.RunLimits()
+		g := p.next(gap, run)
+		if g == nil {
 			select {
 			case <-ctx.Done():
 				return
@@ -638,7 +733,7 @@ func (p *Prefetcher) schedule(ctx context.Context) {
 			}
 		}
 		select {
-		case p.tasks <- e:
+		case p.tasks <- g:
 		case <-ctx.Done():
 			return
 		}
@@ -649,34 +744,56 @@ func (p *Prefetcher) schedule(ctx context.Context) {
 func (p *Prefetcher) work(ctx context.Context) {
 	defer p.wg.Done()
 	for {
-		var e *catalog.Entry
+		var group []*catalog.Entry
 		select {
 		case <-ctx.Done():
 			return
-		case e = <-p.tasks:
+		case group = <-p.tasks:
 		}
-		blocks, err := p.load.Prefetch(e)
-		p.mu.Lock()
-		p.inflightBytes -= p.inflight[e.Ino]
-		delete(p.inflight, e.Ino)
-		switch {
-		case err != nil:
-			p.totals.Errors++
-			p.log.Warn("prefetch: fetch failed; the read will try again", "path", e.Path, "err", err)
-		case len(blocks) == 0:
-			// RAM had it already.
-		case !p.neededLocked(e.Ino, true):
-			// Consumed meanwhile by a read that shared this fetch.
-		default:
-			p.totals.Fetched++
-			for i, b := range blocks {
-				if p.stageLocked(loader.BlockKey(e.Path, i), b) {
-					p.totals.FetchedBytes += int64(len(b.Data))
-				}
+		var run map[uint64]ramcache.Block
+		if len(group) > 1 {
+			var err error
+			if run, err = p.load.PrefetchRun(group); err != nil {
+				p.log.Warn("prefetch: coalesced read failed; fetching one by one", "samples", len(group), "err", err)
 			}
 		}
-		p.mu.Unlock()
+		for _, e := range group {
+			var blocks map[int64]ramcache.Block
+			var err error
+			if b, ok := run[e.Ino]; ok {
+				blocks = map[int64]ramcache.Block{0: b}
+			} else {
+				blocks, err = p.load.Prefetch(e)
+			}
+			p.finish(e, blocks, err, len(group) > 1)
+		}
 		p.kick()
+	}
+}
+
+// finish stages what a fetch of e brought and releases its reservation.
+// A sample fetched as a neighbour in a run may lie past the frontier: it
+// is kept if any plan still needs it.
+func (p *Prefetcher) finish(e *catalog.Entry, blocks map[int64]ramcache.Block, err error, neighbour bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.inflightBytes -= p.inflight[e.Ino]
+	delete(p.inflight, e.Ino)
+	switch {
+	case err != nil:
+		p.totals.Errors++
+		p.log.Warn("prefetch: fetch failed; the read will try again", "path", e.Path, "err", err)
+	case len(blocks) == 0:
+		// RAM had it already.
+	case !p.neededLocked(e.Ino, !neighbour):
+		// Consumed meanwhile by a read that shared this fetch.
+	default:
+		p.totals.Fetched++
+		for i, b := range blocks {
+			if p.stageLocked(loader.BlockKey(e.Path, i), b) {
+				p.totals.FetchedBytes += int64(len(b.Data))
+			}
+		}
 	}
 }
 

@@ -17,22 +17,56 @@ import (
 	"github.com/dlfs/dlfs/ramcache"
 )
 
-// fakeLoader "fetches" instantly and counts fetches per path.
+// fakeLoader "fetches" instantly and counts fetches per path. With
+// packed set, every file lies in one container, in path order, 1000
+// bytes apart, and runs are counted as one request each.
 type fakeLoader struct {
-	mu      sync.Mutex
-	fetches map[string]int
-	total   atomic.Int64
+	mu       sync.Mutex
+	fetches  map[string]int
+	total    atomic.Int64
+	packed   bool
+	requests atomic.Int64
 }
+
+func (f *fakeLoader) Locate(e *catalog.Entry) (loader.Span, bool) {
+	if !f.packed {
+		return loader.Span{}, false
+	}
+	var i int
+	fmt.Sscanf(filepath.Base(e.Path), "%04d.jpg", &i)
+	return loader.Span{Container: "c", Off: int64(i) * 1000, Len: e.Size}, true
+}
+
+func (f *fakeLoader) PrefetchRun(es []*catalog.Entry) (map[uint64]ramcache.Block, error) {
+	f.requests.Add(1)
+	out := map[uint64]ramcache.Block{}
+	for _, e := range es {
+		f.mu.Lock()
+		f.fetches[e.Path]++
+		f.mu.Unlock()
+		f.total.Add(1)
+		out[e.Ino] = ramcache.Block{ID: e.Ino, Data: make([]byte, e.Size), Size: e.Size, Mtime: e.Mtime}
+	}
+	return out, nil
+}
+
+func (f *fakeLoader) RunLimits() (gap, run int64) { return 2000, 16000 }
 
 func (f *fakeLoader) Prefetch(e *catalog.Entry) (map[int64]ramcache.Block, error) {
 	f.mu.Lock()
 	f.fetches[e.Path]++
 	f.mu.Unlock()
 	f.total.Add(1)
+	f.requests.Add(1)
 	return map[int64]ramcache.Block{0: {ID: e.Ino, Data: make([]byte, e.Size), Size: e.Size, Mtime: e.Mtime}}, nil
 }
 
 func setup(t *testing.T, files int, line string, cfg Config) (*Prefetcher, *jobs.Registry, *fakeLoader) {
+	t.Helper()
+	return setupWith(t, files, line, cfg, &fakeLoader{fetches: map[string]int{}})
+}
+
+func setupWith(t *testing.T, files int, line string, cfg Config, fl *fakeLoader) (*Prefetcher, *jobs.Registry, *fakeLoader) {
 	t.Helper()
 	root := t.TempDir()
 	for i := 0; i < files; i++ {
@@ -47,7 +81,6 @@ func setup(t *testing.T, files int, line string, cfg Config) (*Prefetcher, *jobs
 		t.Fatal(err)
 	}
 	reg := jobs.New(jobs.Config{Snapshot: cat.Snapshot})
-	fl := &fakeLoader{fetches: map[string]int{}}
 	p := New(cfg, fl, reg)
 	t.Cleanup(p.Close)
 	cmds, err := control.Parse([]byte(line))
@@ -104,6 +137,26 @@ func TestFollowsThePlan(t *testing.T) {
 	}
 	if tot.StagedBytes != 0 {
 		t.Errorf("%d bytes left staged", tot.StagedBytes)
+	}
+}
+
+// TestCoalescing: over a packed dataset, a shuffled epoch is fetched in
+// runs of neighbours: every sample once, in far fewer requests than
+// samples. Files are 1000 bytes apart and runs span at most 16000.
+func TestCoalescing(t *testing.T) {
+	_, reg, fl := setupWith(t, 600, "job=j root=data seed=3 epoch=0 lookahead=1", Config{Workers: 4, Staging: 1 << 20},
+		&fakeLoader{fetches: map[string]int{}, packed: true})
+	n := int64(len(reg.Get("j").Order(0, 0)))
+	waitFor(t, "the whole epoch to be staged", func() bool { return fl.total.Load() == n })
+	for path, c := range fl.fetches {
+		if c != 1 {
+			t.Errorf("%s fetched %d times", path, c)
+		}
+	}
+	if r := fl.requests.Load(); float64(r) > 0.5*float64(n) {
+		t.Errorf("%d requests for %d samples, want at most half", r, n)
+	} else {
+		t.Logf("%d requests for %d samples", r, n)
 	}
 }
 

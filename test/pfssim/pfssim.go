@@ -8,7 +8,8 @@
 // Reads share one aggregate bandwidth: each read reserves its bytes on a
 // single timeline, so N concurrent readers together get Bandwidth, not N
 // times it. At most MaxInFlight opens and reads are served at once; the
-// rest queue, as on a busy server. Files are opened with direct I/O, so the
+// rest queue, as on a busy server. A read of up to 1 MiB is one call (one
+// RPC of a PFS client). Files are opened with direct I/O, so the
 // kernel caches nothing and every read reaches the simulator, like a PFS
 // client with no cache of its own.
 //
@@ -101,6 +102,9 @@ func Mount(mountpoint string, cfg Config) (*Sim, error) {
 	s.server, err = fs.Mount(mountpoint, rootNode, &fs.Options{
 		MountOptions: fuse.MountOptions{
 			FsName: "pfssim:" + abs, Name: "pfssim", DirectMount: true, MaxBackground: 64,
+			// A read call of up to 1 MiB is one request, as a PFS client
+			// sends reads of up to its RPC size in one.
+			MaxWrite: 1 << 20,
 			AllowOther: os.Getuid() == 0,
 		},
 		EntryTimeout: &one, AttrTimeout: &one,
