@@ -57,6 +57,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -77,6 +78,9 @@ type Config struct {
 	// PFSMargin is how many times slower than the PFS a cached copy must
 	// be expected to be before the PFS is read instead; default 8.
 	PFSMargin float64
+	// NoCoalesce reads every sample of a packed dataset with its own
+	// request (for comparison; coalescing is the default).
+	NoCoalesce bool
 	Logger    *slog.Logger // nil: discard
 }
 
@@ -543,7 +547,7 @@ func (l *Loader) Stats() Stats {
 // one block.
 func (l *Loader) Locate(e *catalog.Entry) (Span, bool) {
 	c, ok := l.pfs.(Coalescer)
-	if !ok || e.Size > l.cfg.BlockSize {
+	if !ok || l.cfg.NoCoalesce || e.Size > l.cfg.BlockSize {
 		return Span{}, false
 	}
 	return c.Locate(e.Path)
@@ -563,16 +567,29 @@ func (l *Loader) RunLimits() (gap, run int64) {
 	return min(gap, 8<<20), min(max(10*gap, l.cfg.BlockSize), 32<<20)
 }
 
-// PrefetchRun fetches the samples es, neighbours in one container in
-// offset order, from the PFS with one request, sharing flights with
-// concurrent reads. It returns the block of every sample it fetched; it
-// leaves out those RAM or the SSD holds, that a peer owns, or that another
-// fetch is already bringing in: the caller prefetches those one by one.
-func (l *Loader) PrefetchRun(es []*catalog.Entry) (map[uint64]ramcache.Block, error) {
+// PrefetchRun fetches first and its neighbours in one container from the
+// PFS with one request, sharing flights with concurrent reads. The
+// neighbours are offered to RAM, which keeps them if their next use
+// warrants (they were read early only because they were near first); it
+// returns the blocks to stage by inode (a zero Block for a neighbour RAM
+// kept). It leaves out samples RAM or the SSD holds, that a peer owns, or
+// that another fetch is already bringing in: the caller prefetches those
+// one by one.
+func (l *Loader) PrefetchRun(first *catalog.Entry, neighbours []*catalog.Entry) (map[uint64]ramcache.Block, error) {
 	c, ok := l.pfs.(Coalescer)
 	if !ok {
 		return nil, nil
 	}
+	es := append([]*catalog.Entry{first}, neighbours...)
+	offs := make(map[uint64]int64, len(es))
+	for _, e := range es {
+		sp, ok := c.Locate(e.Path)
+		if !ok {
+			return nil, fmt.Errorf("loader: %s is not in a packed container", e.Path)
+		}
+		offs[e.Ino] = sp.Off
+	}
+	sort.Slice(es, func(i, j int) bool { return offs[es[i].Ino] < offs[es[j].Ino] })
 	r := l.remote.Load()
 	var pick []*catalog.Entry
 	for _, e := range es {
@@ -608,9 +625,34 @@ func (l *Loader) PrefetchRun(es []*catalog.Entry) (map[uint64]ramcache.Block, er
 		}
 	}
 	out := make(map[uint64]ramcache.Block, len(mine))
-	if len(mine) == 0 {
-		return out, nil
+	// Samples that RAM, the SSD or another fetch supplies leave holes: a
+	// hole wider than the gap limit splits the run.
+	gapLimit, _ := l.RunLimits()
+	var firstErr error
+	for a := 0; a < len(mine); {
+		b := a + 1
+		for b < len(mine) {
+			prev, next := pick[mine[b-1]], pick[mine[b]]
+			if offs[next.Ino]-(offs[prev.Ino]+prev.Size) > gapLimit {
+				break
+			}
+			b++
+		}
+		if err := l.readRun(c, first, pick, keys, calls, mine[a:b], paths[a:b], wants[a:b], out); err != nil && firstErr == nil {
+			firstErr = err
+		}
+		a = b
 	}
+	if firstErr != nil && len(out) == 0 {
+		return nil, firstErr
+	}
+	return out, nil
+}
+
+// readRun reads one run of PrefetchRun's picks (mine indexes pick, keys
+// and calls) with one request, finishes their flights and fills out.
+func (l *Loader) readRun(c Coalescer, first *catalog.Entry, pick []*catalog.Entry, keys []string, calls []*call,
+	mine []int, paths []string, wants []source.Want, out map[uint64]ramcache.Block) error {
 	start := time.Now()
 	bufs, err := c.ReadRun(paths, wants)
 	if err == nil && len(bufs) != len(mine) {
@@ -629,7 +671,11 @@ func (l *Loader) PrefetchRun(es []*catalog.Entry) (map[uint64]ramcache.Block, er
 		l.fetches[tierPFS].Add(1)
 		l.fetched[tierPFS].Add(int64(len(b)))
 		blk := ramcache.Block{ID: e.Ino, Data: b, Size: e.Size, Mtime: e.Mtime, Sum: ssdstore.Checksum(b)}
-		out[e.Ino] = blk
+		if e != first && l.ram.Put(keys[i], blk) {
+			out[e.Ino] = ramcache.Block{}
+		} else {
+			out[e.Ino] = blk
+		}
 		if l.ssd != nil {
 			if err := l.ssd.Put(keys[i], ssdstore.Block{Data: b, Size: e.Size, Mtime: e.Mtime, Sum: blk.Sum}); err != nil &&
 				!errors.Is(err, ssdstore.ErrClosed) && !errors.Is(err, ssdstore.ErrBusy) {
@@ -638,10 +684,12 @@ func (l *Loader) PrefetchRun(es []*catalog.Entry) (map[uint64]ramcache.Block, er
 		}
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
 	l.model.Observe(srcPFS, total, time.Since(start))
-	l.runs.Add(1)
-	l.runSamples.Add(int64(len(mine)))
-	return out, nil
+	if len(mine) > 1 {
+		l.runs.Add(1)
+		l.runSamples.Add(int64(len(mine)))
+	}
+	return nil
 }

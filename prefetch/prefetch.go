@@ -87,7 +87,7 @@ type Loader interface {
 	// Locate, PrefetchRun and RunLimits coalesce neighbouring samples of a
 	// packed dataset into one PFS read (see loader.Loader).
 	Locate(e *catalog.Entry) (loader.Span, bool)
-	PrefetchRun(es []*catalog.Entry) (map[uint64]ramcache.Block, error)
+	PrefetchRun(first *catalog.Entry, neighbours []*catalog.Entry) (map[uint64]ramcache.Block, error)
 	RunLimits() (gap, run int64)
 }
 
@@ -142,6 +142,8 @@ type stream struct {
 	maxSeen  int     // furthest position consumed by a read; -1 before any
 	spans    []loader.Span // where each position's sample lies in a packed container
 	packed   []bool        // whether spans[pos] is known
+	runs     map[string][]int32 // container -> one position per file in it, by offset
+	runIdx   []int32            // runIdx[pos]: the index of pos's file in runs[its container]
 	order    []int32       // positions in the order the DataLoader will ask for them
 	sched    []int32 // sched[pos] is pos's index in order
 	frontier int     // next index into order to consider fetching
@@ -334,6 +336,7 @@ func build(j *jobs.Job, rank int, epochs []int) *stream {
 // that next can coalesce neighbours without calling out under mu.
 func (p *Prefetcher) locate(s *stream) {
 	s.spans, s.packed = make([]loader.Span, len(s.entries)), make([]bool, len(s.entries))
+	s.runs, s.runIdx = map[string][]int32{}, make([]int32, len(s.entries))
 	spans := map[uint64]int{} // ino -> first position located
 	for pos, e := range s.entries {
 		if q, ok := spans[e.Ino]; ok {
@@ -342,6 +345,20 @@ func (p *Prefetcher) locate(s *stream) {
 		}
 		s.spans[pos], s.packed[pos] = p.load.Locate(e)
 		spans[e.Ino] = pos
+		if s.packed[pos] {
+			c := s.spans[pos].Container
+			s.runs[c] = append(s.runs[c], int32(pos))
+		}
+	}
+	for _, list := range s.runs {
+		sort.Slice(list, func(i, j int) bool { return s.spans[list[i]].Off < s.spans[list[j]].Off })
+	}
+	for pos, e := range s.entries {
+		if s.packed[pos] {
+			list := s.runs[s.spans[pos].Container]
+			first := spans[e.Ino]
+			s.runIdx[pos] = int32(sort.Search(len(list), func(i int) bool { return s.spans[list[i]].Off >= s.spans[first].Off }))
+		}
 	}
 }
 
@@ -618,10 +635,6 @@ func (p *Prefetcher) NextUse(ino uint64) int64 {
 	return best
 }
 
-// runWindow is how many schedule steps past the frontier next looks for
-// neighbours of a sample in its container.
-const runWindow = 1024
-
 // next picks the next file to fetch, with the neighbours in its packed
 // container worth reading in the same request, and reserves their bytes;
 // or returns nil.
@@ -660,62 +673,56 @@ func (p *Prefetcher) next(gap, run int64) []*catalog.Entry {
 	}
 }
 
-// neighboursLocked returns the sample at pos with the samples planned
-// within runWindow steps that lie in the same container, around it, with
-// gaps of at most gap and in all at most run bytes, within the staging
-// budget; in offset order.
+// neighboursLocked returns the sample at pos together with its neighbours
+// in its container that a plan still needs and that nothing has fetched:
+// a run read in one request. The run reads through unneeded bytes (samples
+// already cached) of at most gap in a row, and spans at most run bytes.
+// The sample at pos comes first; the rest follow in offset order.
 func (p *Prefetcher) neighboursLocked(s *stream, pos int, gap, run int64) []*catalog.Entry {
-	at := s.spans[pos]
-	type cand struct {
-		span loader.Span
-		e    *catalog.Entry
-	}
-	cands := []cand{{at, s.entries[pos]}}
-	seen := map[uint64]bool{s.entries[pos].Ino: true}
-	for i := s.frontier; i < min(len(s.order), s.frontier+runWindow); i++ {
-		q := s.order[i]
+	list := s.runs[s.spans[pos].Container]
+	k := int(s.runIdx[pos])
+	lo, hi := s.spans[pos].Off, s.spans[pos].Off+s.spans[pos].Len
+	group := []*catalog.Entry{s.entries[pos]}
+	wanted := func(q int32) bool {
 		e := s.entries[q]
-		sp := s.spans[q]
-		if !s.packed[q] || s.consumed[q] || seen[e.Ino] || sp.Container != at.Container ||
-			sp.Off+sp.Len < at.Off-run || sp.Off > at.Off+run || p.stagedIno[e.Ino] > 0 || p.inflight[e.Ino] > 0 {
-			continue
+		return p.stagedIno[e.Ino] == 0 && p.inflight[e.Ino] == 0 && p.neededLocked(e.Ino, false)
+	}
+	// extend walks one way from k, adding wanted neighbours while the run
+	// holds; it returns what it added, nearest first.
+	extend := func(step int) []*catalog.Entry {
+		var out []*catalog.Entry
+		edge := lo
+		if step > 0 {
+			edge = hi
 		}
-		seen[e.Ino] = true
-		cands = append(cands, cand{sp, e})
-	}
-	sort.Slice(cands, func(i, j int) bool { return cands[i].span.Off < cands[j].span.Off })
-	k := sort.Search(len(cands), func(i int) bool { return cands[i].span.Off >= at.Off })
-	for k < len(cands) && cands[k].e != s.entries[pos] {
-		k++
-	}
-	lo, hi := k, k // the run is cands[lo..hi]
-	budget := p.cfg.Staging - p.stagedBytes - p.inflightBytes - cands[k].e.Size
-	fits := func(c cand, first, last loader.Span) bool {
-		return c.e.Size <= budget && max(last.Off+last.Len, c.span.Off+c.span.Len)-min(first.Off, c.span.Off) <= run
-	}
-	for {
-		grew := false
-		if hi+1 < len(cands) {
-			c, prev := cands[hi+1], cands[hi].span
-			if c.span.Off-(prev.Off+prev.Len) <= gap && fits(c, cands[lo].span, prev) {
-				hi, budget, grew = hi+1, budget-c.e.Size, true
+		for j := k + step; j >= 0 && j < len(list); j += step {
+			q := list[j]
+			sp := s.spans[q]
+			far := sp.Off - edge // bytes between the run and this one
+			if step < 0 {
+				far = edge - (sp.Off + sp.Len)
+			}
+			if far > gap || max(hi, sp.Off+sp.Len)-min(lo, sp.Off) > run {
+				break
+			}
+			if !wanted(q) {
+				continue // read through it if the next wanted one is near enough
+			}
+			out = append(out, s.entries[q])
+			lo, hi = min(lo, sp.Off), max(hi, sp.Off+sp.Len)
+			edge = hi
+			if step < 0 {
+				edge = lo
 			}
 		}
-		if lo > 0 {
-			c, next := cands[lo-1], cands[lo].span
-			if next.Off-(c.span.Off+c.span.Len) <= gap && fits(c, next, cands[hi].span) {
-				lo, budget, grew = lo-1, budget-c.e.Size, true
-			}
-		}
-		if !grew {
-			break
-		}
+		return out
 	}
-	out := make([]*catalog.Entry, 0, hi-lo+1)
-	for _, c := range cands[lo : hi+1] {
-		out = append(out, c.e)
+	right := extend(1)
+	left := extend(-1)
+	for i := len(left) - 1; i >= 0; i-- {
+		group = append(group, left[i])
 	}
-	return out
+	return append(group, right...)
 }
 
 // schedule hands files to workers until ctx ends.
@@ -753,7 +760,7 @@ func (p *Prefetcher) work(ctx context.Context) {
 		var run map[uint64]ramcache.Block
 		if len(group) > 1 {
 			var err error
-			if run, err = p.load.PrefetchRun(group); err != nil {
+			if run, err = p.load.PrefetchRun(group[0], group[1:]); err != nil {
 				p.log.Warn("prefetch: coalesced read failed; fetching one by one", "samples", len(group), "err", err)
 			}
 		}
@@ -761,7 +768,9 @@ func (p *Prefetcher) work(ctx context.Context) {
 			var blocks map[int64]ramcache.Block
 			var err error
 			if b, ok := run[e.Ino]; ok {
-				blocks = map[int64]ramcache.Block{0: b}
+				if b.Data != nil { // else RAM kept it
+					blocks = map[int64]ramcache.Block{0: b}
+				}
 			} else {
 				blocks, err = p.load.Prefetch(e)
 			}

@@ -37,8 +37,9 @@ func (f *fakeLoader) Locate(e *catalog.Entry) (loader.Span, bool) {
 	return loader.Span{Container: "c", Off: int64(i) * 1000, Len: e.Size}, true
 }
 
-func (f *fakeLoader) PrefetchRun(es []*catalog.Entry) (map[uint64]ramcache.Block, error) {
+func (f *fakeLoader) PrefetchRun(first *catalog.Entry, rest []*catalog.Entry) (map[uint64]ramcache.Block, error) {
 	f.requests.Add(1)
+	es := append([]*catalog.Entry{first}, rest...)
 	out := map[uint64]ramcache.Block{}
 	for _, e := range es {
 		f.mu.Lock()

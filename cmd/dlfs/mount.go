@@ -42,6 +42,7 @@ type mountOptions struct {
 	staging      sizeValue
 	placement    string
 	placeEpochs  int
+	coalesce     bool
 }
 
 func newMountCmd(run func(cmd *cobra.Command, cfg daemon.Config, o *mountOptions) error) *cobra.Command {
@@ -111,6 +112,7 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 				return fmt.Errorf("--placement-epochs %d: want 1 to 64", o.placeEpochs)
 			}
 			cfg.PlacementEpochs = o.placeEpochs
+			cfg.Loader.NoCoalesce = !o.coalesce
 			cfg.Prefetch.Staging = int64(o.staging)
 			if o.pfWorkers <= 0 || o.pfWorkers > 4096 {
 				return fmt.Errorf("--prefetch-workers %d: want 1 to 4096", o.pfWorkers)
@@ -147,6 +149,7 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 	f.StringVar(&o.keyFile, "cluster-key-file", "", "file holding the cluster key (16, 24 or 32 bytes, raw or base64); encrypts gossip")
 	f.StringVar(&o.placement, "placement", "demand", "cluster placement: demand (each sample on the node whose ranks read it most, from the gossiped jobs) or hash")
 	f.IntVar(&o.placeEpochs, "placement-epochs", 4, "epochs of each job, from its first, that demand placement counts reads over")
+	f.BoolVar(&o.coalesce, "coalesce", true, "read neighbouring samples of a packed SOURCE in one request when the PFS model says it is cheaper")
 	f.BoolVar(&o.debugFUSE, "debug-fuse", false, "log every FUSE request")
 	f.StringVar(&o.cpuProfile, "cpu-profile", "", "write a Go CPU profile to this file until unmount")
 	_ = f.MarkHidden("cpu-profile")

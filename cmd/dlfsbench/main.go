@@ -57,7 +57,7 @@ func main() {
 	flag.DurationVar(&o.readLatency, "pfs-read-latency", 200*time.Microsecond, "pfssim latency per read call")
 	flag.Float64Var(&o.bandwidth, "pfs-bandwidth-mbps", 300, "pfssim aggregate bandwidth in MB/s")
 	flag.BoolVar(&o.genOnly, "gen-only", false, "only generate the dataset under DIR/source")
-	flag.StringVar(&o.suites, "suites", "mount,clairvoyance,cluster", "which tables to measure")
+	flag.StringVar(&o.suites, "suites", "mount,clairvoyance,cluster,packed", "which tables to measure")
 	flag.StringVar(&o.examples, "examples", "examples", "directory of train_imagefolder.py")
 	flag.DurationVar(&o.busyOpen, "busy-open-latency", 20*time.Millisecond, "clairvoyance suite: pfssim latency per open")
 	flag.DurationVar(&o.busyRead, "busy-read-latency", time.Millisecond, "clairvoyance suite: pfssim latency per read call")
@@ -108,7 +108,12 @@ func run(o options) error {
 		}
 	}
 	if strings.Contains(o.suites, "cluster") {
-		return runCluster(o, src, files, total)
+		if err := runCluster(o, src, files, total); err != nil {
+			return err
+		}
+	}
+	if strings.Contains(o.suites, "packed") {
+		return runPacked(o, src, files, total)
 	}
 	return nil
 }
@@ -409,6 +414,7 @@ func startSim(o options, name, src string, flags ...string) (*sim, error) {
 		return nil, err
 	}
 	stats := filepath.Join(o.dir, name+".json")
+	os.Remove(stats) // a previous run's counters would hide this one's first dumps
 	args := append(append([]string{"-stats", stats}, flags...), src, mnt)
 	p, err := mountproc.Start(filepath.Join(o.bin, "pfssim"), mnt, time.Minute, args...)
 	if err != nil {
