@@ -36,15 +36,18 @@
 // RAM and the stage are looked in first: their bytes are already in
 // memory. Past them, the SSD and the owning peer are tried in the order of
 // a performance model (package perfmodel) fitted to the reads made from
-// each, and the PFS last. The PFS is shared: what one node measures of it
-// hides what its reads cost the others, so a cached copy goes behind the
-// PFS only for a waiting reader, and only when the model expects the copy
-// to be more than Config.PFSMargin times slower. Prefetches always wait
-// for the copy: their latency is hidden. A source that fails is skipped for a while and the next
-// one tried, so a dead or erring peer costs the reader no error. When the
-// PFS does come first, a cache source not measured for a second is tried
-// before it anyway: that is how one that was slow is seen to recover, and
-// it costs the PFS nothing.
+// each, and the PFS last. A source that fails (an error, or no answer by
+// its deadline) is skipped for a while and the next one tried, so a dead,
+// stuck or erring peer costs the reader no error.
+//
+// The PFS is shared: what one node measures of it hides what its reads
+// cost the others, and a sample read from it by a node that does not own
+// it is read from it twice. So by default a reachable copy is never
+// skipped for the PFS on speed alone. With Config.PFSMargin set, a waiting
+// reader goes to the PFS first when the model expects the copy to be that
+// many times slower (prefetches still wait for the copy: their latency is
+// hidden); a copy not measured for a second is then tried first anyway,
+// which is how one that was slow is seen to recover.
 //
 // # Accounting
 //
@@ -76,16 +79,17 @@ type Config struct {
 	// defaults. The loader records every read and failure in it.
 	Model *perfmodel.Model
 	// PFSMargin is how many times slower than the PFS a cached copy must
-	// be expected to be before the PFS is read instead; default 8.
+	// be expected to be before a waiting reader reads the PFS instead;
+	// 0 (the default) never skips a reachable copy on speed alone.
 	PFSMargin float64
 	// NoCoalesce reads every sample of a packed dataset with its own
 	// request (for comparison; coalescing is the default).
 	NoCoalesce bool
-	Logger    *slog.Logger // nil: discard
+	Logger     *slog.Logger // nil: discard
 }
 
 // DefaultConfig returns the defaults.
-func DefaultConfig() Config { return Config{BlockSize: 1 << 20, PFSMargin: 8} }
+func DefaultConfig() Config { return Config{BlockSize: 1 << 20} }
 
 // tier names where bytes came from.
 type tier int
@@ -184,8 +188,8 @@ type Loader struct {
 	log   *slog.Logger
 	model *perfmodel.Model
 	ram   *ramcache.Cache
-	ssd SSD // nil when the SSD tier is off
-	pfs PFS
+	ssd   SSD // nil when the SSD tier is off
+	pfs   PFS
 
 	stage  atomic.Pointer[stageBox]  // nil until SetStage
 	remote atomic.Pointer[remoteBox] // nil until SetRemote
@@ -211,9 +215,6 @@ func New(cfg Config, ram *ramcache.Cache, ssd SSD, pfs PFS) *Loader {
 	}
 	if cfg.Model == nil {
 		cfg.Model = perfmodel.New(perfmodel.DefaultConfig())
-	}
-	if cfg.PFSMargin <= 0 {
-		cfg.PFSMargin = DefaultConfig().PFSMargin
 	}
 	return &Loader{cfg: cfg, log: cfg.Logger, model: cfg.Model, ram: ram, ssd: ssd, pfs: pfs}
 }
@@ -404,10 +405,7 @@ const (
 
 // load reads block i of e from the SSD, the owning peer (unless for a
 // peer) or the PFS, in the order the model estimates fastest, and queues
-// a PFS read for the SSD. Only a waiting reader is sent to the PFS ahead of
-// a copy that is PFSMargin times slower: a prefetch has time to wait for
-// a loaded peer, and going around it would read the PFS again. It runs
-// inside a flight.
+// a PFS read for the SSD (see Choice of source). It runs inside a flight.
 func (l *Loader) load(e *catalog.Entry, i int64, why purpose) ([]byte, tier, error) {
 	b, t, err := l.loadFrom(e, i, why)
 	if err == nil {
@@ -433,10 +431,11 @@ func (l *Loader) loadFrom(e *catalog.Entry, i int64, why purpose) ([]byte, tier,
 		}
 	}
 	l.model.Order(sources, n)
-	// The PFS goes after every copy, unless the fastest copy is expected
-	// to be PFSMargin times slower than it.
+	// The PFS goes after every copy, unless a margin is set and the
+	// fastest copy is expected to be that many times slower than it.
 	pfsEst := float64(l.model.Estimate(srcPFS, n))
-	if why == forReader && len(sources) > 0 && float64(l.model.Estimate(sources[0], n)) > l.cfg.PFSMargin*pfsEst {
+	if why == forReader && l.cfg.PFSMargin > 0 && len(sources) > 0 &&
+		float64(l.model.Estimate(sources[0], n)) > l.cfg.PFSMargin*pfsEst {
 		sources = append([]string{srcPFS}, sources...)
 		// Unless a copy has gone unmeasured for a while: try it first,
 		// to see whether it recovered.
@@ -448,7 +447,12 @@ func (l *Loader) loadFrom(e *catalog.Entry, i int64, why purpose) ([]byte, tier,
 			}
 		}
 	} else {
-		sources = append(sources, srcPFS)
+		// Copies skipped after a failure go behind the PFS.
+		k := len(sources)
+		for k > 0 && l.model.Estimate(sources[k-1], n) == perfmodel.Unreachable {
+			k-- // Order sorts them last
+		}
+		sources = append(sources[:k], append([]string{srcPFS}, sources[k:]...)...)
 	}
 	var pfsErr error
 	for _, src := range sources {

@@ -198,10 +198,10 @@ func (r *fakeRemote) Fetch(peer string, e *catalog.Entry, i int64) ([]byte, erro
 	return b[i*r.bs : min((i+1)*r.bs, int64(len(b)))], nil
 }
 
-// TestSourceChoice: past RAM, reads go to a cached copy unless the model
-// expects it to be PFSMargin times slower than the PFS; a failing peer
-// costs the reader nothing and is skipped; a peer that only lacks a
-// block is not.
+// TestSourceChoice: past RAM, reads go to a cached copy, unless a margin
+// is set and the model expects the copy to be that many times slower than
+// the PFS; a failing peer costs the reader nothing and is skipped; a peer
+// that only lacks a block is not.
 func TestSourceChoice(t *testing.T) {
 	files := map[string][]byte{}
 	var es []*catalog.Entry
@@ -217,6 +217,7 @@ func TestSourceChoice(t *testing.T) {
 		peer, pfs int64 // fetches expected; -1: at most one
 		skipped   bool
 		prefetch  bool
+		margin    float64
 	}{
 		{name: "unmeasured peer first", peer: 20, pfs: 0},
 		{name: "peer a little slower than the PFS", warm: func(m *perfmodel.Model) {
@@ -224,19 +225,25 @@ func TestSourceChoice(t *testing.T) {
 				m.Observe("peer:b", 1000+int64(i), 5*time.Millisecond)
 				m.Observe("pfs", 1000+int64(i), time.Millisecond)
 			}
-		}, peer: 20, pfs: 0},
-		{name: "peer far slower than the PFS", warm: func(m *perfmodel.Model) {
+		}, peer: 20, pfs: 0, margin: 8},
+		{name: "peer far slower than the PFS, no margin set", warm: func(m *perfmodel.Model) {
 			for i := 0; i < 30; i++ {
 				m.Observe("peer:b", 1000+int64(i), 50*time.Millisecond)
 				m.Observe("pfs", 1000+int64(i), time.Millisecond)
 			}
-		}, peer: -1, pfs: 20},
+		}, peer: 20, pfs: 0},
+		{name: "peer far slower than the PFS, margin 8", warm: func(m *perfmodel.Model) {
+			for i := 0; i < 30; i++ {
+				m.Observe("peer:b", 1000+int64(i), 50*time.Millisecond)
+				m.Observe("pfs", 1000+int64(i), time.Millisecond)
+			}
+		}, peer: -1, pfs: 20, margin: 8},
 		{name: "prefetch waits for a far slower peer", warm: func(m *perfmodel.Model) {
 			for i := 0; i < 30; i++ {
 				m.Observe("peer:b", 1000+int64(i), 50*time.Millisecond)
 				m.Observe("pfs", 1000+int64(i), time.Millisecond)
 			}
-		}, peer: 20, pfs: 0, prefetch: true},
+		}, peer: 20, pfs: 0, prefetch: true, margin: 8},
 		{name: "failing peer", err: errors.New("connection refused"), peer: 1, pfs: 20, skipped: true},
 		{name: "peer lacks the block", err: ErrNoBlock, peer: 20, pfs: 20},
 	} {
@@ -247,7 +254,7 @@ func TestSourceChoice(t *testing.T) {
 			}
 			pfs := &fakePFS{files: files}
 			r := &fakeRemote{files: files, bs: 1 << 20, err: c.err}
-			l := New(Config{Model: m}, ramcache.New(ramcache.Config{Capacity: 0}), nil, pfs)
+			l := New(Config{Model: m, PFSMargin: c.margin}, ramcache.New(ramcache.Config{Capacity: 0}), nil, pfs)
 			l.SetRemote(r)
 			for _, e := range es {
 				if c.prefetch {

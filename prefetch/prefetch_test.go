@@ -3,6 +3,7 @@ package prefetch
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -209,5 +210,30 @@ func TestConsumptionTracking(t *testing.T) {
 	st := stats()
 	if st.Inferred != 192 || st.Cursor != 260 || st.Late != 60 { // 8..199 inferred, 200..259 read
 		t.Errorf("after reads far ahead: %+v", st)
+	}
+}
+
+// TestAllRanks: in a cluster a node's RAM tier keeps samples for the ranks
+// other nodes run, by their next use; alone, samples only other ranks read
+// have none.
+func TestAllRanks(t *testing.T) {
+	for _, all := range []bool{false, true} {
+		p, reg, _ := setup(t, 40, "job=j root=data seed=1 epoch=0 world=2 rank=0 lookahead=1", Config{Workers: 1, Staging: 1 << 20, AllRanks: all})
+		j := reg.Get("j")
+		waitFor(t, "the plan", func() bool { _, per := p.Stats(); return per["j"] != nil })
+		other := j.Order(1, 0) // rank 1 runs on another node
+		mine := map[int]bool{}
+		for _, i := range j.Order(0, 0) {
+			mine[i] = true
+		}
+		for k, i := range other {
+			if mine[i] {
+				continue
+			}
+			got := p.NextUse(j.Samples[i].Entry.Ino)
+			if all && got != int64(k) || !all && got != math.MaxInt64 {
+				t.Fatalf("AllRanks=%v: NextUse of rank 1's sample %d at position %d = %d", all, i, k, got)
+			}
+		}
 	}
 }

@@ -5,7 +5,7 @@ set -euo pipefail
 
 need=()
 have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for p in fuse3 libhdf5-dev python3-torch python3-torchvision python3-numpy python3-h5py python3-pil; do
+for p in fuse3 gcc libc6-dev libhdf5-dev python3-torch python3-torchvision python3-numpy python3-h5py python3-pil; do
   have "$p" || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

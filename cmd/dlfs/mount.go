@@ -43,6 +43,7 @@ type mountOptions struct {
 	placement    string
 	placeEpochs  int
 	coalesce     bool
+	pfsMargin    float64
 }
 
 func newMountCmd(run func(cmd *cobra.Command, cfg daemon.Config, o *mountOptions) error) *cobra.Command {
@@ -55,7 +56,9 @@ func newMountCmd(run func(cmd *cobra.Command, cfg daemon.Config, o *mountOptions
 		Use:   "mount SOURCE MOUNTPOINT",
 		Short: "Mount SOURCE read-only at MOUNTPOINT, with caching (runs in the foreground)",
 		Long: `Mount the dataset directory SOURCE read-only at MOUNTPOINT and serve it from
-RAM and SSD caches. Runs in the foreground; prints "dlfs: mounted SOURCE at
+RAM and SSD caches. SOURCE may also be a packed dataset: a dlfs pack (shows
+the packed tree), MXNet RecordIO files (LABEL/ID.jpg) or HDF5 files (one .npy
+per row). Runs in the foreground; prints "dlfs: mounted SOURCE at
 MOUNTPOINT" once the mount is usable; SIGINT or SIGTERM unmounts and exits 0.
 
 MOUNTPOINT/.dlfs/ (never listed) holds:
@@ -113,6 +116,10 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 			}
 			cfg.PlacementEpochs = o.placeEpochs
 			cfg.Loader.NoCoalesce = !o.coalesce
+			if o.pfsMargin < 0 {
+				return fmt.Errorf("--pfs-margin %g: want 0 (never) or a factor above 1", o.pfsMargin)
+			}
+			cfg.Loader.PFSMargin = o.pfsMargin
 			cfg.Prefetch.Staging = int64(o.staging)
 			if o.pfWorkers <= 0 || o.pfWorkers > 4096 {
 				return fmt.Errorf("--prefetch-workers %d: want 1 to 4096", o.pfWorkers)
@@ -149,6 +156,7 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 	f.StringVar(&o.keyFile, "cluster-key-file", "", "file holding the cluster key (16, 24 or 32 bytes, raw or base64); encrypts gossip")
 	f.StringVar(&o.placement, "placement", "demand", "cluster placement: demand (each sample on the node whose ranks read it most, from the gossiped jobs) or hash")
 	f.IntVar(&o.placeEpochs, "placement-epochs", 4, "epochs of each job, from its first, that demand placement counts reads over")
+	f.Float64Var(&o.pfsMargin, "pfs-margin", 0, "read the PFS instead of a peer's copy that the model expects to be this many times slower; 0 never")
 	f.BoolVar(&o.coalesce, "coalesce", true, "read neighbouring samples of a packed SOURCE in one request when the PFS model says it is cheaper")
 	f.BoolVar(&o.debugFUSE, "debug-fuse", false, "log every FUSE request")
 	f.StringVar(&o.cpuProfile, "cpu-profile", "", "write a Go CPU profile to this file until unmount")
