@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlfs/dlfs/cluster"
 	"github.com/dlfs/dlfs/packer"
 	"github.com/dlfs/dlfs/seqfile"
 	"github.com/dlfs/dlfs/test/conformance"
@@ -139,4 +140,71 @@ func TestCoalescedPrefetch(t *testing.T) {
 		t.Errorf("coalescing %+v: want under half a PFS call per sample", st.Coalescing)
 	}
 	t.Logf("coalescing: %+v", st.Coalescing)
+}
+
+// TestPackedCluster: two nodes over one pack share it as over a tree:
+// every byte right through b, the files a owns read from a, and the pack
+// read about once between them.
+func TestPackedCluster(t *testing.T) {
+	src := conformance.OddTree(t, t.TempDir())
+	out := filepath.Join(t.TempDir(), "pack")
+	if _, err := packer.Pack(context.Background(), packer.Config{Source: src, Out: out, Shards: 2}); err != nil {
+		t.Fatal(err)
+	}
+	key := []byte("0123456789abcdef")
+	a, mntA := start(t, out, func(c *Config) {
+		c.NodeName = "a"
+		c.Cluster = cluster.Config{Bind: "127.0.0.1:0", Key: key, Local: true, Meta: cluster.Meta{DataAddr: "127.0.0.1:0"}}
+	})
+	b, mntB := start(t, out, func(c *Config) {
+		c.NodeName = "b"
+		c.Cluster = cluster.Config{Bind: "127.0.0.1:0", Join: []string{a.cl.Addr()}, Key: key, Local: true,
+			Meta: cluster.Meta{DataAddr: "127.0.0.1:0"}}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for len(a.cl.Alive()) != 2 || len(b.cl.Alive()) != 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the nodes never saw each other")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	conformance.Tree(t, src, mntB)
+	var sa, sb Stats
+	readJSON(t, filepath.Join(mntA, ".dlfs/stats"), &sa)
+	readJSON(t, filepath.Join(mntB, ".dlfs/stats"), &sb)
+	if sb.Served["peer"].Reads == 0 || sa.Cluster.ServedToPeers == 0 {
+		t.Fatalf("no block moved between the nodes: b served %+v", sb.Served)
+	}
+	data := sa.Fetched["pfs"].Bytes + sb.Fetched["pfs"].Bytes
+	if data != sb.Catalog.Bytes {
+		t.Errorf("the nodes fetched %d sample bytes from the pack for a %d-byte tree read once", data, sb.Catalog.Bytes)
+	}
+}
+
+// TestTruncatedShard: a shard cut short fails the reads of the records it
+// lost with EIO; the records before the cut read fine.
+func TestTruncatedShard(t *testing.T) {
+	src := conformance.OddTree(t, t.TempDir())
+	out := filepath.Join(t.TempDir(), "pack")
+	if _, err := packer.Pack(context.Background(), packer.Config{Source: src, Out: out, Shards: 1}); err != nil {
+		t.Fatal(err)
+	}
+	ix, err := seqfile.ReadIndex(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := ix.Records()
+	last, prev := recs[len(recs)-1], recs[len(recs)-2]
+	if err := os.Truncate(filepath.Join(out, ix.Shards[0]), last.DataOffset()+last.Length/2); err != nil {
+		t.Fatal(err)
+	}
+	_, mnt := start(t, out, nil)
+	if _, err := os.ReadFile(filepath.Join(mnt, last.Name)); !errors.Is(err, syscall.EIO) {
+		t.Errorf("reading %s past the cut: %v, want EIO", last.Name, err)
+	}
+	got, err := os.ReadFile(filepath.Join(mnt, prev.Name))
+	want, _ := os.ReadFile(filepath.Join(src, prev.Name))
+	if err != nil || string(got) != string(want) {
+		t.Errorf("reading %s before the cut: %v", prev.Name, err)
+	}
 }
