@@ -326,8 +326,10 @@ func (l *Loader) block(e *catalog.Entry, i int64, done bool) ([]byte, tier, time
 	if c.src == tierRAM {
 		return c.val, tierRAM, 0, nil
 	}
-	if shared {
-		kept = c.src != tierPeer && l.ram.Contains(key)
+	if shared && c.src != tierPeer {
+		// The flight may have been a prefetch, which stages rather than
+		// caches: this read offers the block to RAM itself.
+		kept = l.ram.Put(key, ramcache.Block{ID: e.Ino, Data: c.val, Size: e.Size, Mtime: e.Mtime, Sum: c.sum})
 	}
 	if !kept && !done {
 		if s := l.stage.Load(); s != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -84,6 +85,7 @@ func (d *h5Dataset) List(ctx context.Context) (_ []catalog.File, err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	defer recoverLibrary(&err)
+	defer quiet()()
 	files := map[string]*h5File{}
 	defer func() {
 		if err != nil {
@@ -228,6 +230,7 @@ func (d *h5Dataset) ReadAt(p string, want source.Want, buf []byte, off int64) (_
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	defer recoverLibrary(&err)
+	defer quiet()()
 	r, ok := d.rows[path.Clean(p)]
 	if !ok {
 		return 0, fmt.Errorf("packed: %s: no such row in the HDF5 files: %w", p, syscall.ENOENT)
@@ -309,6 +312,15 @@ func (d *h5Dataset) Close() error {
 	return nil
 }
 
+// quiet keeps the goroutine on its OS thread and turns off the library's
+// printing of error stacks there (a setting per thread in a thread-safe
+// HDF5 build); the returned func releases the thread.
+func quiet() func() {
+	runtime.LockOSThread()
+	_ = hdf5.DisplayErrors(false)
+	return runtime.UnlockOSThread
+}
+
 // recoverLibrary turns a panic in the HDF5 bindings (they index slices a
 // crafted file can leave empty) into an error: a bad file must not take
 // the daemon down.
@@ -353,6 +365,7 @@ func (d *h5Dataset) ReadRun(paths []string, wants []source.Want) (_ [][]byte, er
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	defer recoverLibrary(&err)
+	defer quiet()()
 	rows := make([]h5Row, len(paths))
 	for i, p := range paths {
 		r, ok := d.rows[p]

@@ -8,8 +8,9 @@
 // exponentially weighted moments, so the estimate follows a source whose
 // speed changes (a busy peer, a contended PFS) within a few dozen reads.
 // When the reads seen so far are all about one size, the two cannot be
-// told apart; the fit then keeps the prior bandwidth and puts the rest in
-// the latency, which still predicts reads of that size exactly.
+// told apart; the fit then keeps the split it had (at first, the prior's)
+// and scales both to what was measured, which predicts reads of that size
+// exactly.
 //
 // A source never read has its prior (Config.Priors). A source whose read
 // failed (an error, a timeout) is estimated as unreachable for
@@ -157,8 +158,15 @@ func (m *Model) observe(f *fit, x, y float64) {
 	f.xy += w * (x*y - f.xy)
 	if v := f.xx - f.x*f.x; v > 1e-3*f.x*f.x+1 { // sizes vary: fit both
 		f.secPerByte = math.Max((f.xy-f.x*f.y)/v, 0)
+		f.latency = math.Max(f.y-f.secPerByte*f.x, 0)
+		return
 	}
-	f.latency = math.Max(f.y-f.secPerByte*f.x, 0)
+	// All about one size: keep the split between latency and transfer
+	// and scale both to what was measured.
+	if pred := f.latency + f.secPerByte*f.x; pred > 0 {
+		scale := f.y / pred
+		f.latency, f.secPerByte = f.latency*scale, f.secPerByte*scale
+	}
 }
 
 // Estimate returns the expected time to read n bytes from source.
