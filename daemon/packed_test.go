@@ -208,3 +208,49 @@ func TestTruncatedShard(t *testing.T) {
 		t.Errorf("reading %s before the cut: %v", prev.Name, err)
 	}
 }
+
+// TestCorruptRecordInRun: a corrupt record inside a coalesced run fails
+// only its own reads; its neighbours, fetched in the same run, read right.
+func TestCorruptRecordInRun(t *testing.T) {
+	src := t.TempDir()
+	files, err := datagen.ImageFolder(filepath.Join(src, "train"), datagen.Spec{Classes: 2, Files: 100, MeanSize: 3000, Seed: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "pack")
+	if _, err := packer.Pack(context.Background(), packer.Config{Source: src, Out: out, Shards: 1}); err != nil {
+		t.Fatal(err)
+	}
+	ix, _ := seqfile.ReadIndex(out)
+	bad := "train/" + files[50].Path
+	e, _ := ix.Lookup(bad)
+	shard := filepath.Join(out, ix.Shards[0])
+	b, _ := os.ReadFile(shard)
+	b[e.DataOffset()+10] ^= 0xff
+	os.WriteFile(shard, b, 0o644)
+	n, mnt := start(t, out, nil)
+	if err := os.WriteFile(filepath.Join(mnt, ".dlfs/control"), []byte("job=j root=train seed=2 epoch=0 lookahead=1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for n.Stats().Fetched["pfs"].Reads < 99 {
+		if time.Now().After(deadline) {
+			t.Fatalf("prefetched %d of 99 good samples", n.Stats().Fetched["pfs"].Reads)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, f := range files {
+		p := "train/" + f.Path
+		got, err := os.ReadFile(filepath.Join(mnt, p))
+		if p == bad {
+			if !errors.Is(err, syscall.EIO) {
+				t.Errorf("the corrupt record: %v, want EIO", err)
+			}
+			continue
+		}
+		want, _ := os.ReadFile(filepath.Join(src, p))
+		if err != nil || string(got) != string(want) {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+}

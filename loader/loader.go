@@ -85,11 +85,14 @@ type Config struct {
 	// NoCoalesce reads every sample of a packed dataset with its own
 	// request (for comparison; coalescing is the default).
 	NoCoalesce bool
+	// DemandPerContainer bounds the demand reads of one packed container
+	// in flight; reads past it wait and are combined (see combine.go).
+	DemandPerContainer int // default 16
 	Logger     *slog.Logger // nil: discard
 }
 
 // DefaultConfig returns the defaults.
-func DefaultConfig() Config { return Config{BlockSize: 1 << 20} }
+func DefaultConfig() Config { return Config{BlockSize: 1 << 20, DemandPerContainer: 16} }
 
 // tier names where bytes came from.
 type tier int
@@ -171,6 +174,14 @@ type (
 	}
 )
 
+// errRunLength means a Coalescer returned the wrong number of samples.
+var errRunLength = errors.New("loader: a coalesced read returned the wrong number of samples")
+
+// sortReads orders waiting reads by offset.
+func sortReads(rs []*demandRead) {
+	sort.Slice(rs, func(i, j int) bool { return rs[i].span.Off < rs[j].span.Off })
+}
+
 // Span is where a sample's bytes lie in a packed container.
 type Span struct {
 	Container string
@@ -202,6 +213,7 @@ type Loader struct {
 	fetched [numTiers]atomic.Int64
 	// runs and runSamples count coalesced PFS reads and the samples in them.
 	runs, runSamples atomic.Int64
+	combine          combiner
 }
 
 // New returns a loader over the given tiers. ssd may be nil (an untyped
@@ -215,6 +227,9 @@ func New(cfg Config, ram *ramcache.Cache, ssd SSD, pfs PFS) *Loader {
 	}
 	if cfg.Model == nil {
 		cfg.Model = perfmodel.New(perfmodel.DefaultConfig())
+	}
+	if cfg.DemandPerContainer <= 0 {
+		cfg.DemandPerContainer = DefaultConfig().DemandPerContainer
 	}
 	return &Loader{cfg: cfg, log: cfg.Logger, model: cfg.Model, ram: ram, ssd: ssd, pfs: pfs}
 }
@@ -471,7 +486,17 @@ func (l *Loader) loadFrom(e *catalog.Entry, i int64, why purpose) ([]byte, tier,
 				return b.Data, tierSSD, nil
 			}
 		case srcPFS:
-			buf, err := l.readPFS(e, i, n)
+			var buf []byte
+			var err error
+			if c, ok := l.pfs.(Coalescer); ok && why == forReader && !l.cfg.NoCoalesce && e.Size <= bs {
+				if span, ok := c.Locate(e.Path); ok {
+					buf, err = l.readDemand(c, e, span)
+				} else {
+					buf, err = l.readPFS(e, i, n)
+				}
+			} else {
+				buf, err = l.readPFS(e, i, n)
+			}
 			if err != nil {
 				pfsErr = err
 				continue // a cache source after it may still hold the block
@@ -634,7 +659,6 @@ func (l *Loader) PrefetchRun(first *catalog.Entry, neighbours []*catalog.Entry) 
 	// Samples that RAM, the SSD or another fetch supplies leave holes: a
 	// hole wider than the gap limit splits the run.
 	gapLimit, _ := l.RunLimits()
-	var firstErr error
 	for a := 0; a < len(mine); {
 		b := a + 1
 		for b < len(mine) {
@@ -644,32 +668,41 @@ func (l *Loader) PrefetchRun(first *catalog.Entry, neighbours []*catalog.Entry) 
 			}
 			b++
 		}
-		if err := l.readRun(c, first, pick, keys, calls, mine[a:b], paths[a:b], wants[a:b], out); err != nil && firstErr == nil {
-			firstErr = err
-		}
+		l.readRun(c, first, pick, keys, calls, mine[a:b], paths[a:b], wants[a:b], out)
 		a = b
-	}
-	if firstErr != nil && len(out) == 0 {
-		return nil, firstErr
 	}
 	return out, nil
 }
 
 // readRun reads one run of PrefetchRun's picks (mine indexes pick, keys
-// and calls) with one request, finishes their flights and fills out.
+// and calls) with one request, finishes their flights and fills out. If
+// the run fails, each sample is read alone and fails alone.
 func (l *Loader) readRun(c Coalescer, first *catalog.Entry, pick []*catalog.Entry, keys []string, calls []*call,
-	mine []int, paths []string, wants []source.Want, out map[uint64]ramcache.Block) error {
+	mine []int, paths []string, wants []source.Want, out map[uint64]ramcache.Block) {
 	start := time.Now()
 	bufs, err := c.ReadRun(paths, wants)
 	if err == nil && len(bufs) != len(mine) {
-		err = fmt.Errorf("loader: a run of %d samples returned %d", len(mine), len(bufs))
+		err = errRunLength
+	}
+	failed := make([]bool, len(mine))
+	if err != nil {
+		// One bad record (corrupt, changed) must not fail its neighbours:
+		// read each alone, and let each fail on its own.
+		l.log.Warn("loader: a coalesced read failed; reading its samples one by one", "samples", len(mine), "err", err)
+		bufs = make([][]byte, len(mine))
+		for k, i := range mine {
+			var rerr error
+			if bufs[k], rerr = l.readPFS(pick[i], 0, pick[i].Size); rerr != nil {
+				failed[k] = true
+				l.flight.finish(keys[i], calls[i], nil, tierPFS, rerr)
+			}
+		}
 	}
 	var total int64
 	for k, i := range mine {
 		e := pick[i]
-		if err != nil {
-			l.flight.finish(keys[i], calls[i], nil, tierPFS, err)
-			continue
+		if failed[k] {
+			continue // finished above with its own error
 		}
 		b := bufs[k]
 		total += int64(len(b))
@@ -689,13 +722,11 @@ func (l *Loader) readRun(c Coalescer, first *catalog.Entry, pick []*catalog.Entr
 			}
 		}
 	}
-	if err != nil {
-		return err
+	if err == nil {
+		l.model.Observe(srcPFS, total, time.Since(start))
+		if len(mine) > 1 {
+			l.runs.Add(1)
+			l.runSamples.Add(int64(len(mine)))
+		}
 	}
-	l.model.Observe(srcPFS, total, time.Since(start))
-	if len(mine) > 1 {
-		l.runs.Add(1)
-		l.runSamples.Add(int64(len(mine)))
-	}
-	return nil
 }

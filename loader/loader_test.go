@@ -3,6 +3,7 @@ package loader
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -277,5 +278,86 @@ func TestSourceChoice(t *testing.T) {
 				t.Errorf("peer skipped: %v, want %v", got, c.skipped)
 			}
 		})
+	}
+}
+
+// fakePacked is a fakePFS whose files lie in one container, in order,
+// 1000 bytes apart, and can be read in runs.
+type fakePacked struct {
+	*fakePFS
+	order []string
+	runs  atomic.Int64
+}
+
+func (f *fakePacked) Locate(path string) (Span, bool) {
+	for i, p := range f.order {
+		if p == path {
+			return Span{Container: "shard", Off: int64(i) * 1000, Len: int64(len(f.files[p]))}, true
+		}
+	}
+	return Span{}, false
+}
+
+func (f *fakePacked) ReadRun(paths []string, wants []source.Want) ([][]byte, error) {
+	f.runs.Add(1)
+	out := make([][]byte, len(paths))
+	for i, p := range paths {
+		out[i] = append([]byte(nil), f.files[p]...)
+	}
+	return out, nil
+}
+
+// TestCombinedDemandReads: demand reads of one container past the limit
+// in flight wait, and are then read in one run; every reader gets its
+// bytes.
+func TestCombinedDemandReads(t *testing.T) {
+	files := map[string][]byte{}
+	var order []string
+	for i := 0; i < 40; i++ {
+		p := fmt.Sprintf("f%02d", i)
+		files[p] = data(1000 + i%3)
+		files[p][0] = byte(i)
+		order = append(order, p)
+	}
+	pfs := &fakePacked{fakePFS: &fakePFS{files: files, gate: make(chan struct{})}, order: order}
+	l := New(Config{DemandPerContainer: 2}, ramcache.New(ramcache.Config{Capacity: 0}), nil, pfs)
+	var wg sync.WaitGroup
+	read := func(p string) {
+		defer wg.Done()
+		e := entry(p, int64(len(files[p])))
+		got, err := l.ReadAt(e, make([]byte, e.Size), 0)
+		if err != nil || !bytes.Equal(got, files[p]) {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+	wg.Add(2)
+	go read(order[0]) // these two take both slots and wait on the gate
+	go read(order[39])
+	waitFor := func(what string, cond func() bool) {
+		deadline := time.Now().Add(5 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitFor("both slots", func() bool { return pfs.reads.Load() == 2 })
+	for _, p := range order[1:39] {
+		wg.Add(1)
+		go read(p)
+	}
+	waitFor("38 waiting reads", func() bool {
+		l.combine.mu.Lock()
+		defer l.combine.mu.Unlock()
+		return len(l.combine.queues["shard"].waiting) == 38
+	})
+	close(pfs.gate)
+	wg.Wait()
+	if r, n := pfs.runs.Load(), pfs.reads.Load(); r != 1 || n != 2 {
+		t.Errorf("%d runs and %d single reads for 40 demand reads, want 1 and 2", r, n)
+	}
+	if st := l.Stats(); st.Runs != 1 || st.RunSamples != 38 {
+		t.Errorf("stats: %d runs of %d samples", st.Runs, st.RunSamples)
 	}
 }

@@ -1,0 +1,154 @@
+package loader
+
+import (
+	"sync"
+	"time"
+
+	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/source"
+)
+
+// Demand reads of a packed container are combined when the container is
+// busy: at most Config.DemandPerContainer of them run at once; a read that
+// finds them all running waits, and when a slot frees, one waiter takes
+// every read waiting on the container and reads them in runs of
+// neighbours, one request per run (holes wider than the gap limit split a
+// run). A read that finds a free slot goes at once, so combining adds no
+// latency when the PFS keeps up, and saves requests when it does not.
+
+// combiner holds the waiting demand reads per container.
+type combiner struct {
+	mu     sync.Mutex
+	queues map[string]*demandQueue // mu guards queues and every queue
+}
+
+type demandQueue struct {
+	active  int
+	waiting []*demandRead
+	cond    *sync.Cond // on combiner.mu: a slot freed, or a batch was served
+}
+
+// demandRead is one waiting read; val and err are set before done.
+type demandRead struct {
+	e    *catalog.Entry
+	span Span
+	val   []byte
+	err   error
+	taken bool // in a batch someone is serving
+	done  bool
+}
+
+// readDemand reads the whole single-block sample e, which lies at span in
+// a container of c, combining with other waiting reads of the container.
+func (l *Loader) readDemand(c Coalescer, e *catalog.Entry, span Span) ([]byte, error) {
+	m := &l.combine
+	m.mu.Lock()
+	if m.queues == nil {
+		m.queues = map[string]*demandQueue{}
+	}
+	q := m.queues[span.Container]
+	if q == nil {
+		q = &demandQueue{cond: sync.NewCond(&m.mu)}
+		m.queues[span.Container] = q
+	}
+	limit := l.cfg.DemandPerContainer
+	if q.active < limit {
+		q.active++
+		m.mu.Unlock()
+		b, err := l.readPFS(e, 0, e.Size)
+		l.release(span.Container, q)
+		return b, err
+	}
+	me := &demandRead{e: e, span: span}
+	q.waiting = append(q.waiting, me)
+	for !me.done && (me.taken || q.active >= limit) {
+		q.cond.Wait()
+	}
+	if me.done {
+		m.mu.Unlock()
+		return me.val, me.err
+	}
+	batch := q.waiting // me among them
+	q.waiting = nil
+	for _, r := range batch {
+		r.taken = true
+	}
+	q.active++
+	m.mu.Unlock()
+	l.serveBatch(c, batch)
+	m.mu.Lock()
+	for _, r := range batch {
+		r.done = true
+	}
+	q.cond.Broadcast()
+	m.mu.Unlock()
+	l.release(span.Container, q)
+	return me.val, me.err
+}
+
+// release frees a slot of q and wakes its waiters; an idle queue is
+// dropped.
+func (l *Loader) release(container string, q *demandQueue) {
+	m := &l.combine
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	q.active--
+	q.cond.Broadcast()
+	if q.active == 0 && len(q.waiting) == 0 {
+		delete(m.queues, container)
+	}
+}
+
+// serveBatch reads a batch of waiting reads of one container in runs and
+// sets each one's result (not done: the caller marks the batch done).
+func (l *Loader) serveBatch(c Coalescer, batch []*demandRead) {
+	sorted := append([]*demandRead(nil), batch...)
+	sortReads(sorted)
+	gap, run := l.RunLimits()
+	for a := 0; a < len(sorted); {
+		b := a + 1
+		for b < len(sorted) {
+			prev, next := sorted[b-1].span, sorted[b].span
+			if next.Off-(prev.Off+prev.Len) > gap || next.Off+next.Len-sorted[a].span.Off > run {
+				break
+			}
+			b++
+		}
+		part := sorted[a:b]
+		if len(part) == 1 {
+			part[0].val, part[0].err = l.readPFS(part[0].e, 0, part[0].e.Size)
+		} else {
+			paths := make([]string, len(part))
+			wants := make([]source.Want, len(part))
+			for i, r := range part {
+				paths[i], wants[i] = r.e.Path, source.Want{Size: r.e.Size, Mtime: r.e.Mtime}
+			}
+			start := time.Now()
+			bufs, err := c.ReadRun(paths, wants)
+			if err == nil && len(bufs) != len(part) {
+				err = errRunLength
+			}
+			if err != nil {
+				// One bad record must not fail its neighbours: read each
+				// alone.
+				l.log.Warn("loader: a coalesced read failed; reading its samples one by one", "samples", len(part), "err", err)
+				for _, r := range part {
+					r.val, r.err = l.readPFS(r.e, 0, r.e.Size)
+				}
+			}
+			var total int64
+			for i, r := range part {
+				if err == nil {
+					r.val = bufs[i]
+					total += int64(len(bufs[i]))
+				}
+			}
+			if err == nil {
+				l.model.Observe(srcPFS, total, time.Since(start))
+				l.runs.Add(1)
+				l.runSamples.Add(int64(len(part)))
+			}
+		}
+		a = b
+	}
+}
