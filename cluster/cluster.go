@@ -72,6 +72,9 @@ type Cluster struct {
 	ml  *memberlist.Memberlist
 
 	delegate *delegate
+	// addr is the advertised gossip address, read once at Start: the
+	// local node memberlist returns is updated under its own lock.
+	addr string
 
 	mu      sync.Mutex
 	members map[string]Member // mu guards members and subs
@@ -135,6 +138,8 @@ func Start(cfg Config) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: start gossip on %s: %w", cfg.Bind, err)
 	}
+	local := c.ml.LocalNode()
+	c.addr = net.JoinHostPort(local.Addr.String(), strconv.Itoa(int(local.Port)))
 	if len(cfg.Join) > 0 {
 		if _, err := c.ml.Join(cfg.Join); err != nil {
 			c.ml.Shutdown()
@@ -177,10 +182,7 @@ func splitHostPort(hp, what string) (string, int, error) {
 }
 
 // Addr returns the gossip address this member is reachable on.
-func (c *Cluster) Addr() string {
-	n := c.ml.LocalNode()
-	return net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
-}
+func (c *Cluster) Addr() string { return c.addr }
 
 // Members returns the view, sorted by name.
 func (c *Cluster) Members() []Member {
