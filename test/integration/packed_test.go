@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -10,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dlfs/dlfs/test/conformance"
 )
@@ -126,5 +129,24 @@ func TestHDF5(t *testing.T) {
 	out, err := exec.Command("/usr/bin/python3", "hdf5_check.py", "check", h5, d.Mnt).CombinedOutput()
 	if err != nil || strings.TrimSpace(string(out)) != "58" {
 		t.Fatalf("hdf5_check.py check: %v\n%s", err, out)
+	}
+
+	// The same file cut in half refuses to mount, naming it.
+	cut := t.TempDir()
+	b, err := os.ReadFile(h5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cut, "cut.h5"), b[:len(b)/2], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin.dlfs, "mount", cut, t.TempDir())
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err == nil || !strings.Contains(stderr.String(), "cut.h5") ||
+		strings.Count(strings.TrimSpace(stderr.String()), "\n") > 0 {
+		t.Errorf("mounting a truncated HDF5 file: %v, stderr %q", err, stderr.String())
 	}
 }
