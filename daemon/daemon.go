@@ -181,7 +181,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	// A packed SOURCE shows the tree it holds; its samples are read from
 	// their containers.
 	var pfs loader.PFS = n.src
-	if n.packed, err = packed.Open(cfg.Source, n.src); err != nil {
+	if n.packed, err = packed.Open(cfg.Source, n.src, cfg.Logger); err != nil {
 		return nil, err
 	}
 	cc := cfg.Catalog

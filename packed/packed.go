@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 
@@ -55,7 +56,10 @@ var ErrFormat = errors.New("packed: bad container")
 
 // Open returns the packed dataset at dir, read through src, or nil when
 // dir is a plain directory tree.
-func Open(dir string, src *source.Source) (Dataset, error) {
+func Open(dir string, src *source.Source, log *slog.Logger) (Dataset, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	if _, err := os.Stat(filepath.Join(dir, seqIndexName)); err == nil {
 		d, err := openSeq(src)
 		if err != nil {
@@ -70,7 +74,7 @@ func Open(dir string, src *source.Source) (Dataset, error) {
 		return nil, fmt.Errorf("packed: %w", err)
 	}
 	if len(recs) > 0 {
-		return openRec(src, recs), nil
+		return openRec(src, recs, log), nil
 	}
 	h5s, err := h5Files(dir)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"os"
 	"path"
@@ -26,6 +27,7 @@ import (
 // ImageFolder's class indices (sorted names) equal the labels 0..K-1.
 type recDataset struct {
 	src   *source.Source
+	log   *slog.Logger
 	names []string // the .rec files, sorted
 
 	mu      sync.Mutex
@@ -43,8 +45,8 @@ type recSample struct {
 	mtime  int64
 }
 
-func openRec(src *source.Source, names []string) *recDataset {
-	return &recDataset{src: src, names: names, files: map[string]*source.Handle{}}
+func openRec(src *source.Source, names []string, log *slog.Logger) *recDataset {
+	return &recDataset{src: src, log: log, names: names, files: map[string]*source.Handle{}}
 }
 
 func (d *recDataset) Kind() string { return "recordio" }
@@ -71,23 +73,9 @@ func (d *recDataset) List(ctx context.Context) (_ []catalog.File, err error) {
 		if len(d.names) > 1 {
 			prefix = strings.TrimSuffix(name, ".rec") + "/"
 		}
-		type found struct {
-			s     recSample
-			label float32
-			id    uint64
-		}
-		var all []found
-		for off := int64(0); off < h.Size(); {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			s, hdr, err := readImage(h, off)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", name, err)
-			}
-			s.file, s.mtime = name, h.Mtime()
-			all = append(all, found{s, hdr.FirstLabel(), hdr.ID})
-			off = s.rec.Next()
+		all, err := d.images(ctx, name, h)
+		if err != nil {
+			return nil, err
 		}
 		labels := make([]float32, len(all))
 		for i, f := range all {
@@ -116,6 +104,112 @@ func (d *recDataset) List(ctx context.Context) (_ []catalog.File, err error) {
 	d.samples, d.files = samples, handles
 	d.mu.Unlock()
 	return files, nil
+}
+
+// found is one image a listing found.
+type found struct {
+	s     recSample
+	label float32
+	id    uint64
+}
+
+// images lists the images of the .rec file name, open as h, in file
+// order. With an im2rec .idx beside it, the records' headers are read in
+// parallel at its offsets (a PFS round trip each would make a sequential
+// walk of a million records take minutes); without one, or if it does not
+// match the .rec, the records are walked from the start.
+func (d *recDataset) images(ctx context.Context, name string, h *source.Handle) ([]found, error) {
+	idxName := strings.TrimSuffix(name, ".rec") + ".idx"
+	if ih, err := d.src.OpenHandle(idxName); err == nil {
+		b := make([]byte, ih.Size())
+		_, rerr := ih.ReadAt(b, 0)
+		ih.Close()
+		if rerr == nil || rerr == io.EOF {
+			entries, perr := recordio.ParseIndex(b)
+			if perr == nil && len(entries) > 0 {
+				all, err := d.byIndex(ctx, name, h, entries)
+				if err == nil {
+					return all, nil
+				}
+				perr = err
+			}
+			if perr != nil {
+				d.log.Warn("recordio: ignoring an index that does not match its .rec; walking the records", "index", idxName, "err", perr)
+			}
+		}
+	}
+	var all []found
+	for off := int64(0); off < h.Size(); {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		s, hdr, err := readImage(h, off)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		s.file, s.mtime = name, h.Mtime()
+		all = append(all, found{s, hdr.FirstLabel(), hdr.ID})
+		off = s.rec.Next()
+	}
+	return all, nil
+}
+
+// indexReaders bounds the header reads in flight when listing by index.
+const indexReaders = 32
+
+// byIndex reads the records at the index's offsets in parallel. The
+// records must tile the file from offset 0 to its end, or the index does
+// not describe this .rec.
+func (d *recDataset) byIndex(ctx context.Context, name string, h *source.Handle, entries []recordio.IndexEntry) ([]found, error) {
+	offs := make([]int64, 0, len(entries))
+	seen := map[int64]bool{}
+	for _, e := range entries {
+		if !seen[e.Offset] {
+			seen[e.Offset] = true
+			offs = append(offs, e.Offset)
+		}
+	}
+	sort.Slice(offs, func(i, j int) bool { return offs[i] < offs[j] })
+	all := make([]found, len(offs))
+	errs := make([]error, len(offs))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for w := 0; w < min(indexReaders, len(offs)); w++ {
+		wg.Add(1)
+		go func() { // owned by byIndex, which waits for it
+			defer wg.Done()
+			for i := range next {
+				s, hdr, err := readImage(h, offs[i])
+				s.file, s.mtime = name, h.Mtime()
+				all[i], errs[i] = found{s, hdr.FirstLabel(), hdr.ID}, err
+			}
+		}()
+	}
+	for i := range offs {
+		if ctx.Err() != nil {
+			break
+		}
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	want := int64(0)
+	for i, f := range all {
+		if errs[i] != nil {
+			return nil, fmt.Errorf("offset %d: %w", offs[i], errs[i])
+		}
+		if f.s.rec.Offset() != want {
+			return nil, fmt.Errorf("the records do not follow each other at offset %d", want)
+		}
+		want = f.s.rec.Next()
+	}
+	if want != h.Size() {
+		return nil, fmt.Errorf("the indexed records end at %d, the file at %d", want, h.Size())
+	}
+	return all, nil
 }
 
 // readImage reads the record at off and its IRHeader: one read of the

@@ -23,6 +23,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strconv"
+	"strings"
 )
 
 // Format constants.
@@ -183,4 +185,38 @@ func DecodeIRHeader(b []byte, dataLen int64) (IRHeader, error) {
 		h.Labels = append(h.Labels, math.Float32frombits(le.Uint32(b[IRHeaderSize+4*i:])))
 	}
 	return h, nil
+}
+
+// IndexEntry is one line of an im2rec .idx file: a record's key and the
+// offset of its first part in the .rec file.
+type IndexEntry struct {
+	Key    uint64
+	Offset int64
+}
+
+// ParseIndex parses an im2rec .idx file: one "KEY<TAB>OFFSET" line per
+// record. It never panics; errors name the line.
+func ParseIndex(b []byte) ([]IndexEntry, error) {
+	var out []IndexEntry
+	for n, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimRight(line, "\r")
+		if line == "" {
+			continue
+		}
+		k, o, ok := strings.Cut(line, "\t")
+		key, kerr := strconv.ParseUint(strings.TrimSpace(k), 10, 64)
+		off, oerr := strconv.ParseInt(strings.TrimSpace(o), 10, 64)
+		if !ok || kerr != nil || oerr != nil || off < 0 {
+			return nil, fmt.Errorf("%w: index line %d: %q is not KEY<TAB>OFFSET", ErrFormat, n+1, clip(line))
+		}
+		out = append(out, IndexEntry{Key: key, Offset: off})
+	}
+	return out, nil
+}
+
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
 }

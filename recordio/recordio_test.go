@@ -130,3 +130,33 @@ func FuzzReadRecord(f *testing.F) {
 		}
 	})
 }
+
+func TestParseIndex(t *testing.T) {
+	got, err := ParseIndex([]byte("0\t0\n1\t44\r\n\n7\t1000\n"))
+	if err != nil || len(got) != 3 || got[1] != (IndexEntry{1, 44}) || got[2] != (IndexEntry{7, 1000}) {
+		t.Fatalf("%v, %v", got, err)
+	}
+	for _, bad := range []string{"1 2\n", "x\t1\n", "1\t-4\n", "1\t\n"} {
+		if _, err := ParseIndex([]byte(bad)); !errors.Is(err, ErrFormat) {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+}
+
+func FuzzParseIndex(f *testing.F) {
+	f.Add([]byte("0\t0\n1\t44\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		es, err := ParseIndex(b)
+		if err != nil {
+			if !errors.Is(err, ErrFormat) || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error %q", err)
+			}
+			return
+		}
+		for _, e := range es {
+			if e.Offset < 0 {
+				t.Fatal("negative offset")
+			}
+		}
+	})
+}

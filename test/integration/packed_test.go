@@ -114,6 +114,22 @@ func TestRecordIO(t *testing.T) {
 	if strings.Join(idx.Classes, ",") != "0,1,2,3,4" || len(idx.Samples) != 60 {
 		t.Errorf("ImageFolder over the RecordIO mount: classes %v, %d samples", idx.Classes, len(idx.Samples))
 	}
+
+	// Without the .idx the records are walked; with an .idx that does not
+	// match, it is ignored. The tree is the same either way.
+	for _, idxText := range []string{"", "0\t0\n1\t40\n"} {
+		other := t.TempDir()
+		rec, _ := os.ReadFile(filepath.Join(src, "train.rec"))
+		os.WriteFile(filepath.Join(other, "train.rec"), rec, 0o644)
+		if idxText != "" {
+			os.WriteFile(filepath.Join(other, "train.idx"), []byte(idxText), 0o644)
+		}
+		o := startDlfs(t, other)
+		again := imageFolder(t, o.Mnt)
+		if string(mustJSON(again)) != string(mustJSON(idx)) {
+			t.Errorf("with .idx %q the mount differs from the one listed by a good .idx", idxText)
+		}
+	}
 }
 
 // TestHDF5: an HDF5 file written by h5py mounts as .npy files, one per
