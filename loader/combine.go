@@ -30,8 +30,8 @@ type demandQueue struct {
 
 // demandRead is one waiting read; val and err are set before done.
 type demandRead struct {
-	e    *catalog.Entry
-	span Span
+	e     *catalog.Entry
+	span  Span
 	val   []byte
 	err   error
 	taken bool // in a batch someone is serving

@@ -60,7 +60,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -87,8 +86,8 @@ type Config struct {
 	NoCoalesce bool
 	// DemandPerContainer bounds the demand reads of one packed container
 	// in flight; reads past it wait and are combined (see combine.go).
-	DemandPerContainer int // default 16
-	Logger     *slog.Logger // nil: discard
+	DemandPerContainer int          // default 16
+	Logger             *slog.Logger // nil: discard
 }
 
 // DefaultConfig returns the defaults.
@@ -173,14 +172,6 @@ type (
 		Observe(e *catalog.Entry, off int64, waited time.Duration)
 	}
 )
-
-// errRunLength means a Coalescer returned the wrong number of samples.
-var errRunLength = errors.New("loader: a coalesced read returned the wrong number of samples")
-
-// sortReads orders waiting reads by offset.
-func sortReads(rs []*demandRead) {
-	sort.Slice(rs, func(i, j int) bool { return rs[i].span.Off < rs[j].span.Off })
-}
 
 // Span is where a sample's bytes lie in a packed container.
 type Span struct {
@@ -572,161 +563,4 @@ func (l *Loader) Stats() Stats {
 		}
 	}
 	return s
-}
-
-// Locate says where e's bytes lie, if SOURCE is a packed dataset and e is
-// one block.
-func (l *Loader) Locate(e *catalog.Entry) (Span, bool) {
-	c, ok := l.pfs.(Coalescer)
-	if !ok || l.cfg.NoCoalesce || e.Size > l.cfg.BlockSize {
-		return Span{}, false
-	}
-	return c.Locate(e.Path)
-}
-
-// RunLimits are the thresholds for reading neighbouring samples in one
-// request, from the model's measure of the PFS: a gap is worth reading
-// through when it takes less time than a request's latency (gap =
-// latency × bandwidth), and a run stops at ten times that, where
-// transfer time dominates and a longer run saves little.
-func (l *Loader) RunLimits() (gap, run int64) {
-	latency, perByte := l.model.Fit(srcPFS)
-	if perByte <= 0 {
-		return 0, l.cfg.BlockSize
-	}
-	gap = int64(latency.Seconds() / perByte)
-	return min(gap, 8<<20), min(max(10*gap, l.cfg.BlockSize), 32<<20)
-}
-
-// PrefetchRun fetches first and its neighbours in one container from the
-// PFS with one request, sharing flights with concurrent reads. The
-// neighbours are offered to RAM, which keeps them if their next use
-// warrants (they were read early only because they were near first); it
-// returns the blocks to stage by inode (a zero Block for a neighbour RAM
-// kept). It leaves out samples RAM or the SSD holds, that a peer owns, or
-// that another fetch is already bringing in: the caller prefetches those
-// one by one.
-func (l *Loader) PrefetchRun(first *catalog.Entry, neighbours []*catalog.Entry) (map[uint64]ramcache.Block, error) {
-	c, ok := l.pfs.(Coalescer)
-	if !ok {
-		return nil, nil
-	}
-	es := append([]*catalog.Entry{first}, neighbours...)
-	offs := make(map[uint64]int64, len(es))
-	for _, e := range es {
-		sp, ok := c.Locate(e.Path)
-		if !ok {
-			return nil, fmt.Errorf("loader: %s is not in a packed container", e.Path)
-		}
-		offs[e.Ino] = sp.Off
-	}
-	sort.Slice(es, func(i, j int) bool { return offs[es[i].Ino] < offs[es[j].Ino] })
-	r := l.remote.Load()
-	var pick []*catalog.Entry
-	for _, e := range es {
-		key := BlockKey(e.Path, 0)
-		if e.Size > l.cfg.BlockSize || l.ram.Contains(key) {
-			continue
-		}
-		if s, ok := l.ssd.(interface{ Contains(string) bool }); ok && s.Contains(key) {
-			continue
-		}
-		if r != nil {
-			if _, remote := r.r.Owner(e); remote {
-				continue
-			}
-		}
-		pick = append(pick, e)
-	}
-	keys := make([]string, len(pick))
-	for i, e := range pick {
-		keys[i] = BlockKey(e.Path, 0)
-	}
-	calls := l.flight.claim(keys)
-	var (
-		paths []string
-		wants []source.Want
-		mine  []int
-	)
-	for i, e := range pick {
-		if calls[i] != nil {
-			paths = append(paths, e.Path)
-			wants = append(wants, source.Want{Size: e.Size, Mtime: e.Mtime})
-			mine = append(mine, i)
-		}
-	}
-	out := make(map[uint64]ramcache.Block, len(mine))
-	// Samples that RAM, the SSD or another fetch supplies leave holes: a
-	// hole wider than the gap limit splits the run.
-	gapLimit, _ := l.RunLimits()
-	for a := 0; a < len(mine); {
-		b := a + 1
-		for b < len(mine) {
-			prev, next := pick[mine[b-1]], pick[mine[b]]
-			if offs[next.Ino]-(offs[prev.Ino]+prev.Size) > gapLimit {
-				break
-			}
-			b++
-		}
-		l.readRun(c, first, pick, keys, calls, mine[a:b], paths[a:b], wants[a:b], out)
-		a = b
-	}
-	return out, nil
-}
-
-// readRun reads one run of PrefetchRun's picks (mine indexes pick, keys
-// and calls) with one request, finishes their flights and fills out. If
-// the run fails, each sample is read alone and fails alone.
-func (l *Loader) readRun(c Coalescer, first *catalog.Entry, pick []*catalog.Entry, keys []string, calls []*call,
-	mine []int, paths []string, wants []source.Want, out map[uint64]ramcache.Block) {
-	start := time.Now()
-	bufs, err := c.ReadRun(paths, wants)
-	if err == nil && len(bufs) != len(mine) {
-		err = errRunLength
-	}
-	failed := make([]bool, len(mine))
-	if err != nil {
-		// One bad record (corrupt, changed) must not fail its neighbours:
-		// read each alone, and let each fail on its own.
-		l.log.Warn("loader: a coalesced read failed; reading its samples one by one", "samples", len(mine), "err", err)
-		bufs = make([][]byte, len(mine))
-		for k, i := range mine {
-			var rerr error
-			if bufs[k], rerr = l.readPFS(pick[i], 0, pick[i].Size); rerr != nil {
-				failed[k] = true
-				l.flight.finish(keys[i], calls[i], nil, tierPFS, rerr)
-			}
-		}
-	}
-	var total int64
-	for k, i := range mine {
-		e := pick[i]
-		if failed[k] {
-			continue // finished above with its own error
-		}
-		b := bufs[k]
-		total += int64(len(b))
-		l.flight.finish(keys[i], calls[i], b, tierPFS, nil)
-		l.fetches[tierPFS].Add(1)
-		l.fetched[tierPFS].Add(int64(len(b)))
-		blk := ramcache.Block{ID: e.Ino, Data: b, Size: e.Size, Mtime: e.Mtime, Sum: ssdstore.Checksum(b)}
-		if e != first && l.ram.Put(keys[i], blk) {
-			out[e.Ino] = ramcache.Block{}
-		} else {
-			out[e.Ino] = blk
-		}
-		if l.ssd != nil {
-			if err := l.ssd.Put(keys[i], ssdstore.Block{Data: b, Size: e.Size, Mtime: e.Mtime, Sum: blk.Sum}); err != nil &&
-				!errors.Is(err, ssdstore.ErrClosed) && !errors.Is(err, ssdstore.ErrBusy) {
-				l.log.Warn("loader: SSD write failed", "path", e.Path, "err", err)
-			}
-		}
-	}
-	if err == nil {
-		l.model.Observe(srcPFS, total, time.Since(start))
-		if len(mine) > 1 {
-			l.runs.Add(1)
-			l.runSamples.Add(int64(len(mine)))
-		}
-	}
 }
