@@ -49,6 +49,13 @@
 // hidden); a copy not measured for a second is then tried first anyway,
 // which is how one that was slow is seen to recover.
 //
+// # Coalescing
+//
+// Over a packed dataset (a PFS that is a Coalescer), neighbouring samples
+// of one container can be read in one request: the prefetcher's runs
+// (coalesce.go) and demand reads that queue on a busy container
+// (combine.go).
+//
 // # Accounting
 //
 // Every read is counted once, under the tier that supplied its bytes:
