@@ -123,6 +123,10 @@ func (n *Node) Stats() Stats {
 		s.Cluster.Members = []MemberStats{{Member: cluster.Member{Name: n.cfg.NodeName, State: cluster.StateAlive,
 			Meta: cluster.Meta{Dataset: n.cat.Source(), RAM: n.cfg.RAMCache, SSD: s.Cache.SSD.Capacity}},
 			OwnedSamples: int64(snap.Files), OwnedBytes: snap.Bytes}}
+		s.Cluster.Placement = PlacementStats{Mode: "demand"}
+		if n.cfg.HashPlacement {
+			s.Cluster.Placement.Mode = "hash"
+		}
 	}
 	s.Prefetch, s.Jobs = n.pf.Stats()
 	return s

@@ -141,9 +141,23 @@ func walk(t testing.TB, root string) map[string]info {
 // StatsKeys fails t unless m has every key .dlfs/stats promises.
 func StatsKeys(t testing.TB, m map[string]any) {
 	t.Helper()
-	for _, k := range []string{"node", "uptime_seconds", "served", "pfs", "cache", "prefetch", "cluster", "jobs"} {
+	for _, k := range []string{"node", "uptime_seconds", "served", "fetched", "sources", "coalescing", "pfs", "cache", "prefetch", "cluster", "jobs"} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("stats lacks %q", k)
+		}
+	}
+	co, _ := m["coalescing"].(map[string]any)
+	for _, k := range []string{"coalesced_reads", "coalesced_samples", "pfs_calls_per_sample"} {
+		if _, ok := co[k]; !ok {
+			t.Errorf("stats.coalescing lacks %s", k)
+		}
+	}
+	cl, _ := m["cluster"].(map[string]any)
+	if pl, _ := cl["placement"].(map[string]any); pl != nil || cl["gossip"] != nil {
+		for _, k := range []string{"mode", "planned_samples", "planned_reads", "local_reads"} {
+			if _, ok := pl[k]; !ok {
+				t.Errorf("stats.cluster.placement lacks %s", k)
+			}
 		}
 	}
 	served, _ := m["served"].(map[string]any)
