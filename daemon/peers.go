@@ -14,12 +14,12 @@ import (
 	"github.com/dlfs/dlfs/perfmodel"
 )
 
-// A request to a peer has a deadline of peerSlack times the model's
-// estimate for it, within [minPeerTimeout, maxPeerTimeout]; past it the
-// reader tries the next source, and the peer is skipped for a while.
 // errPeerSkipped fails blocks queued for a peer that failed meanwhile.
 var errPeerSkipped = errors.New("skipped after a recent failure")
 
+// A request to a peer has a deadline of peerSlack times the model's
+// estimate for it, within [minPeerTimeout, maxPeerTimeout]; past it the
+// reader tries the next source, and the peer is skipped for a while.
 const (
 	peerSlack      = 8
 	minPeerTimeout = 5 * time.Second
