@@ -676,13 +676,16 @@ func (p *Prefetcher) next(gap, run int64) []*catalog.Entry {
 // neighboursLocked returns the sample at pos together with its neighbours
 // in its container that a plan still needs and that nothing has fetched:
 // a run read in one request. The run reads through unneeded bytes (samples
-// already cached) of at most gap in a row, and spans at most run bytes.
+// already cached) of at most gap in a row, spans at most run bytes, and
+// fits in what staging has left.
 // The sample at pos comes first; the rest follow in offset order.
 func (p *Prefetcher) neighboursLocked(s *stream, pos int, gap, run int64) []*catalog.Entry {
 	list := s.runs[s.spans[pos].Container]
 	k := int(s.runIdx[pos])
 	lo, hi := s.spans[pos].Off, s.spans[pos].Off+s.spans[pos].Len
 	group := []*catalog.Entry{s.entries[pos]}
+	// The run's samples are reserved like any fetch: within staging.
+	budget := p.cfg.Staging - p.stagedBytes - p.inflightBytes - s.entries[pos].Size
 	wanted := func(q int32) bool {
 		e := s.entries[q]
 		return p.stagedIno[e.Ino] == 0 && p.inflight[e.Ino] == 0 && p.neededLocked(e.Ino, false)
@@ -708,6 +711,10 @@ func (p *Prefetcher) neighboursLocked(s *stream, pos int, gap, run int64) []*cat
 			if !wanted(q) {
 				continue // read through it if the next wanted one is near enough
 			}
+			if s.entries[q].Size > budget {
+				break
+			}
+			budget -= s.entries[q].Size
 			out = append(out, s.entries[q])
 			lo, hi = min(lo, sp.Off), max(hi, sp.Off+sp.Len)
 			edge = hi
