@@ -677,15 +677,17 @@ func (p *Prefetcher) next(gap, run int64) []*catalog.Entry {
 // in its container that a plan still needs and that nothing has fetched:
 // a run read in one request. The run reads through unneeded bytes (samples
 // already cached) of at most gap in a row, spans at most run bytes, and
-// fits in what staging has left.
+// fits in what staging has left plus an eighth of it.
 // The sample at pos comes first; the rest follow in offset order.
 func (p *Prefetcher) neighboursLocked(s *stream, pos int, gap, run int64) []*catalog.Entry {
 	list := s.runs[s.spans[pos].Container]
 	k := int(s.runIdx[pos])
 	lo, hi := s.spans[pos].Off, s.spans[pos].Off+s.spans[pos].Len
 	group := []*catalog.Entry{s.entries[pos]}
-	// The run's samples are reserved like any fetch: within staging.
-	budget := p.cfg.Staging - p.stagedBytes - p.inflightBytes - s.entries[pos].Size
+	// Neighbours mostly go to RAM, not the stage, so they may borrow an
+	// eighth of staging beyond what is free; one that RAM refuses is
+	// staged only if the stage has room (finish).
+	budget := p.cfg.Staging + p.cfg.Staging/8 - p.stagedBytes - p.inflightBytes - s.entries[pos].Size
 	wanted := func(q int32) bool {
 		e := s.entries[q]
 		return p.stagedIno[e.Ino] == 0 && p.inflight[e.Ino] == 0 && p.neededLocked(e.Ino, false)
@@ -803,6 +805,10 @@ func (p *Prefetcher) finish(e *catalog.Entry, blocks map[int64]ramcache.Block, e
 		// RAM had it already.
 	case !p.neededLocked(e.Ino, !neighbour):
 		// Consumed meanwhile by a read that shared this fetch.
+	case neighbour && p.stagedBytes+e.Size > p.cfg.Staging:
+		// Read with a run, refused by RAM, and no room on the stage.
+		p.totals.Wasted++
+		p.totals.WastedBytes += e.Size
 	default:
 		p.totals.Fetched++
 		for i, b := range blocks {
