@@ -187,8 +187,15 @@ func (hf *h5File) walk(g *hdf5.CommonFG, dir string) error {
 	return nil
 }
 
+// Limits on what a dataset may be to be shown: a crafted file must not
+// make the daemon list billions of rows or allocate a huge row.
+const (
+	maxRows     = 1 << 28
+	maxRowBytes = 1 << 30
+)
+
 // describe returns how ds shows, or nil if it is not a numeric array of
-// at least one dimension.
+// at least one dimension within the limits.
 func describe(ds *hdf5.Dataset) *h5Set {
 	space := ds.Space()
 	if space == nil {
@@ -217,9 +224,15 @@ func describe(ds *hdf5.Dataset) *h5Set {
 	if descr == "" {
 		return nil
 	}
+	if dims[0] > maxRows {
+		return nil // more rows than a tree of files can list
+	}
 	shape := make([]int, len(dims)-1)
 	rowLen := int64(dt.Size())
 	for i, d := range dims[1:] {
+		if d > 0 && rowLen > maxRowBytes/int64(min(d, maxRowBytes)) {
+			return nil // a row too large to be one file's bytes in memory
+		}
 		shape[i] = int(d)
 		rowLen *= int64(d)
 	}
