@@ -21,11 +21,6 @@ import (
 // errRunLength means a Coalescer returned the wrong number of samples.
 var errRunLength = errors.New("loader: a coalesced read returned the wrong number of samples")
 
-// sortReads orders waiting reads by offset.
-func sortReads(rs []*demandRead) {
-	sort.Slice(rs, func(i, j int) bool { return rs[i].span.Off < rs[j].span.Off })
-}
-
 // Locate says where e's bytes lie, if SOURCE is a packed dataset and e is
 // one block.
 func (l *Loader) Locate(e *catalog.Entry) (Span, bool) {
@@ -167,12 +162,7 @@ func (l *Loader) readRun(c Coalescer, first *catalog.Entry, pick []*catalog.Entr
 		} else {
 			out[e.Ino] = blk
 		}
-		if l.ssd != nil {
-			if err := l.ssd.Put(keys[i], ssdstore.Block{Data: b, Size: e.Size, Mtime: e.Mtime, Sum: blk.Sum}); err != nil &&
-				!errors.Is(err, ssdstore.ErrClosed) && !errors.Is(err, ssdstore.ErrBusy) {
-				l.log.Warn("loader: SSD write failed", "path", e.Path, "err", err)
-			}
-		}
+		l.toSSD(keys[i], e, b, blk.Sum)
 	}
 	if err == nil {
 		l.model.Observe(srcPFS, total, time.Since(start))

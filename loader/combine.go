@@ -1,6 +1,7 @@
 package loader
 
 import (
+	"sort"
 	"sync"
 	"time"
 
@@ -103,7 +104,7 @@ func (l *Loader) release(container string, q *demandQueue) {
 // sets each one's result (not done: the caller marks the batch done).
 func (l *Loader) serveBatch(c Coalescer, batch []*demandRead) {
 	sorted := append([]*demandRead(nil), batch...)
-	sortReads(sorted)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].span.Off < sorted[j].span.Off })
 	gap, run := l.RunLimits()
 	for a := 0; a < len(sorted); {
 		b := a + 1

@@ -500,12 +500,7 @@ func (l *Loader) loadFrom(e *catalog.Entry, i int64, why purpose) ([]byte, tier,
 				continue // a cache source after it may still hold the block
 			}
 			l.model.Observe(src, n, time.Since(start))
-			if l.ssd != nil {
-				if err := l.ssd.Put(key, ssdstore.Block{Data: buf, Size: e.Size, Mtime: e.Mtime, Sum: ssdstore.Checksum(buf)}); err != nil &&
-					!errors.Is(err, ssdstore.ErrClosed) && !errors.Is(err, ssdstore.ErrBusy) {
-					l.log.Warn("loader: SSD write failed", "path", e.Path, "err", err)
-				}
-			}
+			l.toSSD(key, e, buf, ssdstore.Checksum(buf))
 			return buf, tierPFS, nil
 		default:
 			b, err := l.remote.Load().r.Fetch(owner, e, i)
@@ -526,6 +521,18 @@ func (l *Loader) loadFrom(e *catalog.Entry, i int64, why purpose) ([]byte, tier,
 		}
 	}
 	return nil, tierPFS, pfsErr
+}
+
+// toSSD queues a block read from the PFS for the SSD tier, if there is
+// one. A full queue or a closing store drops it quietly.
+func (l *Loader) toSSD(key string, e *catalog.Entry, b []byte, sum uint32) {
+	if l.ssd == nil {
+		return
+	}
+	if err := l.ssd.Put(key, ssdstore.Block{Data: b, Size: e.Size, Mtime: e.Mtime, Sum: sum}); err != nil &&
+		!errors.Is(err, ssdstore.ErrClosed) && !errors.Is(err, ssdstore.ErrBusy) {
+		l.log.Warn("loader: SSD write failed", "path", e.Path, "err", err)
+	}
 }
 
 // readPFS reads block i (n bytes) of e from SOURCE.
