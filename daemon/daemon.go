@@ -126,6 +126,15 @@ type Node struct {
 	// (placed[i] is the table's member i), kept by watchOwnership.
 	placement   *placement.Table
 	placed      []cluster.Member
+	// The table before the last change, and its members: a sample's
+	// previous owner may still cache it.
+	prevPlacement *placement.Table
+	prevPlaced    []cluster.Member
+	// Placement over the other alive members, by hash: who owned what
+	// this node owns before it joined.
+	othersPlacement *placement.Table
+	othersPlaced    []cluster.Member
+	movedIn       atomic.Int64 // blocks fetched from their previous owner's caches
 	batchers    map[string]*batcher // by peer data address
 	own         ownership
 	refreshed   chan struct{} // capacity 1: the catalog changed

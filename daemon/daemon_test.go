@@ -366,3 +366,44 @@ func TestStuckPeer(t *testing.T) {
 		t.Errorf("the stuck peer: %+v, %d reads served by peers", p, st.Served["peer"].Reads)
 	}
 }
+
+// TestJoinTakesShareFromCaches: a node that joins takes the samples it now
+// owns from the caches of the node that owned them, not from the PFS: the
+// tree read through both nodes is read from SOURCE once.
+func TestJoinTakesShareFromCaches(t *testing.T) {
+	src := conformance.OddTree(t, t.TempDir())
+	key := []byte("0123456789abcdef")
+	a, mntA := start(t, src, func(c *Config) {
+		c.NodeName = "a"
+		c.Cluster = cluster.Config{Bind: "127.0.0.1:0", Key: key, Local: true, Meta: cluster.Meta{DataAddr: "127.0.0.1:0"}}
+	})
+	conformance.Tree(t, src, mntA) // a alone owns and caches everything
+	b, mntB := start(t, src, func(c *Config) {
+		c.NodeName = "b"
+		c.Cluster = cluster.Config{Bind: "127.0.0.1:0", Join: []string{a.cl.Addr()}, Key: key, Local: true,
+			Meta: cluster.Meta{DataAddr: "127.0.0.1:0"}}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		b.tableMu.Lock()
+		ready := len(b.placed) == 2 && b.othersPlacement != nil
+		b.tableMu.Unlock()
+		if ready && len(a.cl.Alive()) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the nodes never saw each other")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	conformance.Tree(t, src, mntB)
+	var sa, sb Stats
+	readJSON(t, filepath.Join(mntA, ".dlfs/stats"), &sa)
+	readJSON(t, filepath.Join(mntB, ".dlfs/stats"), &sb)
+	if sb.Served["moved"].Reads == 0 {
+		t.Errorf("b took nothing from a's caches: served %+v", sb.Served)
+	}
+	if got := sa.PFS.Bytes + sb.PFS.Bytes; got != sb.Catalog.Bytes {
+		t.Errorf("the two nodes read %d bytes from SOURCE for a %d-byte tree", got, sb.Catalog.Bytes)
+	}
+}

@@ -110,8 +110,25 @@ func (n *Node) watchOwnership(changes <-chan struct{}, stop <-chan struct{}) {
 			}
 			plan = planStats(mode, t, d)
 		}
+		// Where a sample was before this node took it: the table over the
+		// others, by hash (a node that joins takes exactly what hashing
+		// gives it from them).
+		var others []cluster.Member
+		for _, m := range alive {
+			if m.Name != n.cfg.NodeName {
+				others = append(others, m)
+			}
+		}
+		tOthers, err := placeAlive(others)
+		if err != nil {
+			tOthers, others = nil, nil
+		}
 		n.tableMu.Lock()
+		if n.placement != nil && !n.placement.Equal(t) {
+			n.prevPlacement, n.prevPlaced = n.placement, n.placed
+		}
 		n.placement, n.placed = t, alive
+		n.othersPlacement, n.othersPlaced = tOthers, others
 		n.tableMu.Unlock()
 		n.own.compute(n.cat.Snapshot(), t, plan)
 		select {

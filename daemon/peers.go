@@ -41,6 +41,26 @@ func (n *Node) Block(it peer.Item) ([]byte, byte) {
 	return b, peer.StatusOK
 }
 
+// Cached serves a peer's cached request (peer.Source): the block only if
+// this node's caches hold it. The asker owns the sample now; this node
+// did before placement changed.
+func (n *Node) Cached(it peer.Item) ([]byte, byte) {
+	e := n.cat.Snapshot().Lookup(it.Path)
+	if e == nil || !e.IsRegular() || !e.SameIdentity(it.Size, it.Mtime) || it.Block*n.load.BlockSize() >= max(e.Size, 1) {
+		return nil, peer.StatusMissing
+	}
+	b, ok := n.load.Cached(e, it.Block)
+	if !ok {
+		return nil, peer.StatusMissing
+	}
+	n.peerServed.Add(1)
+	return b, peer.StatusOK
+}
+
+// cachedTimeout bounds a cached request to a previous owner: it is a
+// probe of its caches, and the PFS is the fallback.
+const cachedTimeout = 2 * time.Second
+
 // remote is the loader's peer tier: it asks the owner of a block, as
 // placement over the alive members with a data address says.
 type remote struct{ n *Node }
@@ -64,6 +84,49 @@ func (r remote) Fetch(peerName string, e *catalog.Entry, i int64) ([]byte, error
 		return nil, fmt.Errorf("peer %s: status %d: %w", peerName, res.Status, loader.ErrNoBlock)
 	}
 	return res.Data, nil
+}
+
+// Previous names who may still cache e from before the last change of
+// placement: its owner in the previous table, or, if that was this node
+// (it has just joined), its owner among the other members.
+func (r remote) Previous(e *catalog.Entry) (string, bool) {
+	n := r.n
+	n.tableMu.Lock()
+	prev, prevPlaced := n.prevPlacement, n.prevPlaced
+	others, othersPlaced := n.othersPlacement, n.othersPlaced
+	n.tableMu.Unlock()
+	name := ""
+	if prev != nil {
+		name = prevPlaced[prev.Owner(e.Path)].Name
+	}
+	if (name == "" || name == n.cfg.NodeName) && others != nil {
+		name = othersPlaced[others.Owner(e.Path)].Name
+	}
+	if name == "" || name == n.cfg.NodeName {
+		return "", false
+	}
+	if _, alive := n.dataAddr(name); !alive {
+		return "", false
+	}
+	return name, true
+}
+
+func (r remote) FetchCached(peerName string, e *catalog.Entry, i int64) ([]byte, error) {
+	addr, ok := r.n.dataAddr(peerName)
+	if !ok {
+		return nil, fmt.Errorf("peer %s: no longer a member with a data address", peerName)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cachedTimeout)
+	defer cancel()
+	res, err := r.n.peers.FetchCached(ctx, addr, []peer.Item{{Path: e.Path, Size: e.Size, Mtime: e.Mtime, Block: i}})
+	if err != nil {
+		return nil, fmt.Errorf("peer %s: %w", peerName, err)
+	}
+	if res[0].Status != peer.StatusOK {
+		return nil, fmt.Errorf("peer %s: %w", peerName, loader.ErrNoBlock)
+	}
+	r.n.movedIn.Add(1)
+	return res[0].Data, nil
 }
 
 // batcher sends the blocks wanted from one peer in batches: whatever is

@@ -107,11 +107,12 @@ const (
 	tierRAM tier = iota
 	tierSSD
 	tierPeer
+	tierMoved // from the previous owner's caches: now this node's own
 	tierPFS
 	numTiers
 )
 
-var tierNames = [numTiers]string{"ram", "ssd", "peer", "pfs"}
+var tierNames = [numTiers]string{"ram", "ssd", "peer", "moved", "pfs"}
 
 // Served counts reads and bytes served from one tier.
 type Served struct {
@@ -164,6 +165,12 @@ type (
 		// peer failed or was too slow, or one wrapping ErrNoBlock when
 		// it answered but could not serve this block.
 		Fetch(peer string, e *catalog.Entry, i int64) ([]byte, error)
+		// Previous names the peer that owned e before the last change
+		// of placement, if it is another alive node than the owner.
+		Previous(e *catalog.Entry) (string, bool)
+		// FetchCached asks peer for block i of e from its caches only
+		// (ErrNoBlock if it does not hold it).
+		FetchCached(peer string, e *catalog.Entry, i int64) ([]byte, error)
 	}
 	// Stage holds prefetched blocks and watches demand reads. It may be nil.
 	Stage interface {
@@ -377,9 +384,9 @@ func (l *Loader) Prefetch(e *catalog.Entry) (map[int64]ramcache.Block, error) {
 }
 
 // Serve returns block i of e for a peer that asked this node, its owner:
-// from RAM, the SSD or the PFS, never from another peer (two nodes whose
-// views differ must not bounce a request between them). The block stays
-// cached here.
+// from RAM, the SSD, the sample's previous owner's caches, or the PFS,
+// never by forwarding to its owner (two nodes whose views differ must not
+// bounce a request between them). The block stays cached here.
 func (l *Loader) Serve(e *catalog.Entry, i int64) ([]byte, error) {
 	key := BlockKey(e.Path, i)
 	if b, ok := l.ram.Get(key, e.Size, e.Mtime); ok {
@@ -398,11 +405,33 @@ func (l *Loader) Serve(e *catalog.Entry, i int64) ([]byte, error) {
 	return c.val, nil
 }
 
+// Cached returns block i of e if this node's caches hold it: RAM, the
+// stage or the SSD. It never reads the PFS or asks a peer: it answers a
+// peer that took over a sample this node owned before.
+func (l *Loader) Cached(e *catalog.Entry, i int64) ([]byte, bool) {
+	key := BlockKey(e.Path, i)
+	if b, ok := l.ram.Get(key, e.Size, e.Mtime); ok {
+		return b.Data, true
+	}
+	if s := l.stage.Load(); s != nil {
+		if b, ok := s.s.Take(key, e, false); ok && !b.Peer {
+			return b.Data, true
+		}
+	}
+	if l.ssd != nil {
+		if b, ok, _ := l.ssd.Get(key, e.Size, e.Mtime); ok {
+			return b.Data, true
+		}
+	}
+	return nil, false
+}
+
 // Sources the loader can read a block from past RAM; a peer source is
 // "peer:" and the peer's name.
 const (
-	srcSSD = "ssd"
-	srcPFS = "pfs"
+	srcSSD      = "ssd"
+	srcPFS      = "pfs"
+	srcPrevious = "previous" // the previous owner's caches
 )
 
 // probeAfter is how long a cache source may go unmeasured before it is
@@ -438,11 +467,16 @@ func (l *Loader) loadFrom(e *catalog.Entry, i int64, why purpose) ([]byte, tier,
 	if l.ssd != nil {
 		sources = append(sources, srcSSD)
 	}
-	var owner string
-	if r := l.remote.Load(); why != forPeer && r != nil {
-		if p, ok := r.r.Owner(e); ok {
+	var owner, previous string
+	if r := l.remote.Load(); r != nil {
+		if p, ok := r.r.Owner(e); ok && why != forPeer {
 			owner = p
 			sources = append(sources, "peer:"+p)
+		}
+		// After placement changed, the previous owner may still cache the
+		// sample: asking its caches (never its PFS) saves a PFS read.
+		if p, ok := r.r.Previous(e); ok && p != owner {
+			previous = p
 		}
 	}
 	l.model.Order(sources, n)
@@ -468,6 +502,16 @@ func (l *Loader) loadFrom(e *catalog.Entry, i int64, why purpose) ([]byte, tier,
 			k-- // Order sorts them last
 		}
 		sources = append(sources[:k], append([]string{srcPFS}, sources[k:]...)...)
+	}
+	if previous != "" {
+		// Just before the PFS: a cheap probe of a cache, not a copy the
+		// model ranks.
+		for k, src := range sources {
+			if src == srcPFS {
+				sources = append(sources[:k], append([]string{srcPrevious}, sources[k:]...)...)
+				break
+			}
+		}
 	}
 	var pfsErr error
 	for _, src := range sources {
@@ -502,6 +546,19 @@ func (l *Loader) loadFrom(e *catalog.Entry, i int64, why purpose) ([]byte, tier,
 			l.model.Observe(src, n, time.Since(start))
 			l.toSSD(key, e, buf, ssdstore.Checksum(buf))
 			return buf, tierPFS, nil
+		case srcPrevious:
+			if l.model.Estimate("peer:"+previous, n) == perfmodel.Unreachable {
+				continue // failed lately: not worth a probe
+			}
+			b, err := l.remote.Load().r.FetchCached(previous, e, i)
+			if err != nil && !errors.Is(err, ErrNoBlock) {
+				l.model.Fail("peer:" + previous)
+			}
+			if err != nil || int64(len(b)) != n {
+				continue // not cached there (or gone): the PFS then
+			}
+			l.toSSD(key, e, b, ssdstore.Checksum(b))
+			return b, tierMoved, nil
 		default:
 			b, err := l.remote.Load().r.Fetch(owner, e, i)
 			if err == nil && int64(len(b)) != n {

@@ -190,6 +190,12 @@ type fakeRemote struct {
 
 func (r *fakeRemote) Owner(e *catalog.Entry) (string, bool) { return "b", true }
 
+func (r *fakeRemote) Previous(e *catalog.Entry) (string, bool) { return "", false }
+
+func (r *fakeRemote) FetchCached(peer string, e *catalog.Entry, i int64) ([]byte, error) {
+	return nil, ErrNoBlock
+}
+
 func (r *fakeRemote) Fetch(peer string, e *catalog.Entry, i int64) ([]byte, error) {
 	r.fetches.Add(1)
 	if r.err != nil {

@@ -50,6 +50,16 @@ type response struct {
 
 // Fetch asks the peer at addr for items and waits for the answer or ctx.
 func (cl *Client) Fetch(ctx context.Context, addr string, items []Item) ([]Result, error) {
+	return cl.fetch(ctx, addr, items, false)
+}
+
+// FetchCached asks the peer at addr for items it holds in its caches: it
+// answers StatusMissing for the rest, and never reads the PFS for them.
+func (cl *Client) FetchCached(ctx context.Context, addr string, items []Item) ([]Result, error) {
+	return cl.fetch(ctx, addr, items, true)
+}
+
+func (cl *Client) fetch(ctx context.Context, addr string, items []Item, cached bool) ([]Result, error) {
 	if len(items) == 0 || len(items) > MaxItems {
 		return nil, fmt.Errorf("peer: %d items in one request (1 to %d)", len(items), MaxItems)
 	}
@@ -73,7 +83,7 @@ func (cl *Client) Fetch(ctx context.Context, addr string, items []Item) ([]Resul
 	if d, ok := ctx.Deadline(); ok {
 		cn.c.SetWriteDeadline(d) // a peer that stops reading must not block the writer for ever
 	}
-	err = writeFrame(cn.c, encodeRequest(id, items))
+	err = writeFrame(cn.c, encodeRequest(id, items, cached))
 	cn.c.SetWriteDeadline(time.Time{})
 	cn.writeMu.Unlock()
 	if err != nil {

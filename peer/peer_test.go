@@ -23,6 +23,14 @@ func (m mapSource) Block(it Item) ([]byte, byte) {
 	return b, StatusOK
 }
 
+// Cached serves only "b.jpg", as if nothing else were cached.
+func (m mapSource) Cached(it Item) ([]byte, byte) {
+	if it.Path != "b.jpg" {
+		return nil, StatusMissing
+	}
+	return m.Block(it)
+}
+
 func serve(t *testing.T, key []byte) (*Server, mapSource) {
 	t.Helper()
 	src := mapSource{files: map[string][]byte{"a/x.jpg": bytes.Repeat([]byte("x"), 100_000), "b.jpg": []byte("bee")}, mtime: 5}
@@ -32,6 +40,19 @@ func serve(t *testing.T, key []byte) (*Server, mapSource) {
 	}
 	t.Cleanup(func() { s.Close() })
 	return s, src
+}
+
+// TestFetchCached: a cached request is served from the source's caches
+// only.
+func TestFetchCached(t *testing.T) {
+	key := []byte("sixteen byte key")
+	s, _ := serve(t, key)
+	cl := NewClient(key)
+	defer cl.Close()
+	res, err := cl.FetchCached(context.Background(), s.Addr(), []Item{{Path: "b.jpg", Size: 3, Mtime: 5}, {Path: "a/x.jpg", Size: 100_000, Mtime: 5}})
+	if err != nil || len(res) != 2 || res[0].Status != StatusOK || string(res[0].Data) != "bee" || res[1].Status != StatusMissing {
+		t.Fatalf("cached fetch: %+v, %v", res, err)
+	}
 }
 
 func TestFetch(t *testing.T) {
@@ -100,18 +121,19 @@ func TestServerSurvivesGarbage(t *testing.T) {
 }
 
 func FuzzDecodeRequest(f *testing.F) {
-	f.Add(encodeRequest(7, []Item{{Path: "a/b", Size: 1, Mtime: 2, Block: 0}}))
+	f.Add(encodeRequest(7, []Item{{Path: "a/b", Size: 1, Mtime: 2, Block: 0}}, false))
+	f.Add(encodeRequest(8, []Item{{Path: "c", Size: 3, Mtime: 4, Block: 1}}, true))
 	f.Add([]byte{msgRequest})
 	f.Add([]byte{msgRequest, 0, 0, 0, 1, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		id, items, err := decodeRequest(b)
+		id, items, cached, err := decodeRequest(b)
 		if err != nil {
 			if !errors.Is(err, ErrWire) {
 				t.Fatalf("error %v does not wrap ErrWire", err)
 			}
 			return
 		}
-		if !bytes.Equal(encodeRequest(id, items), b) {
+		if !bytes.Equal(encodeRequest(id, items, cached), b) {
 			t.Fatal("decode(encode) is not the identity")
 		}
 	})

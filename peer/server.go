@@ -15,6 +15,9 @@ type Source interface {
 	// Block returns block it.Block of the file it names, or a status
 	// saying why not. It may block on the SSD or the PFS.
 	Block(it Item) ([]byte, byte)
+	// Cached returns the block only if the node's caches hold it
+	// (StatusMissing otherwise); it never reads the PFS.
+	Cached(it Item) ([]byte, byte)
 }
 
 // Server answers peers' requests. Close stops it and waits for its
@@ -118,7 +121,7 @@ func (s *Server) serve(c net.Conn) {
 		if err != nil {
 			return // closed, or garbage: drop the connection
 		}
-		id, items, err := decodeRequest(frame)
+		id, items, cached, err := decodeRequest(frame)
 		if err != nil {
 			s.log.Warn("peer: malformed request; closing", "remote", c.RemoteAddr(), "err", err)
 			return
@@ -130,7 +133,11 @@ func (s *Server) serve(c net.Conn) {
 			defer func() { <-sem }()
 			results := make([]Result, len(items))
 			for i, it := range items {
-				results[i].Data, results[i].Status = s.src.Block(it)
+				if cached {
+					results[i].Data, results[i].Status = s.src.Cached(it)
+				} else {
+					results[i].Data, results[i].Status = s.src.Block(it)
+				}
 			}
 			writeMu.Lock()
 			defer writeMu.Unlock()

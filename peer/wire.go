@@ -14,6 +14,7 @@ const (
 	msgProof     = 0x03 // client: proof
 	msgRequest   = 0x10 // client: request id, items
 	msgResponse  = 0x11 // server: request id, results
+	msgCached    = 0x12 // client: request id, items, to be served from caches only
 )
 
 // Limits that bound what a peer can make us allocate.
@@ -75,9 +76,14 @@ func readFrame(r io.Reader) ([]byte, error) {
 	return b, nil
 }
 
-// encodeRequest builds a request frame payload.
-func encodeRequest(id uint32, items []Item) []byte {
+// encodeRequest builds a request frame payload. A cached request asks for
+// blocks the peer holds in its caches only: it never reads the PFS or
+// another peer for it.
+func encodeRequest(id uint32, items []Item, cached bool) []byte {
 	b := []byte{msgRequest}
+	if cached {
+		b[0] = msgCached
+	}
 	b = binary.BigEndian.AppendUint32(b, id)
 	b = binary.BigEndian.AppendUint16(b, uint16(len(items)))
 	for _, it := range items {
@@ -90,34 +96,37 @@ func encodeRequest(id uint32, items []Item) []byte {
 	return b
 }
 
-// decodeRequest parses a request payload. It never panics.
-func decodeRequest(b []byte) (uint32, []Item, error) {
+// decodeRequest parses a request payload, and reports whether it is a
+// cached request. It never panics.
+func decodeRequest(b []byte) (uint32, []Item, bool, error) {
 	d := decoder{b: b}
-	if d.u8() != msgRequest {
-		return 0, nil, fmt.Errorf("%w: not a request", ErrWire)
+	t := d.u8()
+	if t != msgRequest && t != msgCached {
+		return 0, nil, false, fmt.Errorf("%w: not a request", ErrWire)
 	}
+	cached := t == msgCached
 	id := d.u32()
 	n := int(d.u16())
 	if n > MaxItems {
-		return 0, nil, fmt.Errorf("%w: %d items, at most %d", ErrWire, n, MaxItems)
+		return 0, nil, false, fmt.Errorf("%w: %d items, at most %d", ErrWire, n, MaxItems)
 	}
 	items := make([]Item, 0, n)
 	for i := 0; i < n && d.err == nil; i++ {
 		l := int(d.u16())
 		if l > maxPathLen {
-			return 0, nil, fmt.Errorf("%w: path of %d bytes", ErrWire, l)
+			return 0, nil, false, fmt.Errorf("%w: path of %d bytes", ErrWire, l)
 		}
 		it := Item{Path: string(d.bytes(l))}
 		it.Size, it.Mtime, it.Block = int64(d.u64()), int64(d.u64()), int64(d.u64())
 		if it.Size < 0 || it.Block < 0 {
-			return 0, nil, fmt.Errorf("%w: negative size or block", ErrWire)
+			return 0, nil, false, fmt.Errorf("%w: negative size or block", ErrWire)
 		}
 		items = append(items, it)
 	}
 	if d.err == nil && len(d.b) != 0 {
 		d.err = fmt.Errorf("%w: %d trailing bytes", ErrWire, len(d.b))
 	}
-	return id, items, d.err
+	return id, items, cached, d.err
 }
 
 // encodeResponse builds a response frame payload.

@@ -70,6 +70,28 @@ func New(members []Member) (*Table, error) {
 	return t, nil
 }
 
+// Equal reports whether t and o give every key the same owner: the same
+// members with the same capacities, and the same demand assignments.
+func (t *Table) Equal(o *Table) bool {
+	if t == nil || o == nil {
+		return t == o
+	}
+	if len(t.members) != len(o.members) || len(t.assigned) != len(o.assigned) {
+		return false
+	}
+	for i := range t.members {
+		if t.members[i] != o.members[i] {
+			return false
+		}
+	}
+	for k, v := range t.assigned {
+		if w, ok := o.assigned[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
 // Members returns the members sorted by name. The slice must not be
 // modified.
 func (t *Table) Members() []Member { return t.members }
