@@ -124,8 +124,8 @@ type Node struct {
 	tableMu     sync.Mutex
 	// tableMu guards the following: placement over the alive members
 	// (placed[i] is the table's member i), kept by watchOwnership.
-	placement   *placement.Table
-	placed      []cluster.Member
+	placement *placement.Table
+	placed    []cluster.Member
 	// The table before the last change, and its members: a sample's
 	// previous owner may still cache it.
 	prevPlacement *placement.Table
@@ -134,16 +134,16 @@ type Node struct {
 	// this node owns before it joined.
 	othersPlacement *placement.Table
 	othersPlaced    []cluster.Member
-	movedIn       atomic.Int64 // blocks fetched from their previous owner's caches
-	batchers    map[string]*batcher // by peer data address
-	own         ownership
-	refreshed   chan struct{} // capacity 1: the catalog changed
-	stop        chan struct{} // closed by Close: background goroutines end
-	wg          sync.WaitGroup
-	reg         *prometheus.Registry
-	server      *fuse.Server
-	metrics     *http.Server
-	metricsAddr net.Addr
+	movedIn         atomic.Int64        // blocks fetched from their previous owner's caches
+	batchers        map[string]*batcher // by peer data address
+	own             ownership
+	refreshed       chan struct{} // capacity 1: the catalog changed
+	stop            chan struct{} // closed by Close: background goroutines end
+	wg              sync.WaitGroup
+	reg             *prometheus.Registry
+	server          *fuse.Server
+	metrics         *http.Server
+	metricsAddr     net.Addr
 
 	closeOnce sync.Once
 	closeErr  error

@@ -74,8 +74,8 @@ type fit struct {
 	n                   int64 // reads observed
 	failures, inARow    int64
 	skipUntil           time.Time // after a failure
-	x, y, xx, xy        float64 // weighted means of bytes, seconds, bytes², bytes·seconds
-	latency, secPerByte float64 // the current estimate
+	x, y, xx, xy        float64   // weighted means of bytes, seconds, bytes², bytes·seconds
+	latency, secPerByte float64   // the current estimate
 	last                time.Time
 }
 

@@ -138,15 +138,15 @@ type stream struct {
 	first    map[uint64]int32 // inode -> its first position
 	next     []int32          // next[pos]: the following position of the same file, or -1
 	consumed []bool
-	cursor   int     // first position not consumed
-	maxSeen  int     // furthest position consumed by a read; -1 before any
-	spans    []loader.Span // where each position's sample lies in a packed container
-	packed   []bool        // whether spans[pos] is known
+	cursor   int                // first position not consumed
+	maxSeen  int                // furthest position consumed by a read; -1 before any
+	spans    []loader.Span      // where each position's sample lies in a packed container
+	packed   []bool             // whether spans[pos] is known
 	runs     map[string][]int32 // container -> one position per file in it, by offset
 	runIdx   []int32            // runIdx[pos]: the index of pos's file in runs[its container]
-	order    []int32       // positions in the order the DataLoader will ask for them
-	sched    []int32 // sched[pos] is pos's index in order
-	frontier int     // next index into order to consider fetching
+	order    []int32            // positions in the order the DataLoader will ask for them
+	sched    []int32            // sched[pos] is pos's index in order
+	frontier int                // next index into order to consider fetching
 	slack    int
 	stats    *Stats
 }

@@ -104,7 +104,7 @@ func Mount(mountpoint string, cfg Config) (*Sim, error) {
 			FsName: "pfssim:" + abs, Name: "pfssim", DirectMount: true, MaxBackground: 64,
 			// A read call of up to 1 MiB is one request, as a PFS client
 			// sends reads of up to its RPC size in one.
-			MaxWrite: 1 << 20,
+			MaxWrite:   1 << 20,
 			AllowOther: os.Getuid() == 0,
 		},
 		EntryTimeout: &one, AttrTimeout: &one,
