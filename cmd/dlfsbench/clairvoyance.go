@@ -1,10 +1,8 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"time"
@@ -53,26 +51,11 @@ func runClairvoyance(o options, src string, total int64) error {
 		if mnt != "" {
 			h0, p0 = jobReads(mnt)
 		}
-		rec := filepath.Join(o.dir, "record.json")
-		cmd := exec.Command("/usr/bin/python3", filepath.Join(o.examples, "train_imagefolder.py"), "--data", data,
-			"--epochs", "1", "--start-epoch", fmt.Sprint(epoch), "--workers", "4", "--batch", "32", "--raw", "--record", rec)
-		cmd.Args = append(cmd.Args, extra...)
-		cmd.Env = append(os.Environ(), "RANK=0", "WORLD_SIZE=1")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("%s epoch %d: %v\n%s", label, epoch, err, out)
+		seconds, samples, err := trainOnce(o, data, epoch, extra...)
+		if err != nil {
+			return fmt.Errorf("%s: %w", label, err)
 		}
-		var r []struct {
-			Seconds float64 `json:"seconds"`
-			Samples int     `json:"samples"`
-		}
-		b, err := os.ReadFile(rec)
-		if err == nil {
-			err = json.Unmarshal(b, &r)
-		}
-		if err != nil || len(r) != 1 {
-			return fmt.Errorf("%s: bad record: %v", label, err)
-		}
-		run := epochRun{label: label, epoch: epoch, seconds: r[0].Seconds, samples: r[0].Samples, pfsBytes: pfsBytes() - before}
+		run := epochRun{label: label, epoch: epoch, seconds: seconds, samples: samples, pfsBytes: pfsBytes() - before}
 		if mnt != "" {
 			h1, p1 := jobReads(mnt)
 			run.hits, run.planned = h1-h0, p1-p0

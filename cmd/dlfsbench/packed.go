@@ -78,8 +78,8 @@ func runPacked(o options, src string, files []string, total int64) error {
 		fmt.Fprintf(os.Stderr, "measuring: %s\n", c.label)
 		before, err := pfs.PFSCounters(pfs.stats, 10*time.Second)
 		if err == nil {
-			var r packedRun
-			r, err = trainOnce(o, mnt)
+			r := packedRun{}
+			r.seconds, r.samples, err = trainOnce(o, mnt, 0)
 			after, cerr := pfs.PFSCounters(pfs.stats, 10*time.Second)
 			if err == nil {
 				err = cerr
@@ -125,14 +125,17 @@ func runPacked(o options, src string, files []string, total int64) error {
 	return nil
 }
 
-// trainOnce runs one epoch of the example script, rank 0 of 1, over data.
-func trainOnce(o options, data string) (packedRun, error) {
-	rec := filepath.Join(o.dir, "record-packed.json")
+// trainOnce runs one epoch (epoch) of the example script, rank 0 of 1,
+// over data with 4 workers and batches of 32, and returns the seconds and
+// samples it recorded.
+func trainOnce(o options, data string, epoch int, extra ...string) (seconds float64, samples int, err error) {
+	rec := filepath.Join(o.dir, "record.json")
 	cmd := exec.Command("/usr/bin/python3", filepath.Join(o.examples, "train_imagefolder.py"), "--data", data,
-		"--epochs", "1", "--workers", "4", "--batch", "32", "--raw", "--record", rec)
+		"--epochs", "1", "--start-epoch", fmt.Sprint(epoch), "--workers", "4", "--batch", "32", "--raw", "--record", rec)
+	cmd.Args = append(cmd.Args, extra...)
 	cmd.Env = append(os.Environ(), "RANK=0", "WORLD_SIZE=1")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return packedRun{}, fmt.Errorf("train over %s: %v\n%s", data, err, out)
+		return 0, 0, fmt.Errorf("train over %s, epoch %d: %v\n%s", data, epoch, err, out)
 	}
 	var r []struct {
 		Seconds float64 `json:"seconds"`
@@ -143,7 +146,7 @@ func trainOnce(o options, data string) (packedRun, error) {
 		err = json.Unmarshal(b, &r)
 	}
 	if err != nil || len(r) != 1 {
-		return packedRun{}, fmt.Errorf("bad record %s: %v", rec, err)
+		return 0, 0, fmt.Errorf("bad record %s: %v", rec, err)
 	}
-	return packedRun{seconds: r[0].Seconds, samples: r[0].Samples}, nil
+	return r[0].Seconds, r[0].Samples, nil
 }
