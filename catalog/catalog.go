@@ -37,6 +37,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dlfs/dlfs/source"
 )
 
 // RootIno is the inode number of SOURCE's root directory.
@@ -359,7 +361,7 @@ func (c *Catalog) build(root, old *Entry, files []File) int {
 	}
 	for _, f := range files {
 		names := strings.Split(f.Path, "/")
-		if !validPath(f.Path) || (len(names) == 1 && c.hidden(names[0])) {
+		if !source.Local(f.Path) || (len(names) == 1 && c.hidden(names[0])) {
 			skipped++
 			continue
 		}
@@ -397,19 +399,6 @@ func (c *Catalog) build(root, old *Entry, files []File) int {
 	}
 	link(root)
 	return skipped
-}
-
-// validPath accepts a clean, relative, slash-separated path.
-func validPath(p string) bool {
-	if p == "" || strings.ContainsRune(p, 0) {
-		return false
-	}
-	for _, el := range strings.Split(p, "/") {
-		if el == "" || el == "." || el == ".." {
-			return false
-		}
-	}
-	return true
 }
 
 func (c *Catalog) hidden(name string) bool {

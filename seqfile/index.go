@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/dlfs/dlfs/source"
 )
 
 // Entry is one row of the index: a record, or a directory of the packed
@@ -97,18 +99,9 @@ func (ix *Index) check() error {
 	return nil
 }
 
-// validName accepts a clean, relative, slash-separated path.
-func validName(name string) bool {
-	if name == "" || len(name) > MaxName || strings.ContainsRune(name, 0) {
-		return false
-	}
-	for _, el := range strings.Split(name, "/") {
-		if el == "" || el == "." || el == ".." {
-			return false
-		}
-	}
-	return true
-}
+// validName accepts a clean, relative, slash-separated path of at most
+// MaxName bytes.
+func validName(name string) bool { return len(name) <= MaxName && source.Local(name) }
 
 func clip(s string) string {
 	if len(s) > 80 {
