@@ -263,16 +263,72 @@ func openFlags(p string, flags int) error {
 
 var timeZero = time.Unix(1, 0)
 
+// testKey is the cluster key of the test clusters.
+var testKey = []byte("0123456789abcdef")
+
+// startMember mounts a node called name over src that gossips on
+// loopback with a data address, joining join if given.
+func startMember(t *testing.T, src, name string, join ...string) (*Node, string) {
+	t.Helper()
+	return start(t, src, func(c *Config) {
+		c.NodeName = name
+		c.Cluster = cluster.Config{Bind: "127.0.0.1:0", Join: join, Key: testKey, Local: true,
+			Meta: cluster.Meta{DataAddr: "127.0.0.1:0"}}
+	})
+}
+
+// startPair mounts nodes a and b over src as one cluster and waits until
+// each sees both.
+func startPair(t *testing.T, src string) (a *Node, mntA string, b *Node, mntB string) {
+	t.Helper()
+	a, mntA = startMember(t, src, "a")
+	b, mntB = startMember(t, src, "b", a.cl.Addr())
+	waitAlive(t, 2, a, b)
+	return a, mntA, b, mntB
+}
+
+// waitAlive polls until every node sees n alive members.
+func waitAlive(t *testing.T, n int, nodes ...*Node) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for _, nd := range nodes {
+		for len(nd.cl.Alive()) != n {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s sees %d alive members, want %d", nd.cfg.NodeName, len(nd.cl.Alive()), n)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// startFails checks that mounting src fails with one line holding every
+// one of words.
+func startFails(t *testing.T, src string, words ...string) {
+	t.Helper()
+	n, err := Start(context.Background(), DefaultConfig(src, t.TempDir()))
+	if err == nil {
+		n.Close()
+		t.Fatalf("mounting %s succeeded, want an error naming %v", src, words)
+	}
+	for _, w := range words {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("mounting %s: %q lacks %q", src, err, w)
+		}
+	}
+	if strings.Contains(err.Error(), "\n") {
+		t.Errorf("mounting %s: error %q spans lines", src, err)
+	}
+}
+
 // TestTwoNodesSeeEachOther: two mounts gossip and list each other, with
 // their capacities, under cluster in .dlfs/stats.
 func TestTwoNodesSeeEachOther(t *testing.T) {
 	src := conformance.OddTree(t, t.TempDir())
-	key := []byte("0123456789abcdef")
-	a, mntA := start(t, src, func(c *Config) {
-		c.NodeName, c.Cluster = "a", cluster.Config{Bind: "127.0.0.1:0", Key: key, Local: true}
+	a, mntA := start(t, src, func(c *Config) { // gossip only: no data address
+		c.NodeName, c.Cluster = "a", cluster.Config{Bind: "127.0.0.1:0", Key: testKey, Local: true}
 	})
 	_, _ = start(t, src, func(c *Config) {
-		c.NodeName, c.Cluster = "b", cluster.Config{Bind: "127.0.0.1:0", Join: []string{a.cl.Addr()}, Key: key, Local: true}
+		c.NodeName, c.Cluster = "b", cluster.Config{Bind: "127.0.0.1:0", Join: []string{a.cl.Addr()}, Key: testKey, Local: true}
 	})
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -296,23 +352,7 @@ func TestTwoNodesSeeEachOther(t *testing.T) {
 // owns from a (served.peer), and a reads them from SOURCE.
 func TestPeerServesOwnedSamples(t *testing.T) {
 	src := conformance.OddTree(t, t.TempDir())
-	key := []byte("0123456789abcdef")
-	a, mntA := start(t, src, func(c *Config) {
-		c.NodeName = "a"
-		c.Cluster = cluster.Config{Bind: "127.0.0.1:0", Key: key, Local: true, Meta: cluster.Meta{DataAddr: "127.0.0.1:0"}}
-	})
-	b, mntB := start(t, src, func(c *Config) {
-		c.NodeName = "b"
-		c.Cluster = cluster.Config{Bind: "127.0.0.1:0", Join: []string{a.cl.Addr()}, Key: key, Local: true,
-			Meta: cluster.Meta{DataAddr: "127.0.0.1:0"}}
-	})
-	deadline := time.Now().Add(20 * time.Second)
-	for len(a.cl.Alive()) != 2 || len(b.cl.Alive()) != 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("the nodes never saw each other")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	_, mntA, _, mntB := startPair(t, src)
 	conformance.Tree(t, src, mntB) // every byte correct through b
 	var sa, sb Stats
 	readJSON(t, filepath.Join(mntA, ".dlfs/stats"), &sa)
@@ -331,17 +371,13 @@ func TestPeerServesOwnedSamples(t *testing.T) {
 // peer passes its deadline; the model then skips the peer.
 func TestStuckPeer(t *testing.T) {
 	src := conformance.OddTree(t, t.TempDir())
-	key := []byte("0123456789abcdef")
 	hole, err := net.Listen("tcp", "127.0.0.1:0") // accepts (the kernel does), never answers
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer hole.Close()
-	a, mntA := start(t, src, func(c *Config) {
-		c.NodeName = "a"
-		c.Cluster = cluster.Config{Bind: "127.0.0.1:0", Key: key, Local: true, Meta: cluster.Meta{DataAddr: "127.0.0.1:0"}}
-	})
-	b, err := cluster.Start(cluster.Config{NodeName: "b", Bind: "127.0.0.1:0", Join: []string{a.cl.Addr()}, Key: key, Local: true,
+	a, mntA := startMember(t, src, "a")
+	b, err := cluster.Start(cluster.Config{NodeName: "b", Bind: "127.0.0.1:0", Join: []string{a.cl.Addr()}, Key: testKey, Local: true,
 		Meta: cluster.Meta{DataAddr: hole.Addr().String(), Dataset: src, RAM: 1 << 30}})
 	if err != nil {
 		t.Fatal(err)
@@ -372,17 +408,9 @@ func TestStuckPeer(t *testing.T) {
 // tree read through both nodes is read from SOURCE once.
 func TestJoinTakesShareFromCaches(t *testing.T) {
 	src := conformance.OddTree(t, t.TempDir())
-	key := []byte("0123456789abcdef")
-	a, mntA := start(t, src, func(c *Config) {
-		c.NodeName = "a"
-		c.Cluster = cluster.Config{Bind: "127.0.0.1:0", Key: key, Local: true, Meta: cluster.Meta{DataAddr: "127.0.0.1:0"}}
-	})
+	a, mntA := startMember(t, src, "a")
 	conformance.Tree(t, src, mntA) // a alone owns and caches everything
-	b, mntB := start(t, src, func(c *Config) {
-		c.NodeName = "b"
-		c.Cluster = cluster.Config{Bind: "127.0.0.1:0", Join: []string{a.cl.Addr()}, Key: key, Local: true,
-			Meta: cluster.Meta{DataAddr: "127.0.0.1:0"}}
-	})
+	b, mntB := startMember(t, src, "b", a.cl.Addr())
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		b.tableMu.Lock()

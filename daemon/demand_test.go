@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/dlfs/dlfs/catalog"
-	"github.com/dlfs/dlfs/cluster"
 	"github.com/dlfs/dlfs/test/datagen"
 )
 
@@ -22,17 +21,8 @@ func TestDemandPlacement(t *testing.T) {
 	if _, err := datagen.ImageFolder(filepath.Join(src, "train"), datagen.Spec{Classes: 4, Files: 400, MeanSize: 100, Seed: 2}); err != nil {
 		t.Fatal(err)
 	}
-	key := []byte("0123456789abcdef")
-	var nodes []*Node
-	var mnts []string
-	for i, name := range []string{"a", "b"} {
-		cc := cluster.Config{Bind: "127.0.0.1:0", Key: key, Local: true, Meta: cluster.Meta{DataAddr: "127.0.0.1:0"}}
-		if i > 0 {
-			cc.Join = []string{nodes[0].cl.Addr()}
-		}
-		n, mnt := start(t, src, func(c *Config) { c.NodeName, c.Cluster = name, cc })
-		nodes, mnts = append(nodes, n), append(mnts, mnt)
-	}
+	a, mntA, b, mntB := startPair(t, src)
+	nodes, mnts := []*Node{a, b}, []string{mntA, mntB}
 	announce := func(epoch int) {
 		for r, mnt := range mnts {
 			line := []byte("job=j root=train seed=5 world=2 rank=" + string(rune('0'+r)) + " epoch=" + string(rune('0'+epoch)) + "\n")

@@ -6,12 +6,10 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/dlfs/dlfs/cluster"
 	"github.com/dlfs/dlfs/packer"
 	"github.com/dlfs/dlfs/seqfile"
 	"github.com/dlfs/dlfs/test/conformance"
@@ -23,10 +21,7 @@ import (
 // read of the tree reads nothing from the shards.
 func TestPackedSource(t *testing.T) {
 	src := conformance.OddTree(t, t.TempDir())
-	out := filepath.Join(t.TempDir(), "pack")
-	if _, err := packer.Pack(context.Background(), packer.Config{Source: src, Out: out, Shards: 3}); err != nil {
-		t.Fatal(err)
-	}
+	out := pack(t, src, 3)
 	n, mnt := start(t, out, nil)
 	conformance.Tree(t, src, mnt)
 	before := n.Stats().PFS
@@ -43,10 +38,7 @@ func TestPackedSource(t *testing.T) {
 // with EIO and a log line naming the shard; every other file reads fine.
 func TestCorruptPack(t *testing.T) {
 	src := conformance.OddTree(t, t.TempDir())
-	out := filepath.Join(t.TempDir(), "pack")
-	if _, err := packer.Pack(context.Background(), packer.Config{Source: src, Out: out, Shards: 1}); err != nil {
-		t.Fatal(err)
-	}
+	out := pack(t, src, 1)
 	ix, err := seqfile.ReadIndex(out)
 	if err != nil {
 		t.Fatal(err)
@@ -73,11 +65,7 @@ func TestCorruptPack(t *testing.T) {
 	idx := filepath.Join(out, seqfile.IndexName)
 	ib, _ := os.ReadFile(idx)
 	os.WriteFile(idx, ib[:len(ib)/2], 0o644)
-	cfg := DefaultConfig(out, t.TempDir())
-	if _, err := Start(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "index") ||
-		strings.Contains(err.Error(), "\n") {
-		t.Errorf("mounting a truncated index: %v", err)
-	}
+	startFails(t, out, "index")
 }
 
 // TestTruncatedRecordIO: a .rec file cut inside a record refuses to mount
@@ -90,11 +78,7 @@ func TestTruncatedRecordIO(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(src, "train.rec"), rec, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Start(context.Background(), DefaultConfig(src, t.TempDir()))
-	if err == nil || !strings.Contains(err.Error(), "train.rec") || !strings.Contains(err.Error(), "truncated") ||
-		strings.Contains(err.Error(), "\n") {
-		t.Errorf("mounting a truncated .rec: %v", err)
-	}
+	startFails(t, src, "train.rec", "truncated")
 }
 
 // TestBadHDF5: a .h5 file that is not HDF5 refuses to mount with one line
@@ -104,11 +88,7 @@ func TestBadHDF5(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(src, "bad.h5"), []byte("\x89HDF\r\n\x1a\nnot really"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Start(context.Background(), DefaultConfig(src, t.TempDir()))
-	if err == nil || !strings.Contains(err.Error(), "bad.h5") || !strings.Contains(err.Error(), "HDF5") ||
-		strings.Contains(err.Error(), "\n") {
-		t.Errorf("mounting a bad .h5: %v", err)
-	}
+	startFails(t, src, "bad.h5", "HDF5")
 }
 
 // TestCoalescedPrefetch: over a pack, an announced shuffled epoch is
@@ -119,10 +99,7 @@ func TestCoalescedPrefetch(t *testing.T) {
 	if _, err := datagen.ImageFolder(filepath.Join(src, "train"), datagen.Spec{Classes: 4, Files: 400, MeanSize: 3000, Seed: 4}); err != nil {
 		t.Fatal(err)
 	}
-	out := filepath.Join(t.TempDir(), "pack")
-	if _, err := packer.Pack(context.Background(), packer.Config{Source: src, Out: out, Shards: 2}); err != nil {
-		t.Fatal(err)
-	}
+	out := pack(t, src, 2)
 	n, mnt := start(t, out, nil)
 	if err := os.WriteFile(filepath.Join(mnt, ".dlfs/control"), []byte("job=j root=train seed=9 epoch=0 lookahead=1\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -147,27 +124,8 @@ func TestCoalescedPrefetch(t *testing.T) {
 // read about once between them.
 func TestPackedCluster(t *testing.T) {
 	src := conformance.OddTree(t, t.TempDir())
-	out := filepath.Join(t.TempDir(), "pack")
-	if _, err := packer.Pack(context.Background(), packer.Config{Source: src, Out: out, Shards: 2}); err != nil {
-		t.Fatal(err)
-	}
-	key := []byte("0123456789abcdef")
-	a, mntA := start(t, out, func(c *Config) {
-		c.NodeName = "a"
-		c.Cluster = cluster.Config{Bind: "127.0.0.1:0", Key: key, Local: true, Meta: cluster.Meta{DataAddr: "127.0.0.1:0"}}
-	})
-	b, mntB := start(t, out, func(c *Config) {
-		c.NodeName = "b"
-		c.Cluster = cluster.Config{Bind: "127.0.0.1:0", Join: []string{a.cl.Addr()}, Key: key, Local: true,
-			Meta: cluster.Meta{DataAddr: "127.0.0.1:0"}}
-	})
-	deadline := time.Now().Add(20 * time.Second)
-	for len(a.cl.Alive()) != 2 || len(b.cl.Alive()) != 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("the nodes never saw each other")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	out := pack(t, src, 2)
+	_, mntA, _, mntB := startPair(t, out)
 	conformance.Tree(t, src, mntB)
 	var sa, sb Stats
 	readJSON(t, filepath.Join(mntA, ".dlfs/stats"), &sa)
@@ -185,10 +143,7 @@ func TestPackedCluster(t *testing.T) {
 // lost with EIO; the records before the cut read fine.
 func TestTruncatedShard(t *testing.T) {
 	src := conformance.OddTree(t, t.TempDir())
-	out := filepath.Join(t.TempDir(), "pack")
-	if _, err := packer.Pack(context.Background(), packer.Config{Source: src, Out: out, Shards: 1}); err != nil {
-		t.Fatal(err)
-	}
+	out := pack(t, src, 1)
 	ix, err := seqfile.ReadIndex(out)
 	if err != nil {
 		t.Fatal(err)
@@ -217,10 +172,7 @@ func TestCorruptRecordInRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := filepath.Join(t.TempDir(), "pack")
-	if _, err := packer.Pack(context.Background(), packer.Config{Source: src, Out: out, Shards: 1}); err != nil {
-		t.Fatal(err)
-	}
+	out := pack(t, src, 1)
 	ix, _ := seqfile.ReadIndex(out)
 	bad := "train/" + files[50].Path
 	e, _ := ix.Lookup(bad)
@@ -253,4 +205,14 @@ func TestCorruptRecordInRun(t *testing.T) {
 			t.Errorf("%s: %v", p, err)
 		}
 	}
+}
+
+// pack packs src into shards and returns the pack's directory.
+func pack(t *testing.T, src string, shards int) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "pack")
+	if _, err := packer.Pack(context.Background(), packer.Config{Source: src, Out: out, Shards: shards}); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
