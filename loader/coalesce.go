@@ -21,14 +21,20 @@ import (
 // errRunLength means a Coalescer returned the wrong number of samples.
 var errRunLength = errors.New("loader: a coalesced read returned the wrong number of samples")
 
+// Coalesces reports whether SOURCE is a packed dataset whose neighbouring
+// samples are read together.
+func (l *Loader) Coalesces() bool {
+	_, ok := l.pfs.(Coalescer)
+	return ok && !l.cfg.NoCoalesce
+}
+
 // Locate says where e's bytes lie, if SOURCE is a packed dataset and e is
 // one block.
 func (l *Loader) Locate(e *catalog.Entry) (Span, bool) {
-	c, ok := l.pfs.(Coalescer)
-	if !ok || l.cfg.NoCoalesce || e.Size > l.cfg.BlockSize {
+	if !l.Coalesces() || e.Size > l.cfg.BlockSize {
 		return Span{}, false
 	}
-	return c.Locate(e.Path)
+	return l.pfs.(Coalescer).Locate(e.Path)
 }
 
 // RunLimits are the thresholds for reading neighbouring samples in one

@@ -84,8 +84,9 @@ func DefaultConfig() Config {
 // Loader is what the prefetcher fetches through.
 type Loader interface {
 	Prefetch(e *catalog.Entry) (map[int64]ramcache.Block, error)
-	// Locate, PrefetchRun and RunLimits coalesce neighbouring samples of a
-	// packed dataset into one PFS read (see loader.Loader).
+	// Coalesces, Locate, PrefetchRun and RunLimits coalesce neighbouring
+	// samples of a packed dataset into one PFS read (see loader.Loader).
+	Coalesces() bool
 	Locate(e *catalog.Entry) (loader.Span, bool)
 	PrefetchRun(first *catalog.Entry, neighbours []*catalog.Entry) (map[uint64]ramcache.Block, error)
 	RunLimits() (gap, run int64)
@@ -335,6 +336,9 @@ func build(j *jobs.Job, rank int, epochs []int) *stream {
 // locate records where each sample of s lies, when SOURCE is packed, so
 // that next can coalesce neighbours without calling out under mu.
 func (p *Prefetcher) locate(s *stream) {
+	if !p.load.Coalesces() {
+		return // not a packed dataset: nothing to hold
+	}
 	s.spans, s.packed = make([]loader.Span, len(s.entries)), make([]bool, len(s.entries))
 	s.runs, s.runIdx = map[string][]int32{}, make([]int32, len(s.entries))
 	spans := map[uint64]int{} // ino -> first position located
@@ -662,7 +666,7 @@ func (p *Prefetcher) next(gap, run int64) []*catalog.Entry {
 		}
 		s.frontier++
 		group := []*catalog.Entry{e}
-		if s.packed[pos] {
+		if s.packed != nil && s.packed[pos] {
 			group = p.neighboursLocked(s, int(pos), gap, run)
 		}
 		for _, g := range group {

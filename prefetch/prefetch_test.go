@@ -29,6 +29,8 @@ type fakeLoader struct {
 	requests atomic.Int64
 }
 
+func (f *fakeLoader) Coalesces() bool { return f.packed }
+
 func (f *fakeLoader) Locate(e *catalog.Entry) (loader.Span, bool) {
 	if !f.packed {
 		return loader.Span{}, false
