@@ -379,7 +379,7 @@ func (c *Catalog) build(root, old *Entry, files []File) int {
 		last := names[len(names)-1]
 		if e := kids[d][last]; e != nil {
 			if e.IsDir() && f.Mode&syscall.S_IFMT == syscall.S_IFDIR {
-				e.Mode, e.Mtime = f.Mode, f.Mtime // made as a parent before its own line came
+				e.Mode, e.Mtime = f.Mode, f.Mtime // a directory listed twice: the last line wins
 			} else {
 				skipped++
 			}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"sync"
 	"syscall"
@@ -16,8 +15,6 @@ import (
 )
 
 const seqIndexName = seqfile.IndexName
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // seqDataset is a seqfile pack.
 type seqDataset struct {
@@ -125,8 +122,7 @@ func (d *seqDataset) read(e seqfile.Entry, p []byte, off int64) (int, error) {
 		return n, err
 	}
 	if off == 0 && int64(n) == e.Length {
-		sum := crc32.Update(crc32.Checksum([]byte(e.Name), castagnoli), castagnoli, p[:n])
-		if sum != e.CRC {
+		if seqfile.RecordCRC(e.Name, p[:n]) != e.CRC {
 			return 0, fmt.Errorf("%w: %s: record %s at offset %d fails its checksum; the shard is corrupt, repack",
 				ErrFormat, h.Path(), e.Name, e.Offset)
 		}
@@ -189,7 +185,7 @@ func (d *seqDataset) ReadRun(paths []string, wants []source.Want) ([][]byte, err
 		return nil, err
 	}
 	for i, e := range entries {
-		if crc32.Update(crc32.Checksum([]byte(e.Name), castagnoli), castagnoli, bufs[i]) != e.CRC {
+		if seqfile.RecordCRC(e.Name, bufs[i]) != e.CRC {
 			return nil, fmt.Errorf("%w: %s: record %s at offset %d fails its checksum; the shard is corrupt, repack",
 				ErrFormat, h.Path(), e.Name, e.Offset)
 		}

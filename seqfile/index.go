@@ -313,7 +313,7 @@ func (w *Writer) Append(name string, mode uint32, mtime int64, data []byte) (Ent
 	if t := mode & syscall.S_IFMT; t != syscall.S_IFREG && t != syscall.S_IFLNK {
 		return Entry{}, fmt.Errorf("seqfile: %s: only files and symlinks are records", name)
 	}
-	crc := crc32.Update(crc32.Checksum([]byte(name), castagnoli), castagnoli, data)
+	crc := RecordCRC(name, data)
 	h := Header{Length: int64(len(data)), Mode: mode, NameLen: len(name), Mtime: mtime, CRC: crc}
 	var hb [HeaderSize]byte
 	encodeHeader(hb[:], h)

@@ -170,6 +170,11 @@ func ReadRecord(r io.ReaderAt, size, off int64) (Record, error) {
 	return Record{Header: h, Name: string(body[:h.NameLen]), Data: body[h.NameLen:]}, nil
 }
 
+// RecordCRC is a record's checksum: CRC-32C of its name, then its payload.
+func RecordCRC(name string, data []byte) uint32 {
+	return crc32.Update(crc32.Checksum([]byte(name), castagnoli), castagnoli, data)
+}
+
 // CheckFileHeader checks a shard's first FileHeader bytes.
 func CheckFileHeader(b []byte) error {
 	if len(b) < FileHeader || [8]byte(b[:8]) != fileMagic {
