@@ -9,7 +9,6 @@ import (
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/ramcache"
 	"github.com/dlfs/dlfs/source"
-	"github.com/dlfs/dlfs/ssdstore"
 )
 
 // Coalescing: over a packed dataset, the prefetcher hands the loader a
@@ -147,7 +146,7 @@ func (l *Loader) readRun(c Coalescer, first *catalog.Entry, pick []*catalog.Entr
 			var rerr error
 			if bufs[k], rerr = l.readPFS(pick[i], 0, pick[i].Size); rerr != nil {
 				failed[k] = true
-				l.flight.finish(keys[i], calls[i], nil, tierPFS, rerr)
+				l.flight.finish(keys[i], calls[i], fetch{src: tierPFS}, rerr)
 			}
 		}
 	}
@@ -159,16 +158,16 @@ func (l *Loader) readRun(c Coalescer, first *catalog.Entry, pick []*catalog.Entr
 		}
 		b := bufs[k]
 		total += int64(len(b))
-		l.flight.finish(keys[i], calls[i], b, tierPFS, nil)
+		l.flight.finish(keys[i], calls[i], fetch{b, tierPFS}, nil)
 		l.fetches[tierPFS].Add(1)
 		l.fetched[tierPFS].Add(int64(len(b)))
-		blk := ramcache.Block{ID: e.Ino, Data: b, Size: e.Size, Mtime: e.Mtime, Sum: ssdstore.Checksum(b)}
-		if e != first && l.ram.Put(keys[i], blk) {
-			out[e.Ino] = ramcache.Block{}
+		blk := ramcache.Block{ID: e.Ino, Data: b, Size: e.Size, Mtime: e.Mtime}
+		if calls[i].read || e != first && l.ram.Put(keys[i], blk) {
+			out[e.Ino] = ramcache.Block{} // a read that shared the fetch keeps it, or RAM does
 		} else {
 			out[e.Ino] = blk
 		}
-		l.toSSD(keys[i], e, b, blk.Sum)
+		l.toSSD(keys[i], e, b)
 	}
 	if err == nil {
 		l.model.Observe(srcPFS, total, time.Since(start))

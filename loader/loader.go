@@ -324,21 +324,21 @@ func (l *Loader) block(e *catalog.Entry, i int64, done bool) ([]byte, tier, time
 	}
 	start := time.Now()
 	kept := false
-	c, shared := l.flight.do(key, func() ([]byte, tier, error) {
+	c, shared := l.flight.do(key, forReader, func() (fetch, error) {
 		// A fetch that finished between the look in RAM and this flight
 		// left the block there: do not read it again.
 		if b, ok := l.ram.Get(key, e.Size, e.Mtime); ok {
-			return b.Data, tierRAM, nil
+			return fetch{b.Data, tierRAM}, nil
 		}
-		val, src, err := l.load(e, i, forReader)
+		f, err := l.load(e, i, forReader)
 		// A block from a peer stays with its owner: caching it here too
 		// would spend this node's share of the cluster's RAM on another's
 		// partition. Others are offered to RAM before the flight ends, so
 		// a reader that just missed RAM finds them there.
-		if err == nil && src != tierPeer {
-			kept = l.ram.Put(key, ramcache.Block{ID: e.Ino, Data: val, Size: e.Size, Mtime: e.Mtime, Sum: ssdstore.Checksum(val)})
+		if err == nil && f.src != tierPeer {
+			kept = l.ram.Put(key, ramcache.Block{ID: e.Ino, Data: f.val, Size: e.Size, Mtime: e.Mtime})
 		}
-		return val, src, err
+		return f, err
 	})
 	if c.err != nil {
 		return nil, c.src, 0, c.err
@@ -349,11 +349,11 @@ func (l *Loader) block(e *catalog.Entry, i int64, done bool) ([]byte, tier, time
 	if shared && c.src != tierPeer {
 		// The flight may have been a prefetch, which stages rather than
 		// caches: this read offers the block to RAM itself.
-		kept = l.ram.Put(key, ramcache.Block{ID: e.Ino, Data: c.val, Size: e.Size, Mtime: e.Mtime, Sum: c.sum})
+		kept = l.ram.Put(key, ramcache.Block{ID: e.Ino, Data: c.val, Size: e.Size, Mtime: e.Mtime})
 	}
 	if !kept && !done {
 		if s := l.stage.Load(); s != nil {
-			s.s.Hold(key, ramcache.Block{ID: e.Ino, Data: c.val, Size: e.Size, Mtime: e.Mtime, Sum: c.sum})
+			s.s.Hold(key, ramcache.Block{ID: e.Ino, Data: c.val, Size: e.Size, Mtime: e.Mtime})
 		}
 	}
 	var waited time.Duration
@@ -365,7 +365,8 @@ func (l *Loader) block(e *catalog.Entry, i int64, done bool) ([]byte, tier, time
 
 // Prefetch loads every block of e that RAM lacks, from the SSD or the PFS,
 // sharing fetches with concurrent demand reads, and returns them by block
-// number. It does not put them in RAM: the caller stages them.
+// number, less those a demand read shared (the read keeps them). It does
+// not put them in RAM: the caller stages them.
 func (l *Loader) Prefetch(e *catalog.Entry) (map[int64]ramcache.Block, error) {
 	n := max((e.Size+l.cfg.BlockSize-1)/l.cfg.BlockSize, 1)
 	out := make(map[int64]ramcache.Block, n)
@@ -374,11 +375,14 @@ func (l *Loader) Prefetch(e *catalog.Entry) (map[int64]ramcache.Block, error) {
 		if l.ram.Contains(key) {
 			continue
 		}
-		c, _ := l.flight.do(key, func() ([]byte, tier, error) { return l.load(e, i, forPrefetch) })
+		c, _ := l.flight.do(key, forPrefetch, func() (fetch, error) { return l.load(e, i, forPrefetch) })
 		if c.err != nil {
 			return nil, c.err
 		}
-		out[i] = ramcache.Block{ID: e.Ino, Data: c.val, Size: e.Size, Mtime: e.Mtime, Sum: c.sum, Peer: c.src == tierPeer}
+		if c.read {
+			continue // the read that shared the fetch keeps the block
+		}
+		out[i] = ramcache.Block{ID: e.Ino, Data: c.val, Size: e.Size, Mtime: e.Mtime, Peer: c.src == tierPeer}
 	}
 	return out, nil
 }
@@ -397,11 +401,11 @@ func (l *Loader) Serve(e *catalog.Entry, i int64) ([]byte, error) {
 			return b.Data, nil
 		}
 	}
-	c, _ := l.flight.do(key, func() ([]byte, tier, error) { return l.load(e, i, forPeer) })
+	c, _ := l.flight.do(key, forPeer, func() (fetch, error) { return l.load(e, i, forPeer) })
 	if c.err != nil {
 		return nil, c.err
 	}
-	l.ram.Put(key, ramcache.Block{ID: e.Ino, Data: c.val, Size: e.Size, Mtime: e.Mtime, Sum: c.sum})
+	l.ram.Put(key, ramcache.Block{ID: e.Ino, Data: c.val, Size: e.Size, Mtime: e.Mtime})
 	return c.val, nil
 }
 
@@ -450,16 +454,16 @@ const (
 // load reads block i of e from the SSD, the owning peer (unless for a
 // peer) or the PFS, in the order the model estimates fastest, and queues
 // a PFS read for the SSD (see Choice of source). It runs inside a flight.
-func (l *Loader) load(e *catalog.Entry, i int64, why purpose) ([]byte, tier, error) {
-	b, t, err := l.loadFrom(e, i, why)
+func (l *Loader) load(e *catalog.Entry, i int64, why purpose) (fetch, error) {
+	f, err := l.loadFrom(e, i, why)
 	if err == nil {
-		l.fetches[t].Add(1)
-		l.fetched[t].Add(int64(len(b)))
+		l.fetches[f.src].Add(1)
+		l.fetched[f.src].Add(int64(len(f.val)))
 	}
-	return b, t, err
+	return f, err
 }
 
-func (l *Loader) loadFrom(e *catalog.Entry, i int64, why purpose) ([]byte, tier, error) {
+func (l *Loader) loadFrom(e *catalog.Entry, i int64, why purpose) (fetch, error) {
 	key := BlockKey(e.Path, i)
 	bs := l.cfg.BlockSize
 	n := min(bs, e.Size-i*bs)
@@ -525,7 +529,7 @@ func (l *Loader) loadFrom(e *catalog.Entry, i int64, why purpose) ([]byte, tier,
 			}
 			if ok {
 				l.model.Observe(src, n, time.Since(start))
-				return b.Data, tierSSD, nil
+				return fetch{b.Data, tierSSD}, nil
 			}
 		case srcPFS:
 			var buf []byte
@@ -544,8 +548,8 @@ func (l *Loader) loadFrom(e *catalog.Entry, i int64, why purpose) ([]byte, tier,
 				continue // a cache source after it may still hold the block
 			}
 			l.model.Observe(src, n, time.Since(start))
-			l.toSSD(key, e, buf, ssdstore.Checksum(buf))
-			return buf, tierPFS, nil
+			l.toSSD(key, e, buf)
+			return fetch{buf, tierPFS}, nil
 		case srcPrevious:
 			if l.model.Estimate("peer:"+previous, n) == perfmodel.Unreachable {
 				continue // failed lately: not worth a probe
@@ -557,8 +561,8 @@ func (l *Loader) loadFrom(e *catalog.Entry, i int64, why purpose) ([]byte, tier,
 			if err != nil || int64(len(b)) != n {
 				continue // not cached there (or gone): the PFS then
 			}
-			l.toSSD(key, e, b, ssdstore.Checksum(b))
-			return b, tierMoved, nil
+			l.toSSD(key, e, b)
+			return fetch{b, tierMoved}, nil
 		default:
 			b, err := l.remote.Load().r.Fetch(owner, e, i)
 			if err == nil && int64(len(b)) != n {
@@ -574,19 +578,19 @@ func (l *Loader) loadFrom(e *catalog.Entry, i int64, why purpose) ([]byte, tier,
 			// Timed per block, waiting in the batch included: that is
 			// what a read from this peer costs the reader.
 			l.model.Observe(src, n, time.Since(start))
-			return b, tierPeer, nil
+			return fetch{b, tierPeer}, nil
 		}
 	}
-	return nil, tierPFS, pfsErr
+	return fetch{src: tierPFS}, pfsErr
 }
 
 // toSSD queues a block read from the PFS for the SSD tier, if there is
 // one. A full queue or a closing store drops it quietly.
-func (l *Loader) toSSD(key string, e *catalog.Entry, b []byte, sum uint32) {
+func (l *Loader) toSSD(key string, e *catalog.Entry, b []byte) {
 	if l.ssd == nil {
 		return
 	}
-	if err := l.ssd.Put(key, ssdstore.Block{Data: b, Size: e.Size, Mtime: e.Mtime, Sum: sum}); err != nil &&
+	if err := l.ssd.Put(key, ssdstore.Block{Data: b, Size: e.Size, Mtime: e.Mtime, Sum: ssdstore.Checksum(b)}); err != nil &&
 		!errors.Is(err, ssdstore.ErrClosed) && !errors.Is(err, ssdstore.ErrBusy) {
 		l.log.Warn("loader: SSD write failed", "path", e.Path, "err", err)
 	}

@@ -367,3 +367,66 @@ func TestCombinedDemandReads(t *testing.T) {
 		t.Errorf("stats: %d runs of %d samples", st.Runs, st.RunSamples)
 	}
 }
+
+// A demand read that shares a prefetch's fetch keeps the block itself, so
+// the prefetch must not hand it back for staging: the staged copy would
+// never be taken, and would hold staging memory until the cursor passed.
+func TestPrefetchLeavesSharedBlocksToTheReader(t *testing.T) {
+	file := data(5000)
+	pfs := &fakePFS{files: map[string][]byte{"f": file}, gate: make(chan struct{})}
+	l := New(DefaultConfig(), ramcache.New(ramcache.Config{Capacity: 1 << 20}), nil, pfs)
+	e := entry("f", 5000)
+	type result struct {
+		blocks map[int64]ramcache.Block
+		err    error
+	}
+	prefetched := make(chan result, 1)
+	go func() {
+		b, err := l.Prefetch(e)
+		prefetched <- result{b, err}
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for pfs.reads.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	read := make(chan error, 1)
+	go func() {
+		b, err := l.ReadAt(e, make([]byte, 5000), 0)
+		if err == nil && !bytes.Equal(b, file) {
+			err = errors.New("wrong bytes")
+		}
+		read <- err
+	}()
+	joined := func() bool {
+		l.flight.mu.Lock()
+		defer l.flight.mu.Unlock()
+		c := l.flight.calls[BlockKey("f", 0)]
+		return c != nil && c.read
+	}
+	for !joined() && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if !joined() {
+		t.Fatal("the read never joined the prefetch's fetch")
+	}
+	close(pfs.gate)
+	if err := <-read; err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	r := <-prefetched
+	if r.err != nil {
+		t.Fatalf("prefetch: %v", r.err)
+	}
+	if len(r.blocks) != 0 {
+		t.Errorf("prefetch returned %d blocks for staging; the read that shared the fetch keeps it", len(r.blocks))
+	}
+	if n := pfs.reads.Load(); n != 1 {
+		t.Errorf("%d PFS reads, want 1", n)
+	}
+	// A prefetch with no reader sharing it still returns the block.
+	g := entry("g", 100)
+	pfs.files["g"] = data(100)
+	if b, err := l.Prefetch(g); err != nil || len(b) != 1 {
+		t.Errorf("prefetch of an unshared file: %d blocks, %v; want 1", len(b), err)
+	}
+}

@@ -1,10 +1,6 @@
 package loader
 
-import (
-	"sync"
-
-	"github.com/dlfs/dlfs/ssdstore"
-)
+import "sync"
 
 // flight deduplicates concurrent fetches of the same key: the first caller
 // runs fn, later callers wait for its result. Unlike a context-aware group,
@@ -17,32 +13,40 @@ type flight struct {
 
 type call struct {
 	done chan struct{}
-	val  []byte
-	sum  uint32 // CRC-32C of val
-	src  tier
-	err  error
+	fetch
+	err error
+	// read says a demand read ran or shared the call. That read keeps the
+	// block itself (in RAM, or on the stage if it read only part of it),
+	// so a prefetch sharing the call must not stage it again: the copy
+	// would sit on the stage, never taken, until the cursor passed it.
+	// Final once done is closed.
+	read bool
+}
+
+// fetch is a block as a flight returns it, with the tier that supplied it.
+type fetch struct {
+	val []byte
+	src tier
 }
 
 // do runs fn once per key at a time and reports whether this caller shared
-// another's result.
-func (f *flight) do(key string, fn func() ([]byte, tier, error)) (*call, bool) {
+// another's result. why says who calls: a reader marks the call read.
+func (f *flight) do(key string, why purpose, fn func() (fetch, error)) (*call, bool) {
 	f.mu.Lock()
 	if f.calls == nil {
 		f.calls = make(map[string]*call)
 	}
 	if c, ok := f.calls[key]; ok {
+		c.read = c.read || why == forReader
 		f.mu.Unlock()
 		<-c.done
 		return c, true
 	}
-	c := &call{done: make(chan struct{})}
+	c := &call{done: make(chan struct{}), read: why == forReader}
 	f.calls[key] = c
 	f.mu.Unlock()
 
-	c.val, c.src, c.err = fn()
-	if c.err == nil {
-		c.sum = ssdstore.Checksum(c.val)
-	}
+	c.fetch, c.err = fn()
 	f.mu.Lock()
 	delete(f.calls, key)
 	f.mu.Unlock()
@@ -72,11 +76,8 @@ func (f *flight) claim(keys []string) []*call {
 }
 
 // finish completes a claimed call and wakes its waiters.
-func (f *flight) finish(key string, c *call, val []byte, src tier, err error) {
-	c.val, c.src, c.err = val, src, err
-	if err == nil {
-		c.sum = ssdstore.Checksum(val)
-	}
+func (f *flight) finish(key string, c *call, v fetch, err error) {
+	c.fetch, c.err = v, err
 	f.mu.Lock()
 	delete(f.calls, key)
 	f.mu.Unlock()

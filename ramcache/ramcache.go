@@ -45,7 +45,6 @@ type Block struct {
 	Data  []byte
 	Size  int64  // identity: the file's size
 	Mtime int64  // identity: the file's mtime in nanoseconds
-	Sum   uint32 // CRC-32C of Data
 	// Peer says the block came from the node that owns it: this node's
 	// RAM tier does not keep it (the nodes' RAM tiers are disjoint).
 	Peer bool
