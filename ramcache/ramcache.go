@@ -43,8 +43,8 @@ func DefaultConfig() Config { return Config{Capacity: 512 << 20} }
 type Block struct {
 	ID    uint64 // what NextUse is asked about (the file's inode number)
 	Data  []byte
-	Size  int64  // identity: the file's size
-	Mtime int64  // identity: the file's mtime in nanoseconds
+	Size  int64 // identity: the file's size
+	Mtime int64 // identity: the file's mtime in nanoseconds
 	// Peer says the block came from the node that owns it: this node's
 	// RAM tier does not keep it (the nodes' RAM tiers are disjoint).
 	Peer bool
