@@ -53,12 +53,12 @@ func (l *Loader) RunLimits() (gap, run int64) {
 // PrefetchRun fetches first and its neighbours in one container from the
 // PFS with one request, sharing flights with concurrent reads. The
 // neighbours are offered to RAM, which keeps them if their next use
-// warrants (they were read early only because they were near first); it
-// returns the blocks to stage by inode (a zero Block for a neighbour RAM
-// kept). It leaves out samples RAM or the SSD holds, that a peer owns, or
-// that another fetch is already bringing in: the caller prefetches those
-// one by one.
-func (l *Loader) PrefetchRun(first *catalog.Entry, neighbours []*catalog.Entry) (map[uint64]ramcache.Block, error) {
+// warrants (they were read early only because they were near first); the
+// rest, and first, go to keep. It returns, by inode, the samples it
+// fetched and whether keep staged each. It leaves out samples RAM or the
+// SSD holds, that a peer owns, or that another fetch is already bringing
+// in: the caller prefetches those one by one.
+func (l *Loader) PrefetchRun(first *catalog.Entry, neighbours []*catalog.Entry, keep Keep) (map[uint64]bool, error) {
 	c, ok := l.pfs.(Coalescer)
 	if !ok {
 		return nil, nil
@@ -107,7 +107,7 @@ func (l *Loader) PrefetchRun(first *catalog.Entry, neighbours []*catalog.Entry) 
 			mine = append(mine, i)
 		}
 	}
-	out := make(map[uint64]ramcache.Block, len(mine))
+	out := make(map[uint64]bool, len(mine))
 	// Samples that RAM, the SSD or another fetch supplies leave holes: a
 	// hole wider than the gap limit splits the run.
 	gapLimit, _ := l.RunLimits()
@@ -120,7 +120,7 @@ func (l *Loader) PrefetchRun(first *catalog.Entry, neighbours []*catalog.Entry) 
 			}
 			b++
 		}
-		l.readRun(c, first, pick, keys, calls, mine[a:b], paths[a:b], wants[a:b], out)
+		l.readRun(c, first, pick, keys, calls, mine[a:b], paths[a:b], wants[a:b], keep, out)
 		a = b
 	}
 	return out, nil
@@ -130,7 +130,7 @@ func (l *Loader) PrefetchRun(first *catalog.Entry, neighbours []*catalog.Entry) 
 // and calls) with one request, finishes their flights and fills out. If
 // the run fails, each sample is read alone and fails alone.
 func (l *Loader) readRun(c Coalescer, first *catalog.Entry, pick []*catalog.Entry, keys []string, calls []*call,
-	mine []int, paths []string, wants []source.Want, out map[uint64]ramcache.Block) {
+	mine []int, paths []string, wants []source.Want, keep Keep, out map[uint64]bool) {
 	start := time.Now()
 	bufs, err := c.ReadRun(paths, wants)
 	if err == nil && len(bufs) != len(mine) {
@@ -158,15 +158,12 @@ func (l *Loader) readRun(c Coalescer, first *catalog.Entry, pick []*catalog.Entr
 		}
 		b := bufs[k]
 		total += int64(len(b))
-		l.flight.finish(keys[i], calls[i], fetch{b, tierPFS}, nil)
 		l.fetches[tierPFS].Add(1)
 		l.fetched[tierPFS].Add(int64(len(b)))
+		// RAM or the stage take the block before its flight ends (see Keep).
 		blk := ramcache.Block{ID: e.Ino, Data: b, Size: e.Size, Mtime: e.Mtime}
-		if calls[i].read || e != first && l.ram.Put(keys[i], blk) {
-			out[e.Ino] = ramcache.Block{} // a read that shared the fetch keeps it, or RAM does
-		} else {
-			out[e.Ino] = blk
-		}
+		out[e.Ino] = !(e != first && l.ram.Put(keys[i], blk)) && keep(e, 0, blk)
+		l.flight.finish(keys[i], calls[i], fetch{b, tierPFS}, nil)
 		l.toSSD(keys[i], e, b)
 	}
 	if err == nil {

@@ -314,21 +314,19 @@ func (l *Loader) block(e *catalog.Entry, i int64, done bool) ([]byte, tier, time
 	if b, ok := l.ram.Get(key, e.Size, e.Mtime); ok {
 		return b.Data, tierRAM, 0, nil
 	}
-	if s := l.stage.Load(); s != nil {
-		if b, ok := s.s.Take(key, e, done); ok {
-			if done && !b.Peer {
-				l.ram.Put(key, b) // kept only if its next use warrants it
-			}
-			return b.Data, tierRAM, 0, nil
-		}
+	if b, ok := l.fromStage(key, e, done); ok {
+		return b, tierRAM, 0, nil
 	}
 	start := time.Now()
 	kept := false
 	c, shared := l.flight.do(key, forReader, func() (fetch, error) {
-		// A fetch that finished between the look in RAM and this flight
-		// left the block there: do not read it again.
+		// A fetch that ended between the looks above and this flight left
+		// the block in RAM or on the stage: do not read it again.
 		if b, ok := l.ram.Get(key, e.Size, e.Mtime); ok {
 			return fetch{b.Data, tierRAM}, nil
+		}
+		if b, ok := l.fromStage(key, e, done); ok {
+			return fetch{b, tierRAM}, nil
 		}
 		f, err := l.load(e, i, forReader)
 		// A block from a peer stays with its owner: caching it here too
@@ -351,8 +349,12 @@ func (l *Loader) block(e *catalog.Entry, i int64, done bool) ([]byte, tier, time
 		// caches: this read offers the block to RAM itself.
 		kept = l.ram.Put(key, ramcache.Block{ID: e.Ino, Data: c.val, Size: e.Size, Mtime: e.Mtime})
 	}
-	if !kept && !done {
-		if s := l.stage.Load(); s != nil {
+	if s := l.stage.Load(); s != nil {
+		if kept || done {
+			// A prefetch that ran the flight staged the block before it
+			// ended; RAM has it now, or this read was its last.
+			s.s.Take(key, e, true)
+		} else {
 			s.s.Hold(key, ramcache.Block{ID: e.Ino, Data: c.val, Size: e.Size, Mtime: e.Mtime})
 		}
 	}
@@ -363,28 +365,64 @@ func (l *Loader) block(e *catalog.Entry, i int64, done bool) ([]byte, tier, time
 	return c.val, c.src, waited, nil
 }
 
+// fromStage takes block key of e from the stage. A read that reaches the
+// block's end (done) takes it off, and RAM keeps it if its next use
+// warrants.
+func (l *Loader) fromStage(key string, e *catalog.Entry, done bool) ([]byte, bool) {
+	s := l.stage.Load()
+	if s == nil {
+		return nil, false
+	}
+	b, ok := s.s.Take(key, e, done)
+	if !ok {
+		return nil, false
+	}
+	if done && !b.Peer {
+		l.ram.Put(key, b) // kept only if its next use warrants it
+	}
+	return b.Data, true
+}
+
+// Keep is how the prefetcher stages what it fetched: block i of e. It runs
+// before the fetch's flight ends, so that a read arriving just after finds
+// the block staged instead of reading it again. It reports whether it
+// staged the block.
+type Keep func(e *catalog.Entry, i int64, b ramcache.Block) bool
+
 // Prefetch loads every block of e that RAM lacks, from the SSD or the PFS,
-// sharing fetches with concurrent demand reads, and returns them by block
-// number, less those a demand read shared (the read keeps them). It does
-// not put them in RAM: the caller stages them.
-func (l *Loader) Prefetch(e *catalog.Entry) (map[int64]ramcache.Block, error) {
+// sharing fetches with concurrent demand reads, and hands each to keep
+// (not to RAM); it returns how many keep staged. A block whose fetch a
+// demand read ran is left to that read.
+func (l *Loader) Prefetch(e *catalog.Entry, keep Keep) (int, error) {
 	n := max((e.Size+l.cfg.BlockSize-1)/l.cfg.BlockSize, 1)
-	out := make(map[int64]ramcache.Block, n)
+	staged := 0
 	for i := int64(0); i < n; i++ {
 		key := BlockKey(e.Path, i)
 		if l.ram.Contains(key) {
 			continue
 		}
-		c, _ := l.flight.do(key, forPrefetch, func() (fetch, error) { return l.load(e, i, forPrefetch) })
+		block := func(f fetch) ramcache.Block {
+			return ramcache.Block{ID: e.Ino, Data: f.val, Size: e.Size, Mtime: e.Mtime, Peer: f.src == tierPeer}
+		}
+		took := false
+		c, shared := l.flight.do(key, forPrefetch, func() (fetch, error) {
+			f, err := l.load(e, i, forPrefetch)
+			if err == nil {
+				took = keep(e, i, block(f))
+			}
+			return f, err
+		})
 		if c.err != nil {
-			return nil, c.err
+			return staged, c.err
 		}
-		if c.read {
-			continue // the read that shared the fetch keeps the block
+		if shared && !c.read {
+			took = keep(e, i, block(c.fetch)) // a peer's request ran the fetch
 		}
-		out[i] = ramcache.Block{ID: e.Ino, Data: c.val, Size: e.Size, Mtime: e.Mtime, Peer: c.src == tierPeer}
+		if took {
+			staged++
+		}
 	}
-	return out, nil
+	return staged, nil
 }
 
 // Serve returns block i of e for a peer that asked this node, its owner:

@@ -265,8 +265,9 @@ func TestSourceChoice(t *testing.T) {
 			l.SetRemote(r)
 			for _, e := range es {
 				if c.prefetch {
-					bs, err := l.Prefetch(e)
-					if err != nil || !bytes.Equal(bs[0].Data, files[e.Path]) {
+					var got []byte
+					keep := func(_ *catalog.Entry, _ int64, b ramcache.Block) bool { got = b.Data; return true }
+					if _, err := l.Prefetch(e, keep); err != nil || !bytes.Equal(got, files[e.Path]) {
 						t.Fatalf("prefetch %s: %v", e.Path, err)
 					}
 					continue
@@ -368,27 +369,87 @@ func TestCombinedDemandReads(t *testing.T) {
 	}
 }
 
-// A demand read that shares a prefetch's fetch keeps the block itself, so
-// the prefetch must not hand it back for staging: the staged copy would
-// never be taken, and would hold staging memory until the cursor passed.
-func TestPrefetchLeavesSharedBlocksToTheReader(t *testing.T) {
+// fakeStage is a map standing in for the prefetcher's stage.
+type fakeStage struct {
+	mu sync.Mutex
+	m  map[string]ramcache.Block
+}
+
+func (s *fakeStage) keep(e *catalog.Entry, i int64, b ramcache.Block) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m[BlockKey(e.Path, i)] = b
+	return true
+}
+
+func (s *fakeStage) Take(key string, e *catalog.Entry, done bool) (ramcache.Block, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, ok := s.m[key]
+	if ok && done {
+		delete(s.m, key)
+	}
+	return b, ok
+}
+
+func (s *fakeStage) Hold(key string, b ramcache.Block) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m[key] = b
+}
+
+func (s *fakeStage) Observe(*catalog.Entry, int64, time.Duration) {}
+
+func (s *fakeStage) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m)
+}
+
+// A prefetch stages a block before its fetch ends, so a read arriving just
+// after finds it staged; a read that shares the fetch takes the staged copy
+// off (else it would sit there, never read, until the cursor passed); a
+// prefetch that shares a read's fetch leaves the block to the read.
+func TestPrefetchStagingAndSharedReads(t *testing.T) {
 	file := data(5000)
-	pfs := &fakePFS{files: map[string][]byte{"f": file}, gate: make(chan struct{})}
-	l := New(DefaultConfig(), ramcache.New(ramcache.Config{Capacity: 1 << 20}), nil, pfs)
-	e := entry("f", 5000)
-	type result struct {
-		blocks map[int64]ramcache.Block
-		err    error
+	pfs := &fakePFS{files: map[string][]byte{"f": file, "g": data(100)}, gate: make(chan struct{})}
+	l := New(DefaultConfig(), ramcache.New(ramcache.Config{Capacity: 0}), nil, pfs) // RAM keeps nothing
+
+	st := &fakeStage{m: map[string]ramcache.Block{}}
+	l.SetStage(st)
+	e, key := entry("f", 5000), BlockKey("f", 0)
+	// inFlight says whether key's fetch is in flight, whether a read runs
+	// or shares it, and how many share it.
+	inFlight := func() (ok, read bool, waiters int) {
+		l.flight.mu.Lock()
+		defer l.flight.mu.Unlock()
+		if c := l.flight.calls[key]; c != nil {
+			return true, c.read, c.waiters
+		}
+		return false, false, 0
 	}
-	prefetched := make(chan result, 1)
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); !cond(); {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+
+	// A read joins a prefetch's fetch.
+	keptInFlight := false
+	keep := func(e *catalog.Entry, i int64, b ramcache.Block) bool {
+		keptInFlight, _, _ = inFlight()
+		return st.keep(e, i, b)
+	}
+	prefetched := make(chan error, 1)
 	go func() {
-		b, err := l.Prefetch(e)
-		prefetched <- result{b, err}
+		_, err := l.Prefetch(e, keep)
+		prefetched <- err
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for pfs.reads.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	waitFor("the prefetch's PFS read", func() bool { return pfs.reads.Load() == 1 })
 	read := make(chan error, 1)
 	go func() {
 		b, err := l.ReadAt(e, make([]byte, 5000), 0)
@@ -397,36 +458,47 @@ func TestPrefetchLeavesSharedBlocksToTheReader(t *testing.T) {
 		}
 		read <- err
 	}()
-	joined := func() bool {
-		l.flight.mu.Lock()
-		defer l.flight.mu.Unlock()
-		c := l.flight.calls[BlockKey("f", 0)]
-		return c != nil && c.read
-	}
-	for !joined() && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	if !joined() {
-		t.Fatal("the read never joined the prefetch's fetch")
-	}
+	waitFor("the read to join the fetch", func() bool { _, read, _ := inFlight(); return read })
 	close(pfs.gate)
 	if err := <-read; err != nil {
 		t.Fatalf("read: %v", err)
 	}
-	r := <-prefetched
-	if r.err != nil {
-		t.Fatalf("prefetch: %v", r.err)
+	if err := <-prefetched; err != nil {
+		t.Fatalf("prefetch: %v", err)
 	}
-	if len(r.blocks) != 0 {
-		t.Errorf("prefetch returned %d blocks for staging; the read that shared the fetch keeps it", len(r.blocks))
+	if !keptInFlight {
+		t.Error("the prefetch staged the block after its fetch ended; a read in between would fetch it again")
+	}
+	if n := st.len(); n != 0 {
+		t.Errorf("%d blocks left on the stage after the read that shared the fetch took the whole block", n)
 	}
 	if n := pfs.reads.Load(); n != 1 {
 		t.Errorf("%d PFS reads, want 1", n)
 	}
-	// A prefetch with no reader sharing it still returns the block.
+
+	// A read fetches; a prefetch of the same sample joins it and stages nothing.
+	pfs.gate = make(chan struct{})
 	g := entry("g", 100)
-	pfs.files["g"] = data(100)
-	if b, err := l.Prefetch(g); err != nil || len(b) != 1 {
-		t.Errorf("prefetch of an unshared file: %d blocks, %v; want 1", len(b), err)
+	key = BlockKey("g", 0)
+	go func() {
+		_, err := l.ReadAt(g, make([]byte, 100), 0)
+		read <- err
+	}()
+	waitFor("the read's PFS read", func() bool { return pfs.reads.Load() == 2 })
+	staged := make(chan int, 1)
+	go func() {
+		n, err := l.Prefetch(g, st.keep)
+		if err != nil {
+			t.Errorf("prefetch: %v", err)
+		}
+		staged <- n
+	}()
+	waitFor("the prefetch to join the read's fetch", func() bool { _, _, n := inFlight(); return n == 1 })
+	close(pfs.gate)
+	if err := <-read; err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	if n := <-staged; n != 0 || st.len() != 0 {
+		t.Errorf("a prefetch that shared a read's fetch staged %d blocks (%d on the stage); the read keeps it", n, st.len())
 	}
 }

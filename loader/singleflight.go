@@ -15,12 +15,13 @@ type call struct {
 	done chan struct{}
 	fetch
 	err error
-	// read says a demand read ran or shared the call. That read keeps the
-	// block itself (in RAM, or on the stage if it read only part of it),
-	// so a prefetch sharing the call must not stage it again: the copy
-	// would sit on the stage, never taken, until the cursor passed it.
-	// Final once done is closed.
-	read bool
+	// read says a demand read ran the call or shares it. A read that ran
+	// it keeps the block itself (in RAM, or on the stage if it read only
+	// part of it), so a prefetch that shares the call must not stage it
+	// again: the copy would sit on the stage, never taken, until the
+	// cursor passed it.
+	read    bool
+	waiters int // callers sharing the call; f.mu guards it and read
 }
 
 // fetch is a block as a flight returns it, with the tier that supplied it.
@@ -38,6 +39,7 @@ func (f *flight) do(key string, why purpose, fn func() (fetch, error)) (*call, b
 	}
 	if c, ok := f.calls[key]; ok {
 		c.read = c.read || why == forReader
+		c.waiters++
 		f.mu.Unlock()
 		<-c.done
 		return c, true

@@ -83,12 +83,12 @@ func DefaultConfig() Config {
 
 // Loader is what the prefetcher fetches through.
 type Loader interface {
-	Prefetch(e *catalog.Entry) (map[int64]ramcache.Block, error)
+	Prefetch(e *catalog.Entry, keep loader.Keep) (int, error)
 	// Coalesces, Locate, PrefetchRun and RunLimits coalesce neighbouring
 	// samples of a packed dataset into one PFS read (see loader.Loader).
 	Coalesces() bool
 	Locate(e *catalog.Entry) (loader.Span, bool)
-	PrefetchRun(first *catalog.Entry, neighbours []*catalog.Entry) (map[uint64]ramcache.Block, error)
+	PrefetchRun(first *catalog.Entry, neighbours []*catalog.Entry, keep loader.Keep) (map[uint64]bool, error)
 	RunLimits() (gap, run int64)
 }
 
@@ -770,33 +770,56 @@ func (p *Prefetcher) work(ctx context.Context) {
 			return
 		case group = <-p.tasks:
 		}
-		var run map[uint64]ramcache.Block
+		keep := func(e *catalog.Entry, i int64, b ramcache.Block) bool {
+			return p.stage(e, loader.BlockKey(e.Path, i), b, e != group[0])
+		}
+		var run map[uint64]bool
 		if len(group) > 1 {
 			var err error
-			if run, err = p.load.PrefetchRun(group[0], group[1:]); err != nil {
+			if run, err = p.load.PrefetchRun(group[0], group[1:], keep); err != nil {
 				p.log.Warn("prefetch: coalesced read failed; fetching one by one", "samples", len(group), "err", err)
 			}
 		}
 		for _, e := range group {
-			var blocks map[int64]ramcache.Block
-			var err error
-			if b, ok := run[e.Ino]; ok {
-				if b.Data != nil { // else RAM kept it
-					blocks = map[int64]ramcache.Block{0: b}
+			staged, err := 0, error(nil)
+			if took, ok := run[e.Ino]; ok {
+				if took {
+					staged = 1
 				}
 			} else {
-				blocks, err = p.load.Prefetch(e)
+				staged, err = p.load.Prefetch(e, keep)
 			}
-			p.finish(e, blocks, err, len(group) > 1)
+			p.finish(e, staged, err)
 		}
 		p.kick()
 	}
 }
 
-// finish stages what a fetch of e brought and releases its reservation.
-// A sample fetched as a neighbour in a run may lie past the frontier: it
-// is kept if any plan still needs it.
-func (p *Prefetcher) finish(e *catalog.Entry, blocks map[int64]ramcache.Block, err error, neighbour bool) {
+// stage is the loader.Keep of a fetch: it stages block key of e if a plan
+// still needs e. A sample fetched as a neighbour in a run may lie past the
+// frontier: it is kept if any plan needs it, and if the stage has room
+// (its bytes were not reserved).
+func (p *Prefetcher) stage(e *catalog.Entry, key string, b ramcache.Block, neighbour bool) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case !p.neededLocked(e.Ino, !neighbour):
+		return false // consumed meanwhile, or no longer planned
+	case neighbour && p.stagedBytes+int64(len(b.Data)) > p.cfg.Staging:
+		// Read with a run, refused by RAM, and no room on the stage.
+		p.totals.Wasted++
+		p.totals.WastedBytes += int64(len(b.Data))
+		return false
+	case p.stageLocked(key, b):
+		p.totals.FetchedBytes += int64(len(b.Data))
+		return true
+	}
+	return false
+}
+
+// finish releases the reservation of a fetch of e, which staged that many
+// blocks.
+func (p *Prefetcher) finish(e *catalog.Entry, staged int, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.inflightBytes -= p.inflight[e.Ino]
@@ -805,21 +828,8 @@ func (p *Prefetcher) finish(e *catalog.Entry, blocks map[int64]ramcache.Block, e
 	case err != nil:
 		p.totals.Errors++
 		p.log.Warn("prefetch: fetch failed; the read will try again", "path", e.Path, "err", err)
-	case len(blocks) == 0:
-		// RAM had it already.
-	case !p.neededLocked(e.Ino, !neighbour):
-		// Consumed meanwhile by a read that shared this fetch.
-	case neighbour && p.stagedBytes+e.Size > p.cfg.Staging:
-		// Read with a run, refused by RAM, and no room on the stage.
-		p.totals.Wasted++
-		p.totals.WastedBytes += e.Size
-	default:
+	case staged > 0:
 		p.totals.Fetched++
-		for i, b := range blocks {
-			if p.stageLocked(loader.BlockKey(e.Path, i), b) {
-				p.totals.FetchedBytes += int64(len(b.Data))
-			}
-		}
 	}
 }
 

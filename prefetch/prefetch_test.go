@@ -40,29 +40,32 @@ func (f *fakeLoader) Locate(e *catalog.Entry) (loader.Span, bool) {
 	return loader.Span{Container: "c", Off: int64(i) * 1000, Len: e.Size}, true
 }
 
-func (f *fakeLoader) PrefetchRun(first *catalog.Entry, rest []*catalog.Entry) (map[uint64]ramcache.Block, error) {
+func (f *fakeLoader) PrefetchRun(first *catalog.Entry, rest []*catalog.Entry, keep loader.Keep) (map[uint64]bool, error) {
 	f.requests.Add(1)
 	es := append([]*catalog.Entry{first}, rest...)
-	out := map[uint64]ramcache.Block{}
+	out := map[uint64]bool{}
 	for _, e := range es {
 		f.mu.Lock()
 		f.fetches[e.Path]++
 		f.mu.Unlock()
 		f.total.Add(1)
-		out[e.Ino] = ramcache.Block{ID: e.Ino, Data: make([]byte, e.Size), Size: e.Size, Mtime: e.Mtime}
+		out[e.Ino] = keep(e, 0, ramcache.Block{ID: e.Ino, Data: make([]byte, e.Size), Size: e.Size, Mtime: e.Mtime})
 	}
 	return out, nil
 }
 
 func (f *fakeLoader) RunLimits() (gap, run int64) { return 2000, 16000 }
 
-func (f *fakeLoader) Prefetch(e *catalog.Entry) (map[int64]ramcache.Block, error) {
+func (f *fakeLoader) Prefetch(e *catalog.Entry, keep loader.Keep) (int, error) {
 	f.mu.Lock()
 	f.fetches[e.Path]++
 	f.mu.Unlock()
 	f.total.Add(1)
 	f.requests.Add(1)
-	return map[int64]ramcache.Block{0: {ID: e.Ino, Data: make([]byte, e.Size), Size: e.Size, Mtime: e.Mtime}}, nil
+	if keep(e, 0, ramcache.Block{ID: e.Ino, Data: make([]byte, e.Size), Size: e.Size, Mtime: e.Mtime}) {
+		return 1, nil
+	}
+	return 0, nil
 }
 
 func setup(t *testing.T, files int, line string, cfg Config) (*Prefetcher, *jobs.Registry, *fakeLoader) {

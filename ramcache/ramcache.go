@@ -14,11 +14,11 @@
 //
 // # Identity
 //
-// Every block carries its file's identity (size, mtime) and a CRC-32C of its
-// bytes. Get returns a block only if the identity matches what the caller
-// expects; a mismatch removes the block and counts as a miss. The checksum is
-// computed once on insert and travels with the block to the SSD tier, where
-// it is verified on every read.
+// Every block carries its file's identity (size, mtime). Get returns a
+// block only if the identity matches what the caller expects; a mismatch
+// removes the block and counts as a miss. (Blocks in RAM carry no
+// checksum: the SSD tier computes one when it writes a block, and checks
+// it on every read.)
 package ramcache
 
 import (
