@@ -168,9 +168,9 @@ func (p *pseudoFile) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno 
 
 func (p *pseudoFile) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	if off >= int64(len(p.data)) {
-		return fuse.ReadResultData(nil), 0
+		return readResult(nil), 0
 	}
-	return fuse.ReadResultData(p.data[off:min(off+int64(len(dest)), int64(len(p.data)))]), 0
+	return readResult(p.data[off:min(off+int64(len(dest)), int64(len(p.data)))]), 0
 }
 
 func (p *pseudoFile) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {

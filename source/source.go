@@ -91,13 +91,15 @@ type Want struct {
 // ReadAt opens path, checks its identity against want and reads len(p) bytes
 // at off (fewer only at end of file). It blocks on the PFS.
 func (s *Source) ReadAt(path string, want Want, p []byte, off int64) (int, error) {
-	f, err := s.open(path)
+	// A bare descriptor: an *os.File costs a fcntl per open, for a file
+	// read once and closed.
+	fd, err := s.openFD(path)
 	if err != nil {
 		return 0, err
 	}
-	defer f.Close()
+	defer unix.Close(fd)
 	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+	if err := unix.Fstat(fd, &st); err != nil {
 		return 0, fmt.Errorf("source: stat %s: %w", path, err)
 	}
 	if st.Size != want.Size || st.Mtim.Nano() != want.Mtime {
@@ -106,7 +108,7 @@ func (s *Source) ReadAt(path string, want Want, p []byte, off int64) (int, error
 	// One pread per call, so read_ops counts the requests the PFS sees.
 	n := 0
 	for n < len(p) {
-		m, err := unix.Pread(int(f.Fd()), p[n:], off+int64(n))
+		m, err := unix.Pread(fd, p[n:], off+int64(n))
 		if err == unix.EINTR {
 			continue
 		}
@@ -124,8 +126,17 @@ func (s *Source) ReadAt(path string, want Want, p []byte, off int64) (int, error
 }
 
 func (s *Source) open(path string) (*os.File, error) {
+	fd, err := s.openFD(path)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
+// openFD opens path beneath the root, refusing to leave it.
+func (s *Source) openFD(path string) (int, error) {
 	if !Local(path) {
-		return nil, fmt.Errorf("%w: %q", ErrPath, path)
+		return -1, fmt.Errorf("%w: %q", ErrPath, path)
 	}
 	how := unix.OpenHow{
 		Flags:   unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NOFOLLOW,
@@ -133,10 +144,10 @@ func (s *Source) open(path string) (*os.File, error) {
 	}
 	fd, err := unix.Openat2(s.rootFD, path, &how)
 	if err != nil {
-		return nil, fmt.Errorf("source: open %s: %w", path, err)
+		return -1, fmt.Errorf("source: open %s: %w", path, err)
 	}
 	s.opens.Add(1)
-	return os.NewFile(uintptr(fd), path), nil
+	return fd, nil
 }
 
 // Local reports whether path is a clean, relative, slash-separated path that

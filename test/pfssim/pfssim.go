@@ -251,7 +251,14 @@ var (
 	_ = (fs.FileReader)((*file)(nil))
 	_ = (fs.FileReleaser)((*file)(nil))
 	_ = (fs.FileGetattrer)((*file)(nil))
+	_ = (fs.FileFlusher)((*file)(nil))
 )
+
+// Flush answers ENOSYS, so the kernel stops sending FLUSH on close. A
+// FLUSH is a FUSE round trip with no counterpart in the model (a PFS
+// client's close is not modelled), and it would spend the client
+// machine's CPU, which the readers under test share with the simulator.
+func (f *file) Flush(ctx context.Context) syscall.Errno { return syscall.ENOSYS }
 
 func (f *file) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	if !f.sim.acquire(ctx, f.sim.cfg.ReadLatency) {
