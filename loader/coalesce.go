@@ -162,7 +162,8 @@ func (l *Loader) readRun(c Coalescer, first *catalog.Entry, pick []*catalog.Entr
 		l.fetched[tierPFS].Add(int64(len(b)))
 		// RAM or the stage take the block before its flight ends (see Keep).
 		blk := ramcache.Block{ID: e.Ino, Data: b, Size: e.Size, Mtime: e.Mtime}
-		out[e.Ino] = !(e != first && l.ram.Put(keys[i], blk)) && keep(e, 0, blk)
+		inRAM := e != first && l.ram.Put(keys[i], blk)
+		out[e.Ino] = !inRAM && keep(e, 0, blk)
 		l.flight.finish(keys[i], calls[i], fetch{b, tierPFS}, nil)
 		l.toSSD(keys[i], e, b)
 	}
