@@ -56,8 +56,8 @@ func (l *Loader) RunLimits() (gap, run int64) {
 // warrants (they were read early only because they were near first); the
 // rest, and first, go to keep. It returns, by inode, the samples it
 // fetched and whether keep staged each. It leaves out samples RAM or the
-// SSD holds, that a peer owns, or that another fetch is already bringing
-// in: the caller prefetches those one by one.
+// SSD holds, that a peer owns, that a demand read holds, or that another
+// fetch is already bringing in: the caller prefetches those one by one.
 func (l *Loader) PrefetchRun(first *catalog.Entry, neighbours []*catalog.Entry, keep Keep) (map[uint64]bool, error) {
 	c, ok := l.pfs.(Coalescer)
 	if !ok {
@@ -77,7 +77,7 @@ func (l *Loader) PrefetchRun(first *catalog.Entry, neighbours []*catalog.Entry, 
 	var pick []*catalog.Entry
 	for _, e := range es {
 		key := BlockKey(e.Path, 0)
-		if e.Size > l.cfg.BlockSize || l.ram.Contains(key) {
+		if e.Size > l.cfg.BlockSize || l.ram.Contains(key) || l.flight.held(key) {
 			continue
 		}
 		if s, ok := l.ssd.(interface{ Contains(string) bool }); ok && s.Contains(key) {

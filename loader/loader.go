@@ -265,6 +265,12 @@ func (l *Loader) ReadAt(e *catalog.Entry, dest []byte, off int64) ([]byte, error
 	if off >= e.Size || len(dest) == 0 {
 		return dest[:0], nil
 	}
+	var held []string // blocks this read fetched, held until it is reported
+	defer func() {
+		for _, key := range held {
+			l.flight.release(key)
+		}
+	}()
 	end := min(off+int64(len(dest)), e.Size)
 	bs := l.cfg.BlockSize
 	first, last := off/bs, (end-1)/bs
@@ -274,7 +280,7 @@ func (l *Loader) ReadAt(e *catalog.Entry, dest []byte, off int64) ([]byte, error
 		out    []byte
 	)
 	if first == last {
-		b, t, w, err := l.block(e, first, end == min((first+1)*bs, e.Size))
+		b, t, w, err := l.block(e, first, end == min((first+1)*bs, e.Size), &held)
 		if err != nil {
 			return nil, err
 		}
@@ -282,7 +288,7 @@ func (l *Loader) ReadAt(e *catalog.Entry, dest []byte, off int64) ([]byte, error
 	} else {
 		n := 0
 		for i := first; i <= last; i++ {
-			b, t, w, err := l.block(e, i, end >= min((i+1)*bs, e.Size))
+			b, t, w, err := l.block(e, i, end >= min((i+1)*bs, e.Size), &held)
 			if err != nil {
 				return nil, err
 			}
@@ -308,8 +314,9 @@ func (l *Loader) count(t tier, n int64) {
 
 // block returns block i of e for a demand read, the tier it came from and
 // how long it waited on the PFS. done says the read reaches the block's
-// end.
-func (l *Loader) block(e *catalog.Entry, i int64, done bool) ([]byte, tier, time.Duration, error) {
+// end. A block it has to fetch (or wait for) is added to held: the read
+// holds it until it is reported to the stage.
+func (l *Loader) block(e *catalog.Entry, i int64, done bool, held *[]string) ([]byte, tier, time.Duration, error) {
 	key := BlockKey(e.Path, i)
 	if b, ok := l.ram.Get(key, e.Size, e.Mtime); ok {
 		return b.Data, tierRAM, 0, nil
@@ -317,6 +324,8 @@ func (l *Loader) block(e *catalog.Entry, i int64, done bool) ([]byte, tier, time
 	if b, ok := l.fromStage(key, e, done); ok {
 		return b, tierRAM, 0, nil
 	}
+	l.flight.hold(key)
+	*held = append(*held, key)
 	start := time.Now()
 	kept := false
 	c, shared := l.flight.do(key, forReader, func() (fetch, error) {
@@ -391,15 +400,16 @@ type Keep func(e *catalog.Entry, i int64, b ramcache.Block) bool
 
 // Prefetch loads every block of e that RAM lacks, from the SSD or the PFS,
 // sharing fetches with concurrent demand reads, and hands each to keep
-// (not to RAM); it returns how many keep staged. A block whose fetch a
-// demand read ran is left to that read.
+// (not to RAM); it returns how many keep staged. A block that a demand
+// read is fetching, or has fetched and not yet reported to the stage, is
+// left to that read.
 func (l *Loader) Prefetch(e *catalog.Entry, keep Keep) (int, error) {
 	n := max((e.Size+l.cfg.BlockSize-1)/l.cfg.BlockSize, 1)
 	staged := 0
 	for i := int64(0); i < n; i++ {
 		key := BlockKey(e.Path, i)
-		if l.ram.Contains(key) {
-			continue
+		if l.ram.Contains(key) || l.flight.held(key) {
+			continue // cached, or a demand read has it
 		}
 		block := func(f fetch) ramcache.Block {
 			return ramcache.Block{ID: e.Ino, Data: f.val, Size: e.Size, Mtime: e.Mtime, Peer: f.src == tierPeer}

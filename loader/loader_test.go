@@ -373,6 +373,9 @@ func TestCombinedDemandReads(t *testing.T) {
 type fakeStage struct {
 	mu sync.Mutex
 	m  map[string]ramcache.Block
+	// observing, if set, receives when Observe starts, which then waits
+	// for observed.
+	observing, observed chan struct{}
 }
 
 func (s *fakeStage) keep(e *catalog.Entry, i int64, b ramcache.Block) bool {
@@ -398,7 +401,12 @@ func (s *fakeStage) Hold(key string, b ramcache.Block) {
 	s.m[key] = b
 }
 
-func (s *fakeStage) Observe(*catalog.Entry, int64, time.Duration) {}
+func (s *fakeStage) Observe(*catalog.Entry, int64, time.Duration) {
+	if s.observing != nil {
+		s.observing <- struct{}{}
+		<-s.observed
+	}
+}
 
 func (s *fakeStage) len() int {
 	s.mu.Lock()
@@ -409,7 +417,7 @@ func (s *fakeStage) len() int {
 // A prefetch stages a block before its fetch ends, so a read arriving just
 // after finds it staged; a read that shares the fetch takes the staged copy
 // off (else it would sit there, never read, until the cursor passed); a
-// prefetch that shares a read's fetch leaves the block to the read.
+// prefetch during a read's fetch leaves the block to the read.
 func TestPrefetchStagingAndSharedReads(t *testing.T) {
 	file := data(5000)
 	pfs := &fakePFS{files: map[string][]byte{"f": file, "g": data(100)}, gate: make(chan struct{})}
@@ -476,10 +484,9 @@ func TestPrefetchStagingAndSharedReads(t *testing.T) {
 		t.Errorf("%d PFS reads, want 1", n)
 	}
 
-	// A read fetches; a prefetch of the same sample joins it and stages nothing.
+	// A read fetches; a prefetch of the same sample leaves it to the read.
 	pfs.gate = make(chan struct{})
 	g := entry("g", 100)
-	key = BlockKey("g", 0)
 	go func() {
 		_, err := l.ReadAt(g, make([]byte, 100), 0)
 		read <- err
@@ -493,12 +500,52 @@ func TestPrefetchStagingAndSharedReads(t *testing.T) {
 		}
 		staged <- n
 	}()
-	waitFor("the prefetch to join the read's fetch", func() bool { _, _, n := inFlight(); return n == 1 })
+	select {
+	case n := <-staged:
+		if n != 0 || st.len() != 0 {
+			t.Errorf("a prefetch during a read's fetch staged %d blocks (%d on the stage); the read keeps the block", n, st.len())
+		}
+	case <-time.After(5 * time.Second):
+		close(pfs.gate)
+		t.Fatal("the prefetch waited on the read's fetch instead of leaving the block to it")
+	}
 	close(pfs.gate)
 	if err := <-read; err != nil {
 		t.Fatalf("read: %v", err)
 	}
-	if n := <-staged; n != 0 || st.len() != 0 {
-		t.Errorf("a prefetch that shared a read's fetch staged %d blocks (%d on the stage); the read keeps it", n, st.len())
+	if n := pfs.reads.Load(); n != 2 {
+		t.Errorf("%d PFS reads, want 2", n)
+	}
+}
+
+// A demand read holds what it fetched until it has reported the read: in
+// between, the prefetcher has not seen the sample consumed, and a prefetch
+// of it must not read the PFS again.
+func TestPrefetchLeavesUnreportedReadsAlone(t *testing.T) {
+	pfs := &fakePFS{files: map[string][]byte{"f": data(5000)}}
+	l := New(DefaultConfig(), ramcache.New(ramcache.Config{Capacity: 0}), nil, pfs) // RAM keeps nothing
+	st := &fakeStage{m: map[string]ramcache.Block{}, observing: make(chan struct{}), observed: make(chan struct{})}
+	l.SetStage(st)
+	e := entry("f", 5000)
+	read := make(chan error, 1)
+	go func() {
+		_, err := l.ReadAt(e, make([]byte, 5000), 0)
+		read <- err
+	}()
+	<-st.observing // fetched, not yet reported
+	if n, err := l.Prefetch(e, st.keep); err != nil || n != 0 {
+		t.Errorf("prefetch during an unreported read: %d staged, %v; want 0", n, err)
+	}
+	close(st.observed)
+	if err := <-read; err != nil {
+		t.Fatal(err)
+	}
+	if n := pfs.reads.Load(); n != 1 {
+		t.Errorf("%d PFS reads, want 1: the prefetch read the sample again", n)
+	}
+	// Reported, the hold ends.
+	st.observing = nil
+	if n, err := l.Prefetch(e, st.keep); err != nil || n != 1 {
+		t.Errorf("prefetch after the read was reported: %d staged, %v; want 1", n, err)
 	}
 }

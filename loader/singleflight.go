@@ -8,7 +8,12 @@ import "sync"
 // cached for the next reader anyway.
 type flight struct {
 	mu    sync.Mutex
-	calls map[string]*call // mu guards calls
+	calls map[string]*call // mu guards calls and unreported
+	// unreported counts, per key, the demand reads that missed RAM and
+	// the stage and have not yet reported the read to the stage. Until
+	// they do, the prefetcher has not seen the sample consumed, and a
+	// prefetch of the key would read it a second time.
+	unreported map[string]int
 }
 
 type call struct {
@@ -84,4 +89,30 @@ func (f *flight) finish(key string, c *call, v fetch, err error) {
 	delete(f.calls, key)
 	f.mu.Unlock()
 	close(c.done)
+}
+
+// hold marks key as fetched by a demand read not yet reported.
+func (f *flight) hold(key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.unreported == nil {
+		f.unreported = make(map[string]int)
+	}
+	f.unreported[key]++
+}
+
+// release ends a hold.
+func (f *flight) release(key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.unreported[key]--; f.unreported[key] <= 0 {
+		delete(f.unreported, key)
+	}
+}
+
+// held reports whether a demand read holds key.
+func (f *flight) held(key string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.unreported[key] > 0
 }
