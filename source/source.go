@@ -99,7 +99,7 @@ func (s *Source) ReadAt(path string, want Want, p []byte, off int64) (int, error
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
+	if err := fstat(fd, &st); err != nil {
 		return 0, fmt.Errorf("source: stat %s: %w", path, err)
 	}
 	if st.Size != want.Size || st.Mtim.Nano() != want.Mtime {
@@ -143,6 +143,11 @@ func (s *Source) openFD(path string) (int, error) {
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
 	}
 	fd, err := unix.Openat2(s.rootFD, path, &how)
+	for err == unix.EINTR {
+		// SOURCE on FUSE (or NFS) answers a signal that reached the
+		// blocked open with EINTR; Go's runtime signals its threads.
+		fd, err = unix.Openat2(s.rootFD, path, &how)
+	}
 	if err != nil {
 		return -1, fmt.Errorf("source: open %s: %w", path, err)
 	}
@@ -182,7 +187,7 @@ func (s *Source) OpenHandle(path string) (*Handle, error) {
 		return nil, err
 	}
 	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+	if err := fstat(int(f.Fd()), &st); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("source: stat %s: %w", path, err)
 	}
@@ -236,4 +241,13 @@ func (h *Handle) Fd() uintptr { return h.f.Fd() }
 func (s *Source) Count(ops, bytes int64) {
 	s.readOps.Add(ops)
 	s.bytes.Add(bytes)
+}
+
+// fstat is unix.Fstat, retried when a signal interrupts it.
+func fstat(fd int, st *unix.Stat_t) error {
+	for {
+		if err := unix.Fstat(fd, st); err != unix.EINTR {
+			return err
+		}
+	}
 }

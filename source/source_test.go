@@ -4,7 +4,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
+	"time"
+
+	"github.com/dlfs/dlfs/test/pfssim"
+	"golang.org/x/sys/unix"
 )
 
 func TestLocal(t *testing.T) {
@@ -49,6 +54,67 @@ func TestReadAt(t *testing.T) {
 	for _, p := range []string{"escape", "dirlink/secret", "../secret", "/etc/passwd"} {
 		if _, err := s.ReadAt(p, Want{Size: 6}, buf, 0); err == nil {
 			t.Errorf("ReadAt(%q) read outside the dataset", p)
+		}
+	}
+}
+
+// A SOURCE on FUSE answers a signal that reaches a blocked open with
+// EINTR (the kernel sends FUSE_INTERRUPT; the server gives up the request).
+// Go's runtime signals its own threads, so ReadAt must retry, not fail the
+// reader's read. pfssim serves one request at a time here: a slow read
+// holds the slot while the open of another file waits and is signalled.
+func TestReadAtRetriesInterruptedOpens(t *testing.T) {
+	dir, mnt := t.TempDir(), t.TempDir()
+	for _, name := range []string{"a", "b"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(name), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sim, err := pfssim.Mount(mnt, pfssim.Config{Dir: dir, MaxInFlight: 1, ReadLatency: 300 * time.Millisecond})
+	if err != nil {
+		t.Skipf("no FUSE here: %v", err)
+	}
+	defer sim.Unmount()
+	s, err := Open(mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	fi, err := os.Stat(filepath.Join(dir, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Want{Size: fi.Size(), Mtime: fi.ModTime().UnixNano()}
+
+	slow := make(chan error, 1)
+	go func() { _, err := os.ReadFile(filepath.Join(mnt, "b")); slow <- err }()
+	for deadline := time.Now().Add(5 * time.Second); sim.Counters().Opens == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the slow read never opened its file")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	tids := make(chan int, 1)
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // so that the signals below reach the thread blocked in the open
+		tids <- unix.Gettid()
+		_, err := s.ReadAt("a", want, make([]byte, 1), 0)
+		done <- err
+	}()
+	tid := <-tids
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("ReadAt with signals arriving: %v", err)
+			}
+			if err := <-slow; err != nil {
+				t.Fatal(err)
+			}
+			return
+		case <-time.After(2 * time.Millisecond):
+			unix.Tgkill(unix.Getpid(), tid, unix.SIGURG)
 		}
 	}
 }

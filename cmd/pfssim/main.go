@@ -30,14 +30,16 @@ func main() {
 	}
 	cfg.Dir = flag.Arg(0)
 	cfg.Bandwidth = int64(*bw * 1e6)
+	// Before the mount appears: a SIGUSR1 sent as soon as it does must
+	// wait in the channel, not be dropped by the runtime.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGUSR1)
 	sim, err := pfssim.Mount(flag.Arg(1), cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "pfssim:", err)
 		os.Exit(1)
 	}
 	fmt.Printf("pfssim: mounted %s at %s\n", cfg.Dir, flag.Arg(1))
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGUSR1)
 	unmounted := make(chan struct{})
 	go func() { sim.Wait(); close(unmounted) }()
 	for {
