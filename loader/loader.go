@@ -392,6 +392,12 @@ func (l *Loader) fromStage(key string, e *catalog.Entry, done bool) ([]byte, boo
 	return b.Data, true
 }
 
+// Offer hands RAM a block the stage gives up, and reports whether RAM
+// kept it. A peer's block is not kept (RAM holds this node's share).
+func (l *Loader) Offer(key string, b ramcache.Block) bool {
+	return !b.Peer && l.ram.Put(key, b)
+}
+
 // Keep is how the prefetcher stages what it fetched: block i of e. It runs
 // before the fetch's flight ends, so that a read arriving just after finds
 // the block staged instead of reading it again. It reports whether it

@@ -84,6 +84,9 @@ func DefaultConfig() Config {
 // Loader is what the prefetcher fetches through.
 type Loader interface {
 	Prefetch(e *catalog.Entry, keep loader.Keep) (int, error)
+	// Offer hands RAM a block the stage gives up; RAM keeps it if its next
+	// use warrants, and Offer reports whether it did.
+	Offer(key string, b ramcache.Block) bool
 	// Coalesces, Locate, PrefetchRun and RunLimits coalesce neighbouring
 	// samples of a packed dataset into one PFS read (see loader.Loader).
 	Coalesces() bool
@@ -246,9 +249,23 @@ func (p *Prefetcher) watch(ctx context.Context, changes <-chan struct{}) {
 }
 
 // rebuild computes the streams of every job (outside the lock: plans of
-// large datasets take a while) and swaps them in. A stream whose job and
-// first epoch did not change keeps its progress.
+// large datasets take a while), swaps them in, and offers RAM what the
+// new plans no longer want staged. A stream whose job and first epoch did
+// not change keeps its progress.
 func (p *Prefetcher) rebuild() {
+	for _, b := range p.swap() {
+		if !p.load.Offer(b.key, b.Block) {
+			p.mu.Lock()
+			p.totals.Wasted++
+			p.totals.WastedBytes += int64(len(b.Data))
+			p.mu.Unlock()
+		}
+	}
+}
+
+// swap builds and swaps in the streams, and returns the blocks it took
+// off the stage (trimStageLocked).
+func (p *Prefetcher) swap() []stagedBlock {
 	var fresh, others []*stream
 	for _, j := range p.plans.All() {
 		local := map[int]bool{}
@@ -303,6 +320,49 @@ func (p *Prefetcher) rebuild() {
 	p.streams = fresh
 	p.dropUnneededLocked()
 	p.kick()
+	return p.trimStageLocked()
+}
+
+// stagedBlock is a block with its key.
+type stagedBlock struct {
+	key string
+	ramcache.Block
+}
+
+// trimStageLocked takes off the stage the blocks that no stream reaches
+// within a stage's worth of bytes from its cursor, in the order its reads
+// will come. After a plan change (a resumed job announces epoch 0 when its
+// sampler is made, and its real epoch only later) the stage can be full of
+// samples the new order needs late; bound by staging, the prefetcher
+// could then fetch nothing ahead of the reader until the reader happened
+// on them. The caller offers them to RAM, which keeps them if their next
+// use warrants.
+func (p *Prefetcher) trimStageLocked() []stagedBlock {
+	if p.stagedBytes == 0 {
+		return nil
+	}
+	window := map[uint64]bool{}
+	for _, s := range p.streams {
+		if s.cursor >= len(s.entries) {
+			continue
+		}
+		var bytes int64
+		for k := int(s.sched[s.cursor]); k < len(s.order) && bytes < p.cfg.Staging; k++ {
+			pos := s.order[k]
+			if e := s.entries[pos]; !s.consumed[pos] && !window[e.Ino] {
+				window[e.Ino] = true
+				bytes += e.Size
+			}
+		}
+	}
+	var out []stagedBlock
+	for key, b := range p.staged {
+		if !window[b.ID] {
+			p.unstageLocked(key, b)
+			out = append(out, stagedBlock{key, b})
+		}
+	}
+	return out
 }
 
 func build(j *jobs.Job, rank int, epochs []int) *stream {

@@ -22,11 +22,13 @@ import (
 // packed set, every file lies in one container, in path order, 1000
 // bytes apart, and runs are counted as one request each.
 type fakeLoader struct {
-	mu       sync.Mutex
-	fetches  map[string]int
-	total    atomic.Int64
-	packed   bool
-	requests atomic.Int64
+	mu         sync.Mutex
+	offered    []string // keys given up by the stage (Offer)
+	keepOffers bool
+	fetches    map[string]int
+	total      atomic.Int64
+	packed     bool
+	requests   atomic.Int64
 }
 
 func (f *fakeLoader) Coalesces() bool { return f.packed }
@@ -55,6 +57,15 @@ func (f *fakeLoader) PrefetchRun(first *catalog.Entry, rest []*catalog.Entry, ke
 }
 
 func (f *fakeLoader) RunLimits() (gap, run int64) { return 2000, 16000 }
+
+// Offer stands in for a RAM tier that keeps what it is offered when
+// keepOffers is set.
+func (f *fakeLoader) Offer(key string, b ramcache.Block) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.offered = append(f.offered, key)
+	return f.keepOffers
+}
 
 func (f *fakeLoader) Prefetch(e *catalog.Entry, keep loader.Keep) (int, error) {
 	f.mu.Lock()
@@ -240,5 +251,46 @@ func TestAllRanks(t *testing.T) {
 				t.Fatalf("AllRanks=%v: NextUse of rank 1's sample %d at position %d = %d", all, i, k, got)
 			}
 		}
+	}
+}
+
+// TestReplanFreesTheStage: a resumed job's sampler announces epoch 0 when
+// it is made, and its real epoch only later. Epoch 0's samples fill the
+// stage meanwhile; when the real epoch comes, those it reads late go to
+// RAM (here refused, so wasted), and the stage fills with what it reads
+// first.
+func TestReplanFreesTheStage(t *testing.T) {
+	fl := &fakeLoader{fetches: map[string]int{}}
+	p, reg, _ := setupWith(t, 400, "job=j root=data seed=3 epoch=0 lookahead=1", Config{Workers: 4, Staging: 40}, fl)
+	waitFor(t, "the stage to fill", func() bool { return fl.total.Load() == 40 })
+	cmds, err := control.Parse([]byte("job=j root=data seed=3 epoch=5 lookahead=1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Apply(cmds[0].(control.Job)); err != nil {
+		t.Fatal(err)
+	}
+	j := reg.Get("j")
+	first := j.Order(0, 5)[:40]
+	staged := func(i int) bool {
+		e := j.Samples[i].Entry
+		_, ok := p.Take(loader.BlockKey(e.Path, 0), e, false)
+		return ok
+	}
+	waitFor(t, "epoch 5's first samples to be staged", func() bool {
+		for _, i := range first {
+			if !staged(i) {
+				return false
+			}
+		}
+		return true
+	})
+	fl.mu.Lock()
+	offered := len(fl.offered)
+	fl.mu.Unlock()
+	tot, _ := p.Stats()
+	if offered < 20 || tot.Wasted != int64(offered) || tot.StagedBytes > 40 {
+		t.Errorf("%d staged blocks offered to RAM, %d wasted, %d bytes staged; want most of epoch 0's 40 offered and refused",
+			offered, tot.Wasted, tot.StagedBytes)
 	}
 }
