@@ -392,6 +392,9 @@ func (l *Loader) fromStage(key string, e *catalog.Entry, done bool) ([]byte, boo
 	return b.Data, true
 }
 
+// InRAM reports whether RAM holds e's first block.
+func (l *Loader) InRAM(e *catalog.Entry) bool { return l.ram.Contains(BlockKey(e.Path, 0)) }
+
 // Offer hands RAM a block the stage gives up, and reports whether RAM
 // kept it. A peer's block is not kept (RAM holds this node's share).
 func (l *Loader) Offer(key string, b ramcache.Block) bool {

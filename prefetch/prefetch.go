@@ -87,6 +87,8 @@ type Loader interface {
 	// Offer hands RAM a block the stage gives up; RAM keeps it if its next
 	// use warrants, and Offer reports whether it did.
 	Offer(key string, b ramcache.Block) bool
+	// InRAM reports whether RAM holds e (its first block).
+	InRAM(e *catalog.Entry) bool
 	// Coalesces, Locate, PrefetchRun and RunLimits coalesce neighbouring
 	// samples of a packed dataset into one PFS read (see loader.Loader).
 	Coalesces() bool
@@ -253,7 +255,8 @@ func (p *Prefetcher) watch(ctx context.Context, changes <-chan struct{}) {
 // new plans no longer want staged. A stream whose job and first epoch did
 // not change keeps its progress.
 func (p *Prefetcher) rebuild() {
-	for _, b := range p.swap() {
+	p.swap()
+	for _, b := range p.trimStage() {
 		if !p.load.Offer(b.key, b.Block) {
 			p.mu.Lock()
 			p.totals.Wasted++
@@ -263,9 +266,8 @@ func (p *Prefetcher) rebuild() {
 	}
 }
 
-// swap builds and swaps in the streams, and returns the blocks it took
-// off the stage (trimStageLocked).
-func (p *Prefetcher) swap() []stagedBlock {
+// swap builds and swaps in the streams.
+func (p *Prefetcher) swap() {
 	var fresh, others []*stream
 	for _, j := range p.plans.All() {
 		local := map[int]bool{}
@@ -320,7 +322,6 @@ func (p *Prefetcher) swap() []stagedBlock {
 	p.streams = fresh
 	p.dropUnneededLocked()
 	p.kick()
-	return p.trimStageLocked()
 }
 
 // stagedBlock is a block with its key.
@@ -329,35 +330,58 @@ type stagedBlock struct {
 	ramcache.Block
 }
 
-// trimStageLocked takes off the stage the blocks that no stream reaches
-// within a stage's worth of bytes from its cursor, in the order its reads
-// will come. After a plan change (a resumed job announces epoch 0 when its
-// sampler is made, and its real epoch only later) the stage can be full of
-// samples the new order needs late; bound by staging, the prefetcher
-// could then fetch nothing ahead of the reader until the reader happened
-// on them. The caller offers them to RAM, which keeps them if their next
-// use warrants.
-func (p *Prefetcher) trimStageLocked() []stagedBlock {
-	if p.stagedBytes == 0 {
+// trimStage takes off the stage the blocks that no stream would stage
+// soon: each stream's window is the first 2×Staging bytes, in the order
+// its reads will come from its cursor, of the samples RAM does not hold
+// (twice, because RAM has changed since the prefetcher passed them). After
+// a plan change (a resumed job announces epoch 0 when its sampler is made,
+// and its real epoch only later) the stage can be full of samples the new
+// order needs late; bound by staging, the prefetcher could then fetch
+// nothing ahead of the reader until the reader happened on them. The
+// caller offers them to RAM, which keeps them if their next use warrants.
+// RAM is asked without mu (see Locking); the plans' orders do not change
+// once built.
+func (p *Prefetcher) trimStage() []stagedBlock {
+	type view struct {
+		s    *stream
+		from int // index into s.order of the cursor
+	}
+	p.mu.Lock()
+	var views []view
+	for _, s := range p.streams {
+		if s.cursor < len(s.entries) {
+			views = append(views, view{s, int(s.sched[s.cursor])})
+		}
+	}
+	staged := make(map[uint64]bool, len(p.stagedIno))
+	for ino := range p.stagedIno {
+		staged[ino] = true
+	}
+	p.mu.Unlock()
+	if len(staged) == 0 {
 		return nil
 	}
 	window := map[uint64]bool{}
-	for _, s := range p.streams {
-		if s.cursor >= len(s.entries) {
-			continue
-		}
+	for _, v := range views {
 		var bytes int64
-		for k := int(s.sched[s.cursor]); k < len(s.order) && bytes < p.cfg.Staging; k++ {
-			pos := s.order[k]
-			if e := s.entries[pos]; !s.consumed[pos] && !window[e.Ino] {
-				window[e.Ino] = true
-				bytes += e.Size
+		seen := 0 // staged samples met: once all are, the rest cannot matter
+		for k := v.from; k < len(v.s.order) && bytes < 2*p.cfg.Staging && seen < len(staged); k++ {
+			e := v.s.entries[v.s.order[k]]
+			if window[e.Ino] || p.load.InRAM(e) {
+				continue
+			}
+			window[e.Ino] = true
+			bytes += e.Size
+			if staged[e.Ino] {
+				seen++
 			}
 		}
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	var out []stagedBlock
 	for key, b := range p.staged {
-		if !window[b.ID] {
+		if staged[b.ID] && !window[b.ID] {
 			p.unstageLocked(key, b)
 			out = append(out, stagedBlock{key, b})
 		}

@@ -25,6 +25,7 @@ type fakeLoader struct {
 	mu         sync.Mutex
 	offered    []string // keys given up by the stage (Offer)
 	keepOffers bool
+	cached     map[uint64]bool // what RAM holds: Prefetch skips it
 	fetches    map[string]int
 	total      atomic.Int64
 	packed     bool
@@ -58,6 +59,12 @@ func (f *fakeLoader) PrefetchRun(first *catalog.Entry, rest []*catalog.Entry, ke
 
 func (f *fakeLoader) RunLimits() (gap, run int64) { return 2000, 16000 }
 
+func (f *fakeLoader) InRAM(e *catalog.Entry) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.cached[e.Ino]
+}
+
 // Offer stands in for a RAM tier that keeps what it is offered when
 // keepOffers is set.
 func (f *fakeLoader) Offer(key string, b ramcache.Block) bool {
@@ -68,6 +75,9 @@ func (f *fakeLoader) Offer(key string, b ramcache.Block) bool {
 }
 
 func (f *fakeLoader) Prefetch(e *catalog.Entry, keep loader.Keep) (int, error) {
+	if f.InRAM(e) {
+		return 0, nil
+	}
 	f.mu.Lock()
 	f.fetches[e.Path]++
 	f.mu.Unlock()
@@ -271,13 +281,13 @@ func TestReplanFreesTheStage(t *testing.T) {
 		t.Fatal(err)
 	}
 	j := reg.Get("j")
-	first := j.Order(0, 5)[:40]
+	first := j.Order(0, 5)[:20]
 	staged := func(i int) bool {
 		e := j.Samples[i].Entry
 		_, ok := p.Take(loader.BlockKey(e.Path, 0), e, false)
 		return ok
 	}
-	waitFor(t, "epoch 5's first samples to be staged", func() bool {
+	waitFor(t, "epoch 5's first 20 samples to be staged", func() bool {
 		for _, i := range first {
 			if !staged(i) {
 				return false
@@ -292,5 +302,40 @@ func TestReplanFreesTheStage(t *testing.T) {
 	if offered < 20 || tot.Wasted != int64(offered) || tot.StagedBytes > 40 {
 		t.Errorf("%d staged blocks offered to RAM, %d wasted, %d bytes staged; want most of epoch 0's 40 offered and refused",
 			offered, tot.Wasted, tot.StagedBytes)
+	}
+}
+
+// TestReplanKeepsALeadPastRAM: with RAM holding every other sample, the
+// stage holds the next samples RAM lacks, which reach twice as far in the
+// order as their bytes; a plan change that keeps the stream must leave
+// them staged.
+func TestReplanKeepsALeadPastRAM(t *testing.T) {
+	fl := &fakeLoader{fetches: map[string]int{}, cached: map[uint64]bool{}}
+	line := "job=j root=data seed=3 epoch=0 lookahead=1"
+	p, reg, _ := setupWith(t, 400, line, Config{Workers: 4, Staging: 40}, fl)
+	j := reg.Get("j")
+	fl.mu.Lock()
+	for k, i := range j.Order(0, 0) {
+		if k%2 == 1 {
+			fl.cached[j.Samples[i].Entry.Ino] = true
+		}
+	}
+	fl.mu.Unlock()
+	p.kick()
+	waitFor(t, "the stage to fill", func() bool { tot, _ := p.Stats(); return tot.StagedBytes == 40 })
+	// Another job's line rebuilds the plans; j's stream keeps its progress.
+	cmds, err := control.Parse([]byte("job=k root=data seed=4 epoch=0 lookahead=1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Apply(cmds[0].(control.Job)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "job k's stream", func() bool { _, per := p.Stats(); return per["k"] != nil })
+	fl.mu.Lock()
+	offered := len(fl.offered)
+	fl.mu.Unlock()
+	if offered != 0 {
+		t.Errorf("%d of j's staged samples were taken off the stage; they are the next ones RAM lacks", offered)
 	}
 }
