@@ -426,15 +426,15 @@ func TestPrefetchStagingAndSharedReads(t *testing.T) {
 	st := &fakeStage{m: map[string]ramcache.Block{}}
 	l.SetStage(st)
 	e, key := entry("f", 5000), BlockKey("f", 0)
-	// inFlight says whether key's fetch is in flight, whether a read runs
-	// or shares it, and how many share it.
-	inFlight := func() (ok, read bool, waiters int) {
+	// inFlight says whether key's fetch is in flight, and whether a read
+	// runs or shares it.
+	inFlight := func() (ok, read bool) {
 		l.flight.mu.Lock()
 		defer l.flight.mu.Unlock()
 		if c := l.flight.calls[key]; c != nil {
-			return true, c.read, c.waiters
+			return true, c.read
 		}
-		return false, false, 0
+		return false, false
 	}
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
@@ -449,7 +449,7 @@ func TestPrefetchStagingAndSharedReads(t *testing.T) {
 	// A read joins a prefetch's fetch.
 	keptInFlight := false
 	keep := func(e *catalog.Entry, i int64, b ramcache.Block) bool {
-		keptInFlight, _, _ = inFlight()
+		keptInFlight, _ = inFlight()
 		return st.keep(e, i, b)
 	}
 	prefetched := make(chan error, 1)
@@ -466,7 +466,7 @@ func TestPrefetchStagingAndSharedReads(t *testing.T) {
 		}
 		read <- err
 	}()
-	waitFor("the read to join the fetch", func() bool { _, read, _ := inFlight(); return read })
+	waitFor("the read to join the fetch", func() bool { _, read := inFlight(); return read })
 	close(pfs.gate)
 	if err := <-read; err != nil {
 		t.Fatalf("read: %v", err)

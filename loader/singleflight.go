@@ -25,8 +25,7 @@ type call struct {
 	// part of it), so a prefetch that shares the call must not stage it
 	// again: the copy would sit on the stage, never taken, until the
 	// cursor passed it.
-	read    bool
-	waiters int // callers sharing the call; f.mu guards it and read
+	read bool // f.mu guards it
 }
 
 // fetch is a block as a flight returns it, with the tier that supplied it.
@@ -44,7 +43,6 @@ func (f *flight) do(key string, why purpose, fn func() (fetch, error)) (*call, b
 	}
 	if c, ok := f.calls[key]; ok {
 		c.read = c.read || why == forReader
-		c.waiters++
 		f.mu.Unlock()
 		<-c.done
 		return c, true
