@@ -20,7 +20,11 @@
 // loader asks the stage after RAM). The RAM tier then keeps a taken block
 // only if its next use warrants it (NextUse drives its Belady eviction);
 // otherwise it is dropped once consumed. Samples the cursor passes without
-// a read are dropped from the stage and counted as wasted.
+// a read are dropped from the stage and counted as wasted. A fetch stages
+// its blocks before its flight ends (loader.Keep), so a read arriving
+// just after finds them. When the plans change, staged samples the new
+// plans reach only late are offered to RAM (trimStage): otherwise they
+// would hold the stage while the new order waits.
 //
 // # Tracking consumption
 //
