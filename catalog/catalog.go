@@ -481,7 +481,7 @@ func (sc *scanner) read(d *Entry) ([]*Entry, error) {
 			continue
 		}
 		var st unix.Stat_t
-		if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if err := source.IgnoringEINTR(func() error { return unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
 			if !errors.Is(err, unix.ENOENT) { // vanished since readdir: not an error
 				sc.c.cfg.Logger.Warn("catalog: skipping entry", "path", join(d.Path, name), "err", err)
 			}
@@ -494,7 +494,8 @@ func (sc *scanner) read(d *Entry) ([]*Entry, error) {
 		case e.IsDir(), e.IsRegular():
 		case e.IsSymlink():
 			buf := make([]byte, 4096)
-			n, err := unix.Readlinkat(fd, name, buf)
+			var n int
+			err := source.IgnoringEINTR(func() (err error) { n, err = unix.Readlinkat(fd, name, buf); return err })
 			if err != nil {
 				sc.skipped.Add(1)
 				continue

@@ -260,13 +260,17 @@ func (p *Prefetcher) watch(ctx context.Context, changes <-chan struct{}) {
 // not change keeps its progress.
 func (p *Prefetcher) rebuild() {
 	p.swap()
-	for _, b := range p.trimStage() {
+	trimmed := p.trimStage()
+	for _, b := range trimmed {
 		if !p.load.Offer(b.key, b.Block) {
 			p.mu.Lock()
 			p.totals.Wasted++
 			p.totals.WastedBytes += int64(len(b.Data))
 			p.mu.Unlock()
 		}
+	}
+	if len(trimmed) > 0 {
+		p.kick() // the stage has room again
 	}
 }
 

@@ -99,7 +99,7 @@ func (s *Source) ReadAt(path string, want Want, p []byte, off int64) (int, error
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
-	if err := fstat(fd, &st); err != nil {
+	if err := IgnoringEINTR(func() error { return unix.Fstat(fd, &st) }); err != nil {
 		return 0, fmt.Errorf("source: stat %s: %w", path, err)
 	}
 	if st.Size != want.Size || st.Mtim.Nano() != want.Mtime {
@@ -142,12 +142,11 @@ func (s *Source) openFD(path string) (int, error) {
 		Flags:   unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NOFOLLOW,
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
 	}
-	fd, err := unix.Openat2(s.rootFD, path, &how)
-	for err == unix.EINTR {
-		// SOURCE on FUSE (or NFS) answers a signal that reached the
-		// blocked open with EINTR; Go's runtime signals its threads.
+	var fd int
+	err := IgnoringEINTR(func() (err error) {
 		fd, err = unix.Openat2(s.rootFD, path, &how)
-	}
+		return err
+	})
 	if err != nil {
 		return -1, fmt.Errorf("source: open %s: %w", path, err)
 	}
@@ -187,7 +186,7 @@ func (s *Source) OpenHandle(path string) (*Handle, error) {
 		return nil, err
 	}
 	var st unix.Stat_t
-	if err := fstat(int(f.Fd()), &st); err != nil {
+	if err := IgnoringEINTR(func() error { return unix.Fstat(int(f.Fd()), &st) }); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("source: stat %s: %w", path, err)
 	}
@@ -243,10 +242,13 @@ func (s *Source) Count(ops, bytes int64) {
 	s.bytes.Add(bytes)
 }
 
-// fstat is unix.Fstat, retried when a signal interrupts it.
-func fstat(fd int, st *unix.Stat_t) error {
+// IgnoringEINTR runs call until a signal does not interrupt it. A SOURCE
+// on FUSE (or NFS) answers a signal that reaches a blocked call with
+// EINTR, and Go's runtime signals its own threads; the os package retries
+// for its callers, but bare system calls must do it themselves.
+func IgnoringEINTR(call func() error) error {
 	for {
-		if err := unix.Fstat(fd, st); err != unix.EINTR {
+		if err := call(); err != unix.EINTR {
 			return err
 		}
 	}

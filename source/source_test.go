@@ -118,3 +118,16 @@ func TestReadAtRetriesInterruptedOpens(t *testing.T) {
 		}
 	}
 }
+
+func TestIgnoringEINTR(t *testing.T) {
+	calls := 0
+	err := IgnoringEINTR(func() error {
+		if calls++; calls < 3 {
+			return unix.EINTR
+		}
+		return unix.ENOENT
+	})
+	if calls != 3 || err != unix.ENOENT {
+		t.Errorf("%d calls, %v; want 3 calls and the first error that is not EINTR", calls, err)
+	}
+}
