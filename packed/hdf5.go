@@ -3,7 +3,6 @@ package packed
 import (
 	"context"
 	"fmt"
-	"os"
 	"path"
 	"runtime"
 	"sort"
@@ -341,23 +340,6 @@ func recoverLibrary(err *error) {
 	if r := recover(); r != nil {
 		*err = fmt.Errorf("%w: the HDF5 library failed on this file: %v", ErrFormat, r)
 	}
-}
-
-// h5Files lists the HDF5 files at the top of dir.
-func h5Files(dir string) ([]string, error) {
-	des, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, de := range des {
-		n := de.Name()
-		if (strings.HasSuffix(n, ".h5") || strings.HasSuffix(n, ".hdf5")) && de.Type().IsRegular() {
-			out = append(out, n)
-		}
-	}
-	sort.Strings(out)
-	return out, nil
 }
 
 // Locate implements loader.Coalescer: a dataset is a container whose

@@ -69,14 +69,14 @@ func Open(dir string, src *source.Source, log *slog.Logger) (Dataset, error) {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("packed: %w", err)
 	}
-	recs, err := recFiles(dir)
+	recs, err := topFiles(dir, ".rec")
 	if err != nil {
 		return nil, fmt.Errorf("packed: %w", err)
 	}
 	if len(recs) > 0 {
 		return openRec(src, recs, log), nil
 	}
-	h5s, err := h5Files(dir)
+	h5s, err := topFiles(dir, ".h5", ".hdf5")
 	if err != nil {
 		return nil, fmt.Errorf("packed: %w", err)
 	}

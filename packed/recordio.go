@@ -312,16 +312,23 @@ func (d *recDataset) Close() error {
 	return nil
 }
 
-// recFiles lists the .rec files at the top of dir.
-func recFiles(dir string) ([]string, error) {
+// topFiles lists the regular files at the top of dir whose names end in
+// one of suffixes, sorted.
+func topFiles(dir string, suffixes ...string) ([]string, error) {
 	des, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
 	}
 	var out []string
 	for _, de := range des {
-		if strings.HasSuffix(de.Name(), ".rec") && de.Type().IsRegular() {
-			out = append(out, de.Name())
+		if !de.Type().IsRegular() {
+			continue
+		}
+		for _, suf := range suffixes {
+			if strings.HasSuffix(de.Name(), suf) {
+				out = append(out, de.Name())
+				break
+			}
 		}
 	}
 	sort.Strings(out)
