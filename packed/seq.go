@@ -25,6 +25,8 @@ type seqDataset struct {
 	raw     []byte                 // the index's bytes
 	shards  map[int]*source.Handle // opened on first read
 	retired []*source.Handle       // shards of an older index: reads may still use them
+
+	memo recordMemo // verified records read in part
 }
 
 // openSeq returns the pack; its index is read by List.
@@ -102,8 +104,13 @@ func (d *seqDataset) ReadAt(path string, want source.Want, p []byte, off int64) 
 	return d.read(e, p, off)
 }
 
-// read reads the payload of e at off. A read of the whole payload is
-// checked against the record's checksum.
+// read reads the payload of e at off. No byte is returned before the
+// whole record has been checked against its checksum: a read of part of
+// a record (a block of a large sample) reads the record whole, checks it,
+// and keeps it in a small memo of verified records, so the reads of its
+// other blocks do not read it again. A record too large for the memo is
+// streamed through the checksum on every read, keeping only the part asked
+// for: correct, in bounded memory, and costly (see maxMemoRecord).
 func (d *seqDataset) read(e seqfile.Entry, p []byte, off int64) (int, error) {
 	if off >= e.Length {
 		return 0, nil
@@ -117,17 +124,66 @@ func (d *seqDataset) read(e seqfile.Entry, p []byte, off int64) (int, error) {
 		return 0, fmt.Errorf("%w: %s: record %s at offset %d runs past the end (%d bytes); the shard is truncated, repack",
 			ErrFormat, h.Path(), e.Name, e.Offset, h.Size())
 	}
-	n, err := h.ReadAt(p, e.DataOffset()+off)
-	if err != nil && err != io.EOF {
-		return n, err
-	}
-	if off == 0 && int64(n) == e.Length {
-		if seqfile.RecordCRC(e.Name, p[:n]) != e.CRC {
-			return 0, fmt.Errorf("%w: %s: record %s at offset %d fails its checksum; the shard is corrupt, repack",
-				ErrFormat, h.Path(), e.Name, e.Offset)
+	if off == 0 && int64(len(p)) == e.Length { // the whole record: check it in place
+		if err := readFull(h, p, e.DataOffset()); err != nil {
+			return 0, err
 		}
+		if seqfile.RecordCRC(e.Name, p) != e.CRC {
+			return 0, corrupt(h, e)
+		}
+		return len(p), nil
 	}
-	return n, nil
+	if e.Length <= maxMemoRecord {
+		rec, err := d.memo.get(h, e, func() ([]byte, error) {
+			b := make([]byte, e.Length)
+			if err := readFull(h, b, e.DataOffset()); err != nil {
+				return nil, err
+			}
+			if seqfile.RecordCRC(e.Name, b) != e.CRC {
+				return nil, corrupt(h, e)
+			}
+			return b, nil
+		})
+		if err != nil {
+			return 0, err
+		}
+		return copy(p, rec[off:]), nil
+	}
+	// Stream the record through the checksum, keeping p's part.
+	sum := seqfile.RecordCRC(e.Name, nil)
+	chunk := make([]byte, 1<<20)
+	for pos := int64(0); pos < e.Length; {
+		c := chunk[:min(int64(len(chunk)), e.Length-pos)]
+		if err := readFull(h, c, e.DataOffset()+pos); err != nil {
+			return 0, err
+		}
+		sum = seqfile.UpdateCRC(sum, c)
+		if lo, hi := max(pos, off), min(pos+int64(len(c)), off+int64(len(p))); lo < hi {
+			copy(p[lo-off:hi-off], c[lo-pos:hi-pos])
+		}
+		pos += int64(len(c))
+	}
+	if sum != e.CRC {
+		return 0, corrupt(h, e)
+	}
+	return len(p), nil
+}
+
+// readFull reads len(p) bytes of h at off; a short read is an error.
+func readFull(h *source.Handle, p []byte, off int64) error {
+	n, err := h.ReadAt(p, off)
+	if n == len(p) {
+		return nil
+	}
+	if err == nil || err == io.EOF {
+		err = fmt.Errorf("%w: %s: %d of %d bytes at offset %d; the shard is truncated, repack", ErrFormat, h.Path(), n, len(p), off)
+	}
+	return err
+}
+
+func corrupt(h *source.Handle, e seqfile.Entry) error {
+	return fmt.Errorf("%w: %s: record %s at offset %d fails its checksum; the shard is corrupt, repack",
+		ErrFormat, h.Path(), e.Name, e.Offset)
 }
 
 func (d *seqDataset) Close() error {
@@ -186,8 +242,7 @@ func (d *seqDataset) ReadRun(paths []string, wants []source.Want) ([][]byte, err
 	}
 	for i, e := range entries {
 		if seqfile.RecordCRC(e.Name, bufs[i]) != e.CRC {
-			return nil, fmt.Errorf("%w: %s: record %s at offset %d fails its checksum; the shard is corrupt, repack",
-				ErrFormat, h.Path(), e.Name, e.Offset)
+			return nil, corrupt(h, e)
 		}
 	}
 	return bufs, nil

@@ -91,6 +91,9 @@ func (ix *Index) check() error {
 			if e.Offset < FileHeader || e.Length < 0 || e.Length > 1<<40 || e.Offset > 1<<50 {
 				return fmt.Errorf("%w: %q: offset %d, length %d out of range", ErrFormat, clip(e.Name), e.Offset, e.Length)
 			}
+			if e.Mode&syscall.S_IFMT == syscall.S_IFLNK && e.Length > MaxTarget {
+				return fmt.Errorf("%w: symlink %q: target of %d bytes (at most %d)", ErrFormat, clip(e.Name), e.Length, MaxTarget)
+			}
 		default:
 			return fmt.Errorf("%w: %q: mode %#o is not a file, directory or symlink", ErrFormat, clip(e.Name), e.Mode)
 		}

@@ -59,6 +59,7 @@ const (
 	HeaderSize  = 40         // bytes of a record header
 	FileHeader  = 16         // bytes of a shard's file header
 	MaxName     = 4096
+	MaxTarget   = 4095 // bytes of a symlink's target: PATH_MAX less the NUL
 	Version     = 1
 	// IndexName is the index's file name in a packed directory.
 	IndexName = "index.seqidx"
@@ -130,6 +131,9 @@ func DecodeHeader(b []byte) (Header, error) {
 	}
 	if t := h.Mode & syscall.S_IFMT; t != syscall.S_IFREG && t != syscall.S_IFLNK {
 		return Header{}, fmt.Errorf("%w: record mode %#o is neither a file nor a symlink", ErrFormat, h.Mode)
+	}
+	if h.Mode&syscall.S_IFMT == syscall.S_IFLNK && h.Length > MaxTarget {
+		return Header{}, fmt.Errorf("%w: symlink record with a target of %d bytes (at most %d)", ErrFormat, h.Length, MaxTarget)
 	}
 	return h, nil
 }
@@ -208,3 +212,7 @@ func Scan(r io.ReaderAt, size int64, fn func(off int64, rec Record) error) error
 	}
 	return nil
 }
+
+// UpdateCRC continues a record checksum started by RecordCRC with more
+// payload bytes.
+func UpdateCRC(sum uint32, data []byte) uint32 { return crc32.Update(sum, castagnoli, data) }
