@@ -145,6 +145,10 @@ func (n *Node) demand(alive []cluster.Member) []placement.Sample {
 		}
 		slot := make([]int, len(samples)) // sample index -> index in out
 		for i, s := range samples {
+			if s.Entry == nil {
+				slot[i] = -1 // a symlink to nothing in the dataset: nothing to place
+				continue
+			}
 			p := s.Entry.Path
 			k, ok := at[p]
 			if !ok {
@@ -155,7 +159,7 @@ func (n *Node) demand(alive []cluster.Member) []placement.Sample {
 			slot[i] = k
 		}
 		jobs.Reads(g.spec, len(samples), g.spec.Epoch, n.cfg.PlacementEpochs, func(rank, i int) {
-			if mi, ok := g.ranks[rank]; ok {
+			if mi, ok := g.ranks[rank]; ok && slot[i] >= 0 {
 				out[slot[i]].Reads[mi]++
 			}
 		})

@@ -404,6 +404,11 @@ func build(j *jobs.Job, rank int, epochs []int) *stream {
 		s.starts = append(s.starts, len(s.entries))
 		for _, i := range j.Order(rank, e) {
 			ent := j.Samples[i].Entry
+			if ent == nil {
+				// A dangling symlink, or one leaving the dataset: torchvision
+				// lists it, but there is nothing to fetch, and its read fails.
+				continue
+			}
 			p := int32(len(s.entries))
 			if q, ok := last[ent.Ino]; ok {
 				s.next[q] = p

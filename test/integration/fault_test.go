@@ -147,3 +147,54 @@ func TestFault10SeqfileSymlinkTarget(t *testing.T) {
 		t.Errorf("mount over a crafted index: exit %d, stderr %q; want one line naming the target length", code, stderr)
 	}
 }
+
+// control writes one line to the mount's control file and returns the
+// write's error.
+func control(mnt, line string) error {
+	return os.WriteFile(filepath.Join(mnt, ".dlfs/control"), []byte(line+"\n"), 0)
+}
+
+// TestFault06DanglingSymlinks: an ImageFolder class holding a dangling
+// symlink and one that leaves SOURCE, both with image extensions: the job
+// line registers, the plan lists them where torchvision would (the index
+// keeps them), the daemon survives planning and prefetching, and the
+// other samples read exactly.
+func TestFault06DanglingSymlinks(t *testing.T) {
+	src := t.TempDir()
+	os.MkdirAll(filepath.Join(src, "cls"), 0o755)
+	want := map[string][]byte{}
+	for i := 0; i < 20; i++ {
+		name := filepath.Join("cls", string(rune('a'+i))+".jpg")
+		want[name] = randomBytes(3000+i, uint64(i))
+		os.WriteFile(filepath.Join(src, name), want[name], 0o644)
+	}
+	os.Symlink("nowhere.jpg", filepath.Join(src, "cls", "dangling.jpg"))
+	os.Symlink("/etc/hostname", filepath.Join(src, "cls", "outside.jpg"))
+	os.Symlink("../../..", filepath.Join(src, "cls", "up.png"))
+	d := startDlfs(t, src)
+	for _, line := range []string{
+		"job=j root=. seed=1 epoch=0 world=1 rank=0 batch=2 workers=2",
+		"job=j root=. seed=1 epoch=1 world=1 rank=0 batch=2 workers=2",
+		"job=r root=. sampler=random seed=3 epoch=0",
+	} {
+		if err := control(d.Mnt, line); err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		d.alive(t)
+	}
+	plan, err := os.ReadFile(filepath.Join(d.Mnt, ".dlfs/jobs/j/rank-0/epoch-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"cls/dangling.jpg", "cls/outside.jpg", "cls/up.png"} {
+		if !strings.Contains(string(plan), name+"\n") {
+			t.Errorf("the plan does not list %s, which torchvision lists:\n%s", name, plan)
+		}
+	}
+	for name, b := range want {
+		if got, err := os.ReadFile(filepath.Join(d.Mnt, name)); err != nil || !bytes.Equal(got, b) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	d.alive(t)
+}
