@@ -143,6 +143,12 @@ func TestParseJob(t *testing.T) {
 		"end":                        "end takes exactly",
 		"end job=x epoch=1":          "end takes exactly",
 		"epoch=1 extensions=.jpg,,x": "empty extension",
+		"epoch=1 root=../..":         "climbs out of the mount",
+		"epoch=1 root=a/../../b":     "climbs out of the mount",
+		"epoch=1 root=/train":        "absolute path",
+		"epoch=1 dataset=list:/x":    "absolute path",
+		"epoch=1 dataset=list:../x":  "climbs out",
+		"epoch=1 dataset=list:.":     "names a file",
 	}
 	for line, want := range bad {
 		if _, err := Parse([]byte(line)); err == nil || !strings.Contains(err.Error(), want) {

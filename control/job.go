@@ -161,20 +161,22 @@ func (j *Job) set(k, v string) error {
 		}
 		j.Name = v
 	case "root":
-		c := path.Clean("/" + v)
-		if v == "" || strings.ContainsRune(v, 0) {
-			return fmt.Errorf("want a directory relative to the mount")
-		}
-		j.Root = strings.TrimPrefix(c, "/")
-		if j.Root == "" {
-			j.Root = "."
+		if j.Root, err = relPath(v); err != nil {
+			return err
 		}
 	case "dataset":
 		switch {
 		case v == "imagefolder":
 			j.Dataset = v
-		case strings.HasPrefix(v, "list:") && path.Clean("/"+v[5:]) != "/":
-			j.Dataset, j.ListPath = "list", strings.TrimPrefix(path.Clean("/"+v[5:]), "/")
+		case strings.HasPrefix(v, "list:"):
+			p, err := relPath(v[5:])
+			if err != nil {
+				return err
+			}
+			if p == "." {
+				return fmt.Errorf("list:PATH names a file, not the mount's root")
+			}
+			j.Dataset, j.ListPath = "list", p
 		default:
 			return fmt.Errorf("want imagefolder or list:PATH")
 		}
@@ -229,6 +231,22 @@ func (j *Job) set(k, v string) error {
 		return fmt.Errorf("unknown key; known: job root dataset extensions sampler seed epoch world rank ranks shuffle drop_last batch workers lookahead torch")
 	}
 	return err
+}
+
+// relPath cleans v, a path relative to the mount. An absolute path, or one
+// that climbs out of the mount, is an error rather than quietly made
+// into another path.
+func relPath(v string) (string, error) {
+	switch c := path.Clean(v); {
+	case v == "" || strings.ContainsRune(v, 0):
+		return "", fmt.Errorf("want a path relative to the mount")
+	case strings.HasPrefix(v, "/"):
+		return "", fmt.Errorf("an absolute path; give it relative to the mount (root=train, not root=/train)")
+	case c == ".." || strings.HasPrefix(c, "../"):
+		return "", fmt.Errorf("climbs out of the mount")
+	default:
+		return c, nil
+	}
 }
 
 func validName(s string) bool {

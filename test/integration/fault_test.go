@@ -198,3 +198,33 @@ func TestFault06DanglingSymlinks(t *testing.T) {
 	}
 	d.alive(t)
 }
+
+// TestFault14PathsOutOfTheMount: a root or list path that is absolute or
+// climbs out of the mount fails the write with EINVAL and the reason,
+// instead of being rewritten into another path.
+func TestFault14PathsOutOfTheMount(t *testing.T) {
+	src := t.TempDir()
+	os.MkdirAll(filepath.Join(src, "train/cls"), 0o755)
+	os.WriteFile(filepath.Join(src, "train/cls/a.jpg"), []byte("x"), 0o644)
+	os.WriteFile(filepath.Join(src, "x"), []byte("train/cls/a.jpg\n"), 0o644)
+	d := startDlfs(t, src)
+	for line, reason := range map[string]string{
+		"root=../.. epoch=0":                 "climbs out of the mount",
+		"root=/train epoch=0":                "absolute path",
+		"dataset=list:/x epoch=0":            "absolute path",
+		"root=train/../.. epoch=0":           "climbs out of the mount",
+		"dataset=list:train/../../x epoch=0": "climbs out of the mount",
+	} {
+		if err := control(d.Mnt, line); !errors.Is(err, syscall.EINVAL) {
+			t.Errorf("%q: %v, want EINVAL", line, err)
+		}
+		b, _ := os.ReadFile(filepath.Join(d.Mnt, ".dlfs/control"))
+		if !strings.Contains(string(b), reason) {
+			t.Errorf("%q: control reads %s; want the reason %q", line, b, reason)
+		}
+	}
+	if err := control(d.Mnt, "root=train epoch=0"); err != nil {
+		t.Errorf("root=train: %v", err)
+	}
+	d.alive(t)
+}
