@@ -5,11 +5,13 @@
 // # Lifetime
 //
 // Start builds the parts in dependency order and mounts; once it returns,
-// the mount is usable. Close tears down in reverse: the FUSE server first (no
-// new reads), then the metrics server, then the SSD store (which commits its
-// queued writes), then SOURCE.
-// (The prefetcher stops right after the FUSE server.) Wait blocks until the filesystem is unmounted,
-// by Close or from outside.
+// the mount is usable. Each part registers its closer as it is built, and
+// Close runs them in reverse: the FUSE server first (no new reads), then
+// the prefetcher (whose fetches use the peers and the tiers), the gossip
+// and peer goroutines, the cluster, the peer server, the metrics server,
+// the SSD store (which commits its queued writes), the packed containers
+// and SOURCE. Wait blocks until the filesystem is unmounted, by Close or
+// from outside.
 package daemon
 
 import (
@@ -145,8 +147,30 @@ type Node struct {
 	metrics         *http.Server
 	metricsAddr     net.Addr
 
+	closers   []closer // in the order built; Close runs them in reverse
 	closeOnce sync.Once
 	closeErr  error
+	closed    []string // the closers' names, in the order Close ran them (tests)
+}
+
+// closer stops one part of the node.
+type closer struct {
+	name string
+	fn   func() error
+}
+
+// onClose registers fn to stop the part called name.
+func (n *Node) onClose(name string, fn func() error) { n.closers = append(n.closers, closer{name, fn}) }
+
+// closeFirst moves the closer called name to run before every closer
+// registered so far: a part built early that uses parts built after it.
+func (n *Node) closeFirst(name string) {
+	for i, c := range n.closers {
+		if c.name == name {
+			n.closers = append(append(n.closers[:i:i], n.closers[i+1:]...), c)
+			return
+		}
+	}
 }
 
 // Start checks the configuration, scans SOURCE, opens the tiers and mounts.
@@ -187,11 +211,15 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.src, err = source.Open(cfg.Source); err != nil {
 		return nil, err
 	}
+	n.onClose("source", n.src.Close)
 	// A packed SOURCE shows the tree it holds; its samples are read from
 	// their containers.
 	var pfs loader.PFS = n.src
 	if n.packed, err = packed.Open(cfg.Source, n.src, cfg.Logger); err != nil {
 		return nil, err
+	}
+	if n.packed != nil {
+		n.onClose("packed", n.packed.Close)
 	}
 	cc := cfg.Catalog
 	cc.Source, cc.Hide, cc.Logger = cfg.Source, []string{cfg.FUSE.ControlName}, cfg.Logger
@@ -227,6 +255,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		if n.ssd, err = ssdstore.Open(sc); err != nil {
 			return nil, err
 		}
+		n.onClose("ssd", n.ssd.Close)
 		ssd = n.ssd
 	}
 	lc := cfg.Loader
@@ -249,6 +278,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		pc.BlockSize = loader.DefaultConfig().BlockSize
 	}
 	n.pf = prefetch.New(pc, n.load, n.jobs)
+	n.onClose("prefetch", func() error { n.pf.Close(); return nil })
 	n.load.SetStage(n.pf)
 	n.ctl = &controlPlane{n: n}
 	fc := cfg.FUSE
@@ -264,6 +294,12 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		if err := n.serveMetrics(cfg.MetricsAddr); err != nil {
 			return nil, err
 		}
+		n.onClose("metrics", func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = n.metrics.Shutdown(ctx)
+			return nil
+		})
 	}
 
 	if cc := cfg.Cluster; cc.Bind != "" || len(cc.Join) > 0 {
@@ -280,18 +316,33 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 			if n.peerSrv, err = peer.Listen(cc.Meta.DataAddr, cc.Key, n, cfg.Logger); err != nil {
 				return nil, err
 			}
+			n.onClose("peer server", func() error { n.peerSrv.Close(); return nil })
 			cc.Meta.DataAddr = n.peerSrv.Addr() // the real port, if it was 0
 		}
 		if n.cl, err = cluster.Start(cc); err != nil {
 			return nil, err
 		}
+		n.onClose("cluster", func() error {
+			if err := n.cl.Close(); err != nil {
+				n.log.Warn("leaving the cluster failed", "err", err)
+			}
+			return nil
+		})
 		n.meta = cc.Meta
 		n.wg.Add(2)
 		go n.watchOwnership(n.cl.Subscribe(), n.stop)
 		go n.advertiseJobs(n.jobs.Subscribe(), n.stop)
 		n.peers = peer.NewClient(cc.Key)
+		n.onClose("peers", func() error {
+			close(n.stop)
+			n.peers.Close() // fails fetches in flight, so the batchers end at once
+			n.wg.Wait()
+			return nil
+		})
 		n.load.SetRemote(remote{n})
 	}
+	// The prefetcher fetches through the peers too: it stops before them.
+	n.closeFirst("prefetch")
 
 	if n.server, err = n.fs.Mount(cfg.Mountpoint, "dlfs:"+n.cat.Source()); err != nil {
 		return nil, fmt.Errorf("mount %s: %w", cfg.Mountpoint, err)
@@ -356,38 +407,13 @@ func (n *Node) Close() error {
 				}
 			}
 			n.server.Wait()
+			n.closed = append(n.closed, "fuse")
 		}
-		close(n.stop)
-		if n.peers != nil {
-			n.peers.Close() // fails fetches in flight, so the batchers end at once
-		}
-		n.wg.Wait()
-		if n.peerSrv != nil {
-			n.peerSrv.Close()
-		}
-		if n.pf != nil {
-			n.pf.Close()
-		}
-		if n.cl != nil {
-			if err := n.cl.Close(); err != nil {
-				n.log.Warn("leaving the cluster failed", "err", err)
-			}
-		}
-		if n.metrics != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_ = n.metrics.Shutdown(ctx)
-			cancel()
-		}
-		if n.ssd != nil {
-			if err := n.ssd.Close(); err != nil {
+		for i := len(n.closers) - 1; i >= 0; i-- {
+			if err := n.closers[i].fn(); err != nil {
 				errs = append(errs, err)
 			}
-		}
-		if n.packed != nil {
-			_ = n.packed.Close()
-		}
-		if n.src != nil {
-			_ = n.src.Close()
+			n.closed = append(n.closed, n.closers[i].name)
 		}
 		n.closeErr = errors.Join(errs...)
 	})

@@ -435,3 +435,19 @@ func TestJoinTakesShareFromCaches(t *testing.T) {
 		t.Errorf("the two nodes read %d bytes from SOURCE for a %d-byte tree", got, sb.Catalog.Bytes)
 	}
 }
+
+// TestCloseOrder: Close stops the parts in reverse dependency order: the
+// FUSE server, then the prefetcher before the peers it fetches through,
+// and the SSD store and SOURCE last (finding 15 of issue 10: the peers
+// were closed before the prefetcher).
+func TestCloseOrder(t *testing.T) {
+	src := conformance.OddTree(t, t.TempDir())
+	n, _ := startMember(t, src, "a")
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"fuse", "prefetch", "peers", "cluster", "peer server", "ssd", "source"}
+	if strings.Join(n.closed, ",") != strings.Join(want, ",") {
+		t.Errorf("closed %v, want %v", n.closed, want)
+	}
+}

@@ -130,7 +130,12 @@ type Store struct {
 	pending atomic.Int64  // bytes queued for the writer
 	stop    chan struct{}
 	wg      sync.WaitGroup
-	closeMu sync.Mutex // serializes Close; guards closed
+	// closeMu is held for writing only while Close marks the store closed
+	// and signals stop, never while it waits for the goroutines (whose
+	// Puts take it for reading); Puts hold it for reading across their
+	// check of closed and their send, so none is queued after the
+	// writer's final drain.
+	closeMu sync.RWMutex
 	closed  bool
 	// dropMu is held for writing while a segment is dropped: Badger refuses
 	// writes during DropPrefix, so writers hold it for reading.
@@ -397,8 +402,8 @@ func (s *Store) Put(key string, b Block) error {
 	if int64(len(b.Data)) > s.cfg.Capacity/int64(s.cfg.Segments) || (s.cfg.InMemory && len(b.Data) > 1<<20-1<<10) {
 		return nil // larger than a segment (or an in-memory value): not worth caching
 	}
-	s.closeMu.Lock()
-	defer s.closeMu.Unlock()
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
 	if s.closed {
 		return ErrClosed
 	}
@@ -722,12 +727,14 @@ func (s *Store) Stats() Stats {
 // safe to call twice.
 func (s *Store) Close() error {
 	s.closeMu.Lock()
-	defer s.closeMu.Unlock()
 	if s.closed {
+		s.closeMu.Unlock()
+		s.wg.Wait() // a concurrent Close may still be closing
 		return nil
 	}
 	s.closed = true
 	close(s.stop)
+	s.closeMu.Unlock()
 	s.wg.Wait()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("ssdstore: close: %w", err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"testing"
 	"time"
 
@@ -230,5 +231,61 @@ func TestEvictionKeepsPlannedBlocks(t *testing.T) {
 	}
 	if s.Stats().Kept == 0 {
 		t.Error("nothing was kept on eviction")
+	}
+}
+
+// TestCloseDuringEviction: Close while an eviction is copying planned
+// blocks out of the segment it drops returns (it held the lock that the
+// copy's Put waits for, and deadlocked).
+func TestCloseDuringEviction(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.Capacity = 16 << 20
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	cfg.NextUse = func(string) int64 {
+		once.Do(func() { close(entered) })
+		<-release
+		return 1 // every victim is planned: each is Put again
+	}
+	s, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		select {
+		case <-entered:
+		case <-time.After(30 * time.Second):
+			t.Fatal("no eviction started")
+		default:
+			s.Put(fmt.Sprint("f", i), block(100_000, byte(i)))
+			continue
+		}
+		break
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Close() }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if !s.closeMu.TryRLock() {
+			break // Close holds it: closing is under way
+		}
+		closed := s.closed
+		s.closeMu.RUnlock()
+		if closed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Close never marked the store closed")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close deadlocked with the eviction's copy")
 	}
 }
