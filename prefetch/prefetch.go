@@ -48,6 +48,7 @@ package prefetch
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math"
 	"sort"
@@ -56,6 +57,7 @@ import (
 	"time"
 
 	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/folder"
 	"github.com/dlfs/dlfs/jobs"
 	"github.com/dlfs/dlfs/loader"
 	"github.com/dlfs/dlfs/ramcache"
@@ -142,6 +144,7 @@ type streamID struct {
 // stream is one local rank's planned reads.
 type stream struct {
 	id       streamID
+	plan     planKey // what the order was drawn from: a stream is reused only for the same
 	epochs   []int
 	starts   []int // position where each epoch begins
 	entries  []*catalog.Entry
@@ -300,7 +303,7 @@ func (p *Prefetcher) swap() {
 		old[s.id] = s
 	}
 	for i, s := range fresh {
-		if o := old[s.id]; o != nil && o.epochs[0] == s.epochs[0] && len(o.entries) == len(s.entries) {
+		if o := old[s.id]; o != nil && o.plan == s.plan {
 			fresh[i] = o // same plan: keep the progress
 			continue
 		}
@@ -397,8 +400,31 @@ func (p *Prefetcher) trimStage() []stagedBlock {
 	return out
 }
 
+// planKey is everything a stream's order is drawn from: the dataset index
+// (by identity: a refresh or a new root makes a new one), the sampler and
+// its settings, the DataLoader's shape, and the epochs.
+type planKey struct {
+	samples                 *folder.Sample
+	n                       int
+	sampler                 string
+	seed                    uint64
+	shuffle, dropLast, t27  bool
+	world, rank, batch, wkr int
+	epochs                  string
+}
+
+func keyOf(j *jobs.Job, rank int, epochs []int) planKey {
+	k := planKey{n: len(j.Samples), sampler: j.Spec.Sampler, seed: j.Spec.Seed, shuffle: j.Spec.Shuffle,
+		dropLast: j.Spec.DropLast, t27: j.Spec.Torch27, world: j.Spec.World, rank: rank, batch: j.Spec.Batch,
+		wkr: j.Spec.Workers, epochs: fmt.Sprint(epochs)}
+	if len(j.Samples) > 0 {
+		k.samples = &j.Samples[0]
+	}
+	return k
+}
+
 func build(j *jobs.Job, rank int, epochs []int) *stream {
-	s := &stream{id: streamID{j.Spec.Name, rank}, epochs: epochs, first: map[uint64]int32{}, maxSeen: -1}
+	s := &stream{id: streamID{j.Spec.Name, rank}, plan: keyOf(j, rank, epochs), epochs: epochs, first: map[uint64]int32{}, maxSeen: -1}
 	last := map[uint64]int32{}
 	for _, e := range s.epochs {
 		s.starts = append(s.starts, len(s.entries))

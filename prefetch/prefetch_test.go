@@ -333,3 +333,42 @@ func TestReplanKeepsALeadPastRAM(t *testing.T) {
 		t.Errorf("%d of j's staged samples were taken off the stage; they are the next ones RAM lacks", offered)
 	}
 }
+
+// TestReannounceNewOrder: announcing the job again at the same first
+// epoch with another seed, shuffle, world, batch or workers replans the
+// stream in the new order (the old stream was kept when only the first
+// epoch and the length were compared).
+func TestReannounceNewOrder(t *testing.T) {
+	p, reg, _ := setup(t, 60, "job=j root=data seed=3 epoch=0 lookahead=1", Config{Workers: 4, Staging: 1 << 20})
+	for _, line := range []string{
+		"job=j seed=4 epoch=0",
+		"job=j shuffle=false epoch=0",
+		"job=j shuffle=true world=2 rank=1 epoch=0",
+		"job=j batch=7 workers=3 epoch=0",
+	} {
+		cmds, err := control.Parse([]byte(line))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := reg.Apply(cmds[0].(control.Job)); err != nil {
+			t.Fatal(err)
+		}
+		j := reg.Get("j")
+		rank := j.Spec.Ranks[len(j.Spec.Ranks)-1]
+		order := j.Order(rank, 0)
+		waitFor(t, line+" to be planned in its order", func() bool {
+			seen := map[uint64]bool{}
+			for k, i := range order {
+				e := j.Samples[i].Entry
+				if seen[e.Ino] {
+					continue // a padded repeat: its next use is its first
+				}
+				seen[e.Ino] = true
+				if p.NextUse(e.Ino) > int64(k) {
+					return false
+				}
+			}
+			return true
+		})
+	}
+}
