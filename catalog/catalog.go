@@ -17,9 +17,9 @@
 //
 // # Identity
 //
-// A file's identity is its relative path plus (size, mtime). Caches key
-// samples by path and check the identity on every hit: a file that changed in
-// SOURCE is a miss, never stale bytes.
+// A file's identity is its relative path plus its source.Version (size,
+// mtime, ctime, inode). Caches key samples by path and check the identity
+// on every hit: a file that changed in SOURCE is a miss, never stale bytes.
 package catalog
 
 import (
@@ -75,6 +75,11 @@ type File struct {
 	Size   int64
 	Mtime  int64 // nanoseconds
 	Target string
+	// Ctime and Ino complete the sample's source.Version: what changes
+	// when its bytes do (the container's ctime and inode, or the
+	// record's checksum).
+	Ctime int64
+	Ino   uint64
 }
 
 // DefaultConfig returns the defaults for source.
@@ -93,6 +98,8 @@ type Entry struct {
 	Gid    uint32
 	Size   int64
 	Mtime  int64  // nanoseconds since the epoch
+	Ctime  int64  // nanoseconds since the epoch; with SrcIno, completes Version
+	SrcIno uint64 // the inode number in SOURCE (Ino is the view's)
 	Target string // symlink target
 
 	children []*Entry // directories only; sorted by Name
@@ -120,9 +127,9 @@ func (e *Entry) Child(name string) *Entry {
 	return nil
 }
 
-// SameIdentity reports whether e and o describe the same version of a file.
-func (e *Entry) SameIdentity(size, mtime int64) bool {
-	return e.Size == size && e.Mtime == mtime
+// Version is the version of the file's bytes that e describes.
+func (e *Entry) Version() source.Version {
+	return source.Version{Size: e.Size, Mtime: e.Mtime, Ctime: e.Ctime, Ino: e.SrcIno}
 }
 
 // Snapshot is an immutable view of SOURCE at one scan.
@@ -267,7 +274,7 @@ func diff(old, cur *Snapshot) Diff {
 						d.Changed = append(d.Changed, oc)
 					}
 					walk(oc, nc)
-				case oc.Size != nc.Size || oc.Mtime != nc.Mtime || oc.Mode != nc.Mode || oc.Target != nc.Target ||
+				case oc.Version() != nc.Version() || oc.Mode != nc.Mode || oc.Target != nc.Target ||
 					oc.Uid != nc.Uid || oc.Gid != nc.Gid:
 					d.Changed = append(d.Changed, oc)
 				}
@@ -341,7 +348,7 @@ func (c *Catalog) build(root, old *Entry, files []File) int {
 			return e
 		}
 		e := &Entry{Name: name, Path: join(dir.Path, name), Mode: f.Mode, Uid: root.Uid, Gid: root.Gid,
-			Size: f.Size, Mtime: f.Mtime, Target: f.Target}
+			Size: f.Size, Mtime: f.Mtime, Ctime: f.Ctime, SrcIno: f.Ino, Target: f.Target}
 		var prev *Entry
 		if o := olds[dir]; o != nil {
 			if p := o.Child(name); p != nil && p.Mode&syscall.S_IFMT == e.Mode&syscall.S_IFMT {
@@ -524,6 +531,8 @@ func fill(e *Entry, st *unix.Stat_t) {
 	e.Uid, e.Gid = st.Uid, st.Gid
 	e.Size = st.Size
 	e.Mtime = st.Mtim.Nano()
+	e.Ctime = st.Ctim.Nano()
+	e.SrcIno = st.Ino
 }
 
 func join(dir, name string) string {

@@ -41,8 +41,12 @@ type Config struct {
 	Bind      string   // HOST:PORT for gossip; port 0 picks one
 	Advertise string   // HOST:PORT others reach this node on; default Bind
 	Join      []string // HOST:PORT of members to join; empty: a cluster of one
-	Key       []byte   // cluster key; nil: no encryption (not for shared networks)
-	Meta      Meta
+	Key       []byte   // cluster key: gossip is encrypted and authenticated with it
+	// Insecure lets a node gossip without a key: anyone who reaches the
+	// port can join, read and forge gossip. Without it, Start refuses a
+	// missing key.
+	Insecure bool
+	Meta     Meta
 	// Local uses memberlist's loopback timings (fast failure detection),
 	// for tests and single-machine clusters.
 	Local  bool
@@ -97,7 +101,12 @@ func Start(cfg Config) (*Cluster, error) {
 		return nil, fmt.Errorf("%w: no node name", ErrConfig)
 	}
 	switch len(cfg.Key) {
-	case 0, 16, 24, 32:
+	case 0:
+		if !cfg.Insecure {
+			return nil, fmt.Errorf("%w: no cluster key: anyone who reaches the gossip port could join; give a key file (--cluster-key-file), or --insecure on a network only trusted nodes reach", ErrConfig)
+		}
+		cfg.Logger.Warn("cluster: gossiping without a key (--insecure): anyone who reaches the port can join and forge gossip")
+	case 16, 24, 32:
 	default:
 		return nil, fmt.Errorf("%w: the cluster key must be 16, 24 or 32 bytes, not %d", ErrConfig, len(cfg.Key))
 	}

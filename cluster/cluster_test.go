@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
 
 func start(t *testing.T, name string, key []byte, join ...string) *Cluster {
 	t.Helper()
-	c, err := Start(Config{NodeName: name, Bind: "127.0.0.1:0", Join: join, Key: key, Local: true,
+	c, err := Start(Config{NodeName: name, Bind: "127.0.0.1:0", Join: join, Key: key, Insecure: key == nil, Local: true,
 		Meta: Meta{DataAddr: "127.0.0.1:9" + name[len(name)-1:], Dataset: "ds", RAM: 1 << 30, SSD: 4 << 30}})
 	if err != nil {
 		t.Fatal(err)
@@ -58,9 +59,13 @@ func TestJoinLeaveMeta(t *testing.T) {
 // TestKeyRequired: a node without the cluster key cannot join.
 func TestKeyRequired(t *testing.T) {
 	a := start(t, "node-a", bytes.Repeat([]byte{1}, 16))
-	_, err := Start(Config{NodeName: "intruder", Bind: "127.0.0.1:0", Join: []string{a.Addr()}, Local: true})
+	_, err := Start(Config{NodeName: "intruder", Bind: "127.0.0.1:0", Join: []string{a.Addr()}, Local: true, Insecure: true})
 	if err == nil {
 		t.Fatal("a node without the key joined")
+	}
+	// Without --insecure, a node without a key does not even start.
+	if _, err := Start(Config{NodeName: "keyless", Bind: "127.0.0.1:0", Local: true}); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "--insecure") {
+		t.Fatalf("a node without a key started: %v", err)
 	}
 	_, err = Start(Config{NodeName: "wrong", Bind: "127.0.0.1:0", Join: []string{a.Addr()}, Local: true,
 		Key: bytes.Repeat([]byte{2}, 16)})

@@ -15,7 +15,7 @@ func TestRejoinAfterCrash(t *testing.T) {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	mk := func(name string, join ...string) *Cluster {
-		c, err := Start(Config{NodeName: name, Bind: "127.0.0.1:0", Join: join, Local: true, Logger: logger,
+		c, err := Start(Config{NodeName: name, Bind: "127.0.0.1:0", Join: join, Local: true, Insecure: true, Logger: logger,
 			Meta: Meta{DataAddr: "127.0.0.1:1", Dataset: "ds", RAM: 1, SSD: 1}})
 		if err != nil {
 			t.Fatal(err)

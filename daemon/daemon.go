@@ -38,6 +38,7 @@ import (
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/cluster"
 	"github.com/dlfs/dlfs/fusefs"
+	"github.com/dlfs/dlfs/integrity"
 	"github.com/dlfs/dlfs/jobs"
 	"github.com/dlfs/dlfs/loader"
 	"github.com/dlfs/dlfs/packed"
@@ -109,6 +110,7 @@ type Node struct {
 	cat         *catalog.Catalog
 	src         *source.Source
 	packed      packed.Dataset // nil unless SOURCE is packed
+	dataset     integrity.Dataset
 	ram         *ramcache.Cache
 	ssd         *ssdstore.Store // nil when the SSD tier is off
 	load        *loader.Loader
@@ -234,6 +236,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.packed != nil {
 		format = n.packed.Kind()
 	}
+	if n.dataset, err = integrity.DatasetOf(cfg.Source, format); err != nil {
+		return nil, err
+	}
 	n.log.Info("scanned SOURCE", "source", n.cat.Source(), "format", format, "files", snap.Files, "dirs", snap.Dirs,
 		"bytes", snap.Bytes, "seconds", snap.ScanTime.Seconds())
 	// The RAM tier evicts by next use once the prefetcher knows the future.
@@ -259,7 +264,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		ssd = n.ssd
 	}
 	lc := cfg.Loader
-	lc.Logger = cfg.Logger
+	lc.Logger, lc.Dataset = cfg.Logger, n.dataset
 	if lc.Model == nil {
 		lc.Model = perfmodel.New(perfmodel.DefaultConfig())
 	}
@@ -307,7 +312,10 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 			cc.Bind = "0.0.0.0:7946"
 		}
 		cc.NodeName, cc.Logger = cfg.NodeName, cfg.Logger
-		cc.Meta.Dataset = n.cat.Source()
+		if len(cc.Key) == 0 && !cc.Insecure {
+			return nil, fmt.Errorf("%w: no cluster key: anyone who reaches the gossip or data port could join and read the dataset; give --cluster-key-file, or --insecure on a network only trusted nodes reach", cluster.ErrConfig)
+		}
+		cc.Meta.Dataset = n.dataset.String()
 		cc.Meta.RAM, cc.Meta.SSD = cfg.RAMCache, 0
 		if n.ssd != nil {
 			cc.Meta.SSD = cfg.SSDCapacity
@@ -332,7 +340,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		n.wg.Add(2)
 		go n.watchOwnership(n.cl.Subscribe(), n.stop)
 		go n.advertiseJobs(n.jobs.Subscribe(), n.stop)
-		n.peers = peer.NewClient(cc.Key)
+		if n.peers, err = peer.NewClient(cc.Key); err != nil {
+			return nil, err
+		}
 		n.onClose("peers", func() error {
 			close(n.stop)
 			n.peers.Close() // fails fetches in flight, so the batchers end at once

@@ -378,7 +378,7 @@ func TestStuckPeer(t *testing.T) {
 	defer hole.Close()
 	a, mntA := startMember(t, src, "a")
 	b, err := cluster.Start(cluster.Config{NodeName: "b", Bind: "127.0.0.1:0", Join: []string{a.cl.Addr()}, Key: testKey, Local: true,
-		Meta: cluster.Meta{DataAddr: hole.Addr().String(), Dataset: src, RAM: 1 << 30}})
+		Meta: cluster.Meta{DataAddr: hole.Addr().String(), Dataset: a.dataset.String(), RAM: 1 << 30}})
 	if err != nil {
 		t.Fatal(err)
 	}

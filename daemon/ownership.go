@@ -88,13 +88,34 @@ func (o *ownership) compute(snap *catalog.Snapshot, t *placement.Table, plan Pla
 	o.mu.Unlock()
 }
 
+// sameDataset splits members into those that gossip this node's dataset
+// identity, which placement may give shares, and the names of the others:
+// their blocks would fail every tag check, so asking them is wasted.
+func (n *Node) sameDataset(members []cluster.Member) (same []cluster.Member, foreign []string) {
+	for _, m := range members {
+		if m.Meta.Dataset == n.dataset.String() {
+			same = append(same, m)
+		} else {
+			foreign = append(foreign, m.Name)
+		}
+	}
+	return same, foreign
+}
+
 // watchOwnership rebuilds the placement table and the ownership counts on
 // every change of the view or the catalog, until stop closes. It is owned
 // by the Node, which closes stop in Close.
 func (n *Node) watchOwnership(changes <-chan struct{}, stop <-chan struct{}) {
 	defer n.wg.Done()
+	others := -1 // members of another dataset, last logged
 	for {
-		alive := n.cl.Alive()
+		alive, foreign := n.sameDataset(n.cl.Alive())
+		if len(foreign) != others {
+			others = len(foreign)
+			if others > 0 {
+				n.log.Warn("cluster: members serve another dataset; they get no share of this one", "members", foreign, "dataset", n.dataset.String())
+			}
+		}
 		t, err := placeAlive(alive)
 		if err != nil {
 			t, alive = nil, nil // no alive member yet: every read goes to the PFS
@@ -113,22 +134,22 @@ func (n *Node) watchOwnership(changes <-chan struct{}, stop <-chan struct{}) {
 		// Where a sample was before this node took it: the table over the
 		// others, by hash (a node that joins takes exactly what hashing
 		// gives it from them).
-		var others []cluster.Member
+		var rest []cluster.Member
 		for _, m := range alive {
 			if m.Name != n.cfg.NodeName {
-				others = append(others, m)
+				rest = append(rest, m)
 			}
 		}
-		tOthers, err := placeAlive(others)
+		tOthers, err := placeAlive(rest)
 		if err != nil {
-			tOthers, others = nil, nil
+			tOthers, rest = nil, nil
 		}
 		n.tableMu.Lock()
 		if n.placement != nil && !n.placement.Equal(t) {
 			n.prevPlacement, n.prevPlaced = n.placement, n.placed
 		}
 		n.placement, n.placed = t, alive
-		n.othersPlacement, n.othersPlaced = tOthers, others
+		n.othersPlacement, n.othersPlaced = tOthers, rest
 		n.tableMu.Unlock()
 		n.own.compute(n.cat.Snapshot(), t, plan)
 		select {

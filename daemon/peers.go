@@ -26,35 +26,55 @@ const (
 	maxPeerTimeout = 15 * time.Second
 )
 
-// Block serves a peer's request (peer.Source): by catalog identity only.
-func (n *Node) Block(it peer.Item) ([]byte, byte) {
-	e := n.cat.Snapshot().Lookup(it.Path)
-	if e == nil || !e.IsRegular() || !e.SameIdentity(it.Size, it.Mtime) || it.Block*n.load.BlockSize() >= max(e.Size, 1) {
-		return nil, peer.StatusMissing
+// Block serves a peer's request (peer.Source): a block of a file of this
+// node's catalog whose tag, dataset and version included, is the asker's.
+func (n *Node) Block(it peer.Item) ([]byte, uint32, byte) {
+	e := n.servable(it)
+	if e == nil {
+		return nil, 0, peer.StatusMissing
 	}
-	b, err := n.load.Serve(e, it.Block)
+	b, sum, err := n.load.Serve(e, it.Block)
 	if err != nil {
 		n.log.Warn("peer: serving a block failed", "path", e.Path, "err", err)
-		return nil, peer.StatusError
+		return nil, 0, peer.StatusError
 	}
 	n.peerServed.Add(1)
-	return b, peer.StatusOK
+	return b, sum, peer.StatusOK
 }
 
 // Cached serves a peer's cached request (peer.Source): the block only if
 // this node's caches hold it. The asker owns the sample now; this node
 // did before placement changed.
-func (n *Node) Cached(it peer.Item) ([]byte, byte) {
-	e := n.cat.Snapshot().Lookup(it.Path)
-	if e == nil || !e.IsRegular() || !e.SameIdentity(it.Size, it.Mtime) || it.Block*n.load.BlockSize() >= max(e.Size, 1) {
-		return nil, peer.StatusMissing
+func (n *Node) Cached(it peer.Item) ([]byte, uint32, byte) {
+	e := n.servable(it)
+	if e == nil {
+		return nil, 0, peer.StatusMissing
 	}
-	b, ok := n.load.Cached(e, it.Block)
+	b, sum, ok := n.load.Cached(e, it.Block)
 	if !ok {
-		return nil, peer.StatusMissing
+		return nil, 0, peer.StatusMissing
 	}
 	n.peerServed.Add(1)
-	return b, peer.StatusOK
+	return b, sum, peer.StatusOK
+}
+
+// servable returns the regular file it names if the block exists (checked
+// without overflow: the index comes from the wire) and the asker's tag is
+// this node's for it; nil otherwise.
+func (n *Node) servable(it peer.Item) *catalog.Entry {
+	e := n.cat.Snapshot().Lookup(it.Path)
+	if e == nil || !e.IsRegular() || it.Block < 0 || it.Block > (max(e.Size, 1)-1)/n.load.BlockSize() {
+		return nil
+	}
+	if it.Tag != n.load.Tag(e, loader.BlockKey(e.Path, it.Block)) {
+		return nil // another dataset, or another version of the file
+	}
+	return e
+}
+
+// item names block i of e for a peer, with this node's tag for it.
+func (n *Node) item(e *catalog.Entry, i int64) peer.Item {
+	return peer.Item{Path: e.Path, Block: i, Tag: n.load.Tag(e, loader.BlockKey(e.Path, i))}
 }
 
 // cachedTimeout bounds a cached request to a previous owner: it is a
@@ -70,20 +90,20 @@ func (r remote) Owner(e *catalog.Entry) (string, bool) {
 	return m.Name, ok
 }
 
-func (r remote) Fetch(peerName string, e *catalog.Entry, i int64) ([]byte, error) {
+func (r remote) Fetch(peerName string, e *catalog.Entry, i int64) ([]byte, uint32, error) {
 	addr, ok := r.n.dataAddr(peerName)
 	if !ok {
-		return nil, fmt.Errorf("peer %s: no longer a member with a data address", peerName)
+		return nil, 0, fmt.Errorf("peer %s: no longer a member with a data address", peerName)
 	}
 	size := min(r.n.load.BlockSize(), e.Size-i*r.n.load.BlockSize())
-	res, err := r.n.batcherFor(addr, peerName).fetch(peer.Item{Path: e.Path, Size: e.Size, Mtime: e.Mtime, Block: i}, size)
+	res, err := r.n.batcherFor(addr, peerName).fetch(r.n.item(e, i), size)
 	if err != nil {
-		return nil, fmt.Errorf("peer %s: %w", peerName, err)
+		return nil, 0, fmt.Errorf("peer %s: %w", peerName, err)
 	}
 	if res.Status != peer.StatusOK {
-		return nil, fmt.Errorf("peer %s: status %d: %w", peerName, res.Status, loader.ErrNoBlock)
+		return nil, 0, fmt.Errorf("peer %s: status %d: %w", peerName, res.Status, loader.ErrNoBlock)
 	}
-	return res.Data, nil
+	return res.Data, res.Sum, nil
 }
 
 // Previous names who may still cache e from before the last change of
@@ -111,22 +131,22 @@ func (r remote) Previous(e *catalog.Entry) (string, bool) {
 	return name, true
 }
 
-func (r remote) FetchCached(peerName string, e *catalog.Entry, i int64) ([]byte, error) {
+func (r remote) FetchCached(peerName string, e *catalog.Entry, i int64) ([]byte, uint32, error) {
 	addr, ok := r.n.dataAddr(peerName)
 	if !ok {
-		return nil, fmt.Errorf("peer %s: no longer a member with a data address", peerName)
+		return nil, 0, fmt.Errorf("peer %s: no longer a member with a data address", peerName)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cachedTimeout)
 	defer cancel()
-	res, err := r.n.peers.FetchCached(ctx, addr, []peer.Item{{Path: e.Path, Size: e.Size, Mtime: e.Mtime, Block: i}})
+	res, err := r.n.peers.FetchCached(ctx, addr, []peer.Item{r.n.item(e, i)})
 	if err != nil {
-		return nil, fmt.Errorf("peer %s: %w", peerName, err)
+		return nil, 0, fmt.Errorf("peer %s: %w", peerName, err)
 	}
 	if res[0].Status != peer.StatusOK {
-		return nil, fmt.Errorf("peer %s: %w", peerName, loader.ErrNoBlock)
+		return nil, 0, fmt.Errorf("peer %s: %w", peerName, loader.ErrNoBlock)
 	}
 	r.n.movedIn.Add(1)
-	return res[0].Data, nil
+	return res[0].Data, res[0].Sum, nil
 }
 
 // batcher sends the blocks wanted from one peer in batches: whatever is
@@ -151,8 +171,14 @@ type batchReply struct {
 	err error
 }
 
+// A batch holds at most maxBatch items and maxBatchBytes of expected
+// block bytes, well inside what a peer answers in one response
+// (peer.MaxResponseBytes): 64 blocks of 1 MiB made a frame over the
+// limit, so every such batch failed and its samples were read from the
+// PFS.
 const (
 	maxBatch        = 64
+	maxBatchBytes   = 16 << 20
 	batchesInFlight = 8
 )
 
@@ -194,19 +220,30 @@ func (b *batcher) run() {
 	sem := make(chan struct{}, batchesInFlight)
 	var inflight sync.WaitGroup
 	defer inflight.Wait()
+	var carry []batchItem // taken from the queue, for the next batch
 	for {
 		var batch []batchItem
-		select {
-		case <-b.n.stop:
-			return
-		case first := <-b.q:
-			batch = append(batch, first)
+		if len(carry) > 0 {
+			batch, carry = carry, nil
+		} else {
+			select {
+			case <-b.n.stop:
+				return
+			case first := <-b.q:
+				batch = append(batch, first)
+			}
 		}
+		bytes := batch[0].size
 	more:
 		for len(batch) < maxBatch {
 			select {
 			case it := <-b.q:
+				if bytes+it.size > maxBatchBytes {
+					carry = append(carry, it)
+					break more
+				}
 				batch = append(batch, it)
+				bytes += it.size
 			default:
 				break more
 			}

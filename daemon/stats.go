@@ -121,7 +121,7 @@ func (n *Node) Stats() Stats {
 		}
 	} else {
 		s.Cluster.Members = []MemberStats{{Member: cluster.Member{Name: n.cfg.NodeName, State: cluster.StateAlive,
-			Meta: cluster.Meta{Dataset: n.cat.Source(), RAM: n.cfg.RAMCache, SSD: s.Cache.SSD.Capacity}},
+			Meta: cluster.Meta{Dataset: n.dataset.String(), RAM: n.cfg.RAMCache, SSD: s.Cache.SSD.Capacity}},
 			OwnedSamples: int64(snap.Files), OwnedBytes: snap.Bytes}}
 		s.Cluster.Placement = PlacementStats{Mode: "demand"}
 		if n.cfg.HashPlacement {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/dlfs/dlfs/catalog"
-	"github.com/dlfs/dlfs/ramcache"
+	"github.com/dlfs/dlfs/integrity"
 	"github.com/dlfs/dlfs/source"
 )
 
@@ -97,13 +97,13 @@ func (l *Loader) PrefetchRun(first *catalog.Entry, neighbours []*catalog.Entry, 
 	calls := l.flight.claim(keys)
 	var (
 		paths []string
-		wants []source.Want
+		wants []source.Version
 		mine  []int
 	)
 	for i, e := range pick {
 		if calls[i] != nil {
 			paths = append(paths, e.Path)
-			wants = append(wants, source.Want{Size: e.Size, Mtime: e.Mtime})
+			wants = append(wants, e.Version())
 			mine = append(mine, i)
 		}
 	}
@@ -130,7 +130,7 @@ func (l *Loader) PrefetchRun(first *catalog.Entry, neighbours []*catalog.Entry, 
 // and calls) with one request, finishes their flights and fills out. If
 // the run fails, each sample is read alone and fails alone.
 func (l *Loader) readRun(c Coalescer, first *catalog.Entry, pick []*catalog.Entry, keys []string, calls []*call,
-	mine []int, paths []string, wants []source.Want, keep Keep, out map[uint64]bool) {
+	mine []int, paths []string, wants []source.Version, keep Keep, out map[uint64]bool) {
 	start := time.Now()
 	bufs, err := c.ReadRun(paths, wants)
 	if err == nil && len(bufs) != len(mine) {
@@ -161,11 +161,13 @@ func (l *Loader) readRun(c Coalescer, first *catalog.Entry, pick []*catalog.Entr
 		l.fetches[tierPFS].Add(1)
 		l.fetched[tierPFS].Add(int64(len(b)))
 		// RAM or the stage take the block before its flight ends (see Keep).
-		blk := ramcache.Block{ID: e.Ino, Data: b, Size: e.Size, Mtime: e.Mtime}
+		tag := l.Tag(e, keys[i])
+		f := fetch{b, tierPFS, integrity.Sum(tag, b)} // ReadRun checked the records
+		blk := blockOf(e, tag, f)
 		inRAM := e != first && l.ram.Put(keys[i], blk)
 		out[e.Ino] = !inRAM && keep(e, 0, blk)
-		l.flight.finish(keys[i], calls[i], fetch{b, tierPFS}, nil)
-		l.toSSD(keys[i], e, b)
+		l.flight.finish(keys[i], calls[i], f, nil)
+		l.toSSD(keys[i], tag, f)
 	}
 	if err == nil {
 		l.model.Observe(srcPFS, total, time.Since(start))

@@ -120,9 +120,9 @@ func (l *Loader) serveBatch(c Coalescer, batch []*demandRead) {
 			part[0].val, part[0].err = l.readPFS(part[0].e, 0, part[0].e.Size)
 		} else {
 			paths := make([]string, len(part))
-			wants := make([]source.Want, len(part))
+			wants := make([]source.Version, len(part))
 			for i, r := range part {
-				paths[i], wants[i] = r.e.Path, source.Want{Size: r.e.Size, Mtime: r.e.Mtime}
+				paths[i], wants[i] = r.e.Path, r.e.Version()
 			}
 			start := time.Now()
 			bufs, err := c.ReadRun(paths, wants)

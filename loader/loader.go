@@ -6,7 +6,13 @@
 // A file is cached in blocks of Config.BlockSize bytes; a sample smaller
 // than a block (the common case) is one block holding the whole file. A
 // block's key is the file's path, a NUL and the block number; its value
-// carries the file's identity, so a changed file misses in every tier.
+// carries a tag of the dataset, the key and the file's version, and a sum
+// over tag and bytes (package integrity). Every tier checks both before it
+// returns a block, so a changed file, another dataset's block or a
+// damaged one misses in every tier. The sum is made once, where the bytes
+// passed SOURCE's version check, and travels with them: to RAM, the
+// stage, the SSD and the peers that ask this node. Bytes from a peer are
+// checked against the sum it sends under this node's own tag.
 //
 // # Fetching
 //
@@ -72,6 +78,7 @@ import (
 	"time"
 
 	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/integrity"
 	"github.com/dlfs/dlfs/perfmodel"
 	"github.com/dlfs/dlfs/ramcache"
 	"github.com/dlfs/dlfs/source"
@@ -81,6 +88,8 @@ import (
 // Config configures a Loader.
 type Config struct {
 	BlockSize int64 // default 1 MiB
+	// Dataset is the identity every block's tag is bound to.
+	Dataset integrity.Dataset
 	// Model estimates each source's speed; nil makes one with the
 	// defaults. The loader records every read and failure in it.
 	Model *perfmodel.Model
@@ -137,11 +146,11 @@ type Stats struct {
 type (
 	// PFS reads files from SOURCE.
 	PFS interface {
-		ReadAt(path string, want source.Want, p []byte, off int64) (int, error)
+		ReadAt(path string, want source.Version, p []byte, off int64) (int, error)
 	}
 	// SSD is the persistent tier. It may be nil.
 	SSD interface {
-		Get(key string, size, mtime int64) (ssdstore.Block, bool, error)
+		Get(key string, tag uint64) (ssdstore.Block, bool, error)
 		Put(key string, b ssdstore.Block) error
 		Delete(key string)
 	}
@@ -154,30 +163,31 @@ type (
 		// ReadRun reads the samples at paths, all of one container and in
 		// offset order, with one request from the first's start to the
 		// last's end; it returns each sample's bytes.
-		ReadRun(paths []string, wants []source.Want) ([][]byte, error)
+		ReadRun(paths []string, wants []source.Version) ([][]byte, error)
 	}
 	// Remote fetches blocks from the peers that own them. It may be nil.
 	Remote interface {
 		// Owner names the peer that owns e, or reports false when this
 		// node owns it or no peer can serve it.
 		Owner(e *catalog.Entry) (string, bool)
-		// Fetch returns block i of e from peer, or an error when the
-		// peer failed or was too slow, or one wrapping ErrNoBlock when
-		// it answered but could not serve this block.
-		Fetch(peer string, e *catalog.Entry, i int64) ([]byte, error)
+		// Fetch returns block i of e from peer, with the sum the peer
+		// sent (checked by the loader), or an error when the peer failed
+		// or was too slow, or one wrapping ErrNoBlock when it answered
+		// but could not serve this block.
+		Fetch(peer string, e *catalog.Entry, i int64) ([]byte, uint32, error)
 		// Previous names the peer that owned e before the last change
 		// of placement, if it is another alive node than the owner.
 		Previous(e *catalog.Entry) (string, bool)
 		// FetchCached asks peer for block i of e from its caches only
 		// (ErrNoBlock if it does not hold it).
-		FetchCached(peer string, e *catalog.Entry, i int64) ([]byte, error)
+		FetchCached(peer string, e *catalog.Entry, i int64) ([]byte, uint32, error)
 	}
 	// Stage holds prefetched blocks and watches demand reads. It may be nil.
 	Stage interface {
 		// Take returns the staged block key of e, if any, and unstages it
 		// if done (the read reaches the block's end; an earlier part of a
 		// block is read again by the next request for the rest).
-		Take(key string, e *catalog.Entry, done bool) (ramcache.Block, bool)
+		Take(key string, tag uint64, e *catalog.Entry, done bool) (ramcache.Block, bool)
 		// Hold stages a block that a read fetched only in part and that RAM
 		// would not keep, so the read of the rest does not fetch it again.
 		Hold(key string, b ramcache.Block)
@@ -257,6 +267,17 @@ func BlockKey(path string, i int64) string {
 	return path + "\x00" + strconv.FormatInt(i, 10)
 }
 
+// Tag is the integrity tag of the block with key of e in this loader's
+// dataset.
+func (l *Loader) Tag(e *catalog.Entry, key string) uint64 {
+	return integrity.Tag(l.cfg.Dataset, key, e.Version())
+}
+
+// blockOf is f, block key of e, as the RAM tier and the stage keep it.
+func blockOf(e *catalog.Entry, tag uint64, f fetch) ramcache.Block {
+	return ramcache.Block{ID: e.Ino, Data: f.val, Tag: tag, Sum: f.sum, Peer: f.src == tierPeer}
+}
+
 // ReadAt returns up to len(dest) bytes of file e at off. The result is a
 // slice of a cached block when the range lies in one block, or of dest
 // otherwise. It returns an empty slice at or past end of file. The read is
@@ -318,11 +339,12 @@ func (l *Loader) count(t tier, n int64) {
 // holds it until it is reported to the stage.
 func (l *Loader) block(e *catalog.Entry, i int64, done bool, held *[]string) ([]byte, tier, time.Duration, error) {
 	key := BlockKey(e.Path, i)
-	if b, ok := l.ram.Get(key, e.Size, e.Mtime); ok {
+	tag := l.Tag(e, key)
+	if b, ok := l.ram.Get(key, tag); ok {
 		return b.Data, tierRAM, 0, nil
 	}
-	if b, ok := l.fromStage(key, e, done); ok {
-		return b, tierRAM, 0, nil
+	if b, ok := l.fromStage(key, tag, e, done); ok {
+		return b.Data, tierRAM, 0, nil
 	}
 	l.flight.hold(key)
 	*held = append(*held, key)
@@ -331,19 +353,19 @@ func (l *Loader) block(e *catalog.Entry, i int64, done bool, held *[]string) ([]
 	c, shared := l.flight.do(key, forReader, func() (fetch, error) {
 		// A fetch that ended between the looks above and this flight left
 		// the block in RAM or on the stage: do not read it again.
-		if b, ok := l.ram.Get(key, e.Size, e.Mtime); ok {
-			return fetch{b.Data, tierRAM}, nil
+		if b, ok := l.ram.Get(key, tag); ok {
+			return fetch{b.Data, tierRAM, b.Sum}, nil
 		}
-		if b, ok := l.fromStage(key, e, done); ok {
-			return fetch{b, tierRAM}, nil
+		if b, ok := l.fromStage(key, tag, e, done); ok {
+			return fetch{b.Data, tierRAM, b.Sum}, nil
 		}
-		f, err := l.load(e, i, forReader)
+		f, err := l.load(e, i, tag, forReader)
 		// A block from a peer stays with its owner: caching it here too
 		// would spend this node's share of the cluster's RAM on another's
 		// partition. Others are offered to RAM before the flight ends, so
 		// a reader that just missed RAM finds them there.
 		if err == nil && f.src != tierPeer {
-			kept = l.ram.Put(key, ramcache.Block{ID: e.Ino, Data: f.val, Size: e.Size, Mtime: e.Mtime})
+			kept = l.ram.Put(key, blockOf(e, tag, f))
 		}
 		return f, err
 	})
@@ -356,15 +378,15 @@ func (l *Loader) block(e *catalog.Entry, i int64, done bool, held *[]string) ([]
 	if shared && c.src != tierPeer {
 		// The flight may have been a prefetch, which stages rather than
 		// caches: this read offers the block to RAM itself.
-		kept = l.ram.Put(key, ramcache.Block{ID: e.Ino, Data: c.val, Size: e.Size, Mtime: e.Mtime})
+		kept = l.ram.Put(key, blockOf(e, tag, c.fetch))
 	}
 	if s := l.stage.Load(); s != nil {
 		if kept || done {
 			// A prefetch that ran the flight staged the block before it
 			// ended; RAM has it now, or this read was its last.
-			s.s.Take(key, e, true)
+			s.s.Take(key, tag, e, true)
 		} else {
-			s.s.Hold(key, ramcache.Block{ID: e.Ino, Data: c.val, Size: e.Size, Mtime: e.Mtime})
+			s.s.Hold(key, blockOf(e, tag, c.fetch))
 		}
 	}
 	var waited time.Duration
@@ -374,22 +396,27 @@ func (l *Loader) block(e *catalog.Entry, i int64, done bool, held *[]string) ([]
 	return c.val, c.src, waited, nil
 }
 
-// fromStage takes block key of e from the stage. A read that reaches the
-// block's end (done) takes it off, and RAM keeps it if its next use
-// warrants.
-func (l *Loader) fromStage(key string, e *catalog.Entry, done bool) ([]byte, bool) {
+// fromStage takes block key of e, whose tag is tag, from the stage, if
+// it is there and intact. A read that reaches the block's end (done) takes
+// it off, and RAM keeps it if its next use warrants.
+func (l *Loader) fromStage(key string, tag uint64, e *catalog.Entry, done bool) (ramcache.Block, bool) {
 	s := l.stage.Load()
 	if s == nil {
-		return nil, false
+		return ramcache.Block{}, false
 	}
-	b, ok := s.s.Take(key, e, done)
+	b, ok := s.s.Take(key, tag, e, done)
 	if !ok {
-		return nil, false
+		return ramcache.Block{}, false
+	}
+	if !integrity.Check(tag, b.Sum, b.Data) {
+		l.log.Warn("loader: a staged block fails its checksum; reading it again", "path", e.Path)
+		s.s.Take(key, tag, e, true)
+		return ramcache.Block{}, false
 	}
 	if done && !b.Peer {
 		l.ram.Put(key, b) // kept only if its next use warrants it
 	}
-	return b.Data, true
+	return b, true
 }
 
 // InRAM reports whether RAM holds e's first block.
@@ -420,14 +447,12 @@ func (l *Loader) Prefetch(e *catalog.Entry, keep Keep) (int, error) {
 		if l.ram.Contains(key) || l.flight.held(key) {
 			continue // cached, or a demand read has it
 		}
-		block := func(f fetch) ramcache.Block {
-			return ramcache.Block{ID: e.Ino, Data: f.val, Size: e.Size, Mtime: e.Mtime, Peer: f.src == tierPeer}
-		}
+		tag := l.Tag(e, key)
 		took := false
 		c, shared := l.flight.do(key, forPrefetch, func() (fetch, error) {
-			f, err := l.load(e, i, forPrefetch)
+			f, err := l.load(e, i, tag, forPrefetch)
 			if err == nil {
-				took = keep(e, i, block(f))
+				took = keep(e, i, blockOf(e, tag, f))
 			}
 			return f, err
 		})
@@ -435,7 +460,7 @@ func (l *Loader) Prefetch(e *catalog.Entry, keep Keep) (int, error) {
 			return staged, c.err
 		}
 		if shared && !c.read {
-			took = keep(e, i, block(c.fetch)) // a peer's request ran the fetch
+			took = keep(e, i, blockOf(e, tag, c.fetch)) // a peer's request ran the fetch
 		}
 		if took {
 			staged++
@@ -448,43 +473,57 @@ func (l *Loader) Prefetch(e *catalog.Entry, keep Keep) (int, error) {
 // from RAM, the SSD, the sample's previous owner's caches, or the PFS,
 // never by forwarding to its owner (two nodes whose views differ must not
 // bounce a request between them). The block stays cached here.
-func (l *Loader) Serve(e *catalog.Entry, i int64) ([]byte, error) {
+//
+// It returns the bytes with their sum under the block's tag.
+func (l *Loader) Serve(e *catalog.Entry, i int64) ([]byte, uint32, error) {
 	key := BlockKey(e.Path, i)
-	if b, ok := l.ram.Get(key, e.Size, e.Mtime); ok {
-		return b.Data, nil
+	tag := l.Tag(e, key)
+	if b, ok := l.ram.Get(key, tag); ok {
+		return b.Data, b.Sum, nil
 	}
-	if s := l.stage.Load(); s != nil {
-		if b, ok := s.s.Take(key, e, false); ok && !b.Peer { // staged for a local rank: leave it there
-			return b.Data, nil
-		}
+	if b, ok := l.staged(key, tag, e); ok {
+		return b.Data, b.Sum, nil
 	}
-	c, _ := l.flight.do(key, forPeer, func() (fetch, error) { return l.load(e, i, forPeer) })
+	c, _ := l.flight.do(key, forPeer, func() (fetch, error) { return l.load(e, i, tag, forPeer) })
 	if c.err != nil {
-		return nil, c.err
+		return nil, 0, c.err
 	}
-	l.ram.Put(key, ramcache.Block{ID: e.Ino, Data: c.val, Size: e.Size, Mtime: e.Mtime})
-	return c.val, nil
+	l.ram.Put(key, blockOf(e, tag, c.fetch))
+	return c.val, c.sum, nil
+}
+
+// staged returns block key of e if the stage holds it for a local rank,
+// and intact, leaving it there.
+func (l *Loader) staged(key string, tag uint64, e *catalog.Entry) (ramcache.Block, bool) {
+	s := l.stage.Load()
+	if s == nil {
+		return ramcache.Block{}, false
+	}
+	b, ok := s.s.Take(key, tag, e, false)
+	if !ok || b.Peer || !integrity.Check(tag, b.Sum, b.Data) {
+		return ramcache.Block{}, false
+	}
+	return b, true
 }
 
 // Cached returns block i of e if this node's caches hold it: RAM, the
 // stage or the SSD. It never reads the PFS or asks a peer: it answers a
 // peer that took over a sample this node owned before.
-func (l *Loader) Cached(e *catalog.Entry, i int64) ([]byte, bool) {
+func (l *Loader) Cached(e *catalog.Entry, i int64) ([]byte, uint32, bool) {
 	key := BlockKey(e.Path, i)
-	if b, ok := l.ram.Get(key, e.Size, e.Mtime); ok {
-		return b.Data, true
+	tag := l.Tag(e, key)
+	if b, ok := l.ram.Get(key, tag); ok {
+		return b.Data, b.Sum, true
 	}
-	if s := l.stage.Load(); s != nil {
-		if b, ok := s.s.Take(key, e, false); ok && !b.Peer {
-			return b.Data, true
-		}
+	if b, ok := l.staged(key, tag, e); ok {
+		return b.Data, b.Sum, true
 	}
 	if l.ssd != nil {
-		if b, ok, _ := l.ssd.Get(key, e.Size, e.Mtime); ok {
-			return b.Data, true
+		if b, ok, _ := l.ssd.Get(key, tag); ok {
+			return b.Data, b.Sum, true
 		}
 	}
-	return nil, false
+	return nil, 0, false
 }
 
 // Sources the loader can read a block from past RAM; a peer source is
@@ -511,8 +550,8 @@ const (
 // load reads block i of e from the SSD, the owning peer (unless for a
 // peer) or the PFS, in the order the model estimates fastest, and queues
 // a PFS read for the SSD (see Choice of source). It runs inside a flight.
-func (l *Loader) load(e *catalog.Entry, i int64, why purpose) (fetch, error) {
-	f, err := l.loadFrom(e, i, why)
+func (l *Loader) load(e *catalog.Entry, i int64, tag uint64, why purpose) (fetch, error) {
+	f, err := l.loadFrom(e, i, tag, why)
 	if err == nil {
 		l.fetches[f.src].Add(1)
 		l.fetched[f.src].Add(int64(len(f.val)))
@@ -520,7 +559,7 @@ func (l *Loader) load(e *catalog.Entry, i int64, why purpose) (fetch, error) {
 	return f, err
 }
 
-func (l *Loader) loadFrom(e *catalog.Entry, i int64, why purpose) (fetch, error) {
+func (l *Loader) loadFrom(e *catalog.Entry, i int64, tag uint64, why purpose) (fetch, error) {
 	key := BlockKey(e.Path, i)
 	bs := l.cfg.BlockSize
 	n := min(bs, e.Size-i*bs)
@@ -579,14 +618,14 @@ func (l *Loader) loadFrom(e *catalog.Entry, i int64, why purpose) (fetch, error)
 		start := time.Now()
 		switch src {
 		case srcSSD:
-			b, ok, err := l.ssd.Get(key, e.Size, e.Mtime)
+			b, ok, err := l.ssd.Get(key, tag)
 			if err != nil && !errors.Is(err, ssdstore.ErrClosed) {
 				l.log.Warn("loader: SSD read failed; trying the next source", "path", e.Path, "err", err)
 				l.model.Fail(src)
 			}
 			if ok {
 				l.model.Observe(src, n, time.Since(start))
-				return fetch{b.Data, tierSSD}, nil
+				return fetch{b.Data, tierSSD, b.Sum}, nil
 			}
 		case srcPFS:
 			var buf []byte
@@ -605,25 +644,35 @@ func (l *Loader) loadFrom(e *catalog.Entry, i int64, why purpose) (fetch, error)
 				continue // a cache source after it may still hold the block
 			}
 			l.model.Observe(src, n, time.Since(start))
-			l.toSSD(key, e, buf)
-			return fetch{buf, tierPFS}, nil
+			f := fetch{buf, tierPFS, integrity.Sum(tag, buf)} // the bytes passed SOURCE's version check
+			l.toSSD(key, tag, f)
+			return f, nil
 		case srcPrevious:
 			if l.model.Estimate("peer:"+previous, n) == perfmodel.Unreachable {
 				continue // failed lately: not worth a probe
 			}
-			b, err := l.remote.Load().r.FetchCached(previous, e, i)
+			b, sum, err := l.remote.Load().r.FetchCached(previous, e, i)
+			if err == nil && !integrity.Check(tag, sum, b) {
+				err = fmt.Errorf("peer %s sent %s block %d failing its checksum", previous, e.Path, i)
+				l.log.Warn("loader: a peer's block fails its checksum; not using it", "peer", previous, "path", e.Path, "block", i)
+			}
 			if err != nil && !errors.Is(err, ErrNoBlock) {
 				l.model.Fail("peer:" + previous)
 			}
 			if err != nil || int64(len(b)) != n {
 				continue // not cached there (or gone): the PFS then
 			}
-			l.toSSD(key, e, b)
-			return fetch{b, tierMoved}, nil
+			f := fetch{b, tierMoved, sum}
+			l.toSSD(key, tag, f)
+			return f, nil
 		default:
-			b, err := l.remote.Load().r.Fetch(owner, e, i)
+			b, sum, err := l.remote.Load().r.Fetch(owner, e, i)
 			if err == nil && int64(len(b)) != n {
 				err = fmt.Errorf("peer %s sent %d bytes of %d", owner, len(b), n)
+			}
+			if err == nil && !integrity.Check(tag, sum, b) {
+				err = fmt.Errorf("peer %s sent %s block %d failing its checksum", owner, e.Path, i)
+				l.log.Warn("loader: a peer's block fails its checksum; not using it", "peer", owner, "path", e.Path, "block", i)
 			}
 			if err != nil {
 				l.log.Debug("loader: peer fetch failed; trying the next source", "path", e.Path, "peer", owner, "err", err)
@@ -635,21 +684,22 @@ func (l *Loader) loadFrom(e *catalog.Entry, i int64, why purpose) (fetch, error)
 			// Timed per block, waiting in the batch included: that is
 			// what a read from this peer costs the reader.
 			l.model.Observe(src, n, time.Since(start))
-			return fetch{b, tierPeer}, nil
+			return fetch{b, tierPeer, sum}, nil
 		}
 	}
 	return fetch{src: tierPFS}, pfsErr
 }
 
-// toSSD queues a block read from the PFS for the SSD tier, if there is
-// one. A full queue or a closing store drops it quietly.
-func (l *Loader) toSSD(key string, e *catalog.Entry, b []byte) {
+// toSSD queues a block read from the PFS, or moved from its previous
+// owner, for the SSD tier, if there is one. A full queue or a closing
+// store drops it quietly.
+func (l *Loader) toSSD(key string, tag uint64, f fetch) {
 	if l.ssd == nil {
 		return
 	}
-	if err := l.ssd.Put(key, ssdstore.Block{Data: b, Size: e.Size, Mtime: e.Mtime, Sum: ssdstore.Checksum(b)}); err != nil &&
+	if err := l.ssd.Put(key, ssdstore.Block{Data: f.val, Tag: tag, Sum: f.sum}); err != nil &&
 		!errors.Is(err, ssdstore.ErrClosed) && !errors.Is(err, ssdstore.ErrBusy) {
-		l.log.Warn("loader: SSD write failed", "path", e.Path, "err", err)
+		l.log.Warn("loader: SSD write failed", "key", key, "err", err)
 	}
 }
 
@@ -657,7 +707,7 @@ func (l *Loader) toSSD(key string, e *catalog.Entry, b []byte) {
 func (l *Loader) readPFS(e *catalog.Entry, i, n int64) ([]byte, error) {
 	buf := make([]byte, n)
 	off := i * l.cfg.BlockSize
-	got, err := l.pfs.ReadAt(e.Path, source.Want{Size: e.Size, Mtime: e.Mtime}, buf, off)
+	got, err := l.pfs.ReadAt(e.Path, e.Version(), buf, off)
 	if err != nil {
 		return nil, err
 	}

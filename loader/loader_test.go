@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/integrity"
 	"github.com/dlfs/dlfs/perfmodel"
 	"github.com/dlfs/dlfs/ramcache"
 	"github.com/dlfs/dlfs/source"
@@ -25,7 +26,7 @@ type fakePFS struct {
 	gate  chan struct{}
 }
 
-func (f *fakePFS) ReadAt(path string, want source.Want, p []byte, off int64) (int, error) {
+func (f *fakePFS) ReadAt(path string, want source.Version, p []byte, off int64) (int, error) {
 	f.reads.Add(1)
 	if f.gate != nil {
 		<-f.gate
@@ -46,11 +47,13 @@ type fakeSSD struct {
 	m  map[string]ssdstore.Block
 }
 
-func (s *fakeSSD) Get(key string, size, mtime int64) (ssdstore.Block, bool, error) {
+// Get checks the tag and the sum, as the real store does: a loader that
+// stored a wrong sum finds nothing here.
+func (s *fakeSSD) Get(key string, tag uint64) (ssdstore.Block, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b, ok := s.m[key]
-	return b, ok && b.Size == size && b.Mtime == mtime, nil
+	return b, ok && b.Tag == tag && integrity.Check(tag, b.Sum, b.Data), nil
 }
 
 func (s *fakeSSD) Put(key string, b ssdstore.Block) error {
@@ -186,23 +189,30 @@ type fakeRemote struct {
 	bs      int64
 	fetches atomic.Int64
 	err     error
+	damage  bool // send every block with one byte flipped after summing
 }
 
 func (r *fakeRemote) Owner(e *catalog.Entry) (string, bool) { return "b", true }
 
 func (r *fakeRemote) Previous(e *catalog.Entry) (string, bool) { return "", false }
 
-func (r *fakeRemote) FetchCached(peer string, e *catalog.Entry, i int64) ([]byte, error) {
-	return nil, ErrNoBlock
+func (r *fakeRemote) FetchCached(peer string, e *catalog.Entry, i int64) ([]byte, uint32, error) {
+	return nil, 0, ErrNoBlock
 }
 
-func (r *fakeRemote) Fetch(peer string, e *catalog.Entry, i int64) ([]byte, error) {
+// Fetch answers as a peer of the same dataset (the tests' loaders have
+// dataset 0) would: the block with its sum under the asker's tag.
+func (r *fakeRemote) Fetch(peer string, e *catalog.Entry, i int64) ([]byte, uint32, error) {
 	r.fetches.Add(1)
 	if r.err != nil {
-		return nil, r.err
+		return nil, 0, r.err
 	}
-	b := r.files[e.Path]
-	return b[i*r.bs : min((i+1)*r.bs, int64(len(b)))], nil
+	b := append([]byte(nil), r.files[e.Path][i*r.bs:min((i+1)*r.bs, int64(len(r.files[e.Path])))]...)
+	sum := integrity.Sum(integrity.Tag(0, BlockKey(e.Path, i), e.Version()), b)
+	if r.damage {
+		b[len(b)/2] ^= 1
+	}
+	return b, sum, nil
 }
 
 // TestSourceChoice: past RAM, reads go to a cached copy, unless a margin
@@ -305,7 +315,7 @@ func (f *fakePacked) Locate(path string) (Span, bool) {
 	return Span{}, false
 }
 
-func (f *fakePacked) ReadRun(paths []string, wants []source.Want) ([][]byte, error) {
+func (f *fakePacked) ReadRun(paths []string, wants []source.Version) ([][]byte, error) {
 	f.runs.Add(1)
 	out := make([][]byte, len(paths))
 	for i, p := range paths {
@@ -385,7 +395,7 @@ func (s *fakeStage) keep(e *catalog.Entry, i int64, b ramcache.Block) bool {
 	return true
 }
 
-func (s *fakeStage) Take(key string, e *catalog.Entry, done bool) (ramcache.Block, bool) {
+func (s *fakeStage) Take(key string, tag uint64, e *catalog.Entry, done bool) (ramcache.Block, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b, ok := s.m[key]
@@ -547,5 +557,28 @@ func TestPrefetchLeavesUnreportedReadsAlone(t *testing.T) {
 	st.observing = nil
 	if n, err := l.Prefetch(e, st.keep); err != nil || n != 1 {
 		t.Errorf("prefetch after the read was reported: %d staged, %v; want 1", n, err)
+	}
+}
+
+// TestDamagedPeerBlock: a block a peer sends with bytes that do not match
+// its sum under this node's tag is never served or cached: the read goes
+// on to the PFS and returns SOURCE's bytes.
+func TestDamagedPeerBlock(t *testing.T) {
+	file := data(3000)
+	pfs := &fakePFS{files: map[string][]byte{"f": file}}
+	ssd := &fakeSSD{m: map[string]ssdstore.Block{}}
+	l := New(Config{BlockSize: 1 << 20}, ramcache.New(ramcache.Config{Capacity: 1 << 20}), ssd, pfs)
+	r := &fakeRemote{files: pfs.files, bs: 1 << 20, damage: true}
+	l.SetRemote(r)
+	e := entry("f", 3000)
+	got, err := l.ReadAt(e, make([]byte, 3000), 0)
+	if err != nil || !bytes.Equal(got, file) {
+		t.Fatalf("read: %v (bytes equal %v)", err, bytes.Equal(got, file))
+	}
+	if r.fetches.Load() != 1 || pfs.reads.Load() != 1 {
+		t.Errorf("%d peer fetches, %d PFS reads; want the damaged answer refused and one PFS read", r.fetches.Load(), pfs.reads.Load())
+	}
+	if b, ok, _ := ssd.Get(BlockKey("f", 0), l.Tag(e, BlockKey("f", 0))); !ok || !bytes.Equal(b.Data, file) {
+		t.Error("the SSD does not hold SOURCE's bytes under a sum that checks")
 	}
 }

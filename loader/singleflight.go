@@ -32,6 +32,7 @@ type call struct {
 type fetch struct {
 	val []byte
 	src tier
+	sum uint32 // integrity.Sum of val under the block's tag
 }
 
 // do runs fn once per key at a time and reports whether this caller shared

@@ -57,8 +57,7 @@ type h5Set struct {
 type h5Row struct {
 	file, set string
 	row       uint
-	size      int64
-	mtime     int64
+	v         source.Version // the row's size, and its file's mtime, ctime and inode
 }
 
 // npyTypes maps HDF5's standard types to NumPy's descr.
@@ -129,8 +128,10 @@ func (d *h5Dataset) List(ctx context.Context) (_ []catalog.File, err error) {
 			for r := uint(0); r < set.dims[0]; r++ {
 				n := strconv.FormatUint(uint64(r), 10)
 				p := dir + "/" + strings.Repeat("0", width-len(n)) + n + ".npy"
-				rows[p] = h5Row{file: name, set: s, row: r, size: size, mtime: h.Mtime()}
-				out = append(out, catalog.File{Path: p, Mode: syscall.S_IFREG | 0o444, Size: size, Mtime: h.Mtime()})
+				v := h.Version()
+				v.Size = size
+				rows[p] = h5Row{file: name, set: s, row: r, v: v}
+				out = append(out, catalog.File{Path: p, Mode: syscall.S_IFREG | 0o444, Size: size, Mtime: v.Mtime, Ctime: v.Ctime, Ino: v.Ino})
 			}
 		}
 	}
@@ -238,7 +239,7 @@ func describe(ds *hdf5.Dataset) *h5Set {
 	return &h5Set{ds: ds, dims: dims, rowLen: rowLen, header: npy.Header(descr, shape)}
 }
 
-func (d *h5Dataset) ReadAt(p string, want source.Want, buf []byte, off int64) (_ int, err error) {
+func (d *h5Dataset) ReadAt(p string, want source.Version, buf []byte, off int64) (_ int, err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	defer recoverLibrary(&err)
@@ -247,15 +248,15 @@ func (d *h5Dataset) ReadAt(p string, want source.Want, buf []byte, off int64) (_
 	if !ok {
 		return 0, fmt.Errorf("packed: %s: no such row in the HDF5 files: %w", p, syscall.ENOENT)
 	}
-	if r.size != want.Size || r.mtime != want.Mtime {
+	if r.v != want {
 		return 0, fmt.Errorf("%w: %s; write 'refresh' to the control file", source.ErrChanged, p)
 	}
 	hf := d.files[r.file]
 	set := hf.sets[r.set]
-	if off >= r.size {
+	if off >= r.v.Size {
 		return 0, nil
 	}
-	buf = buf[:min(int64(len(buf)), r.size-off)]
+	buf = buf[:min(int64(len(buf)), r.v.Size-off)]
 	n := 0
 	if off < int64(len(set.header)) {
 		n = copy(buf, set.header[off:])
@@ -351,12 +352,12 @@ func (d *h5Dataset) Locate(p string) (loader.Span, bool) {
 	if !ok {
 		return loader.Span{}, false
 	}
-	return loader.Span{Container: r.file + "\x00" + r.set, Off: int64(r.row) * r.size, Len: r.size}, true
+	return loader.Span{Container: r.file + "\x00" + r.set, Off: int64(r.row) * r.v.Size, Len: r.v.Size}, true
 }
 
 // ReadRun implements loader.Coalescer: one hyperslab read of the rows from
 // the first to the last, each then given its .npy header.
-func (d *h5Dataset) ReadRun(paths []string, wants []source.Want) (_ [][]byte, err error) {
+func (d *h5Dataset) ReadRun(paths []string, wants []source.Version) (_ [][]byte, err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	defer recoverLibrary(&err)
@@ -367,7 +368,7 @@ func (d *h5Dataset) ReadRun(paths []string, wants []source.Want) (_ [][]byte, er
 		if !ok || (i > 0 && (r.file != rows[0].file || r.set != rows[0].set || r.row <= rows[i-1].row)) {
 			return nil, fmt.Errorf("packed: %s is not a later row of the run's dataset", p)
 		}
-		if r.size != wants[i].Size || r.mtime != wants[i].Mtime {
+		if r.v != wants[i] {
 			return nil, fmt.Errorf("%w: %s; write 'refresh' to the control file", source.ErrChanged, p)
 		}
 		rows[i] = r
@@ -381,7 +382,7 @@ func (d *h5Dataset) ReadRun(paths []string, wants []source.Want) (_ [][]byte, er
 	}
 	out := make([][]byte, len(rows))
 	for i, r := range rows {
-		b := make([]byte, 0, r.size)
+		b := make([]byte, 0, r.v.Size)
 		b = append(b, set.header...)
 		at := int64(r.row-first) * set.rowLen
 		out[i] = append(b, data[at:at+set.rowLen]...)

@@ -44,7 +44,7 @@ type Dataset interface {
 	catalog.Lister
 	// ReadAt reads the sample at path, whose identity the caller expects
 	// to be want, as the loader reads files.
-	ReadAt(path string, want source.Want, p []byte, off int64) (int, error)
+	ReadAt(path string, want source.Version, p []byte, off int64) (int, error)
 	// Kind names the format, for stats and logs.
 	Kind() string
 	// Close closes the containers.

@@ -39,16 +39,16 @@ func TestSeqDataset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	byPath := map[string]int64{}
+	byPath := map[string]source.Version{}
 	for _, f := range listed {
-		byPath[f.Path] = f.Mtime
+		byPath[f.Path] = source.Version{Size: f.Size, Mtime: f.Mtime, Ctime: f.Ctime, Ino: f.Ino}
 	}
 	var paths []string
-	var wants []source.Want
+	var wants []source.Version
 	for _, f := range files {
 		p := "train/" + f.Path
 		want, _ := os.ReadFile(filepath.Join(src, p))
-		w := source.Want{Size: int64(len(want)), Mtime: byPath[p]}
+		w := byPath[p]
 		buf := make([]byte, len(want)+10)
 		n, err := d.ReadAt(p, w, buf, 0)
 		if err != nil || string(buf[:n]) != string(want) {
@@ -58,7 +58,7 @@ func TestSeqDataset(t *testing.T) {
 	}
 	sort.Sort(byName{paths, wants}) // the pack holds them in path order
 	c := d.(interface {
-		ReadRun([]string, []source.Want) ([][]byte, error)
+		ReadRun([]string, []source.Version) ([][]byte, error)
 	})
 	bufs, err := c.ReadRun(paths[:5], wants[:5]) // a class directory's files are neighbours
 	if err != nil || len(bufs) != 5 {
@@ -93,7 +93,7 @@ func TestLabelNamer(t *testing.T) {
 
 type byName struct {
 	p []string
-	w []source.Want
+	w []source.Version
 }
 
 func (b byName) Len() int           { return len(b.p) }

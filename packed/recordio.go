@@ -42,7 +42,14 @@ type recSample struct {
 	rec    recordio.Record
 	skip   int64 // bytes of IRHeader before the image
 	length int64
-	mtime  int64
+	v      source.Version // the sample's length, and its file's mtime, ctime and inode
+}
+
+// version is the sample's source.Version, as the catalog lists it.
+func (s recSample) version() source.Version {
+	v := s.v
+	v.Size = s.length
+	return v
 }
 
 func openRec(src *source.Source, names []string, log *slog.Logger) *recDataset {
@@ -91,7 +98,7 @@ func (d *recDataset) List(ctx context.Context) (_ []catalog.File, err error) {
 			}
 			seen[base]++
 			samples[p] = f.s
-			files = append(files, catalog.File{Path: p, Mode: syscall.S_IFREG | 0o444, Size: f.s.length, Mtime: f.s.mtime})
+			files = append(files, catalog.File{Path: p, Mode: syscall.S_IFREG | 0o444, Size: f.s.length, Mtime: f.s.v.Mtime, Ctime: f.s.v.Ctime, Ino: f.s.v.Ino})
 		}
 		if prefix != "" {
 			files = append(files, catalog.File{Path: strings.TrimSuffix(prefix, "/"), Mode: syscall.S_IFDIR | 0o555, Mtime: h.Mtime()})
@@ -147,7 +154,7 @@ func (d *recDataset) images(ctx context.Context, name string, h *source.Handle) 
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-		s.file, s.mtime = name, h.Mtime()
+		s.file, s.v = name, h.Version()
 		all = append(all, found{s, hdr.FirstLabel(), hdr.ID})
 		off = s.rec.Next()
 	}
@@ -180,7 +187,7 @@ func (d *recDataset) byIndex(ctx context.Context, name string, h *source.Handle,
 			defer wg.Done()
 			for i := range next {
 				s, hdr, err := readImage(h, offs[i])
-				s.file, s.mtime = name, h.Mtime()
+				s.file, s.v = name, h.Version()
 				all[i], errs[i] = found{s, hdr.FirstLabel(), hdr.ID}, err
 			}
 		}()
@@ -270,7 +277,7 @@ func labelNamer(labels []float32) func(float32) string {
 	}
 }
 
-func (d *recDataset) ReadAt(p string, want source.Want, buf []byte, off int64) (int, error) {
+func (d *recDataset) ReadAt(p string, want source.Version, buf []byte, off int64) (int, error) {
 	d.mu.Lock()
 	s, ok := d.samples[path.Clean(p)]
 	h := d.files[s.file]
@@ -278,7 +285,7 @@ func (d *recDataset) ReadAt(p string, want source.Want, buf []byte, off int64) (
 	if !ok || h == nil {
 		return 0, fmt.Errorf("packed: %s: no such image in the RecordIO files: %w", p, syscall.ENOENT)
 	}
-	if s.length != want.Size || s.mtime != want.Mtime {
+	if s.version() != want {
 		return 0, fmt.Errorf("%w: %s; write 'refresh' to the control file", source.ErrChanged, p)
 	}
 	if off >= s.length {
@@ -347,7 +354,7 @@ func (d *recDataset) Locate(p string) (loader.Span, bool) {
 }
 
 // ReadRun implements loader.Coalescer.
-func (d *recDataset) ReadRun(paths []string, wants []source.Want) ([][]byte, error) {
+func (d *recDataset) ReadRun(paths []string, wants []source.Version) ([][]byte, error) {
 	d.mu.Lock()
 	parts := make([]runPart, len(paths))
 	var h *source.Handle
@@ -357,7 +364,7 @@ func (d *recDataset) ReadRun(paths []string, wants []source.Want) ([][]byte, err
 			d.mu.Unlock()
 			return nil, fmt.Errorf("packed: %s is not a whole record of the run's file", p)
 		}
-		if s.length != wants[i].Size || s.mtime != wants[i].Mtime {
+		if s.version() != wants[i] {
 			d.mu.Unlock()
 			return nil, fmt.Errorf("%w: %s; write 'refresh' to the control file", source.ErrChanged, p)
 		}

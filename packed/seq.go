@@ -63,7 +63,8 @@ func (d *seqDataset) List(ctx context.Context) ([]catalog.File, error) {
 	d.mu.Unlock()
 	files := make([]catalog.File, 0, len(ix.Entries))
 	for _, e := range ix.Entries {
-		f := catalog.File{Path: e.Name, Mode: e.Mode, Size: e.Length, Mtime: e.Mtime}
+		v := seqVersion(e)
+		f := catalog.File{Path: e.Name, Mode: e.Mode, Size: v.Size, Mtime: v.Mtime, Ctime: v.Ctime}
 		if e.Mode&syscall.S_IFMT == syscall.S_IFLNK {
 			target := make([]byte, e.Length)
 			if _, err := d.read(e, target, 0); err != nil {
@@ -74,6 +75,13 @@ func (d *seqDataset) List(ctx context.Context) ([]catalog.File, error) {
 		files = append(files, f)
 	}
 	return files, nil
+}
+
+// seqVersion is a record's source.Version: its length and mtime, and its
+// checksum in place of a ctime, so that a repack that changes its bytes
+// changes its version.
+func seqVersion(e seqfile.Entry) source.Version {
+	return source.Version{Size: e.Length, Mtime: e.Mtime, Ctime: int64(e.CRC)}
 }
 
 // shard returns the open shard i of the current index.
@@ -91,14 +99,14 @@ func (d *seqDataset) shard(i int) (*source.Handle, error) {
 	return h, nil
 }
 
-func (d *seqDataset) ReadAt(path string, want source.Want, p []byte, off int64) (int, error) {
+func (d *seqDataset) ReadAt(path string, want source.Version, p []byte, off int64) (int, error) {
 	d.mu.Lock()
 	e, ok := d.ix.Lookup(path)
 	d.mu.Unlock()
 	if !ok || e.IsDir() {
 		return 0, fmt.Errorf("packed: %s: not in the pack's index: %w", path, syscall.ENOENT)
 	}
-	if e.Length != want.Size || e.Mtime != want.Mtime {
+	if seqVersion(e) != want {
 		return 0, fmt.Errorf("%w: %s; write 'refresh' to the control file", source.ErrChanged, path)
 	}
 	return d.read(e, p, off)
@@ -212,7 +220,7 @@ func (d *seqDataset) Locate(path string) (loader.Span, bool) {
 
 // ReadRun implements loader.Coalescer: one read for the run, then every
 // record's checksum.
-func (d *seqDataset) ReadRun(paths []string, wants []source.Want) ([][]byte, error) {
+func (d *seqDataset) ReadRun(paths []string, wants []source.Version) ([][]byte, error) {
 	d.mu.Lock()
 	entries := make([]seqfile.Entry, len(paths))
 	for i, p := range paths {
@@ -221,7 +229,7 @@ func (d *seqDataset) ReadRun(paths []string, wants []source.Want) ([][]byte, err
 			d.mu.Unlock()
 			return nil, fmt.Errorf("packed: %s is not a record of the run's shard", p)
 		}
-		if e.Length != wants[i].Size || e.Mtime != wants[i].Mtime {
+		if seqVersion(e) != wants[i] {
 			d.mu.Unlock()
 			return nil, fmt.Errorf("%w: %s; write 'refresh' to the control file", source.ErrChanged, p)
 		}

@@ -3,6 +3,7 @@ package peer
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -14,7 +15,7 @@ import (
 // Client fetches blocks from peers over one pipelined connection per peer.
 // Safe for concurrent use; Close closes every connection.
 type Client struct {
-	key         []byte
+	tls         *tls.Config
 	dialTimeout time.Duration
 
 	mu     sync.Mutex
@@ -22,16 +23,21 @@ type Client struct {
 	closed bool
 }
 
-// NewClient returns a client that proves itself with key.
-func NewClient(key []byte) *Client {
-	return &Client{key: key, dialTimeout: 2 * time.Second, conns: map[string]*conn{}}
+// NewClient returns a client that proves itself with key, and accepts
+// only servers that prove the same.
+func NewClient(key []byte) (*Client, error) {
+	cfg, err := tlsConfig(key)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{tls: cfg, dialTimeout: 2 * time.Second, conns: map[string]*conn{}}, nil
 }
 
 // ErrClosed is returned after Close.
 var ErrClosed = errors.New("peer: client closed")
 
 type conn struct {
-	c       net.Conn
+	c       *tls.Conn
 	writeMu sync.Mutex
 
 	mu      sync.Mutex
@@ -129,17 +135,19 @@ func (cl *Client) get(ctx context.Context, addr string) (*conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("peer: dial %s: %w", addr, err)
 	}
-	deadline := time.Now().Add(handshakeTimeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	c.SetDeadline(deadline)
-	if err := clientHandshake(c, cl.key); err != nil {
+	hctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
+	tc := tls.Client(c, cl.tls)
+	err = tc.HandshakeContext(hctx)
+	cancel()
+	if err != nil {
 		c.Close()
-		return nil, fmt.Errorf("peer: %s: %w", addr, err)
+		var alert tls.AlertError
+		if errors.Is(err, ErrAuth) || errors.As(err, &alert) {
+			return nil, fmt.Errorf("peer: %s: %w: %v", addr, ErrAuth, err)
+		}
+		return nil, fmt.Errorf("peer: %s: handshake: %w", addr, err)
 	}
-	c.SetDeadline(time.Time{})
-	cn := &conn{c: c, pending: map[uint32]chan response{}, done: make(chan struct{})}
+	cn := &conn{c: tc, pending: map[uint32]chan response{}, done: make(chan struct{})}
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	if cl.closed {

@@ -1,106 +1,105 @@
 // Package peer moves sample blocks between dlfs nodes: a node asks the
 // owner of a sample (package placement) for it instead of reading the PFS.
 //
+// # Sealing
+//
+// Every connection is TLS 1.3 (crypto/tls), with mutual authentication by
+// the cluster key: both ends derive one Ed25519 key pair from it (HKDF-
+// SHA256), present a certificate for it, and accept only a peer that
+// presents the same public key. Every frame after the handshake is
+// encrypted and authenticated by TLS's record layer, so a relay can
+// neither read nor change a block, and a node without the key gets
+// nothing and learns nothing. A server lets at most MaxHandshakes
+// connections be unauthenticated at once, each for at most
+// handshakeTimeout; TLS bounds what a handshake may make it read.
+//
 // # Protocol
 //
-// TCP, length-prefixed frames (4-byte big-endian length), each starting
-// with a one-byte type (wire.go). A connection opens with a mutual
-// challenge: the client sends a nonce, the server answers with its own
-// nonce and HMAC-SHA256(key, "dlfs-server" | client nonce | server nonce),
-// the client proves itself with HMAC-SHA256(key, "dlfs-client" | server
-// nonce | client nonce). Only then are requests read, so a client without
-// the cluster key gets nothing, and learns nothing. Requests carry an id
-// and up to MaxItems blocks named by catalog identity (path, size, mtime,
-// block number); many may be in flight on one connection, and responses
-// are matched by id.
+// Inside TLS, length-prefixed frames (4-byte big-endian length), each
+// starting with a one-byte type (wire.go). Requests carry an id and up to
+// MaxItems blocks, each named by path, block number and the asker's
+// integrity tag for it (package integrity: dataset, key and file version);
+// many may be in flight on one connection, and responses are matched by
+// id. A response carries each block's bytes with their integrity sum, which
+// the asker checks under its own tag: a peer of another dataset, or with
+// another version of the file, answers StatusMissing, and a block that
+// fails its sum is never used. A server answers at most MaxResponseBytes
+// of blocks per request, StatusError for the rest.
 //
 // # Confinement
 //
 // The server resolves a path only through its catalog and reads only
 // through its loader (Source): a name outside the dataset, or another
 // version of a file, is StatusMissing. No request reaches the filesystem
-// by path.
+// by path. A panic while serving one request fails that request only.
 package peer
 
 import (
-	"crypto/hmac"
+	"crypto/ed25519"
+	"crypto/hkdf"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
+	"math/big"
 	"time"
 )
-
-const nonceLen = 16
 
 // ErrAuth means the other side does not know the cluster key.
 var ErrAuth = errors.New("peer: authentication failed (is the cluster key the same on both nodes?)")
 
-// handshakeTimeout bounds the challenge exchange.
+// handshakeTimeout bounds the TLS handshake.
 const handshakeTimeout = 5 * time.Second
 
-func mac(key []byte, label string, a, b []byte) []byte {
-	m := hmac.New(sha256.New, key)
-	m.Write([]byte(label))
-	m.Write(a)
-	m.Write(b)
-	return m.Sum(nil)
-}
+// MaxHandshakes bounds the connections a server lets be unauthenticated at
+// once; more are closed at once.
+const MaxHandshakes = 32
 
-func nonce() ([]byte, error) {
-	n := make([]byte, nonceLen)
-	_, err := rand.Read(n)
-	return n, err
-}
-
-// clientHandshake proves the client and checks the server.
-func clientHandshake(rw io.ReadWriter, key []byte) error {
-	nc, err := nonce()
+// tlsConfig returns the TLS 1.3 configuration of both ends for the
+// cluster key: a certificate for the key pair derived from it, and a check
+// that the other end presents the same public key. An empty key (the
+// operator's --insecure) derives a pair anyone can: sealed, not
+// authenticated.
+func tlsConfig(key []byte) (*tls.Config, error) {
+	seed, err := hkdf.Key(sha256.New, key, []byte("dlfs peer"), "dlfs peer tls v1 ed25519", ed25519.SeedSize)
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("peer: derive the key pair: %w", err)
 	}
-	if err := writeFrame(rw, append([]byte{msgHello}, nc...)); err != nil {
-		return err
-	}
-	ch, err := readFrame(rw)
+	priv := ed25519.NewKeyFromSeed(seed)
+	pub := priv.Public().(ed25519.PublicKey)
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
 	if err != nil {
-		return fmt.Errorf("peer: handshake: %w", err)
+		return nil, err
 	}
-	if len(ch) != 1+nonceLen+sha256.Size || ch[0] != msgChallenge {
-		return fmt.Errorf("%w: bad challenge", ErrWire)
-	}
-	ns := ch[1 : 1+nonceLen]
-	if !hmac.Equal(ch[1+nonceLen:], mac(key, "dlfs-server", nc, ns)) {
-		return ErrAuth
-	}
-	return writeFrame(rw, append([]byte{msgProof}, mac(key, "dlfs-client", ns, nc)...))
-}
-
-// serverHandshake checks the client and proves the server.
-func serverHandshake(rw io.ReadWriter, key []byte) error {
-	hello, err := readFrame(rw)
+	tmpl := &x509.Certificate{SerialNumber: serial, NotBefore: time.Unix(0, 0), NotAfter: time.Unix(1<<36, 0),
+		DNSNames: []string{"dlfs"}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("peer: make the certificate: %w", err)
 	}
-	if len(hello) != 1+nonceLen || hello[0] != msgHello {
-		return fmt.Errorf("%w: bad hello", ErrWire)
+	verify := func(raw [][]byte, _ [][]*x509.Certificate) error {
+		if len(raw) != 1 {
+			return ErrAuth
+		}
+		c, err := x509.ParseCertificate(raw[0])
+		if err != nil {
+			return ErrAuth
+		}
+		if k, ok := c.PublicKey.(ed25519.PublicKey); !ok || !k.Equal(pub) {
+			return ErrAuth
+		}
+		return nil
 	}
-	nc := hello[1:]
-	ns, err := nonce()
-	if err != nil {
-		return err
-	}
-	ch := append(append([]byte{msgChallenge}, ns...), mac(key, "dlfs-server", nc, ns)...)
-	if err := writeFrame(rw, ch); err != nil {
-		return err
-	}
-	proof, err := readFrame(rw)
-	if err != nil {
-		return err
-	}
-	if len(proof) != 1+sha256.Size || proof[0] != msgProof || !hmac.Equal(proof[1:], mac(key, "dlfs-client", ns, nc)) {
-		return ErrAuth
-	}
-	return nil
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: priv}},
+		ClientAuth:   tls.RequireAnyClientCert,
+		ServerName:   "dlfs",
+		// The chain is not a PKI's: VerifyPeerCertificate checks the key.
+		InsecureSkipVerify:    true,
+		VerifyPeerCertificate: verify,
+	}, nil
 }

@@ -2,31 +2,37 @@ package peer
 
 import (
 	"bufio"
+	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"sync"
-	"time"
+	"sync/atomic"
 )
 
 // Source is what a server serves: a block by catalog identity.
 type Source interface {
-	// Block returns block it.Block of the file it names, or a status
-	// saying why not. It may block on the SSD or the PFS.
-	Block(it Item) ([]byte, byte)
+	// Block returns block it.Block of the file it names, with its
+	// integrity sum under it.Tag, or a status saying why not. It may
+	// block on the SSD or the PFS.
+	Block(it Item) ([]byte, uint32, byte)
 	// Cached returns the block only if the node's caches hold it
 	// (StatusMissing otherwise); it never reads the PFS.
-	Cached(it Item) ([]byte, byte)
+	Cached(it Item) ([]byte, uint32, byte)
 }
 
 // Server answers peers' requests. Close stops it and waits for its
 // goroutines.
 type Server struct {
 	ln  net.Listener
-	key []byte
+	tls *tls.Config
 	src Source
 	log *slog.Logger
+
+	handshaking chan struct{} // a slot per unauthenticated connection
+	refused     atomic.Int64  // connections closed for want of a slot
 
 	wg     sync.WaitGroup
 	mu     sync.Mutex
@@ -39,11 +45,16 @@ func Listen(addr string, key []byte, src Source, log *slog.Logger) (*Server, err
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	cfg, err := tlsConfig(key)
+	if err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("peer: listen on %s: %w", addr, err)
 	}
-	s := &Server{ln: ln, key: key, src: src, log: log, conns: map[net.Conn]struct{}{}}
+	s := &Server{ln: ln, tls: cfg, src: src, log: log, conns: map[net.Conn]struct{}{},
+		handshaking: make(chan struct{}, MaxHandshakes)}
 	s.wg.Add(1)
 	go s.accept()
 	return s, nil
@@ -85,6 +96,17 @@ func (s *Server) accept() {
 			c.Close()
 			return
 		}
+		select {
+		case s.handshaking <- struct{}{}:
+		default:
+			s.mu.Unlock()
+			// Too many strangers at once: the cluster's own nodes redial.
+			if s.refused.Add(1)%1000 == 1 {
+				s.log.Warn("peer: too many unauthenticated connections; refusing more", "limit", MaxHandshakes, "remote", c.RemoteAddr())
+			}
+			c.Close()
+			continue
+		}
 		s.conns[c] = struct{}{}
 		s.mu.Unlock()
 		s.wg.Add(1)
@@ -103,13 +125,16 @@ func (s *Server) serve(c net.Conn) {
 		s.mu.Unlock()
 		c.Close()
 	}()
-	c.SetDeadline(time.Now().Add(handshakeTimeout))
-	if err := serverHandshake(c, s.key); err != nil {
-		s.log.Warn("peer: refused a connection", "remote", c.RemoteAddr(), "err", err)
+	tc := tls.Server(c, s.tls)
+	ctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
+	err := tc.HandshakeContext(ctx)
+	cancel()
+	<-s.handshaking
+	if err != nil {
+		s.log.Warn("peer: refused a connection (is the cluster key the same on both nodes?)", "remote", c.RemoteAddr(), "err", err)
 		return
 	}
-	c.SetDeadline(time.Time{})
-	r := bufio.NewReader(c)
+	r := bufio.NewReader(tc)
 	var (
 		writeMu sync.Mutex
 		reqs    sync.WaitGroup
@@ -131,19 +156,45 @@ func (s *Server) serve(c net.Conn) {
 		go func() {
 			defer reqs.Done()
 			defer func() { <-sem }()
-			results := make([]Result, len(items))
-			for i, it := range items {
-				if cached {
-					results[i].Data, results[i].Status = s.src.Cached(it)
-				} else {
-					results[i].Data, results[i].Status = s.src.Block(it)
-				}
-			}
+			results := s.answer(items, cached)
 			writeMu.Lock()
 			defer writeMu.Unlock()
-			if err := writeFrame(c, encodeResponse(id, results)); err != nil {
+			if err := writeFrame(tc, encodeResponse(id, results)); err != nil {
 				c.Close()
 			}
 		}()
 	}
+}
+
+// answer serves one request's items, at most MaxResponseBytes of blocks;
+// the rest, and an item whose serving panicked, get StatusError.
+func (s *Server) answer(items []Item, cached bool) []Result {
+	results := make([]Result, len(items))
+	var bytes int
+	for i, it := range items {
+		if bytes >= MaxResponseBytes {
+			results[i].Status = StatusError
+			continue
+		}
+		results[i] = s.serveItem(it, cached)
+		if bytes += len(results[i].Data); bytes > MaxResponseBytes {
+			results[i] = Result{Status: StatusError}
+		}
+	}
+	return results
+}
+
+func (s *Server) serveItem(it Item, cached bool) (r Result) {
+	defer func() {
+		if v := recover(); v != nil {
+			s.log.Error("peer: serving a block panicked; failing the item", "path", it.Path, "block", it.Block, "panic", v)
+			r = Result{Status: StatusError}
+		}
+	}()
+	if cached {
+		r.Data, r.Sum, r.Status = s.src.Cached(it)
+	} else {
+		r.Data, r.Sum, r.Status = s.src.Block(it)
+	}
+	return r
 }

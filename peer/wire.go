@@ -9,30 +9,27 @@ import (
 
 // Message types: the first byte of every frame.
 const (
-	msgHello     = 0x01 // client: nonce
-	msgChallenge = 0x02 // server: nonce, proof
-	msgProof     = 0x03 // client: proof
-	msgRequest   = 0x10 // client: request id, items
-	msgResponse  = 0x11 // server: request id, results
-	msgCached    = 0x12 // client: request id, items, to be served from caches only
+	msgRequest  = 0x10 // client: request id, items
+	msgResponse = 0x11 // server: request id, results
+	msgCached   = 0x12 // client: request id, items, to be served from caches only
 )
 
 // Limits that bound what a peer can make us allocate.
 const (
-	MaxFrame   = 64 << 20 // bytes in one frame
-	MaxItems   = 1024     // items in one request
-	maxPathLen = 4096
+	MaxFrame         = 64 << 20 // bytes in one frame
+	MaxItems         = 1024     // items in one request
+	MaxResponseBytes = 32 << 20 // block bytes in one response; StatusError past it
+	maxPathLen       = 4096
 )
 
 // ErrWire wraps every malformed-message error.
 var ErrWire = errors.New("peer: malformed message")
 
-// Item names one block of a dataset file by catalog identity.
+// Item names one block of a dataset file.
 type Item struct {
 	Path  string // relative to SOURCE
-	Size  int64  // the file's size and mtime: a mismatch is "changed"
-	Mtime int64
 	Block int64
+	Tag   uint64 // the asker's integrity tag for the block: another is "missing"
 }
 
 // Status of one item in a response.
@@ -45,6 +42,7 @@ const (
 // Result is the answer for one item.
 type Result struct {
 	Status byte
+	Sum    uint32 // integrity sum of Data under the item's tag
 	Data   []byte
 }
 
@@ -89,9 +87,8 @@ func encodeRequest(id uint32, items []Item, cached bool) []byte {
 	for _, it := range items {
 		b = binary.BigEndian.AppendUint16(b, uint16(len(it.Path)))
 		b = append(b, it.Path...)
-		b = binary.BigEndian.AppendUint64(b, uint64(it.Size))
-		b = binary.BigEndian.AppendUint64(b, uint64(it.Mtime))
 		b = binary.BigEndian.AppendUint64(b, uint64(it.Block))
+		b = binary.BigEndian.AppendUint64(b, it.Tag)
 	}
 	return b
 }
@@ -117,9 +114,9 @@ func decodeRequest(b []byte) (uint32, []Item, bool, error) {
 			return 0, nil, false, fmt.Errorf("%w: path of %d bytes", ErrWire, l)
 		}
 		it := Item{Path: string(d.bytes(l))}
-		it.Size, it.Mtime, it.Block = int64(d.u64()), int64(d.u64()), int64(d.u64())
-		if it.Size < 0 || it.Block < 0 {
-			return 0, nil, false, fmt.Errorf("%w: negative size or block", ErrWire)
+		it.Block, it.Tag = int64(d.u64()), d.u64()
+		if it.Block < 0 {
+			return 0, nil, false, fmt.Errorf("%w: negative block", ErrWire)
 		}
 		items = append(items, it)
 	}
@@ -133,7 +130,7 @@ func decodeRequest(b []byte) (uint32, []Item, bool, error) {
 func encodeResponse(id uint32, results []Result) []byte {
 	size := 7
 	for _, r := range results {
-		size += 5 + len(r.Data)
+		size += 9 + len(r.Data)
 	}
 	b := make([]byte, 0, size)
 	b = append(b, msgResponse)
@@ -141,6 +138,7 @@ func encodeResponse(id uint32, results []Result) []byte {
 	b = binary.BigEndian.AppendUint16(b, uint16(len(results)))
 	for _, r := range results {
 		b = append(b, r.Status)
+		b = binary.BigEndian.AppendUint32(b, r.Sum)
 		b = binary.BigEndian.AppendUint32(b, uint32(len(r.Data)))
 		b = append(b, r.Data...)
 	}
@@ -161,11 +159,12 @@ func decodeResponse(b []byte) (uint32, []Result, error) {
 	out := make([]Result, 0, n)
 	for i := 0; i < n && d.err == nil; i++ {
 		st := d.u8()
+		sum := d.u32()
 		l := int(d.u32())
 		if st > StatusError {
 			return 0, nil, fmt.Errorf("%w: status %d", ErrWire, st)
 		}
-		out = append(out, Result{Status: st, Data: d.bytes(l)})
+		out = append(out, Result{Status: st, Sum: sum, Data: d.bytes(l)})
 	}
 	if d.err == nil && len(d.b) != 0 {
 		d.err = fmt.Errorf("%w: %d trailing bytes", ErrWire, len(d.b))

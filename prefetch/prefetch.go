@@ -660,14 +660,14 @@ func (p *Prefetcher) stageLocked(key string, b ramcache.Block) bool {
 }
 
 // Take implements loader.Stage.
-func (p *Prefetcher) Take(key string, e *catalog.Entry, done bool) (ramcache.Block, bool) {
+func (p *Prefetcher) Take(key string, tag uint64, e *catalog.Entry, done bool) (ramcache.Block, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	b, ok := p.staged[key]
 	if !ok {
 		return ramcache.Block{}, false
 	}
-	stale := b.Size != e.Size || b.Mtime != e.Mtime
+	stale := b.Tag != tag // another version of the file
 	if done || stale {
 		p.unstageLocked(key, b)
 	}

@@ -52,7 +52,7 @@ func (f *fakeLoader) PrefetchRun(first *catalog.Entry, rest []*catalog.Entry, ke
 		f.fetches[e.Path]++
 		f.mu.Unlock()
 		f.total.Add(1)
-		out[e.Ino] = keep(e, 0, ramcache.Block{ID: e.Ino, Data: make([]byte, e.Size), Size: e.Size, Mtime: e.Mtime})
+		out[e.Ino] = keep(e, 0, ramcache.Block{ID: e.Ino, Data: make([]byte, e.Size)})
 	}
 	return out, nil
 }
@@ -83,7 +83,7 @@ func (f *fakeLoader) Prefetch(e *catalog.Entry, keep loader.Keep) (int, error) {
 	f.mu.Unlock()
 	f.total.Add(1)
 	f.requests.Add(1)
-	if keep(e, 0, ramcache.Block{ID: e.Ino, Data: make([]byte, e.Size), Size: e.Size, Mtime: e.Mtime}) {
+	if keep(e, 0, ramcache.Block{ID: e.Ino, Data: make([]byte, e.Size)}) {
 		return 1, nil
 	}
 	return 0, nil
@@ -145,10 +145,10 @@ func TestFollowsThePlan(t *testing.T) {
 	}
 	for _, i := range order {
 		e := j.Samples[i].Entry
-		if _, ok := p.Take(loader.BlockKey(e.Path, 0), e, false); !ok {
+		if _, ok := p.Take(loader.BlockKey(e.Path, 0), 0, e, false); !ok {
 			t.Fatalf("%s was not staged", e.Path)
 		}
-		if _, ok := p.Take(loader.BlockKey(e.Path, 0), e, true); !ok {
+		if _, ok := p.Take(loader.BlockKey(e.Path, 0), 0, e, true); !ok {
 			t.Fatalf("%s was not staged", e.Path)
 		}
 		p.Observe(e, 0, 0)
@@ -284,7 +284,7 @@ func TestReplanFreesTheStage(t *testing.T) {
 	first := j.Order(0, 5)[:20]
 	staged := func(i int) bool {
 		e := j.Samples[i].Entry
-		_, ok := p.Take(loader.BlockKey(e.Path, 0), e, false)
+		_, ok := p.Take(loader.BlockKey(e.Path, 0), 0, e, false)
 		return ok
 	}
 	waitFor(t, "epoch 5's first 20 samples to be staged", func() bool {

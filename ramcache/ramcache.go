@@ -12,18 +12,19 @@
 // larger than the whole capacity is never cached. Values are shared, never
 // copied: callers must not modify a slice they put or got.
 //
-// # Identity
+// # Integrity
 //
-// Every block carries its file's identity (size, mtime). Get returns a
-// block only if the identity matches what the caller expects; a mismatch
-// removes the block and counts as a miss. (Blocks in RAM carry no
-// checksum: the SSD tier computes one when it writes a block, and checks
-// it on every read.)
+// Every block carries its tag and sum (package integrity). Get returns a
+// block only if its tag is the one the caller expects and its sum holds
+// over its bytes; anything else removes the block and counts as a miss.
+// The sum is checked outside the lock.
 package ramcache
 
 import (
 	"container/list"
 	"sync"
+
+	"github.com/dlfs/dlfs/integrity"
 )
 
 // Config configures a Cache.
@@ -41,10 +42,10 @@ func DefaultConfig() Config { return Config{Capacity: 512 << 20} }
 
 // Block is one cached piece of a file.
 type Block struct {
-	ID    uint64 // what NextUse is asked about (the file's inode number)
-	Data  []byte
-	Size  int64 // identity: the file's size
-	Mtime int64 // identity: the file's mtime in nanoseconds
+	ID   uint64 // what NextUse is asked about (the file's inode number)
+	Data []byte
+	Tag  uint64 // integrity.Tag of the block's dataset, key and file version
+	Sum  uint32 // integrity.Sum of Data under Tag
 	// Peer says the block came from the node that owns it: this node's
 	// RAM tier does not keep it (the nodes' RAM tiers are disjoint).
 	Peer bool
@@ -84,21 +85,32 @@ func New(cfg Config) *Cache {
 	return &Cache{capacity: cfg.Capacity, nextUse: cfg.NextUse, items: make(map[string]*list.Element), lru: list.New()}
 }
 
-// Get returns the block for key if it is cached with identity (size, mtime).
-func (c *Cache) Get(key string, size, mtime int64) (Block, bool) {
+// Get returns the block for key if it is cached with tag and intact.
+func (c *Cache) Get(key string, tag uint64) (Block, bool) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	el, ok := c.items[key]
 	if !ok {
+		c.mu.Unlock()
 		return Block{}, false
 	}
 	it := el.Value.(*item)
-	if it.b.Size != size || it.b.Mtime != mtime {
+	if it.b.Tag != tag {
 		c.removeLocked(el)
+		c.mu.Unlock()
 		return Block{}, false
 	}
 	c.lru.MoveToFront(el)
-	return it.b, true
+	b := it.b
+	c.mu.Unlock()
+	if !integrity.Check(tag, b.Sum, b.Data) {
+		c.mu.Lock()
+		if cur, ok := c.items[key]; ok && cur == el {
+			c.removeLocked(el)
+		}
+		c.mu.Unlock()
+		return Block{}, false
+	}
+	return b, true
 }
 
 // Contains reports whether key is cached, without touching recency.

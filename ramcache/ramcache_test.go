@@ -4,9 +4,17 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+
+	"github.com/dlfs/dlfs/integrity"
 )
 
-func blk(n int) Block { return Block{Data: make([]byte, n), Size: int64(n), Mtime: 1} }
+// tagOf is the tag of the test blocks of n bytes.
+func tagOf(n int) uint64 { return uint64(n)<<8 | 1 }
+
+func blk(n int) Block {
+	d := make([]byte, n)
+	return Block{Data: d, Tag: tagOf(n), Sum: integrity.Sum(tagOf(n), d)}
+}
 
 func checkInvariant(t *testing.T, c *Cache) {
 	t.Helper()
@@ -26,7 +34,7 @@ func TestLRU(t *testing.T) {
 	for _, k := range []string{"a", "b", "c"} {
 		c.Put(k, blk(100))
 	}
-	if _, ok := c.Get("a", 100, 1); !ok { // a is now the most recent
+	if _, ok := c.Get("a", tagOf(100)); !ok { // a is now the most recent
 		t.Fatal("a missing")
 	}
 	c.Put("d", blk(100)) // evicts b, the least recent
@@ -43,11 +51,27 @@ func TestLRU(t *testing.T) {
 func TestIdentityMismatchIsMiss(t *testing.T) {
 	c := New(Config{Capacity: 1 << 20})
 	c.Put("k", blk(10))
-	if _, ok := c.Get("k", 10, 2); ok {
-		t.Fatal("a block with another mtime was returned")
+	if _, ok := c.Get("k", tagOf(10)+1); ok {
+		t.Fatal("a block with another tag (version, dataset or key) was returned")
 	}
 	if c.Contains("k") {
 		t.Error("the stale block was not dropped")
+	}
+	checkInvariant(t, c)
+}
+
+// TestDamagedBlockIsMiss: a block whose bytes no longer match its sum is
+// never returned, and is dropped.
+func TestDamagedBlockIsMiss(t *testing.T) {
+	c := New(Config{Capacity: 1 << 20})
+	b := blk(10)
+	c.Put("k", b)
+	b.Data[3] ^= 1 // the cache shares the slice: damage it in place
+	if _, ok := c.Get("k", tagOf(10)); ok {
+		t.Fatal("a damaged block was returned")
+	}
+	if c.Contains("k") {
+		t.Error("the damaged block was not dropped")
 	}
 	checkInvariant(t, c)
 }
@@ -63,7 +87,7 @@ func TestConcurrent(t *testing.T) {
 				k := fmt.Sprint((i * (g + 1)) % 97)
 				if i%3 == 0 {
 					c.Put(k, blk(64))
-				} else if b, ok := c.Get(k, 64, 1); ok && len(b.Data) != 64 {
+				} else if b, ok := c.Get(k, tagOf(64)); ok && len(b.Data) != 64 {
 					t.Error("wrong block")
 				}
 				if i%50 == 0 {

@@ -10,9 +10,11 @@
 //
 // # Identity
 //
-// Reads check the opened file's (size, mtime) against what the caller
-// expects, so bytes of a file that changed since the catalog scan are never
-// returned under the old identity.
+// A file's Version is its size, mtime, ctime and inode number. Reads check
+// the opened file's Version against what the caller expects, so bytes of a
+// file that changed since the catalog scan are never returned under the
+// old identity: a rewrite that keeps the size and puts the mtime back
+// still moves the ctime (and a replacement by rename, the inode).
 //
 // # Accounting
 //
@@ -32,8 +34,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ErrChanged means the file's size or mtime differs from the expected
-// identity: SOURCE changed since the last catalog scan.
+// ErrChanged means the file's Version differs from the expected one:
+// SOURCE changed since the last catalog scan.
 var ErrChanged = errors.New("source: file changed since scan")
 
 // ErrPath means the path is not a plain relative path inside SOURCE.
@@ -82,15 +84,24 @@ func (s *Source) Stats() Stats {
 	return Stats{Opens: s.opens.Load(), ReadOps: s.readOps.Load(), Bytes: s.bytes.Load()}
 }
 
-// Want is the identity a caller expects of a file.
-type Want struct {
+// Version identifies one version of a file's bytes. For a sample of a
+// packed container, Ctime and Ino are whatever versions it there (see
+// package packed).
+type Version struct {
 	Size  int64
 	Mtime int64 // nanoseconds
+	Ctime int64 // nanoseconds
+	Ino   uint64
 }
 
-// ReadAt opens path, checks its identity against want and reads len(p) bytes
-// at off (fewer only at end of file). It blocks on the PFS.
-func (s *Source) ReadAt(path string, want Want, p []byte, off int64) (int, error) {
+// VersionOf returns the Version in st.
+func VersionOf(st *unix.Stat_t) Version {
+	return Version{Size: st.Size, Mtime: st.Mtim.Nano(), Ctime: st.Ctim.Nano(), Ino: st.Ino}
+}
+
+// ReadAt opens path, checks its Version against want and reads len(p)
+// bytes at off (fewer only at end of file). It blocks on the PFS.
+func (s *Source) ReadAt(path string, want Version, p []byte, off int64) (int, error) {
 	// A bare descriptor: an *os.File costs a fcntl per open, for a file
 	// read once and closed.
 	fd, err := s.openFD(path)
@@ -102,8 +113,9 @@ func (s *Source) ReadAt(path string, want Want, p []byte, off int64) (int, error
 	if err := IgnoringEINTR(func() error { return unix.Fstat(fd, &st) }); err != nil {
 		return 0, fmt.Errorf("source: stat %s: %w", path, err)
 	}
-	if st.Size != want.Size || st.Mtim.Nano() != want.Mtime {
-		return 0, fmt.Errorf("%w: %s (size %d, want %d); write 'refresh' to the control file", ErrChanged, path, st.Size, want.Size)
+	if got := VersionOf(&st); got != want {
+		return 0, fmt.Errorf("%w: %s (size %d, mtime %d, ctime %d, inode %d; the catalog has %d, %d, %d, %d); write 'refresh' to the control file",
+			ErrChanged, path, got.Size, got.Mtime, got.Ctime, got.Ino, want.Size, want.Mtime, want.Ctime, want.Ino)
 	}
 	// One pread per call, so read_ops counts the requests the PFS sees.
 	n := 0
@@ -171,11 +183,10 @@ func Local(path string) bool {
 // Handle is a file of SOURCE kept open for many reads: a shard of a packed
 // dataset. Its reads are counted like any other. Safe for concurrent use.
 type Handle struct {
-	s     *Source
-	f     *os.File
-	path  string
-	size  int64
-	mtime int64
+	s    *Source
+	f    *os.File
+	path string
+	v    Version
 }
 
 // OpenHandle opens path, confined to SOURCE like every open, and keeps it
@@ -194,14 +205,17 @@ func (s *Source) OpenHandle(path string) (*Handle, error) {
 		f.Close()
 		return nil, fmt.Errorf("source: %s is not a regular file", path)
 	}
-	return &Handle{s: s, f: f, path: path, size: st.Size, mtime: st.Mtim.Nano()}, nil
+	return &Handle{s: s, f: f, path: path, v: VersionOf(&st)}, nil
 }
 
 // Size is the file's size when it was opened.
-func (h *Handle) Size() int64 { return h.size }
+func (h *Handle) Size() int64 { return h.v.Size }
 
 // Mtime is the file's mtime when it was opened, in nanoseconds.
-func (h *Handle) Mtime() int64 { return h.mtime }
+func (h *Handle) Mtime() int64 { return h.v.Mtime }
+
+// Version is the file's Version when it was opened.
+func (h *Handle) Version() Version { return h.v }
 
 // Path is the file's path relative to SOURCE.
 func (h *Handle) Path() string { return h.path }

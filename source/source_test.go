@@ -39,8 +39,7 @@ func TestReadAt(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	fi, _ := os.Stat(filepath.Join(root, "f"))
-	want := Want{Size: fi.Size(), Mtime: fi.ModTime().UnixNano()}
+	want := versionOf(t, filepath.Join(root, "f"))
 	buf := make([]byte, 5)
 	if n, err := s.ReadAt("f", want, buf, 0); err != nil || string(buf[:n]) != "hello" {
 		t.Fatalf("ReadAt: %q, %v", buf[:n], err)
@@ -48,13 +47,55 @@ func TestReadAt(t *testing.T) {
 	if st := s.Stats(); st.Opens != 1 || st.Bytes != 5 || st.ReadOps != 1 {
 		t.Errorf("stats %+v", st)
 	}
-	if _, err := s.ReadAt("f", Want{Size: 4, Mtime: want.Mtime}, buf, 0); !errors.Is(err, ErrChanged) {
-		t.Errorf("identity mismatch: %v", err)
-	}
-	for _, p := range []string{"escape", "dirlink/secret", "../secret", "/etc/passwd"} {
-		if _, err := s.ReadAt(p, Want{Size: 6}, buf, 0); err == nil {
-			t.Errorf("ReadAt(%q) read outside the dataset", p)
+	for _, v := range []Version{{4, want.Mtime, want.Ctime, want.Ino}, {5, want.Mtime + 1, want.Ctime, want.Ino},
+		{5, want.Mtime, want.Ctime + 1, want.Ino}, {5, want.Mtime, want.Ctime, want.Ino + 1}} {
+		if _, err := s.ReadAt("f", v, buf, 0); !errors.Is(err, ErrChanged) {
+			t.Errorf("version %+v of %+v: %v, want ErrChanged", v, want, err)
 		}
+	}
+	// Each read outside names the outside file's true version, so only
+	// the confinement can fail it: with openat2's RESOLVE flags removed,
+	// "dirlink/secret" reads the secret.
+	secret := versionOf(t, outside)
+	for p, why := range map[string]error{"escape": unix.ELOOP, "dirlink/secret": unix.ELOOP, "../secret": ErrPath, "/etc/passwd": ErrPath} {
+		if n, err := s.ReadAt(p, secret, buf, 0); !errors.Is(err, why) {
+			t.Errorf("ReadAt(%q): %d bytes, %v; want %v", p, n, err, why)
+		}
+	}
+}
+
+func versionOf(t *testing.T, path string) Version {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return VersionOf(&st)
+}
+
+// TestSameSizeRewrite: a rewrite that keeps the size and puts the mtime
+// back is a new version (its ctime moved): a read under the old version
+// fails instead of returning the new bytes (finding 4 of issue 10).
+func TestSameSizeRewrite(t *testing.T) {
+	root := t.TempDir()
+	f := filepath.Join(root, "f")
+	os.WriteFile(f, []byte("old bytes"), 0o644)
+	old := versionOf(t, f)
+	mtime := time.Unix(0, old.Mtime)
+	for versionOf(t, f).Ctime == old.Ctime { // ctime has a clock tick's resolution
+		os.WriteFile(f, []byte("new bytes"), 0o644)
+		os.Chtimes(f, mtime, mtime)
+	}
+	if v := versionOf(t, f); v.Size != old.Size || v.Mtime != old.Mtime {
+		t.Fatalf("the rewrite changed size or mtime: %+v, %+v", v, old)
+	}
+	s, err := Open(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.ReadAt("f", old, make([]byte, 9), 0); !errors.Is(err, ErrChanged) {
+		t.Errorf("read under the old version: %v, want ErrChanged", err)
 	}
 }
 
@@ -80,11 +121,7 @@ func TestReadAtRetriesInterruptedOpens(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	fi, err := os.Stat(filepath.Join(dir, "a"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := Want{Size: fi.Size(), Mtime: fi.ModTime().UnixNano()}
+	want := versionOf(t, filepath.Join(mnt, "a"))
 
 	slow := make(chan error, 1)
 	go func() { _, err := os.ReadFile(filepath.Join(mnt, "b")); slow <- err }()

@@ -6,8 +6,8 @@
 // Each block is one Badger entry. Its key is "s", the 4-byte big-endian
 // number of the segment it was written in, the 4-byte data length, and the
 // block key; its value is a
-// 32-byte header (magic, version, the file's size and mtime, the data's
-// length and CRC-32C) followed by the data. Values go to Badger's value log;
+// 32-byte header (magic, version, the block's integrity tag, the data's
+// length and its integrity sum) followed by the data. Values go to Badger's value log;
 // the LSM tree holds only keys and pointers, so the index is small and the
 // store reopens quickly.
 //
@@ -26,8 +26,10 @@
 // # Persistence and integrity
 //
 // Open rebuilds the in-memory index by iterating keys only. Get verifies the
-// header, the identity the caller expects and the checksum; any mismatch is
-// a miss and the entry is deleted, never returned.
+// header, the tag the caller expects (dataset, key and file version: see
+// package integrity) and the sum over tag and data; any mismatch is a miss
+// and the entry is deleted, never returned. Badger's own checksums are on
+// too: its tables' on every read, and each value's in the value log.
 //
 // # Goroutines
 //
@@ -40,7 +42,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"log/slog"
 	"math"
 	"os"
@@ -53,6 +54,8 @@ import (
 
 	badger "github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
+
+	"github.com/dlfs/dlfs/integrity"
 )
 
 // Config configures a Store.
@@ -89,10 +92,9 @@ func DefaultConfig(dir string) Config {
 
 // Block is one stored piece of a file.
 type Block struct {
-	Data  []byte
-	Size  int64  // identity: the file's size
-	Mtime int64  // identity: the file's mtime in nanoseconds
-	Sum   uint32 // CRC-32C of Data
+	Data []byte
+	Tag  uint64 // integrity.Tag of the block's dataset, key and file version
+	Sum  uint32 // integrity.Sum of Data under Tag
 }
 
 // Stats describe the tier's contents.
@@ -166,14 +168,9 @@ type put struct {
 
 const (
 	magic      = 0x444c4653 // "DLFS"
-	version    = 1
+	version    = 2          // 1 had the file's size and mtime where the tag is, and a sum over the data alone
 	headerSize = 32
 )
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-// Checksum returns the CRC-32C that Block.Sum must hold for data.
-func Checksum(data []byte) uint32 { return crc32.Checksum(data, castagnoli) }
 
 // Open opens or creates the store and rebuilds its index.
 func Open(cfg Config) (*Store, error) {
@@ -217,7 +214,9 @@ func Open(cfg Config) (*Store, error) {
 		WithNumCompactors(2).
 		WithNumGoroutines(2).
 		WithMetricsEnabled(false).
-		WithDetectConflicts(false)
+		WithDetectConflicts(false).
+		WithChecksumVerificationMode(options.OnTableAndBlockRead).
+		WithVerifyValueChecksum(true)
 	if cfg.InMemory {
 		// No value log in memory: values live in the tree, up to 1 MB.
 		opts = opts.WithDir("").WithValueDir("").WithValueThreshold(1 << 20)
@@ -295,8 +294,7 @@ func encode(b Block) []byte {
 	v := make([]byte, headerSize+len(b.Data))
 	binary.BigEndian.PutUint32(v[0:], magic)
 	v[4] = version
-	binary.BigEndian.PutUint64(v[8:], uint64(b.Size))
-	binary.BigEndian.PutUint64(v[16:], uint64(b.Mtime))
+	binary.BigEndian.PutUint64(v[8:], b.Tag)
 	binary.BigEndian.PutUint32(v[24:], uint32(len(b.Data)))
 	binary.BigEndian.PutUint32(v[28:], b.Sum)
 	copy(v[headerSize:], b.Data)
@@ -311,27 +309,27 @@ func decode(v []byte) (Block, error) {
 	if len(v) < headerSize {
 		return Block{}, fmt.Errorf("%w: %d-byte value is shorter than the header", ErrCorrupt, len(v))
 	}
-	if binary.BigEndian.Uint32(v[0:]) != magic || v[4] != version || v[5]|v[6]|v[7] != 0 {
+	if binary.BigEndian.Uint32(v[0:]) != magic || v[4] != version || v[5]|v[6]|v[7] != 0 ||
+		binary.BigEndian.Uint64(v[16:]) != 0 {
 		return Block{}, fmt.Errorf("%w: bad magic, version or reserved bytes", ErrCorrupt)
 	}
 	b := Block{
-		Size:  int64(binary.BigEndian.Uint64(v[8:])),
-		Mtime: int64(binary.BigEndian.Uint64(v[16:])),
-		Sum:   binary.BigEndian.Uint32(v[28:]),
-		Data:  v[headerSize:],
+		Tag:  binary.BigEndian.Uint64(v[8:]),
+		Sum:  binary.BigEndian.Uint32(v[28:]),
+		Data: v[headerSize:],
 	}
 	if n := binary.BigEndian.Uint32(v[24:]); int(n) != len(b.Data) {
 		return Block{}, fmt.Errorf("%w: header says %d bytes, value holds %d", ErrCorrupt, n, len(b.Data))
 	}
-	if Checksum(b.Data) != b.Sum {
+	if !integrity.Check(b.Tag, b.Sum, b.Data) {
 		return Block{}, fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
 	}
 	return b, nil
 }
 
-// Get returns the block for key if it is stored with identity (size, mtime)
-// and intact. A missing, stale or corrupt entry is a miss (false, nil).
-func (s *Store) Get(key string, size, mtime int64) (Block, bool, error) {
+// Get returns the block for key if it is stored with tag and intact. A
+// missing, stale or corrupt entry is a miss (false, nil).
+func (s *Store) Get(key string, tag uint64) (Block, bool, error) {
 	s.mu.Lock()
 	m, ok := s.index[key]
 	s.mu.Unlock()
@@ -367,8 +365,8 @@ func (s *Store) Get(key string, size, mtime int64) (Block, bool, error) {
 		s.Delete(key)
 		return Block{}, false, nil
 	}
-	if b.Size != size || b.Mtime != mtime {
-		s.Delete(key)
+	if b.Tag != tag {
+		s.Delete(key) // another version of the file, or another dataset's
 		return Block{}, false, nil
 	}
 	if s.aging(m.seg) {

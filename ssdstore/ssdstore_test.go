@@ -10,6 +10,9 @@ import (
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
+
+	"github.com/dlfs/dlfs/integrity"
+	"github.com/dlfs/dlfs/source"
 )
 
 func testConfig(dir string) Config {
@@ -29,9 +32,13 @@ func mustOpen(t *testing.T, cfg Config) *Store {
 	return s
 }
 
+// tagOf is the test blocks' tag: in the store's eyes, it stands for the
+// dataset, key and version a reader expects.
+func tagOf(n int) uint64 { return uint64(n)<<16 | 42 }
+
 func block(n int, seed byte) Block {
 	d := bytes.Repeat([]byte{seed}, n)
-	return Block{Data: d, Size: int64(n), Mtime: 42, Sum: Checksum(d)}
+	return Block{Data: d, Tag: tagOf(n), Sum: integrity.Sum(tagOf(n), d)}
 }
 
 // waitStored polls until key is committed.
@@ -57,7 +64,7 @@ func TestRoundTripAndPersistence(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitStored(t, s, "a\x000")
-	got, ok, err := s.Get("a\x000", b.Size, b.Mtime)
+	got, ok, err := s.Get("a\x000", b.Tag)
 	if err != nil || !ok || !bytes.Equal(got.Data, b.Data) {
 		t.Fatalf("Get: ok %v err %v", ok, err)
 	}
@@ -72,7 +79,7 @@ func TestRoundTripAndPersistence(t *testing.T) {
 	}
 
 	s = mustOpen(t, testConfig(dir))
-	got, ok, err = s.Get("a\x000", b.Size, b.Mtime)
+	got, ok, err = s.Get("a\x000", b.Tag)
 	if err != nil || !ok || !bytes.Equal(got.Data, b.Data) {
 		t.Fatalf("after reopen: ok %v err %v", ok, err)
 	}
@@ -88,7 +95,7 @@ func TestIdentityMismatchIsMiss(t *testing.T) {
 	b := block(10, 1)
 	s.Put("k", b)
 	waitStored(t, s, "k")
-	if _, ok, _ := s.Get("k", b.Size, b.Mtime+1); ok {
+	if _, ok, _ := s.Get("k", b.Tag+1); ok {
 		t.Fatal("a block of another file version was returned")
 	}
 	if s.Contains("k") {
@@ -112,11 +119,39 @@ func TestCorruptionIsMiss(t *testing.T) {
 	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(dbKey(m, "k"), v) }); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, err := s.Get("k", b.Size, b.Mtime); ok || err != nil {
+	if _, ok, err := s.Get("k", b.Tag); ok || err != nil {
 		t.Fatalf("corrupt entry: ok %v err %v; want a plain miss", ok, err)
 	}
 	if st := s.Stats(); st.Corrupt != 1 || st.Entries != 0 {
 		t.Errorf("stats after corruption: %+v", st)
+	}
+}
+
+// TestMisdirectedValueIsMiss: one key's value found under another key (a
+// misdirected value pointer) is a miss, though its bytes are intact: the
+// sum covers the tag, and the tag the key (finding 3 of issue 10).
+func TestMisdirectedValueIsMiss(t *testing.T) {
+	cfg := testConfig("")
+	cfg.InMemory = true
+	s := mustOpen(t, cfg)
+	d := bytes.Repeat([]byte{7}, 5000)
+	tagA, tagB := integrity.Tag(1, "a\x000", source.Version{Size: 5000, Mtime: 1}), integrity.Tag(1, "b\x000", source.Version{Size: 5000, Mtime: 1})
+	a, b := Block{Data: d, Tag: tagA, Sum: integrity.Sum(tagA, d)}, Block{Data: d[:4999], Tag: tagB, Sum: integrity.Sum(tagB, d[:4999])}
+	s.Put("a\x000", a)
+	s.Put("b\x000", b)
+	waitStored(t, s, "a\x000")
+	waitStored(t, s, "b\x000")
+	s.mu.Lock()
+	mb := s.index["b\x000"]
+	s.mu.Unlock()
+	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(dbKey(mb, "b\x000"), encode(a)) }); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, err := s.Get("b\x000", tagB); ok || err != nil {
+		t.Fatalf("b's key served %d bytes of a's value (err %v)", len(got.Data), err)
+	}
+	if _, ok, _ := s.Get("a\x000", tagA); !ok {
+		t.Error("a itself is no longer served")
 	}
 }
 
@@ -150,7 +185,7 @@ func TestCapacityReclaimsDisk(t *testing.T) {
 	}
 	// The newest blocks survive eviction, intact.
 	last := fmt.Sprint("f", n-1)
-	if got, ok, err := s.Get(last, 100_000, 42); !ok || err != nil || got.Data[0] != byte((n-1)%256) {
+	if got, ok, err := s.Get(last, tagOf(100_000)); !ok || err != nil || got.Data[0] != byte((n-1)%256) {
 		t.Errorf("newest block: ok %v err %v", ok, err)
 	}
 }
@@ -182,7 +217,7 @@ func FuzzDecode(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if Checksum(b.Data) != b.Sum {
+		if !integrity.Check(b.Tag, b.Sum, b.Data) {
 			t.Fatal("decode accepted a value whose checksum does not match")
 		}
 		if !bytes.Equal(encode(b), v) {
@@ -223,10 +258,10 @@ func TestEvictionKeepsPlannedBlocks(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	waitStored(t, s, "planned") // a copy kept on eviction is committed by the writer
-	if _, ok, err := s.Get("planned", 100_000, 42); !ok || err != nil {
+	if _, ok, err := s.Get("planned", tagOf(100_000)); !ok || err != nil {
 		t.Errorf("the planned block was evicted: ok %v err %v; stats %+v", ok, err, s.Stats())
 	}
-	if _, ok, _ := s.Get("f0", 100_000, 42); ok {
+	if _, ok, _ := s.Get("f0", tagOf(100_000)); ok {
 		t.Error("the oldest unplanned block survived four times the capacity")
 	}
 	if s.Stats().Kept == 0 {

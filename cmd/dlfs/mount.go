@@ -39,6 +39,7 @@ type mountOptions struct {
 	join         []string
 	dataAddr     string
 	keyFile      string
+	insecure     bool
 	staging      sizeValue
 	placement    string
 	placeEpochs  int
@@ -97,6 +98,10 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 				}
 				cfg.Cluster.Key = key
 			}
+			cfg.Cluster.Insecure = o.insecure
+			if (o.bind != "" || len(o.join) > 0 || o.dataAddr != "") && len(cfg.Cluster.Key) == 0 && !o.insecure {
+				return fmt.Errorf("--bind, --join and --data-addr need --cluster-key-file: without a key anyone who reaches the ports could join the cluster and read the dataset (--insecure allows it on a network only trusted nodes reach)")
+			}
 			switch o.ramEviction {
 			case "belady":
 			case "lru":
@@ -153,7 +158,8 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 	f.StringVar(&o.advertise, "advertise", "", "HOST:PORT the other nodes reach this one's gossip on (default --bind)")
 	f.StringSliceVar(&o.join, "join", nil, "HOST:PORT of cluster members to join (comma list); none: a cluster of one")
 	f.StringVar(&o.dataAddr, "data-addr", "", "HOST:PORT of this node's peer data transport, advertised to the cluster")
-	f.StringVar(&o.keyFile, "cluster-key-file", "", "file holding the cluster key (16, 24 or 32 bytes, raw or base64); encrypts gossip")
+	f.StringVar(&o.keyFile, "cluster-key-file", "", "file holding the cluster key (16, 24 or 32 bytes, raw or base64); authenticates and encrypts gossip and the data port; required with --bind, --join or --data-addr")
+	f.BoolVar(&o.insecure, "insecure", false, "let --bind, --join and --data-addr run without a cluster key: anyone who reaches the ports can join and read (a network only trusted nodes reach)")
 	f.StringVar(&o.placement, "placement", "demand", "cluster placement: demand (each sample on the node whose ranks read it most, from the gossiped jobs) or hash")
 	f.IntVar(&o.placeEpochs, "placement-epochs", 4, "epochs of each job, from its first, that demand placement counts reads over")
 	f.Float64Var(&o.pfsMargin, "pfs-margin", 0, "read the PFS instead of a peer's copy that the model expects to be this many times slower; 0 never")

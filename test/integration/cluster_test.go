@@ -72,11 +72,16 @@ func TestThreeNodes(t *testing.T) {
 		}
 	}
 
-	// A node without the key cannot join.
+	// A node without the key cannot join, even told to run without one;
+	// not told, it refuses to start.
 	mnt := t.TempDir()
-	code, _, stderr := runCmd(t, bin.dlfs, "mount", "--node-name", "intruder", "--bind", "127.0.0.1:0", "--join", gossip, pfs.Mnt, mnt)
+	code, _, stderr := runCmd(t, bin.dlfs, "mount", "--node-name", "intruder", "--insecure", "--bind", "127.0.0.1:0", "--join", gossip, pfs.Mnt, mnt)
 	if code == 0 || !strings.Contains(stderr, "cluster key") {
 		t.Errorf("a node without the key: exit %d, stderr %q", code, stderr)
+	}
+	code, _, stderr = runCmd(t, bin.dlfs, "mount", "--node-name", "intruder", "--bind", "127.0.0.1:0", "--join", gossip, pfs.Mnt, mnt)
+	if code == 0 || !strings.Contains(stderr, "--insecure") || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+		t.Errorf("a node without a key and without --insecure: exit %d, stderr %q", code, stderr)
 	}
 
 	// Kill c while a and b read again (their page caches dropped, so they

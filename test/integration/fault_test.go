@@ -9,12 +9,14 @@ package integration
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/dlfs/dlfs/seqfile"
 )
@@ -227,4 +229,127 @@ func TestFault14PathsOutOfTheMount(t *testing.T) {
 		t.Errorf("root=train: %v", err)
 	}
 	d.alive(t)
+}
+
+// twinTrees makes two datasets with the same paths, sizes and mtimes but
+// other bytes, as two HDF5 files' rows or two copies of a dataset can be.
+func twinTrees(t *testing.T, files int, size int) (a, b string, want func(tree, name string) []byte) {
+	t.Helper()
+	a, b = t.TempDir(), t.TempDir()
+	mtime := time.Unix(1_700_000_000, 0)
+	content := map[string][]byte{}
+	for i, tree := range []string{a, b} {
+		os.MkdirAll(filepath.Join(tree, "cls"), 0o755)
+		for f := 0; f < files; f++ {
+			name := filepath.Join("cls", fmt.Sprintf("%03d.jpg", f))
+			data := randomBytes(size, uint64(1000*i+f))
+			content[tree+"/"+name] = data
+			os.WriteFile(filepath.Join(tree, name), data, 0o644)
+			os.Chtimes(filepath.Join(tree, name), mtime, mtime)
+		}
+	}
+	return a, b, func(tree, name string) []byte { return content[tree+"/"+name] }
+}
+
+func treeFiles(n int) []string {
+	var out []string
+	for f := 0; f < n; f++ {
+		out = append(out, filepath.Join("cls", fmt.Sprintf("%03d.jpg", f)))
+	}
+	return out
+}
+
+// TestFault02CachesKeyedByDataset: an --ssd-cache filled from one SOURCE
+// and reused over another with the same paths, sizes and mtimes serves
+// the second one's bytes; two cluster nodes over different datasets give
+// each other no share and read only their own bytes.
+func TestFault02CachesKeyedByDataset(t *testing.T) {
+	a, b, want := twinTrees(t, 20, 3000)
+	files := treeFiles(20)
+	ssd := t.TempDir()
+	d := startDlfs(t, a, "--ssd-cache", ssd)
+	readAll(t, d.Mnt, files, 2, 1, func(name string) []byte { return want(a, name) })
+	d.stop(t)
+	d = startDlfs(t, b, "--ssd-cache", ssd)
+	readAll(t, d.Mnt, files, 2, 1, func(name string) []byte { return want(b, name) })
+	if st := dlfsStats(t, d.Mnt); num(st, "served", "ssd", "reads") != 0 {
+		t.Errorf("%v reads of the second dataset were served from the first one's SSD cache", num(st, "served", "ssd", "reads"))
+	}
+	d.stop(t)
+
+	key := filepath.Join(t.TempDir(), "key")
+	os.WriteFile(key, []byte("0123456789abcdef0123456789abcdef"), 0o600)
+	na := startDlfs(t, a, "--node-name", "a", "--bind", "127.0.0.1:0", "--data-addr", "127.0.0.1:0", "--cluster-key-file", key)
+	addr, _ := dlfsStats(t, na.Mnt)["cluster"].(map[string]any)["gossip"].(string)
+	nb := startDlfs(t, b, "--node-name", "b", "--bind", "127.0.0.1:0", "--data-addr", "127.0.0.1:0", "--cluster-key-file", key, "--join", addr)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		m, _ := dlfsStats(t, na.Mnt)["cluster"].(map[string]any)["members"].([]any)
+		if len(m) == 2 {
+			for _, x := range m {
+				if x := x.(map[string]any); num(x, "owned_samples") != 0 && x["name"] != "a" {
+					t.Errorf("a gives b, a node of another dataset, %v samples", num(x, "owned_samples"))
+				}
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the nodes never saw each other: %v", m)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	readAll(t, na.Mnt, files, 2, 2, func(name string) []byte { return want(a, name) })
+	readAll(t, nb.Mnt, files, 2, 3, func(name string) []byte { return want(b, name) })
+	if st := dlfsStats(t, nb.Mnt); num(st, "served", "peer", "reads") != 0 {
+		t.Errorf("b served %v reads from a, a node of another dataset", num(st, "served", "peer", "reads"))
+	}
+}
+
+// TestFault04SameSizeRewrite: a file rewritten in place with the same size
+// and its mtime put back: a read that would mix the cached first block
+// with the new rest fails instead; refresh counts the change; the next
+// read, and a remount over the same --ssd-cache, give the new bytes.
+func TestFault04SameSizeRewrite(t *testing.T) {
+	src := t.TempDir()
+	f := filepath.Join(src, "big.bin")
+	old, fresh := randomBytes(3<<20, 1), randomBytes(3<<20, 2)
+	os.WriteFile(f, old, 0o644)
+	ssd := t.TempDir()
+	d := startDlfs(t, src, "--ssd-cache", ssd)
+	h, err := os.Open(filepath.Join(d.Mnt, "big.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.ReadAt(make([]byte, 4096), 0); err != nil { // caches block 0, old
+		t.Fatal(err)
+	}
+	h.Close()
+	fi, _ := os.Stat(f)
+	ctime := func() int64 { var st syscall.Stat_t; syscall.Stat(f, &st); return st.Ctim.Nano() }
+	before := ctime()
+	for ctime() == before {
+		os.WriteFile(f, fresh, 0o644)
+		os.Chtimes(f, fi.ModTime(), fi.ModTime())
+	}
+	got, err := os.ReadFile(filepath.Join(d.Mnt, "big.bin"))
+	if err == nil && !bytes.Equal(got, old) && !bytes.Equal(got, fresh) {
+		t.Fatalf("a torn read: %d bytes mixing the old and the new version", len(got))
+	}
+	if err == nil && bytes.Equal(got, fresh) {
+		t.Logf("the read saw the new version whole")
+	}
+	if err := control(d.Mnt, "refresh"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(d.Stderr.String(), "changed=1") {
+		t.Errorf("refresh did not count the rewrite:\n%s", d.Stderr)
+	}
+	if got, err := os.ReadFile(filepath.Join(d.Mnt, "big.bin")); err != nil || !bytes.Equal(got, fresh) {
+		t.Errorf("after refresh: %v (new bytes %v)", err, bytes.Equal(got, fresh))
+	}
+	d.stop(t)
+	d = startDlfs(t, src, "--ssd-cache", ssd)
+	if got, err := os.ReadFile(filepath.Join(d.Mnt, "big.bin")); err != nil || !bytes.Equal(got, fresh) {
+		t.Errorf("after a remount: %v (new bytes %v)", err, bytes.Equal(got, fresh))
+	}
 }
