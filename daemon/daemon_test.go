@@ -1,15 +1,18 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -449,5 +452,47 @@ func TestCloseOrder(t *testing.T) {
 	want := []string{"fuse", "prefetch", "peers", "cluster", "peer server", "ssd", "source"}
 	if strings.Join(n.closed, ",") != strings.Join(want, ",") {
 		t.Errorf("closed %v, want %v", n.closed, want)
+	}
+}
+
+// TestLargeBatches: 64 one-MiB blocks asked of a peer at once travel in
+// batches that fit a response, so every one comes from the peer and the
+// cluster reads each sample from SOURCE once (finding 9 of issue 10: such
+// a batch exceeded the frame limit and failed every time, and its samples
+// were read from the PFS twice).
+func TestLargeBatches(t *testing.T) {
+	src := t.TempDir()
+	for i := 0; i < 96; i++ {
+		b := bytes.Repeat([]byte{byte(i)}, 1<<20)
+		if err := os.WriteFile(filepath.Join(src, fmt.Sprintf("%02d.bin", i)), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, _, b, mntB := startPair(t, src)
+	var theirs []string
+	for i := 0; i < 96; i++ {
+		name := fmt.Sprintf("%02d.bin", i)
+		if m, ok := b.owner(name); ok && m.Name == "a" {
+			theirs = append(theirs, name)
+		}
+	}
+	if len(theirs) < 40 {
+		t.Fatalf("a owns %d of 96 files; want about half", len(theirs))
+	}
+	var wg sync.WaitGroup
+	for _, name := range theirs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, err := os.ReadFile(filepath.Join(mntB, name))
+			if err != nil || len(got) != 1<<20 || got[12345] != got[0] {
+				t.Errorf("%s: %v", name, err)
+			}
+		}()
+	}
+	wg.Wait()
+	sa, sb := a.Stats(), b.Stats()
+	if sb.PFS.Opens != 0 || sa.PFS.Opens != int64(len(theirs)) {
+		t.Errorf("b opened %d files of SOURCE and a %d, for %d files a owns read once through b", sb.PFS.Opens, sa.PFS.Opens, len(theirs))
 	}
 }

@@ -8,9 +8,12 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlfs/dlfs/peer"
 	"github.com/dlfs/dlfs/seqfile"
 )
 
@@ -352,4 +356,63 @@ func TestFault04SameSizeRewrite(t *testing.T) {
 	if got, err := os.ReadFile(filepath.Join(d.Mnt, "big.bin")); err != nil || !bytes.Equal(got, fresh) {
 		t.Errorf("after a remount: %v (new bytes %v)", err, bytes.Equal(got, fresh))
 	}
+}
+
+// TestFault09PeerPort: on a node's data port, 100 keyless connections
+// that each send a 64 MiB length prefix leave its memory within the RAM
+// tier + staging + 256 MiB, and it goes on serving; a node with the key
+// that asks for block 2^43 of a file gets "missing", and the node
+// survives.
+func TestFault09PeerPort(t *testing.T) {
+	a, _, want := twinTrees(t, 10, 3000)
+	key := filepath.Join(t.TempDir(), "key")
+	raw := []byte("0123456789abcdef0123456789abcdef")
+	os.WriteFile(key, raw, 0o600)
+	d := startDlfs(t, a, "--node-name", "a", "--bind", "127.0.0.1:0", "--data-addr", "127.0.0.1:0", "--cluster-key-file", key,
+		"--ram-cache", "64MiB", "--staging", "64MiB")
+	var dataAddr string
+	for _, m := range dlfsStats(t, d.Mnt)["cluster"].(map[string]any)["members"].([]any) {
+		dataAddr, _ = m.(map[string]any)["meta"].(map[string]any)["data"].(string)
+	}
+	if dataAddr == "" {
+		t.Fatalf("no data address in the stats: %v", dlfsStats(t, d.Mnt)["cluster"])
+	}
+	var conns []net.Conn
+	for i := 0; i < 100; i++ {
+		c, err := net.Dial("tcp", dataAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.Write([]byte{0x04, 0, 0, 0}) // a frame of 64 MiB follows
+		c.Write(make([]byte, 64<<10))
+		conns = append(conns, c)
+	}
+	rss, _ := memory(d.Cmd.Process.Pid)
+	if limit := int64(64<<20 + 64<<20 + 256<<20); rss > limit {
+		t.Errorf("RSS %d MiB with 100 keyless connections, over %d MiB", rss>>20, limit>>20)
+	}
+	t.Logf("RSS %d MiB with 100 keyless connections", rss>>20)
+	for _, c := range conns {
+		c.Close()
+	}
+	cl, err := peer.NewClient(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var res []peer.Result
+	for {
+		if res, err = cl.Fetch(ctx, dataAddr, []peer.Item{{Path: "cls/000.jpg", Block: 1 << 43}, {Path: "cls/000.jpg", Block: math.MaxInt64}}); err == nil || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // the handshake slots free as the node sees the closes
+	}
+	if err != nil || res[0].Status != peer.StatusMissing || res[1].Status != peer.StatusMissing {
+		t.Errorf("blocks 2^43 and 2^63-1: %v %+v, want both missing\n%s", err, res, d.Stderr)
+	}
+	d.alive(t)
+	readAll(t, d.Mnt, treeFiles(10), 2, 1, func(name string) []byte { return want(a, name) })
 }
