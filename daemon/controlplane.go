@@ -19,7 +19,8 @@ import (
 type controlPlane struct {
 	n *Node
 
-	mu      sync.Mutex // serializes commands; guards lastErr
+	mu      sync.Mutex // serializes commands
+	errMu   sync.Mutex // guards lastErr: a read of the status never waits for a command
 	lastErr string
 }
 
@@ -120,9 +121,10 @@ func (c *controlPlane) Read(path string) ([]byte, error) {
 	case "stats.prom":
 		return c.n.statsProm()
 	case "control":
-		c.mu.Lock()
-		st := ControlStatus{Jobs: c.n.jobs.Statuses(), LastError: c.lastErr}
-		c.mu.Unlock()
+		c.errMu.Lock()
+		last := c.lastErr
+		c.errMu.Unlock()
+		st := ControlStatus{Jobs: c.n.jobs.Statuses(), LastError: last}
 		b, err := json.MarshalIndent(st, "", "  ")
 		return append(b, '\n'), err
 	}
@@ -139,9 +141,13 @@ func (c *controlPlane) Write(path string, data []byte) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	err := c.exec(data)
+	c.errMu.Lock()
 	c.lastErr = ""
 	if err != nil {
 		c.lastErr = err.Error()
+	}
+	c.errMu.Unlock()
+	if err != nil {
 		c.n.log.Warn("control command failed", "err", err)
 	}
 	return err
@@ -152,6 +158,15 @@ func (c *controlPlane) Write(path string, data []byte) error {
 func (c *controlPlane) exec(data []byte) error {
 	cmds, err := control.Parse(data)
 	if err != nil {
+		return err
+	}
+	var names []string
+	for _, cmd := range cmds {
+		if j, ok := cmd.(control.Job); ok {
+			names = append(names, j.Merge(control.DefaultJob()).Name)
+		}
+	}
+	if err := c.n.jobs.CheckRoom(names); err != nil {
 		return err
 	}
 	for _, cmd := range cmds {

@@ -270,15 +270,16 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	n.model = lc.Model
 	n.load = loader.New(lc, n.ram, ssd, pfs)
+	// In a cluster this node keeps samples for ranks that run elsewhere.
+	allRanks := cfg.Cluster.Bind != "" || len(cfg.Cluster.Join) > 0
 	n.jobs = jobs.New(jobs.Config{
 		Snapshot: n.cat.Snapshot,
 		ReadFile: n.readWhole,
+		AllRanks: allRanks,
 		Logger:   cfg.Logger,
 	})
 	pc := cfg.Prefetch
-	pc.BlockSize, pc.Logger = lc.BlockSize, cfg.Logger
-	// In a cluster this node keeps samples for ranks that run elsewhere.
-	pc.AllRanks = cfg.Cluster.Bind != "" || len(cfg.Cluster.Join) > 0
+	pc.BlockSize, pc.Logger, pc.AllRanks = lc.BlockSize, cfg.Logger, allRanks
 	if pc.BlockSize <= 0 {
 		pc.BlockSize = loader.DefaultConfig().BlockSize
 	}

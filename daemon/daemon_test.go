@@ -470,14 +470,17 @@ func TestLargeBatches(t *testing.T) {
 	}
 	a, _, b, mntB := startPair(t, src)
 	var theirs []string
-	for i := 0; i < 96; i++ {
-		name := fmt.Sprintf("%02d.bin", i)
-		if m, ok := b.owner(name); ok && m.Name == "a" {
-			theirs = append(theirs, name)
+	for deadline := time.Now().Add(20 * time.Second); len(theirs) < 40; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("b sees a own %d of 96 files; want about half", len(theirs))
 		}
-	}
-	if len(theirs) < 40 {
-		t.Fatalf("a owns %d of 96 files; want about half", len(theirs))
+		theirs = theirs[:0]
+		for i := 0; i < 96; i++ {
+			name := fmt.Sprintf("%02d.bin", i)
+			if m, ok := b.owner(name); ok && m.Name == "a" {
+				theirs = append(theirs, name)
+			}
+		}
 	}
 	var wg sync.WaitGroup
 	for _, name := range theirs {

@@ -23,8 +23,9 @@
 // Symlinks whose target leaves the dataset cannot be followed from the
 // catalog; their samples are left out and counted in Index.Unresolved.
 // A symlink cycle is walked as the kernel lets os.walk walk it, until a
-// path needs more than 40 links; a tree that would make more than MaxDirs
-// directories that way is refused.
+// path needs more than 40 links; a walk that would visit more directories
+// than a budget (16 times the catalog's directories, and at least
+// MinWalkDirs) is refused, since two links to a parent make 2^40.
 package folder
 
 import (
@@ -61,11 +62,11 @@ var ErrRoot = errors.New("folder: bad dataset root")
 // ELOOP does.
 const maxLinks = 40
 
-// MaxDirs bounds the directories one index may walk.
-const MaxDirs = 1 << 22
+// MinWalkDirs is the least budget of directories one index may walk.
+const MinWalkDirs = 20_000
 
-// ErrTooLarge means the walk exceeded MaxDirs (symlink cycles, usually).
-var ErrTooLarge = errors.New("folder: too many directories; is there a symlink cycle?")
+// ErrTooLarge means the walk exceeded its budget (symlink cycles, usually).
+var ErrTooLarge = errors.New("folder: too many directories")
 
 // Build indexes the ImageFolder at root (relative to the mount) in snap.
 // exts nil means IMGExtensions.
@@ -84,11 +85,15 @@ func Build(snap *catalog.Snapshot, root string, exts []string) (*Index, error) {
 			idx.Classes = append(idx.Classes, c.Name)
 		}
 	}
+	budget := max(MinWalkDirs, 16*snap.Dirs)
+	seen := 0
 	for target, class := range idx.Classes {
-		w := walker{snap: snap, idx: idx}
+		w := walker{snap: snap, idx: idx, budget: budget - seen}
 		if err := w.walk(join(root, class)); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%w: walking %q as os.walk(followlinks=True) would visit more than %d directories; is there a symlink cycle? (a link to a parent directory)",
+				err, join(root, class), budget)
 		}
+		seen += w.seen
 		sort.Slice(w.dirs, func(i, j int) bool { return w.dirs[i].path < w.dirs[j].path })
 		for _, d := range w.dirs {
 			for _, f := range d.files {
@@ -122,10 +127,11 @@ type dir struct {
 }
 
 type walker struct {
-	snap *catalog.Snapshot
-	idx  *Index
-	dirs []dir
-	seen int // directories walked
+	snap   *catalog.Snapshot
+	idx    *Index
+	dirs   []dir
+	seen   int // directories walked
+	budget int // directories it may walk
 }
 
 // walk lists dirPath as os.walk does: entries that resolve to directories
@@ -136,7 +142,7 @@ func (w *walker) walk(dirPath string) error {
 	if err != nil || !d.IsDir() {
 		return nil
 	}
-	if w.seen++; w.seen > MaxDirs {
+	if w.seen++; w.seen > w.budget {
 		return ErrTooLarge
 	}
 	cur := dir{path: dirPath}

@@ -2,10 +2,12 @@ package folder
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dlfs/dlfs/catalog"
 )
@@ -105,4 +107,25 @@ func TestOrder(t *testing.T) {
 	if _, err := Build(snap, "nope", nil); err == nil {
 		t.Error("a missing root accepted")
 	}
+}
+
+// TestSymlinkCycleBounded: two links to the parent in a class make
+// os.walk's walk 2^40 directories; Build refuses it within its budget,
+// naming the cause, instead of burning the CPU for minutes.
+func TestSymlinkCycleBounded(t *testing.T) {
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "cls"), 0o755)
+	os.WriteFile(filepath.Join(root, "cls", "x.jpg"), []byte("x"), 0o644)
+	os.Symlink("..", filepath.Join(root, "cls", "a"))
+	os.Symlink("..", filepath.Join(root, "cls", "b"))
+	cat, err := catalog.Open(context.Background(), catalog.DefaultConfig(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = Build(cat.Snapshot(), "", nil)
+	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "symlink cycle") {
+		t.Fatalf("got %v, want ErrTooLarge naming a symlink cycle", err)
+	}
+	t.Logf("refused in %v", time.Since(start))
 }

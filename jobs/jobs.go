@@ -51,9 +51,24 @@ type Config struct {
 	// ReadFile reads a whole dataset file (for dataset=list:PATH).
 	ReadFile func(e *catalog.Entry) ([]byte, error)
 	// MaxListBytes bounds a list file.
-	MaxListBytes int64        // default 256 MiB
-	Logger       *slog.Logger // nil: discard
+	MaxListBytes int64 // default 256 MiB
+	// MaxJobs bounds the jobs registered at once.
+	MaxJobs int // default 64
+	// MaxPositions bounds the sample positions all jobs plan on this node
+	// (see Positions). Each costs about 40 bytes in the plans and the
+	// prefetcher's streams.
+	MaxPositions int64 // default 8 Mi (about 320 MiB)
+	// AllRanks says this node plans every rank of a job, not only its
+	// own (a cluster node keeps samples for ranks on other nodes).
+	AllRanks bool
+	Logger   *slog.Logger // nil: discard
 }
+
+// Defaults of Config.
+const (
+	DefaultMaxJobs      = 64
+	DefaultMaxPositions = 8 << 20
+)
 
 // Job is a registered job. Its fields do not change; an update replaces
 // the Job.
@@ -130,6 +145,60 @@ func draw(s control.Job, n, rank, epoch int) []int {
 	return sampler.Sequential(n)
 }
 
+// Positions is how many sample positions a job with spec over n samples
+// plans: each planned rank's reads over its lookahead epochs. A
+// DistributedSampler rank reads ceil(n/world) samples an epoch; every rank
+// of another sampler reads all n. With allRanks every rank of the world
+// is planned, else only spec.Ranks.
+func Positions(spec control.Job, n int, allRanks bool) int64 {
+	ranks := int64(len(spec.Ranks))
+	if allRanks {
+		ranks = int64(spec.World)
+	}
+	perRank := int64(n)
+	if spec.Sampler == "distributed" {
+		perRank = (int64(n) + int64(spec.World) - 1) / int64(max(spec.World, 1))
+	}
+	return ranks * perRank * int64(spec.Lookahead)
+}
+
+// CheckRoom reports, before any line of a write is applied, whether the
+// jobs named by names fit under MaxJobs with those registered.
+func (r *Registry) CheckRoom(names []string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := len(r.jobs)
+	seen := map[string]bool{}
+	for _, name := range names {
+		if r.jobs[name] == nil && !seen[name] {
+			seen[name] = true
+			n++
+		}
+	}
+	if n > r.cfg.MaxJobs {
+		return fmt.Errorf("%w: %d jobs would be registered, at most %d; end one first (end job=NAME)", ErrJob, n, r.cfg.MaxJobs)
+	}
+	return nil
+}
+
+// checkPositions refuses spec over n samples if, with every other job,
+// this node would plan more than MaxPositions sample positions.
+func (r *Registry) checkPositions(spec control.Job, n int) error {
+	total := Positions(spec, n, r.cfg.AllRanks)
+	r.mu.Lock()
+	for name, j := range r.jobs {
+		if name != spec.Name {
+			total += Positions(j.Spec, j.N(), r.cfg.AllRanks)
+		}
+	}
+	r.mu.Unlock()
+	if total > r.cfg.MaxPositions {
+		return fmt.Errorf("%w: job %s would make this node plan %d sample positions with the other jobs (%d samples, world=%d, lookahead=%d, sampler=%s), at most %d; lower lookahead or end other jobs",
+			ErrJob, spec.Name, total, n, spec.World, spec.Lookahead, spec.Sampler, r.cfg.MaxPositions)
+	}
+	return nil
+}
+
 // Reads calls fn(rank, i) for every read of sample i by any rank of a job
 // with spec over n samples, in epochs from to from+count-1. It draws one
 // permutation per epoch for all the ranks of a DistributedSampler;
@@ -172,6 +241,12 @@ type Registry struct {
 func New(cfg Config) *Registry {
 	if cfg.MaxListBytes <= 0 {
 		cfg.MaxListBytes = 256 << 20
+	}
+	if cfg.MaxJobs <= 0 {
+		cfg.MaxJobs = DefaultMaxJobs
+	}
+	if cfg.MaxPositions <= 0 {
+		cfg.MaxPositions = DefaultMaxPositions
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -220,6 +295,9 @@ func (r *Registry) Apply(line control.Job) error {
 			}
 		}
 	}
+	if err := r.CheckRoom([]string{spec.Name}); err != nil {
+		return err
+	}
 	if prev != nil && sameDataset(prev.Spec, spec) {
 		j.Samples, j.Classes = prev.Samples, prev.Classes
 	} else {
@@ -227,6 +305,9 @@ func (r *Registry) Apply(line control.Job) error {
 		if j.Samples, j.Classes, err = r.index(spec); err != nil {
 			return err
 		}
+	}
+	if err := r.checkPositions(spec, j.N()); err != nil {
+		return err
 	}
 	r.mu.Lock()
 	r.jobs[spec.Name] = j
@@ -256,6 +337,9 @@ func (r *Registry) index(spec control.Job) ([]folder.Sample, int, error) {
 		return r.list(snap, spec)
 	}
 	idx, err := folder.Build(snap, spec.Root, spec.Extensions)
+	if errors.Is(err, folder.ErrTooLarge) {
+		return nil, 0, fmt.Errorf("%w: root=%s: %v", ErrJob, spec.Root, err)
+	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("%w: root=%s: not a directory of the mount", ErrJob, spec.Root)
 	}

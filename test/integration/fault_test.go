@@ -416,3 +416,67 @@ func TestFault09PeerPort(t *testing.T) {
 	d.alive(t)
 	readAll(t, d.Mnt, treeFiles(10), 2, 1, func(name string) []byte { return want(a, name) })
 }
+
+// TestFault11ControlBounds: in a cluster, a random-sampler line with
+// world=65536 is refused with EINVAL and the node's memory stays within
+// its bound; a 64 KiB write of job lines registers none of them; a
+// symlink cycle under a class is refused in seconds, and the control
+// file's status reads meanwhile.
+func TestFault11ControlBounds(t *testing.T) {
+	src := t.TempDir()
+	os.MkdirAll(filepath.Join(src, "data", "cls"), 0o755)
+	for i := 0; i < 10; i++ {
+		os.WriteFile(filepath.Join(src, "data", "cls", fmt.Sprintf("%d.jpg", i)), randomBytes(3000, uint64(i)), 0o644)
+	}
+	os.MkdirAll(filepath.Join(src, "cyc", "loop", "c"), 0o755)
+	os.Symlink("..", filepath.Join(src, "cyc", "loop", "c", "up1"))
+	os.Symlink("..", filepath.Join(src, "cyc", "loop", "c", "up2"))
+	key := filepath.Join(t.TempDir(), "key")
+	os.WriteFile(key, []byte("0123456789abcdef0123456789abcdef"), 0o600)
+	d := startDlfs(t, src, "--node-name", "a", "--bind", "127.0.0.1:0", "--cluster-key-file", key,
+		"--ram-cache", "64MiB", "--staging", "64MiB")
+	status := func() string {
+		b, _ := os.ReadFile(filepath.Join(d.Mnt, ".dlfs/control"))
+		return string(b)
+	}
+
+	if err := control(d.Mnt, "job=big root=data sampler=random world=65536 lookahead=16 epoch=0"); !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("world=65536 random: %v, want EINVAL", err)
+	}
+	if s := status(); !strings.Contains(s, "sample positions") {
+		t.Errorf("the control file does not say why: %s", s)
+	}
+	if rss, _ := memory(d.Cmd.Process.Pid); rss > 64<<20+64<<20+256<<20 {
+		t.Errorf("RSS %d MiB after the refused line", rss>>20)
+	}
+
+	var lines bytes.Buffer
+	for i := 0; lines.Len() < 64<<10-100; i++ {
+		fmt.Fprintf(&lines, "job=j%d root=data epoch=0\n", i)
+	}
+	if err := os.WriteFile(filepath.Join(d.Mnt, ".dlfs/control"), lines.Bytes(), 0); !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("64 KiB of job lines: %v, want EINVAL", err)
+	}
+	if s := status(); strings.Contains(s, `"j0"`) || !strings.Contains(s, "at most 64") {
+		t.Errorf("a refused write registered jobs, or does not say why: %.300s", s)
+	}
+
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- control(d.Mnt, "job=cycle root=cyc epoch=0") }()
+	for i := 0; i < 3; i++ { // reads of the status do not wait for the walk
+		if s := status(); !strings.Contains(s, "jobs") {
+			t.Errorf("status while a job line walks: %q", s)
+		}
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, syscall.EINVAL) || !strings.Contains(status(), "symlink cycle") {
+			t.Errorf("a symlink cycle: %v; status %s", err, status())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("a job line over a symlink cycle ran for a minute")
+	}
+	t.Logf("the cycle was refused in %v", time.Since(start))
+	d.alive(t)
+}
