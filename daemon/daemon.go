@@ -365,7 +365,14 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 // person can act on.
 func checkMountpoint(mp string) error {
 	var st unix.Stat_t
-	if err := unix.Stat(mp, &st); err != nil {
+	// A dead FUSE mount may still answer stat from the kernel's attribute
+	// cache (with default_permissions); statfs always asks the daemon.
+	var sfs unix.Statfs_t
+	err := unix.Statfs(mp, &sfs)
+	if err == nil {
+		err = unix.Stat(mp, &st)
+	}
+	if err != nil {
 		if errors.Is(err, unix.ENOTCONN) {
 			return fmt.Errorf("mount point %s: a dead mount is left there (transport endpoint is not connected); run 'dlfs umount %s' first", mp, mp)
 		}

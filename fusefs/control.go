@@ -45,6 +45,7 @@ func (f *FS) controlDir(ctx context.Context, parent *fs.Inode, out *fuse.EntryOu
 
 func (d *pseudoDir) fill(a *fuse.Attr) {
 	a.Mode = syscall.S_IFDIR | 0o555
+	a.Uid, a.Gid = d.fs.cfg.Owner.Uid, d.fs.cfg.Owner.Gid
 	a.Nlink = 2
 	a.Ino = d.StableAttr().Ino
 	setTimes(a, d.born)
@@ -128,8 +129,12 @@ var (
 func (p *pseudoFile) fill(a *fuse.Attr) {
 	a.Mode = syscall.S_IFREG | 0o444
 	if p.writable {
-		a.Mode = syscall.S_IFREG | 0o644
+		a.Mode = syscall.S_IFREG | 0o600 // the mounting user's only
+		if p.fs.cfg.GroupWrite {
+			a.Mode = syscall.S_IFREG | 0o660
+		}
 	}
+	a.Uid, a.Gid = p.fs.cfg.Owner.Uid, p.fs.cfg.Owner.Gid
 	a.Nlink = 1
 	a.Ino = p.StableAttr().Ino
 	a.Size = uint64(len(p.data))

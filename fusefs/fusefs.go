@@ -30,6 +30,7 @@ package fusefs
 import (
 	"context"
 	"log/slog"
+	"os"
 	"strings"
 	"syscall"
 	"time"
@@ -46,15 +47,27 @@ type Config struct {
 	ControlName string // default ".dlfs"
 	// TTL is how long the kernel caches entries and attributes.
 	TTL time.Duration // default 1h
-	// AllowOther lets users other than the mounter access the mount.
+	// AllowOther lets users other than the mounter access the mount. The
+	// kernel checks every access against the modes and owners shown
+	// (default_permissions), which are SOURCE's.
 	AllowOther bool
+	// Owner is who owns the control directory and may write the control
+	// file (the mounting user); with GroupWrite, so may its group Gid.
+	Owner      Owner
+	GroupWrite bool
 	// Debug logs every FUSE request (very verbose).
 	Debug  bool
 	Logger *slog.Logger // nil: discard
 }
 
-// DefaultConfig returns the defaults.
-func DefaultConfig() Config { return Config{ControlName: ".dlfs", TTL: time.Hour} }
+// Owner is a user and group id.
+type Owner struct{ Uid, Gid uint32 }
+
+// DefaultConfig returns the defaults: the control directory belongs to
+// the process's user and group.
+func DefaultConfig() Config {
+	return Config{ControlName: ".dlfs", TTL: time.Hour, Owner: Owner{uint32(os.Getuid()), uint32(os.Getgid())}}
+}
 
 // Dataset is what the filesystem serves.
 type Dataset interface {
@@ -122,9 +135,12 @@ func (f *FS) Options(fsname string) *fs.Options {
 	// may exist a moment later.
 	return &fs.Options{
 		MountOptions: fuse.MountOptions{
-			FsName:       fsname,
-			Name:         "dlfs",
-			AllowOther:   f.cfg.AllowOther,
+			FsName:     fsname,
+			Name:       "dlfs",
+			AllowOther: f.cfg.AllowOther,
+			// The kernel checks modes and owners itself, as for any local
+			// file: other users get only what SOURCE's modes allow.
+			Options:      []string{"default_permissions"},
 			DirectMount:  true,
 			MaxReadAhead: 1 << 20,
 			MaxWrite:     1 << 20,

@@ -221,9 +221,20 @@ func Open(cfg Config) (*Store, error) {
 		// No value log in memory: values live in the tree, up to 1 MB.
 		opts = opts.WithDir("").WithValueDir("").WithValueThreshold(1 << 20)
 	}
+	if !cfg.InMemory {
+		if err := restrict(cfg.Dir); err != nil {
+			return nil, err
+		}
+	}
 	db, err := badger.Open(opts)
 	if err != nil {
 		return nil, fmt.Errorf("ssdstore: open %s: %w; is another dlfs using this --ssd-cache?", cfg.Dir, err)
+	}
+	if !cfg.InMemory {
+		if err := restrict(cfg.Dir); err != nil { // the files Badger just made
+			db.Close()
+			return nil, err
+		}
 	}
 	s := &Store{
 		cfg: cfg, db: db, log: cfg.Logger,
@@ -764,4 +775,26 @@ func diskUsage(dir string) int64 {
 		}
 	}
 	return n
+}
+
+// restrict makes dir 0700 and the files in it 0600: the cache holds copies
+// of SOURCE's files, some of which only their owners may read. Badger
+// makes its memory-mapped files 0666 less the umask; in a 0700 directory
+// nobody else reaches them.
+func restrict(dir string) error {
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("ssdstore: %s: %w", dir, err)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("ssdstore: %s: %w", dir, err)
+	}
+	for _, e := range ents {
+		if e.Type().IsRegular() {
+			if err := os.Chmod(filepath.Join(dir, e.Name()), 0o600); err != nil {
+				return fmt.Errorf("ssdstore: %s: %w", dir, err)
+			}
+		}
+	}
+	return nil
 }

@@ -8,8 +8,10 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"os/user"
 	"runtime/debug"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -25,6 +27,7 @@ type mountOptions struct {
 	ssdCache     string
 	ssdCacheSize sizeValue
 	allowOther   bool
+	controlGroup string
 	logLevel     string
 	metricsAddr  string
 	controlName  string
@@ -75,6 +78,13 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 			cfg.SSDDir = o.ssdCache
 			cfg.SSDCapacity = int64(o.ssdCacheSize)
 			cfg.FUSE.AllowOther = o.allowOther
+			if o.controlGroup != "" {
+				gid, err := lookupGroup(o.controlGroup)
+				if err != nil {
+					return err
+				}
+				cfg.FUSE.Owner.Gid, cfg.FUSE.GroupWrite = gid, true
+			}
 			cfg.FUSE.ControlName = o.controlName
 			cfg.FUSE.TTL = o.ttl
 			cfg.FUSE.Debug = o.debugFUSE
@@ -145,7 +155,8 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 	f.Var(&o.ramCache, "ram-cache", "RAM tier size (e.g. 512MiB, 4GiB; 0 disables)")
 	f.StringVar(&o.ssdCache, "ssd-cache", "", "directory of the persistent SSD tier (off when empty)")
 	f.Var(&o.ssdCacheSize, "ssd-cache-size", "SSD tier size")
-	f.BoolVar(&o.allowOther, "allow-other", false, "let other users access the mount")
+	f.BoolVar(&o.allowOther, "allow-other", false, "let other users access the mount, as SOURCE's modes and owners allow")
+	f.StringVar(&o.controlGroup, "control-group", "", "a group (name or id) whose members may write the control file too; by default only the mounting user may")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on HOST:PORT (off when empty)")
 	f.StringVar(&o.controlName, "control-name", def.FUSE.ControlName, "name of the hidden control directory at the root")
@@ -186,6 +197,10 @@ func runMount(cmd *cobra.Command, cfg daemon.Config, o *mountOptions) error {
 		return err
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	// The only files the daemon makes are the SSD cache's, copies of
+	// SOURCE's files, some readable by their owners only: make them
+	// private (Badger asks for 0666).
+	syscall.Umask(0o077)
 	if _, err := os.Stat(cfg.Source); err != nil {
 		return fmt.Errorf("source %s: %w", cfg.Source, unwrapPath(err))
 	}
@@ -254,4 +269,19 @@ func readKey(path string) ([]byte, error) {
 		}
 	}
 	return nil, fmt.Errorf("--cluster-key-file %s: want 16, 24 or 32 bytes, raw or base64; make one with: head -c 32 /dev/urandom | base64 > %s", path, path)
+}
+
+// lookupGroup resolves a group name or numeric id.
+func lookupGroup(name string) (uint32, error) {
+	g, err := user.LookupGroup(name)
+	if err != nil {
+		if g, err = user.LookupGroupId(name); err != nil {
+			return 0, fmt.Errorf("--control-group %s: no such group", name)
+		}
+	}
+	gid, err := strconv.ParseUint(g.Gid, 10, 32)
+	if err != nil {
+		return 0, fmt.Errorf("--control-group %s: group id %q is not a number", name, g.Gid)
+	}
+	return uint32(gid), nil
 }

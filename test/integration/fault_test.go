@@ -39,6 +39,17 @@ func (p *proc) alive(t *testing.T) {
 	}
 }
 
+// waitLog polls the daemon's stderr for a line holding want: the copy
+// from its pipe runs behind the requests it logs about.
+func (p *proc) waitLog(t *testing.T, want string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(p.Stderr.String(), want); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no log line holds %q:\n%s", want, p.Stderr)
+		}
+	}
+}
+
 // randomBytes returns n reproducible bytes.
 func randomBytes(n int, seed uint64) []byte {
 	b := make([]byte, n)
@@ -114,9 +125,7 @@ func TestFault01LargeRecordCRC(t *testing.T) {
 			t.Errorf("mount %d: small.bin: %v", mount, err)
 		}
 		d.alive(t)
-		if !strings.Contains(d.Stderr.String(), "fails its checksum") {
-			t.Errorf("mount %d: no log line names the bad record:\n%s", mount, d.Stderr)
-		}
+		d.waitLog(t, "fails its checksum")
 		d.stop(t)
 	}
 	// The repaired pack reads back exactly, block by block.
@@ -345,9 +354,7 @@ func TestFault04SameSizeRewrite(t *testing.T) {
 	if err := control(d.Mnt, "refresh"); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(d.Stderr.String(), "changed=1") {
-		t.Errorf("refresh did not count the rewrite:\n%s", d.Stderr)
-	}
+	d.waitLog(t, "changed=1")
 	if got, err := os.ReadFile(filepath.Join(d.Mnt, "big.bin")); err != nil || !bytes.Equal(got, fresh) {
 		t.Errorf("after refresh: %v (new bytes %v)", err, bytes.Equal(got, fresh))
 	}
@@ -479,4 +486,67 @@ func TestFault11ControlBounds(t *testing.T) {
 	}
 	t.Logf("the cycle was refused in %v", time.Since(start))
 	d.alive(t)
+}
+
+// asNobody runs cmd as the user nobody and returns its exit code and
+// stderr.
+func asNobody(t *testing.T, cmd ...string) (int, string) {
+	t.Helper()
+	code, _, stderr := runCmd(t, "setpriv", append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", "--"}, cmd...)...)
+	return code, stderr
+}
+
+// TestFault13Access: with --allow-other, another user reads what SOURCE's
+// modes let it read and nothing else, cannot write the control file, and
+// the SSD cache's directory and files are the mounting user's alone.
+func TestFault13Access(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to act as another user")
+	}
+	src := t.TempDir()
+	os.Chmod(src, 0o755)
+	os.WriteFile(filepath.Join(src, "public.txt"), []byte("public"), 0o644)
+	os.WriteFile(filepath.Join(src, "secret.txt"), []byte("secret"), 0o600)
+	os.MkdirAll(filepath.Join(src, "private"), 0o700)
+	os.WriteFile(filepath.Join(src, "private", "open.txt"), []byte("under a closed dir"), 0o644)
+	ssd := filepath.Join(t.TempDir(), "ssd")
+	os.MkdirAll(ssd, 0o755) // pre-existing, open to all
+	mnt := t.TempDir()
+	os.Chmod(mnt, 0o755)
+	os.Chmod(filepath.Dir(mnt), 0o755)
+	d := startMount(t, bin.dlfs, mnt, "mount", "--allow-other", "--ssd-cache", ssd, src, mnt)
+	for _, name := range []string{"public.txt", "secret.txt", "private/open.txt"} { // fill the caches
+		if _, err := os.ReadFile(filepath.Join(d.Mnt, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, stderr := asNobody(t, "cat", filepath.Join(d.Mnt, "public.txt")); code != 0 {
+		t.Errorf("nobody cannot read a 0644 file: %s", stderr)
+	}
+	for _, name := range []string{"secret.txt", "private/open.txt"} {
+		if code, _ := asNobody(t, "cat", filepath.Join(d.Mnt, name)); code == 0 {
+			t.Errorf("nobody read %s, which SOURCE's modes forbid", name)
+		}
+	}
+	// A line the mounting user's write registers (below).
+	if code, _ := asNobody(t, "sh", "-c", "echo 'job=n root=. epoch=0 extensions=.txt' > "+filepath.Join(d.Mnt, ".dlfs/control")); code == 0 {
+		t.Error("nobody wrote the control file")
+	}
+	if code, stderr := asNobody(t, "cat", filepath.Join(d.Mnt, ".dlfs/stats")); code != 0 {
+		t.Errorf("nobody cannot read the stats: %s", stderr)
+	}
+	if err := control(d.Mnt, "job=x root=. epoch=0 extensions=.txt"); err != nil {
+		t.Errorf("the mounting user cannot write the control file: %v", err)
+	}
+	d.stop(t)
+	fi, _ := os.Stat(ssd)
+	if fi.Mode().Perm() != 0o700 {
+		t.Errorf("the SSD cache directory is %v, want 0700", fi.Mode().Perm())
+	}
+	ents, _ := os.ReadDir(ssd)
+	for _, e := range ents {
+		if fi, _ := e.Info(); fi.Mode().IsRegular() && fi.Mode().Perm()&0o077 != 0 {
+			t.Errorf("cache file %s is %v: others may read it", e.Name(), fi.Mode().Perm())
+		}
+	}
 }
