@@ -54,6 +54,8 @@ import (
 
 	badger "github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
+	"github.com/dgraph-io/badger/v4/table"
+	"github.com/dgraph-io/ristretto/v2/z"
 
 	"github.com/dlfs/dlfs/integrity"
 )
@@ -122,9 +124,10 @@ var ErrBusy = errors.New("ssdstore: write queue full")
 // Store is safe for concurrent use. Get blocks on the SSD; Put blocks only
 // when the write queue is full.
 type Store struct {
-	cfg Config // read-only after Open
-	db  *badger.DB
-	log *slog.Logger
+	cfg  Config // read-only after Open
+	db   *badger.DB
+	log  *slog.Logger
+	lock *os.File // holds the directory's lock; nil in memory
 
 	queue   chan put
 	kick    chan struct{} // wakes maintenance; capacity 1
@@ -221,31 +224,47 @@ func Open(cfg Config) (*Store, error) {
 		// No value log in memory: values live in the tree, up to 1 MB.
 		opts = opts.WithDir("").WithValueDir("").WithValueThreshold(1 << 20)
 	}
+	var lock *os.File
 	if !cfg.InMemory {
-		if err := restrict(cfg.Dir); err != nil {
-			return nil, err
+		if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+			return nil, fmt.Errorf("ssdstore: %w", err)
 		}
-	}
-	db, err := badger.Open(opts)
-	if err != nil {
-		return nil, fmt.Errorf("ssdstore: open %s: %w; is another dlfs using this --ssd-cache?", cfg.Dir, err)
-	}
-	if !cfg.InMemory {
-		if err := restrict(cfg.Dir); err != nil { // the files Badger just made
-			db.Close()
+		var err error
+		if lock, err = lockDir(cfg.Dir); err != nil {
 			return nil, err
 		}
 	}
 	s := &Store{
-		cfg: cfg, db: db, log: cfg.Logger,
+		cfg: cfg, log: cfg.Logger, lock: lock,
 		queue:    make(chan put, 4096),
 		kick:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 		index:    make(map[string]meta),
 		segBytes: make(map[uint32]int64),
 	}
-	if err := s.load(); err != nil {
-		db.Close()
+	err := s.open(opts)
+	if err != nil && !cfg.InMemory && !errors.Is(err, errLocked) {
+		// A cache is rebuildable: move the damaged one aside, start empty.
+		aside := fmt.Sprintf("%s.damaged-%s", cfg.Dir, time.Now().Format("20060102-150405.000"))
+		cfg.Logger.Warn("ssdstore: the cache is damaged; moved it aside and starting empty", "dir", cfg.Dir, "aside", aside, "err", err)
+		s.lock.Close()
+		s.lock = nil
+		if rerr := os.Rename(cfg.Dir, aside); rerr != nil {
+			return nil, fmt.Errorf("ssdstore: %s is damaged (%v) and cannot be moved aside: %w; remove it", cfg.Dir, err, rerr)
+		}
+		if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+			return nil, fmt.Errorf("ssdstore: %w", err)
+		}
+		if s.lock, err = lockDir(cfg.Dir); err != nil {
+			return nil, err
+		}
+		s.index, s.segBytes, s.bytes, s.cur = make(map[string]meta), make(map[uint32]int64), 0, 0
+		err = s.open(opts)
+	}
+	if err != nil {
+		if s.lock != nil {
+			s.lock.Close()
+		}
 		return nil, err
 	}
 	s.wg.Add(2)
@@ -253,6 +272,93 @@ func Open(cfg Config) (*Store, error) {
 	go s.maintain()
 	s.wakeMaintenance()
 	return s, nil
+}
+
+// open opens Badger over the directory and rebuilds the index. Any error
+// means the cache cannot be used as it is (Open moves it aside). Tables are
+// checked first in this goroutine: Badger opens them in goroutines of its
+// own, where a truncated one panics out of reach.
+func (s *Store) open(opts badger.Options) error {
+	if !s.cfg.InMemory {
+		if err := restrict(s.cfg.Dir); err != nil {
+			return err
+		}
+		if err := checkTables(s.cfg.Dir); err != nil {
+			return err
+		}
+	}
+	db, err := badger.Open(opts)
+	if err != nil {
+		return fmt.Errorf("ssdstore: open %s: %w", s.cfg.Dir, err)
+	}
+	s.db = db
+	if !s.cfg.InMemory {
+		if err := restrict(s.cfg.Dir); err != nil { // the files Badger just made
+			db.Close()
+			return err
+		}
+	}
+	if err := s.load(); err != nil {
+		db.Close()
+		return fmt.Errorf("ssdstore: read the index of %s: %w", s.cfg.Dir, err)
+	}
+	return nil
+}
+
+// errLocked means another process holds the cache directory.
+var errLocked = errors.New("ssdstore: another dlfs is using this cache directory")
+
+// lockDir takes an exclusive lock on dir for this process, so that two
+// daemons never share a cache (and a second one does not take the first's
+// cache for damaged).
+func lockDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "dlfs.lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("ssdstore: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: %s; give each mount its own --ssd-cache", errLocked, dir)
+		}
+		return nil, fmt.Errorf("ssdstore: lock %s: %w", dir, err)
+	}
+	return f, nil
+}
+
+// checkTables opens every table of dir as Badger would, checking its
+// checksum, and turns a panic on a damaged one into an error.
+func checkTables(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("ssdstore: %w", err)
+	}
+	for _, e := range ents {
+		if filepath.Ext(e.Name()) != ".sst" {
+			continue
+		}
+		if err := checkTable(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkTable(path string) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("ssdstore: table %s is damaged: %v", path, v)
+		}
+	}()
+	mf, err := z.OpenMmapFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return fmt.Errorf("ssdstore: table %s: %w", path, err)
+	}
+	t, err := table.OpenTable(mf, table.Options{ReadOnly: true, ChkMode: options.OnTableRead, Compression: options.None})
+	if err != nil {
+		return fmt.Errorf("ssdstore: table %s is damaged: %w", path, err)
+	}
+	return t.DecrRef()
 }
 
 // load rebuilds the index from the keys alone.
@@ -745,7 +851,11 @@ func (s *Store) Close() error {
 	close(s.stop)
 	s.closeMu.Unlock()
 	s.wg.Wait()
-	if err := s.db.Close(); err != nil {
+	err := s.db.Close()
+	if s.lock != nil {
+		s.lock.Close()
+	}
+	if err != nil {
 		return fmt.Errorf("ssdstore: close: %w", err)
 	}
 	return nil

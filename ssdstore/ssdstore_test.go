@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -322,5 +326,90 @@ func TestCloseDuringEviction(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close deadlocked with the eviction's copy")
+	}
+}
+
+// fill writes n blocks to a store over dir and closes it, so that its
+// tables and value log are on disk.
+func fill(t *testing.T, cfg Config, n int) {
+	t.Helper()
+	s, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		for s.Put(fmt.Sprint("k", i), block(5000, byte(i))) != nil {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitStored(t, s, fmt.Sprint("k", n-1))
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDamagedCacheRebuilt: a truncated table, a garbled manifest or a
+// file where a directory should be: each cache is moved aside, the store
+// opens empty and works, with one log line naming both places (finding 8
+// of issue 10: a truncated table panicked in Badger's goroutines).
+func TestDamagedCacheRebuilt(t *testing.T) {
+	for name, damage := range map[string]func(dir string){
+		"truncated table": func(dir string) {
+			ents, _ := os.ReadDir(dir)
+			for _, e := range ents {
+				if filepath.Ext(e.Name()) == ".sst" {
+					fi, _ := e.Info()
+					os.Truncate(filepath.Join(dir, e.Name()), fi.Size()/2)
+				}
+			}
+		},
+		"garbled manifest": func(dir string) {
+			os.WriteFile(filepath.Join(dir, "MANIFEST"), []byte("not a manifest at all"), 0o600)
+		},
+		"empty table": func(dir string) {
+			os.WriteFile(filepath.Join(dir, "000009.sst"), nil, 0o600)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "cache")
+			cfg := testConfig(dir)
+			fill(t, cfg, 50)
+			damage(dir)
+			var logs bytes.Buffer
+			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			s, err := Open(cfg)
+			if err != nil {
+				t.Fatalf("a damaged cache refused the open: %v", err)
+			}
+			defer s.Close()
+			if !strings.Contains(logs.String(), "moved it aside") || strings.Count(logs.String(), "\n") != 1 {
+				t.Errorf("want one log line about moving the cache aside; got:\n%s", logs.String())
+			}
+			asides, _ := filepath.Glob(dir + ".damaged-*")
+			if len(asides) != 1 {
+				t.Errorf("%d copies moved aside, want 1", len(asides))
+			}
+			if st := s.Stats(); st.Entries != 0 {
+				t.Errorf("the rebuilt cache holds %d entries", st.Entries)
+			}
+			s.Put("new", block(100, 1))
+			waitStored(t, s, "new")
+			if _, ok, _ := s.Get("new", tagOf(100)); !ok {
+				t.Error("the rebuilt cache does not serve")
+			}
+		})
+	}
+}
+
+// TestCacheInUse: a second store over a directory in use is refused with
+// the reason, and moves nothing aside.
+func TestCacheInUse(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cache")
+	mustOpen(t, testConfig(dir))
+	if _, err := Open(testConfig(dir)); err == nil || !strings.Contains(err.Error(), "another dlfs") {
+		t.Fatalf("a second open: %v, want a refusal naming another dlfs", err)
+	}
+	if asides, _ := filepath.Glob(dir + ".damaged-*"); len(asides) != 0 {
+		t.Errorf("a cache in use was moved aside: %v", asides)
 	}
 }

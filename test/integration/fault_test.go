@@ -550,3 +550,35 @@ func TestFault13Access(t *testing.T) {
 		}
 	}
 }
+
+// TestFault08DamagedCache: a remount over an SSD cache with a truncated
+// table mounts, moves the cache aside with one log line, and serves
+// SOURCE's bytes; a second mount over a cache in use is refused with the
+// right reason.
+func TestFault08DamagedCache(t *testing.T) {
+	src, _, want := twinTrees(t, 30, 5000)
+	files := treeFiles(30)
+	ssd := filepath.Join(t.TempDir(), "ssd")
+	d := startDlfs(t, src, "--ssd-cache", ssd)
+	readAll(t, d.Mnt, files, 2, 1, func(name string) []byte { return want(src, name) })
+	code, _, stderr := runCmd(t, bin.dlfs, "mount", "--ssd-cache", ssd, src, t.TempDir())
+	if code == 0 || !strings.Contains(stderr, "another dlfs is using this cache") {
+		t.Errorf("a second mount over a cache in use: exit %d, %q", code, stderr)
+	}
+	d.stop(t)
+	tables, _ := filepath.Glob(filepath.Join(ssd, "*.sst"))
+	if len(tables) == 0 {
+		t.Fatal("no table to damage")
+	}
+	for _, tb := range tables {
+		fi, _ := os.Stat(tb)
+		os.Truncate(tb, fi.Size()/2)
+	}
+	d = startDlfs(t, src, "--ssd-cache", ssd)
+	readAll(t, d.Mnt, files, 2, 2, func(name string) []byte { return want(src, name) })
+	d.waitLog(t, "moved it aside")
+	if asides, _ := filepath.Glob(ssd + ".damaged-*"); len(asides) != 1 {
+		t.Errorf("%d copies moved aside, want 1", len(asides))
+	}
+	d.alive(t)
+}
