@@ -345,20 +345,25 @@ func checkTables(dir string) error {
 }
 
 func checkTable(path string) (err error) {
+	var mf *z.MmapFile
 	defer func() {
 		if v := recover(); v != nil {
 			err = fmt.Errorf("ssdstore: table %s is damaged: %v", path, v)
+			if mf != nil {
+				mf.Close(-1)
+			}
 		}
 	}()
-	mf, err := z.OpenMmapFile(path, os.O_RDONLY, 0)
+	mf, err = z.OpenMmapFile(path, os.O_RDONLY, 0)
 	if err != nil {
 		return fmt.Errorf("ssdstore: table %s: %w", path, err)
 	}
-	t, err := table.OpenTable(mf, table.Options{ReadOnly: true, ChkMode: options.OnTableRead, Compression: options.None})
-	if err != nil {
+	// OpenTable closes mf itself on an error. On success, mf is unmapped
+	// here: the table's DecrRef would delete the file.
+	if _, err := table.OpenTable(mf, table.Options{ReadOnly: true, ChkMode: options.OnTableRead, Compression: options.None}); err != nil {
 		return fmt.Errorf("ssdstore: table %s is damaged: %w", path, err)
 	}
-	return t.DecrRef()
+	return mf.Close(-1)
 }
 
 // load rebuilds the index from the keys alone.
