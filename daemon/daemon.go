@@ -257,11 +257,17 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		if err := os.MkdirAll(cfg.SSDDir, 0o700); err != nil {
 			return nil, fmt.Errorf("ssd cache %s: %w", cfg.SSDDir, err)
 		}
-		if n.ssd, err = ssdstore.Open(sc); err != nil {
+		switch n.ssd, err = ssdstore.Open(sc); {
+		case errors.Is(err, ssdstore.ErrNoSpace):
+			// The mount is still worth having: it runs on RAM and the PFS.
+			n.log.Warn("running without the SSD tier", "err", err)
+			n.ssd = nil
+		case err != nil:
 			return nil, err
+		default:
+			n.onClose("ssd", n.ssd.Close)
+			ssd = n.ssd
 		}
-		n.onClose("ssd", n.ssd.Close)
-		ssd = n.ssd
 	}
 	lc := cfg.Loader
 	lc.Logger, lc.Dataset = cfg.Logger, n.dataset

@@ -64,8 +64,16 @@ import (
 type Config struct {
 	// Dir holds the Badger files. Required unless InMemory.
 	Dir string
-	// Capacity bounds the bytes of block data kept.
+	// Capacity bounds every byte the store keeps on disk: block data,
+	// Badger's tables, memtable logs and value-log files, garbage
+	// included. Block data gets what Badger's own files leave (see
+	// Stats.Capacity).
 	Capacity int64 // default 4 GiB
+	// MinFree is the free space the store leaves on Dir's filesystem: below
+	// it, it writes nothing (Badger's memory-mapped files take a SIGBUS,
+	// not an error, from a full disk). At Open, below half of it, the
+	// store refuses to open (ErrNoSpace).
+	MinFree int64 // default: two value-log files, two memtables and 16 MiB
 	// Segments is the eviction granularity: Capacity/Segments bytes are
 	// dropped at a time.
 	Segments int // default 16
@@ -121,13 +129,19 @@ var ErrClosed = errors.New("ssdstore: closed")
 // ErrBusy means a Put was dropped because the write queue was full.
 var ErrBusy = errors.New("ssdstore: write queue full")
 
+// ErrNoSpace means the cache's filesystem has too little free space to
+// open the store safely.
+var ErrNoSpace = errors.New("ssdstore: too little free space")
+
 // Store is safe for concurrent use. Get blocks on the SSD; Put blocks only
 // when the write queue is full.
 type Store struct {
-	cfg  Config // read-only after Open
-	db   *badger.DB
-	log  *slog.Logger
-	lock *os.File // holds the directory's lock; nil in memory
+	cfg     Config // read-only after Open
+	db      *badger.DB
+	log     *slog.Logger
+	lock    *os.File    // holds the directory's lock; nil in memory
+	dataCap int64       // bytes of block data kept: Capacity less Badger's own files
+	low     atomic.Bool // writes stopped: too little free space, or the disk bound reached
 
 	queue   chan put
 	kick    chan struct{} // wakes maintenance; capacity 1
@@ -201,14 +215,33 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.Dir == "" && !cfg.InMemory {
 		return nil, errors.New("ssdstore: no directory given")
 	}
-	vlogSize := min(max(cfg.Capacity/int64(cfg.Segments), 16<<20), 1<<30-1)
+	// Badger's files are sized from the capacity, so that they fit in it
+	// with the data: the value-log file being written, one being
+	// collected, two memtables and the discard file.
+	vlogSize := min(max(cfg.Capacity/16, 1<<20), 1<<30-1)
+	memSize := min(max(cfg.Capacity/32, 1<<20), 8<<20)
+	if cfg.InMemory {
+		memSize = 8 << 20 // values live in the tree: a memtable must take 1 MB ones
+	}
+	if cfg.MinFree <= 0 {
+		cfg.MinFree = 2*vlogSize + 2*memSize + 16<<20
+	}
+	if cfg.Capacity < 16<<20 {
+		return nil, fmt.Errorf("ssdstore: capacity %d bytes is below the least of 16 MiB", cfg.Capacity)
+	}
+	dataCap := cfg.Capacity - (2*vlogSize + 2*memSize + 1<<20)
+	if !cfg.InMemory {
+		if free, err := freeSpace(cfg.Dir); err == nil && free < cfg.MinFree/2 {
+			return nil, fmt.Errorf("%w: %d MiB free on %s, under half the floor of %d MiB; free space or move --ssd-cache", ErrNoSpace, free>>20, cfg.Dir, cfg.MinFree>>20)
+		}
+	}
 	opts := badger.DefaultOptions(cfg.Dir).
 		WithInMemory(cfg.InMemory).
 		WithLogger(badgerLogger{cfg.Logger}).
 		WithCompression(options.None). // samples are compressed images already
 		WithValueThreshold(1 << 10).   // sample data goes to the value log
 		WithValueLogFileSize(vlogSize).
-		WithMemTableSize(8 << 20). // small memtables and caches: RAM belongs to the RAM tier
+		WithMemTableSize(memSize). // small memtables and caches: RAM belongs to the RAM tier
 		WithNumMemtables(2).
 		WithNumLevelZeroTables(2).
 		WithNumLevelZeroTablesStall(8).
@@ -235,7 +268,7 @@ func Open(cfg Config) (*Store, error) {
 		}
 	}
 	s := &Store{
-		cfg: cfg, log: cfg.Logger, lock: lock,
+		cfg: cfg, log: cfg.Logger, lock: lock, dataCap: dataCap,
 		queue:    make(chan put, 4096),
 		kick:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
@@ -519,7 +552,7 @@ func (s *Store) Contains(key string) bool {
 // cached on the SSD and Put returns ErrBusy: a reader never waits for the
 // cache. It returns ErrClosed after Close.
 func (s *Store) Put(key string, b Block) error {
-	if int64(len(b.Data)) > s.cfg.Capacity/int64(s.cfg.Segments) || (s.cfg.InMemory && len(b.Data) > 1<<20-1<<10) {
+	if int64(len(b.Data)) > s.dataCap/int64(s.cfg.Segments) || (s.cfg.InMemory && len(b.Data) > 1<<20-1<<10) {
 		return nil // larger than a segment (or an in-memory value): not worth caching
 	}
 	s.closeMu.RLock()
@@ -607,6 +640,17 @@ func (s *Store) commit(batch []put) {
 			s.pending.Add(-int64(len(p.b.Data)))
 		}
 	}()
+	var n int64
+	for _, p := range batch {
+		n += int64(len(p.b.Data)) + headerSize
+	}
+	if s.lowSpace(n) {
+		s.mu.Lock()
+		s.dropped += int64(len(batch))
+		s.mu.Unlock()
+		s.wakeMaintenance()
+		return
+	}
 	s.dropMu.RLock()
 	defer s.dropMu.RUnlock()
 	s.mu.Lock()
@@ -622,7 +666,7 @@ func (s *Store) commit(batch []put) {
 		s.log.Warn("ssdstore: commit failed; blocks stay uncached", "n", len(batch), "err", err)
 		return
 	}
-	segSize := s.cfg.Capacity / int64(s.cfg.Segments)
+	segSize := s.dataCap / int64(s.cfg.Segments)
 	var stale []meta
 	var staleKeys []string
 	s.mu.Lock()
@@ -643,7 +687,7 @@ func (s *Store) commit(batch []put) {
 	if s.segBytes[s.cur] >= segSize {
 		s.cur++
 	}
-	over := s.bytes > s.cfg.Capacity
+	over := s.bytes > s.dataCap
 	s.mu.Unlock()
 	if len(stale) > 0 {
 		// A rewritten block's old copy lives in an older segment: delete it
@@ -657,14 +701,48 @@ func (s *Store) commit(batch []put) {
 			return nil
 		})
 	}
-	var n int64
-	for _, p := range batch {
-		n += int64(len(p.b.Data))
-	}
 	if over {
 		s.wakeMaintenance()
 	}
 	s.noteTraffic(n)
+}
+
+// lowSpace reports whether a write of n bytes must not happen: the
+// filesystem's free space is under MinFree, or the store's files would
+// pass Capacity (maintenance then evicts and collects). It logs when that
+// starts and ends.
+func (s *Store) lowSpace(n int64) bool {
+	if s.cfg.InMemory {
+		return false
+	}
+	free, err := freeSpace(s.cfg.Dir)
+	low := err == nil && free-n < s.cfg.MinFree
+	disk := diskUsage(s.cfg.Dir)
+	full := disk+n > s.cfg.Capacity
+	if was := s.low.Swap(low || full); was != (low || full) {
+		if low || full {
+			s.log.Warn("ssdstore: not caching on the SSD until there is room", "free_mib", free>>20, "floor_mib", s.cfg.MinFree>>20,
+				"disk_mib", disk>>20, "capacity_mib", s.cfg.Capacity>>20)
+		} else {
+			s.log.Info("ssdstore: caching on the SSD again", "free_mib", free>>20)
+		}
+	}
+	return low || full
+}
+
+// overDisk reports whether the store's files exceed Capacity.
+func (s *Store) overDisk() bool {
+	return !s.cfg.InMemory && diskUsage(s.cfg.Dir) > s.cfg.Capacity
+}
+
+// freeSpace returns the bytes an unprivileged writer may still use on
+// dir's filesystem.
+func freeSpace(dir string) (int64, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, err
+	}
+	return int64(st.Bavail) * st.Bsize, nil
 }
 
 // noteTraffic counts SSD bytes and wakes maintenance for a page-out when
@@ -707,20 +785,27 @@ func (s *Store) maintain() {
 		case <-t.C:
 		}
 		dropped := false
-		for s.evictOldest() {
+		for s.evictOldest(false) {
 			dropped = true
 		}
-		if dropped || s.garbage() {
+		if dropped || s.garbage() || s.overDisk() {
+			s.collect()
+		}
+		// Still over the disk bound: the value log's garbage is not yet
+		// collectable (Badger learns of it as it compacts). Drop one more
+		// segment a round, oldest first, until it is.
+		if s.overDisk() && s.evictOldest(true) {
 			s.collect()
 		}
 		s.trim()
 	}
 }
 
-// evictOldest drops the oldest segment if the store is over capacity.
-func (s *Store) evictOldest() bool {
+// evictOldest drops the oldest segment if the store holds more data than
+// it may, or, with force, if it holds more than the open segment.
+func (s *Store) evictOldest(force bool) bool {
 	s.mu.Lock()
-	if s.bytes <= s.cfg.Capacity {
+	if s.bytes <= s.dataCap && !(force && len(s.segBytes) > 1) {
 		s.mu.Unlock()
 		return false
 	}
@@ -778,7 +863,7 @@ func (s *Store) keepPlanned(victims []keyMeta) {
 		}
 	}
 	sort.Slice(keep, func(i, j int) bool { return keep[i].next < keep[j].next })
-	budget := s.cfg.Capacity / int64(s.cfg.Segments) / 2
+	budget := s.dataCap / int64(s.cfg.Segments) / 2
 	for _, k := range keep {
 		if budget -= k.m.len; budget < 0 {
 			break
@@ -811,7 +896,7 @@ func (s *Store) garbage() bool {
 	disk := diskUsage(s.cfg.Dir)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return disk > s.bytes+s.bytes/4+(64<<20)
+	return disk > s.bytes+s.bytes/4+min(64<<20, s.cfg.Capacity/8)
 }
 
 // collect runs value-log GC until it finds nothing worth rewriting.
@@ -839,7 +924,7 @@ func (s *Store) Stats() Stats {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return Stats{Entries: int64(len(s.index)), Bytes: s.bytes, Capacity: s.cfg.Capacity,
+	return Stats{Entries: int64(len(s.index)), Bytes: s.bytes, Capacity: s.dataCap,
 		DiskBytes: disk, Evicted: s.evicted, Corrupt: s.corrupt, Dropped: s.dropped, Kept: s.rewritten}
 }
 

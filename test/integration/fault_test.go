@@ -9,6 +9,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -52,11 +53,10 @@ func (p *proc) waitLog(t *testing.T, want string) {
 
 // randomBytes returns n reproducible bytes.
 func randomBytes(n int, seed uint64) []byte {
+	var key [32]byte
+	binary.LittleEndian.PutUint64(key[:], seed)
 	b := make([]byte, n)
-	r := rand.New(rand.NewPCG(seed, 7))
-	for i := range b {
-		b[i] = byte(r.Uint32())
-	}
+	rand.NewChaCha8(key).Read(b)
 	return b
 }
 
@@ -580,5 +580,61 @@ func TestFault08DamagedCache(t *testing.T) {
 	if asides, _ := filepath.Glob(ssd + ".damaged-*"); len(asides) != 1 {
 		t.Errorf("%d copies moved aside, want 1", len(asides))
 	}
+	d.alive(t)
+}
+
+// TestFault07FullDisk: an SSD cache on a small filesystem stops caching
+// above its free-space floor instead of filling the disk (a full disk
+// killed the daemon with SIGBUS in Badger's memory-mapped value log); a
+// remount over a disk that something else filled runs without the SSD
+// tier; every read returns SOURCE's bytes.
+func TestFault07FullDisk(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to mount a small tmpfs")
+	}
+	disk := t.TempDir()
+	if err := syscall.Mount("tmpfs", disk, "tmpfs", 0, "size=112m"); err != nil {
+		t.Skipf("cannot mount a tmpfs: %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(disk, syscall.MNT_DETACH) })
+	src := t.TempDir()
+	var files []string
+	want := map[string][]byte{}
+	for i := 0; i < 140; i++ { // more than the disk holds
+		name := fmt.Sprintf("%03d.bin", i)
+		want[name] = randomBytes(1<<20, uint64(i))
+		os.WriteFile(filepath.Join(src, name), want[name], 0o644)
+		files = append(files, name)
+	}
+	free := func() int64 {
+		var st syscall.Statfs_t
+		syscall.Statfs(disk, &st)
+		return int64(st.Bavail) * st.Bsize
+	}
+	ssd := filepath.Join(disk, "cache")
+	// 256 MiB of capacity: 16 MiB value-log files, 8 MiB memtables, a
+	// floor of 64 MiB free.
+	d := startDlfs(t, src, "--ssd-cache", ssd, "--ssd-cache-size", "256MiB", "--ram-cache", "16MiB")
+	for pass := 0; pass < 2; pass++ {
+		readAll(t, d.Mnt, files, 4, uint64(pass), func(name string) []byte { return want[name] })
+		dropPageCache(t)
+	}
+	d.alive(t)
+	d.waitLog(t, "not caching on the SSD until there is room")
+	if f := free(); f < 48<<20 {
+		t.Errorf("the cache left %d MiB free on its disk; the floor is 64 MiB", f>>20)
+	}
+	d.stop(t)
+	// Something else fills the disk: the remount runs without the SSD.
+	hog, _ := os.Create(filepath.Join(disk, "hog"))
+	for free() > 8<<20 {
+		if _, err := hog.Write(make([]byte, 1<<20)); err != nil {
+			break
+		}
+	}
+	hog.Close()
+	d = startDlfs(t, src, "--ssd-cache", ssd, "--ssd-cache-size", "256MiB", "--ram-cache", "16MiB")
+	readAll(t, d.Mnt, files, 4, 3, func(name string) []byte { return want[name] })
+	d.waitLog(t, "running without the SSD tier")
 	d.alive(t)
 }
