@@ -139,9 +139,10 @@ type Store struct {
 	cfg     Config // read-only after Open
 	db      *badger.DB
 	log     *slog.Logger
-	lock    *os.File    // holds the directory's lock; nil in memory
-	dataCap int64       // bytes of block data kept: Capacity less Badger's own files
-	low     atomic.Bool // writes stopped: too little free space, or the disk bound reached
+	lock    *os.File     // holds the directory's lock; nil in memory
+	dataCap int64        // bytes of block data kept: Capacity less Badger's own files
+	low     atomic.Bool  // writes stopped: too little free space, or the disk bound reached
+	room    atomic.Int64 // bytes of the last write dropped at the disk bound
 
 	queue   chan put
 	kick    chan struct{} // wakes maintenance; capacity 1
@@ -179,8 +180,9 @@ type meta struct {
 }
 
 type put struct {
-	key string
-	b   Block
+	key  string
+	b    Block
+	keep bool // a copy of a block the store holds (kept on eviction, or aging): it may pass the disk bound
 }
 
 const (
@@ -229,7 +231,9 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.Capacity < 16<<20 {
 		return nil, fmt.Errorf("ssdstore: capacity %d bytes is below the least of 16 MiB", cfg.Capacity)
 	}
-	dataCap := cfg.Capacity - (2*vlogSize + 2*memSize + 1<<20)
+	// Copies kept on eviction (half a segment) may pass the disk bound
+	// for a moment: data leaves room for them too.
+	dataCap := cfg.Capacity - (2*vlogSize + 2*memSize + 1<<20) - cfg.Capacity/32
 	if !cfg.InMemory {
 		if free, err := freeSpace(cfg.Dir); err == nil && free < cfg.MinFree/2 {
 			return nil, fmt.Errorf("%w: %d MiB free on %s, under half the floor of %d MiB; free space or move --ssd-cache", ErrNoSpace, free>>20, cfg.Dir, cfg.MinFree>>20)
@@ -526,7 +530,7 @@ func (s *Store) Get(key string, tag uint64) (Block, bool, error) {
 	}
 	if s.aging(m.seg) {
 		// Keep a block in use: rewrite it into the current segment.
-		_ = s.Put(key, b)
+		_ = s.put(key, b, true)
 	}
 	return b, true, nil
 }
@@ -551,7 +555,10 @@ func (s *Store) Contains(key string) bool {
 // is full (the SSD is slower than the reads filling it) the block is not
 // cached on the SSD and Put returns ErrBusy: a reader never waits for the
 // cache. It returns ErrClosed after Close.
-func (s *Store) Put(key string, b Block) error {
+func (s *Store) Put(key string, b Block) error { return s.put(key, b, false) }
+
+// put queues b; keep marks a copy of a block the store already holds.
+func (s *Store) put(key string, b Block, keep bool) error {
 	if int64(len(b.Data)) > s.dataCap/int64(s.cfg.Segments) || (s.cfg.InMemory && len(b.Data) > 1<<20-1<<10) {
 		return nil // larger than a segment (or an in-memory value): not worth caching
 	}
@@ -563,7 +570,7 @@ func (s *Store) Put(key string, b Block) error {
 	n := int64(len(b.Data))
 	if s.pending.Add(n) <= s.cfg.QueueBytes {
 		select {
-		case s.queue <- put{key, b}:
+		case s.queue <- put{key, b, keep}:
 			return nil
 		default:
 		}
@@ -640,16 +647,31 @@ func (s *Store) commit(batch []put) {
 			s.pending.Add(-int64(len(p.b.Data)))
 		}
 	}()
-	var n int64
+	var n, fresh int64
 	for _, p := range batch {
 		n += int64(len(p.b.Data)) + headerSize
+		if !p.keep {
+			fresh += int64(len(p.b.Data)) + headerSize
+		}
 	}
-	if s.lowSpace(n) {
+	if low, full := s.lowSpace(n, fresh); low || full {
+		// Below the floor nothing is written; at the disk bound only
+		// copies of blocks the store already holds, which leave garbage
+		// behind for maintenance to collect.
+		kept := batch[:0:0]
+		for _, p := range batch {
+			if p.keep && !low {
+				kept = append(kept, p)
+			}
+		}
 		s.mu.Lock()
-		s.dropped += int64(len(batch))
+		s.dropped += int64(len(batch) - len(kept))
 		s.mu.Unlock()
 		s.wakeMaintenance()
-		return
+		if len(kept) == 0 {
+			return
+		}
+		batch = kept
 	}
 	s.dropMu.RLock()
 	defer s.dropMu.RUnlock()
@@ -707,18 +729,23 @@ func (s *Store) commit(batch []put) {
 	s.noteTraffic(n)
 }
 
-// lowSpace reports whether a write of n bytes must not happen: the
-// filesystem's free space is under MinFree, or the store's files would
-// pass Capacity (maintenance then evicts and collects). It logs when that
-// starts and ends.
-func (s *Store) lowSpace(n int64) bool {
+// lowSpace reports whether a write of n bytes, fresh of them new to the
+// store, would take the filesystem's free space under MinFree (low), or
+// the store's files past Capacity (full: maintenance then evicts and
+// collects). It logs when that starts and ends.
+func (s *Store) lowSpace(n, fresh int64) (low, full bool) {
 	if s.cfg.InMemory {
-		return false
+		return false, false
 	}
 	free, err := freeSpace(s.cfg.Dir)
-	low := err == nil && free-n < s.cfg.MinFree
+	low = err == nil && free-n < s.cfg.MinFree
 	disk := diskUsage(s.cfg.Dir)
-	full := disk+n > s.cfg.Capacity
+	full = disk+fresh > s.cfg.Capacity
+	if full {
+		s.room.Store(fresh) // maintenance makes room for it
+	} else {
+		s.room.Store(0)
+	}
 	if was := s.low.Swap(low || full); was != (low || full) {
 		if low || full {
 			s.log.Warn("ssdstore: not caching on the SSD until there is room", "free_mib", free>>20, "floor_mib", s.cfg.MinFree>>20,
@@ -727,12 +754,13 @@ func (s *Store) lowSpace(n int64) bool {
 			s.log.Info("ssdstore: caching on the SSD again", "free_mib", free>>20)
 		}
 	}
-	return low || full
+	return low, full
 }
 
-// overDisk reports whether the store's files exceed Capacity.
+// overDisk reports whether the store's files, with the room a dropped
+// write asked for, exceed Capacity.
 func (s *Store) overDisk() bool {
-	return !s.cfg.InMemory && diskUsage(s.cfg.Dir) > s.cfg.Capacity
+	return !s.cfg.InMemory && diskUsage(s.cfg.Dir)+s.room.Load() > s.cfg.Capacity
 }
 
 // freeSpace returns the bytes an unprivileged writer may still use on
@@ -880,7 +908,7 @@ func (s *Store) keepPlanned(victims []keyMeta) {
 		if err != nil {
 			continue
 		}
-		if b, err := decode(v); err == nil && s.Put(k.key, b) == nil {
+		if b, err := decode(v); err == nil && s.put(k.key, b, true) == nil {
 			s.mu.Lock()
 			s.rewritten++
 			s.mu.Unlock()
@@ -910,7 +938,12 @@ func (s *Store) collect() {
 			return
 		default:
 		}
-		if err := s.db.RunValueLogGC(0.5); err != nil {
+		// Badger's GC reads state its write path changes without a lock
+		// (the race detector sees it): no write of ours runs meanwhile.
+		s.dropMu.Lock()
+		err := s.db.RunValueLogGC(0.5)
+		s.dropMu.Unlock()
+		if err != nil {
 			return // ErrNoRewrite: done; anything else is logged by Badger
 		}
 	}
