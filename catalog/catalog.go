@@ -57,9 +57,18 @@ type Config struct {
 	// Lister, if set, lists the dataset instead of a scan of Source as a
 	// directory tree: a packed dataset shows the tree it holds.
 	Lister Lister
+	// MaxEntries bounds the entries the catalog holds: each costs a few
+	// hundred bytes of RAM, and a crafted container can claim billions.
+	MaxEntries int // default DefaultMaxEntries
 	// Logger receives warnings about entries that could not be scanned.
 	Logger *slog.Logger // nil: discard
 }
+
+// DefaultMaxEntries is the default Config.MaxEntries.
+const DefaultMaxEntries = 16 << 20
+
+// ErrTooMany means SOURCE holds more entries than Config.MaxEntries.
+var ErrTooMany = errors.New("catalog: too many entries")
 
 // Lister lists a dataset that is not a plain directory tree.
 type Lister interface {
@@ -192,6 +201,9 @@ var ErrSource = errors.New("catalog: unusable source")
 
 // Open scans cfg.Source and returns a Catalog holding the result.
 func Open(ctx context.Context, cfg Config) (*Catalog, error) {
+	if cfg.MaxEntries <= 0 {
+		cfg.MaxEntries = DefaultMaxEntries
+	}
 	if cfg.ScanWorkers <= 0 {
 		cfg.ScanWorkers = DefaultConfig("").ScanWorkers
 	}
@@ -305,12 +317,18 @@ func (c *Catalog) scan(ctx context.Context, old *Snapshot) (*Snapshot, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrSource, err)
 		}
+		if len(files) > c.cfg.MaxEntries {
+			return nil, c.tooMany()
+		}
 		skipped = c.build(root, oldRoot, files)
 	} else {
 		sc := &scanner{c: c, ctx: ctx, sem: make(chan struct{}, c.cfg.ScanWorkers)}
 		sc.wg.Add(1)
 		go sc.dir(root, oldRoot)
 		sc.wg.Wait()
+		if sc.entries.Load() > int64(c.cfg.MaxEntries) {
+			return nil, c.tooMany()
+		}
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("catalog: scan %s: %w", c.cfg.Source, err)
 		}
@@ -408,6 +426,11 @@ func (c *Catalog) build(root, old *Entry, files []File) int {
 	return skipped
 }
 
+func (c *Catalog) tooMany() error {
+	return fmt.Errorf("%w: %s holds more than %d files and directories; dlfs keeps a few hundred bytes of RAM for each: raise --max-files if the memory is there",
+		ErrTooMany, c.cfg.Source, c.cfg.MaxEntries)
+}
+
 func (c *Catalog) hidden(name string) bool {
 	for _, h := range c.cfg.Hide {
 		if h == name {
@@ -420,6 +443,7 @@ func (c *Catalog) hidden(name string) bool {
 type scanner struct {
 	c       *Catalog
 	ctx     context.Context
+	entries atomic.Int64 // read so far; past MaxEntries, the scan stops
 	sem     chan struct{} // bounds directories read at once
 	wg      sync.WaitGroup
 	skipped atomic.Int64
@@ -430,7 +454,7 @@ type scanner struct {
 // semaphore is held only during I/O, so recursion cannot deadlock.
 func (sc *scanner) dir(d, old *Entry) {
 	defer sc.wg.Done()
-	if sc.ctx.Err() != nil {
+	if sc.ctx.Err() != nil || sc.entries.Load() > int64(sc.c.cfg.MaxEntries) {
 		return
 	}
 	sc.sem <- struct{}{}
@@ -445,6 +469,7 @@ func (sc *scanner) dir(d, old *Entry) {
 		sc.skipped.Add(1)
 		return
 	}
+	sc.entries.Add(int64(len(children)))
 	for _, e := range children {
 		var prev *Entry
 		if old != nil {

@@ -217,7 +217,11 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	// A packed SOURCE shows the tree it holds; its samples are read from
 	// their containers.
 	var pfs loader.PFS = n.src
-	if n.packed, err = packed.Open(cfg.Source, n.src, cfg.Logger); err != nil {
+	maxEntries := cfg.Catalog.MaxEntries
+	if maxEntries <= 0 {
+		maxEntries = catalog.DefaultMaxEntries
+	}
+	if n.packed, err = packed.Open(cfg.Source, n.src, packed.Config{MaxEntries: maxEntries, Logger: cfg.Logger}); err != nil {
 		return nil, err
 	}
 	if n.packed != nil {

@@ -3,6 +3,7 @@ package packed
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"path"
 	"runtime"
 	"sort"
@@ -33,6 +34,8 @@ import (
 type h5Dataset struct {
 	src   *source.Source
 	names []string // the HDF5 files, sorted
+	log   *slog.Logger
+	max   int // rows all files may list
 
 	mu      sync.Mutex // guards everything below and every library call
 	files   map[string]*h5File
@@ -44,6 +47,7 @@ type h5File struct {
 	h    *source.Handle
 	f    *hdf5.File
 	sets map[string]*h5Set // by dataset path in the file
+	log  *slog.Logger
 }
 
 // h5Set is one dataset shown as a directory.
@@ -72,8 +76,8 @@ var npyTypes = []struct {
 	{hdf5.T_IEEE_F32LE, "<f4"}, {hdf5.T_IEEE_F32BE, ">f4"}, {hdf5.T_IEEE_F64LE, "<f8"}, {hdf5.T_IEEE_F64BE, ">f8"},
 }
 
-func openH5(src *source.Source, names []string) *h5Dataset {
-	return &h5Dataset{src: src, names: names, files: map[string]*h5File{}}
+func openH5(src *source.Source, names []string, log *slog.Logger, max int) *h5Dataset {
+	return &h5Dataset{src: src, names: names, log: log, max: max, files: map[string]*h5File{}}
 }
 
 func (d *h5Dataset) Kind() string { return "hdf5" }
@@ -104,7 +108,7 @@ func (d *h5Dataset) List(ctx context.Context) (_ []catalog.File, err error) {
 			h.Close()
 			return nil, fmt.Errorf("%w: %s: not a readable HDF5 file: %v", ErrFormat, name, err)
 		}
-		hf := &h5File{h: h, f: f, sets: map[string]*h5Set{}}
+		hf := &h5File{h: h, f: f, sets: map[string]*h5Set{}, log: d.log.With("file", name)}
 		files[name] = hf
 		prefix := ""
 		if len(d.names) > 1 {
@@ -119,6 +123,14 @@ func (d *h5Dataset) List(ctx context.Context) (_ []catalog.File, err error) {
 			setNames = append(setNames, s)
 		}
 		sort.Strings(setNames)
+		// Count the rows before listing one: a file of a few bytes can
+		// declare 2^28 of them.
+		total := uint64(len(out))
+		for _, s := range setNames {
+			if total += uint64(hf.sets[s].dims[0]); total > uint64(d.max) {
+				return nil, tooMany(name+" /"+s, total, d.max)
+			}
+		}
 		for _, s := range setNames {
 			set := hf.sets[s]
 			dir := prefix + s
@@ -153,13 +165,20 @@ func (hf *h5File) walk(g *hdf5.CommonFG, dir string) error {
 		if err != nil || name == "" || strings.ContainsAny(name, "/\x00") || name == "." || name == ".." {
 			continue
 		}
-		typ, err := g.ObjectTypeByIndex(i)
-		if err != nil {
-			continue
-		}
 		p := name
 		if dir != "" {
 			p = dir + "/" + name
+		}
+		if !hardLink(*g, name) {
+			// An external link names another file, which the library
+			// would open by name anywhere on the host; a soft link may
+			// lead to one.
+			hf.log.Warn("packed: not showing a link out of the HDF5 file's own objects", "object", "/"+p)
+			continue
+		}
+		typ, err := g.ObjectTypeByIndex(i)
+		if err != nil {
+			continue
 		}
 		switch typ {
 		case hdf5.H5G_GROUP:
@@ -176,6 +195,11 @@ func (hf *h5File) walk(g *hdf5.CommonFG, dir string) error {
 			ds, err := g.OpenDataset(name)
 			if err != nil {
 				return fmt.Errorf("%w: dataset /%s: %v", ErrFormat, p, err)
+			}
+			if !storedInside(ds) {
+				hf.log.Warn("packed: not showing a dataset whose data lies in other files (external storage or a virtual dataset)", "dataset", "/"+p)
+				ds.Close()
+				continue
 			}
 			if set := describe(ds); set != nil {
 				hf.sets[p] = set

@@ -54,14 +54,32 @@ type Dataset interface {
 // ErrFormat wraps errors about containers that are not what they claim.
 var ErrFormat = errors.New("packed: bad container")
 
+// tooMany is the error of a dataset that lists more than max samples.
+func tooMany(what string, n uint64, max int) error {
+	return fmt.Errorf("%w: %s lists %d samples, more than %d; dlfs keeps a few hundred bytes of RAM for each: raise --max-files if the memory is there",
+		catalog.ErrTooMany, what, n, max)
+}
+
+// Config configures Open.
+type Config struct {
+	// MaxEntries bounds the samples a dataset may list: a crafted file
+	// can claim billions of rows in a few bytes. The catalog's bound.
+	MaxEntries int          // default catalog.DefaultMaxEntries
+	Logger     *slog.Logger // nil: discard
+}
+
 // Open returns the packed dataset at dir, read through src, or nil when
 // dir is a plain directory tree.
-func Open(dir string, src *source.Source, log *slog.Logger) (Dataset, error) {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+func Open(dir string, src *source.Source, cfg Config) (Dataset, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.MaxEntries <= 0 {
+		cfg.MaxEntries = catalog.DefaultMaxEntries
+	}
+	log := cfg.Logger
 	if _, err := os.Stat(filepath.Join(dir, seqIndexName)); err == nil {
-		d, err := openSeq(src)
+		d, err := openSeq(src, cfg.MaxEntries)
 		if err != nil {
 			return nil, err // not a typed nil in the interface
 		}
@@ -74,14 +92,14 @@ func Open(dir string, src *source.Source, log *slog.Logger) (Dataset, error) {
 		return nil, fmt.Errorf("packed: %w", err)
 	}
 	if len(recs) > 0 {
-		return openRec(src, recs, log), nil
+		return openRec(src, recs, log, cfg.MaxEntries), nil
 	}
 	h5s, err := topFiles(dir, ".h5", ".hdf5")
 	if err != nil {
 		return nil, fmt.Errorf("packed: %w", err)
 	}
 	if len(h5s) > 0 {
-		return openH5(src, h5s), nil
+		return openH5(src, h5s, log, cfg.MaxEntries), nil
 	}
 	return nil, nil
 }

@@ -30,7 +30,7 @@ func TestSeqDataset(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	d, err := Open(out, s, nil)
+	d, err := Open(out, s, Config{})
 	if err != nil || d == nil || d.Kind() != "seqfile" {
 		t.Fatalf("Open: %v, %v", d, err)
 	}
@@ -75,7 +75,7 @@ func TestSeqDataset(t *testing.T) {
 	if _, err := d.ReadAt(paths[0], stale, make([]byte, 10), 0); !errors.Is(err, source.ErrChanged) {
 		t.Errorf("stale identity: %v", err)
 	}
-	if d, err := Open(src, s, nil); d != nil || err != nil {
+	if d, err := Open(src, s, Config{}); d != nil || err != nil {
 		t.Errorf("a plain tree opened as packed: %v, %v", d, err)
 	}
 }

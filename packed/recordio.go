@@ -29,6 +29,7 @@ type recDataset struct {
 	src   *source.Source
 	log   *slog.Logger
 	names []string // the .rec files, sorted
+	max   int      // samples all files may list
 
 	mu      sync.Mutex
 	samples map[string]recSample // mu guards samples, files and retired
@@ -52,8 +53,8 @@ func (s recSample) version() source.Version {
 	return v
 }
 
-func openRec(src *source.Source, names []string, log *slog.Logger) *recDataset {
-	return &recDataset{src: src, log: log, names: names, files: map[string]*source.Handle{}}
+func openRec(src *source.Source, names []string, log *slog.Logger, max int) *recDataset {
+	return &recDataset{src: src, log: log, names: names, max: max, files: map[string]*source.Handle{}}
 }
 
 func (d *recDataset) Kind() string { return "recordio" }
@@ -83,6 +84,9 @@ func (d *recDataset) List(ctx context.Context) (_ []catalog.File, err error) {
 		all, err := d.images(ctx, name, h)
 		if err != nil {
 			return nil, err
+		}
+		if len(files)+len(all) > d.max {
+			return nil, tooMany(name, uint64(len(files)+len(all)), d.max)
 		}
 		labels := make([]float32, len(all))
 		for i, f := range all {

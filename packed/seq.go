@@ -19,6 +19,7 @@ const seqIndexName = seqfile.IndexName
 // seqDataset is a seqfile pack.
 type seqDataset struct {
 	src *source.Source
+	max int // entries the index may list
 
 	mu      sync.Mutex
 	ix      *seqfile.Index         // mu guards ix, raw, shards and retired
@@ -30,8 +31,8 @@ type seqDataset struct {
 }
 
 // openSeq returns the pack; its index is read by List.
-func openSeq(src *source.Source) (*seqDataset, error) {
-	return &seqDataset{src: src, shards: map[int]*source.Handle{}}, nil
+func openSeq(src *source.Source, max int) (*seqDataset, error) {
+	return &seqDataset{src: src, max: max, shards: map[int]*source.Handle{}}, nil
 }
 
 func (d *seqDataset) Kind() string { return "seqfile" }
@@ -51,6 +52,9 @@ func (d *seqDataset) List(ctx context.Context) ([]catalog.File, error) {
 	ix, err := seqfile.DecodeIndex(b)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w; repack with dlfs pack", seqIndexName, err)
+	}
+	if len(ix.Entries) > d.max {
+		return nil, tooMany(seqIndexName, uint64(len(ix.Entries)), d.max)
 	}
 	d.mu.Lock()
 	if d.ix == nil || !bytes.Equal(d.raw, b) { // a new pack: its shards are opened afresh

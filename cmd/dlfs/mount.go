@@ -18,6 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/daemon"
 )
 
@@ -28,6 +29,7 @@ type mountOptions struct {
 	ssdCacheSize sizeValue
 	allowOther   bool
 	controlGroup string
+	maxFiles     int
 	logLevel     string
 	metricsAddr  string
 	controlName  string
@@ -78,6 +80,10 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 			cfg.SSDDir = o.ssdCache
 			cfg.SSDCapacity = int64(o.ssdCacheSize)
 			cfg.FUSE.AllowOther = o.allowOther
+			if o.maxFiles <= 0 {
+				return fmt.Errorf("--max-files %d: want a positive number", o.maxFiles)
+			}
+			cfg.Catalog.MaxEntries = o.maxFiles
 			if o.controlGroup != "" {
 				gid, err := lookupGroup(o.controlGroup)
 				if err != nil {
@@ -156,6 +162,7 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 	f.StringVar(&o.ssdCache, "ssd-cache", "", "directory of the persistent SSD tier (off when empty)")
 	f.Var(&o.ssdCacheSize, "ssd-cache-size", "SSD tier size")
 	f.BoolVar(&o.allowOther, "allow-other", false, "let other users access the mount, as SOURCE's modes and owners allow")
+	f.IntVar(&o.maxFiles, "max-files", catalog.DefaultMaxEntries, "the most files and directories (or packed samples) SOURCE may hold; each costs a few hundred bytes of RAM")
 	f.StringVar(&o.controlGroup, "control-group", "", "a group (name or id) whose members may write the control file too; by default only the mounting user may")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on HOST:PORT (off when empty)")

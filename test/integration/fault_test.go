@@ -16,6 +16,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -636,5 +637,56 @@ func TestFault07FullDisk(t *testing.T) {
 	d = startDlfs(t, src, "--ssd-cache", ssd, "--ssd-cache-size", "256MiB", "--ram-cache", "16MiB")
 	readAll(t, d.Mnt, files, 4, 3, func(name string) []byte { return want[name] })
 	d.waitLog(t, "running without the SSD tier")
+	d.alive(t)
+}
+
+// hostileHDF5 runs hdf5_hostile.py.
+func hostileHDF5(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("/usr/bin/python3", append([]string{"hdf5_hostile.py"}, args...)...).CombinedOutput(); err != nil {
+		t.Fatalf("hdf5_hostile.py %v: %v\n%s(make test installs python3-h5py)", args, err, out)
+	}
+}
+
+// TestFault10HDF5Rows: a kilobyte HDF5 file declaring 2^28 rows refuses
+// the mount with one line, before listing a row; under --max-files it
+// would, a smaller one mounts.
+func TestFault10HDF5Rows(t *testing.T) {
+	src := t.TempDir()
+	hostileHDF5(t, "rows", filepath.Join(src, "x.h5"), fmt.Sprint(1<<28))
+	code, _, stderr := runCmd(t, bin.dlfs, "mount", src, t.TempDir())
+	if code == 0 || strings.Count(strings.TrimSpace(stderr), "\n") != 0 || !strings.Contains(stderr, "268435456 samples") || !strings.Contains(stderr, "--max-files") {
+		t.Errorf("2^28 rows: exit %d, stderr %q; want one line naming the rows and --max-files", code, stderr)
+	}
+	small := t.TempDir()
+	hostileHDF5(t, "rows", filepath.Join(small, "x.h5"), "5000")
+	d := startDlfs(t, small, "--max-files", "10000")
+	if ents, err := os.ReadDir(filepath.Join(d.Mnt, "big")); err != nil || len(ents) != 5000 {
+		t.Errorf("5000 rows: %d entries, %v", len(ents), err)
+	}
+}
+
+// TestFault12HDF5Escapes: an HDF5 file whose datasets keep their data in
+// other files (external storage naming a root-only file, a virtual
+// dataset, an external link) shows none of them, and logs each; its own
+// dataset reads exactly.
+func TestFault12HDF5Escapes(t *testing.T) {
+	src, outside := t.TempDir(), t.TempDir()
+	secret := filepath.Join(outside, "secret")
+	os.WriteFile(secret, []byte("root-only secret bytes, 32 long."), 0o600)
+	hostileHDF5(t, "external", filepath.Join(src, "x.h5"), secret, filepath.Join(outside, "other.h5"))
+	d := startDlfs(t, src)
+	for _, name := range []string{"ext", "virt", "link"} {
+		if _, err := os.Stat(filepath.Join(d.Mnt, name)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("/%s, whose data lies outside the file, is shown: %v", name, err)
+		}
+	}
+	row, err := os.ReadFile(filepath.Join(d.Mnt, "good", "0.npy"))
+	if err != nil || !bytes.HasSuffix(row, bytes.Repeat([]byte{7}, 8)) {
+		t.Errorf("good/0.npy: %v, %q", err, row)
+	}
+	for _, name := range []string{"/ext", "/virt", "/link"} {
+		d.waitLog(t, name)
+	}
 	d.alive(t)
 }

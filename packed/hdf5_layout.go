@@ -1,0 +1,50 @@
+package packed
+
+// #cgo LDFLAGS: -lhdf5
+// #cgo linux,!arm64 CFLAGS: -I/usr/lib/x86_64-linux-gnu/hdf5/serial/include
+// #cgo linux,!arm64 LDFLAGS: -L/usr/lib/x86_64-linux-gnu/hdf5/serial/
+// #cgo linux,arm64 CFLAGS: -I/usr/lib/aarch64-linux-gnu/hdf5/serial/include
+// #cgo linux,arm64 LDFLAGS: -L/usr/lib/aarch64-linux-gnu/hdf5/serial/
+// #include <stdlib.h>
+// #include "hdf5.h"
+//
+// // Whether a dataset's raw data lies in its own file: 1 yes, 0 no, -1 on
+// // an error. External storage (H5Pset_external) and virtual datasets name
+// // other files, which the library opens by name, anywhere on the host.
+// static int dlfs_stored_inside(hid_t ds) {
+// 	hid_t dcpl = H5Dget_create_plist(ds);
+// 	if (dcpl < 0) return -1;
+// 	int ok = 1;
+// 	H5D_layout_t l = H5Pget_layout(dcpl);
+// 	if (l < 0 || l == H5D_VIRTUAL) ok = 0;
+// 	if (H5Pget_external_count(dcpl) != 0) ok = 0;
+// 	H5Pclose(dcpl);
+// 	return ok;
+// }
+//
+// // Whether the link name in group g is a hard link: 1 yes, 0 no (an
+// // external or user-defined link, which points into another file; a soft
+// // link, which may lead to one), -1 on an error.
+// static int dlfs_hard_link(hid_t g, const char *name) {
+// 	H5L_info_t info;
+// 	if (H5Lget_info(g, name, &info, H5P_DEFAULT) < 0) return -1;
+// 	return info.type == H5L_TYPE_HARD;
+// }
+import "C"
+
+import (
+	"unsafe"
+
+	"gonum.org/v1/hdf5"
+)
+
+// storedInside reports whether ds's raw data lies in its own file.
+func storedInside(ds *hdf5.Dataset) bool { return C.dlfs_stored_inside(C.hid_t(ds.ID())) == 1 }
+
+// hardLink reports whether name in g is a hard link, whose object lies in
+// g's file.
+func hardLink(g hdf5.CommonFG, name string) bool {
+	cs := C.CString(name)
+	defer C.free(unsafe.Pointer(cs))
+	return C.dlfs_hard_link(C.hid_t(g.ID()), cs) == 1
+}
