@@ -26,12 +26,16 @@ test: deps build
 	$(MAKE) fuzz FUZZTIME=20000x
 
 FUZZTIME ?= 30s
+# Fails if a package's targets cannot be listed (a build error), or if
+# there are none at all: a fuzz run that fuzzes nothing is not a pass.
 fuzz:
-	@set -e; for pkg in $$($(GO) list ./...); do \
-	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz' || true); do \
-	    echo "fuzz $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+	@set -e; n=0; for pkg in $$($(GO) list ./...); do \
+	  list=$$($(GO) test -list '^Fuzz' $$pkg) || { echo "fuzz: cannot list the targets of $$pkg" >&2; exit 1; }; \
+	  for f in $$(echo "$$list" | grep '^Fuzz' || true); do \
+	    echo "fuzz $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; n=$$((n+1)); \
 	  done; \
-	done
+	done; \
+	[ $$n -gt 0 ] || { echo "fuzz: no fuzz targets found" >&2; exit 1; }; echo "fuzz: $$n targets"
 
 bench: deps build
 	./bin/dlfsbench

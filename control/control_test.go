@@ -144,6 +144,8 @@ func TestParseJob(t *testing.T) {
 		"end job=x epoch=1":          "end takes exactly",
 		"epoch=1 extensions=.jpg,,x": "empty extension",
 		"epoch=1 root=../..":         "climbs out of the mount",
+		"epoch=1 rank=-1":            "want an integer",
+		"epoch=1 ranks=0,-1":         "want an integer",
 		"epoch=1 root=a/../../b":     "climbs out of the mount",
 		"epoch=1 root=/train":        "absolute path",
 		"epoch=1 dataset=list:/x":    "absolute path",

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/cluster"
 	"github.com/dlfs/dlfs/test/conformance"
 )
@@ -57,27 +58,39 @@ func TestMutationsFailReadOnly(t *testing.T) {
 	src := conformance.OddTree(t, t.TempDir())
 	_, mnt := start(t, src, nil)
 	file := filepath.Join(mnt, "cats/tabby 01.jpg")
-	cases := map[string]func() error{
-		"create":    func() error { return os.WriteFile(filepath.Join(mnt, "new"), nil, 0o644) },
-		"write":     func() error { return openWrite(file) },
-		"truncate":  func() error { return os.Truncate(file, 0) },
-		"mkdir":     func() error { return os.Mkdir(filepath.Join(mnt, "d"), 0o755) },
-		"unlink":    func() error { return os.Remove(file) },
-		"rmdir":     func() error { return syscall.Rmdir(filepath.Join(mnt, "dogs/sub")) },
-		"rename":    func() error { return os.Rename(file, filepath.Join(mnt, "cats/x.jpg")) },
-		"chmod":     func() error { return os.Chmod(file, 0o777) },
-		"symlink":   func() error { return os.Symlink("x", filepath.Join(mnt, "l")) },
-		"link":      func() error { return os.Link(file, filepath.Join(mnt, "h")) },
-		"setxattr":  func() error { return syscall.Setxattr(file, "user.x", []byte("1"), 0) },
-		"utimes":    func() error { return os.Chtimes(file, timeZero, timeZero) },
-		"chown":     func() error { return os.Chown(file, 1, 1) },
-		"mknod":     func() error { return syscall.Mkfifo(filepath.Join(mnt, "fifo"), 0o644) },
-		"rmxattr":   func() error { return syscall.Removexattr(file, "user.x") },
-		"openTrunc": func() error { return openFlags(file, os.O_RDONLY|os.O_TRUNC) },
+	// In order: "write" first reads the file, so that the kernel has seen
+	// OPEN answered ENOSYS and sends no more OPENs; the open for writing
+	// then succeeds in the kernel and only the daemon's Write can refuse
+	// the write.
+	cases := []struct {
+		name string
+		op   func() error
+	}{
+		{"create", func() error { return os.WriteFile(filepath.Join(mnt, "new"), nil, 0o644) }},
+		{"write", func() error {
+			if _, err := os.ReadFile(file); err != nil {
+				return err
+			}
+			return openWrite(file)
+		}},
+		{"truncate", func() error { return os.Truncate(file, 0) }},
+		{"mkdir", func() error { return os.Mkdir(filepath.Join(mnt, "d"), 0o755) }},
+		{"unlink", func() error { return os.Remove(file) }},
+		{"rmdir", func() error { return syscall.Rmdir(filepath.Join(mnt, "dogs/sub")) }},
+		{"rename", func() error { return os.Rename(file, filepath.Join(mnt, "cats/x.jpg")) }},
+		{"chmod", func() error { return os.Chmod(file, 0o777) }},
+		{"symlink", func() error { return os.Symlink("x", filepath.Join(mnt, "l")) }},
+		{"link", func() error { return os.Link(file, filepath.Join(mnt, "h")) }},
+		{"setxattr", func() error { return syscall.Setxattr(file, "user.x", []byte("1"), 0) }},
+		{"utimes", func() error { return os.Chtimes(file, timeZero, timeZero) }},
+		{"chown", func() error { return os.Chown(file, 1, 1) }},
+		{"mknod", func() error { return syscall.Mkfifo(filepath.Join(mnt, "fifo"), 0o644) }},
+		{"rmxattr", func() error { return syscall.Removexattr(file, "user.x") }},
+		{"openTrunc", func() error { return openFlags(file, os.O_RDONLY|os.O_TRUNC) }},
 	}
-	for name, op := range cases {
-		t.Run(name, func(t *testing.T) {
-			if err := op(); !errors.Is(err, syscall.EROFS) {
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if err := c.op(); !errors.Is(err, syscall.EROFS) {
 				t.Errorf("got %v, want EROFS", err)
 			}
 		})
@@ -330,7 +343,7 @@ func TestTwoNodesSeeEachOther(t *testing.T) {
 	a, mntA := start(t, src, func(c *Config) { // gossip only: no data address
 		c.NodeName, c.Cluster = "a", cluster.Config{Bind: "127.0.0.1:0", Key: testKey, Local: true}
 	})
-	_, _ = start(t, src, func(c *Config) {
+	b, _ := start(t, src, func(c *Config) {
 		c.NodeName, c.Cluster = "b", cluster.Config{Bind: "127.0.0.1:0", Join: []string{a.cl.Addr()}, Key: testKey, Local: true}
 	})
 	deadline := time.Now().Add(20 * time.Second)
@@ -341,13 +354,38 @@ func TestTwoNodesSeeEachOther(t *testing.T) {
 			m[0].OwnedSamples > 0 && m[1].OwnedSamples > 0 &&
 			m[0].OwnedSamples+m[1].OwnedSamples == int64(st.Catalog.Files) &&
 			m[0].OwnedBytes+m[1].OwnedBytes == st.Catalog.Bytes {
-			break // disjoint shares that cover the dataset
+			break // disjoint shares that cover the dataset, as a sees them
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("node a sees %+v", st.Cluster)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	// Both nodes give every file the same owner.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		differ := ""
+		a.cat.Snapshot().Walk(func(e *catalog.Entry) {
+			if e.IsRegular() && differ == "" && ownerName(a, e.Path) != ownerName(b, e.Path) {
+				differ = fmt.Sprintf("%s: a says %q, b says %q", e.Path, ownerName(a, e.Path), ownerName(b, e.Path))
+			}
+		})
+		if differ == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the nodes disagree on owners: %s", differ)
+		}
+	}
+}
+
+// ownerName is the member that n's placement table gives path to.
+func ownerName(n *Node, path string) string {
+	n.tableMu.Lock()
+	defer n.tableMu.Unlock()
+	if n.placement == nil {
+		return ""
+	}
+	return n.placed[n.placement.Owner(path)].Name
 }
 
 // TestPeerServesOwnedSamples: two nodes over one SOURCE; every file read

@@ -3,6 +3,7 @@ package placement
 import (
 	"fmt"
 	"math/rand"
+	"slices"
 	"testing"
 )
 
@@ -108,8 +109,22 @@ func TestAssignQuota(t *testing.T) {
 func TestAssignDeterministic(t *testing.T) {
 	ks := keys(5000)
 	ss := distributedDemand(ks, 3, 2, 1000, rand.New(rand.NewSource(2)))
-	tab, _ := New(members(3, func(int) int64 { return 2 << 20 })) // quotas bind
+	for i := range ss {
+		if i%5 < 3 {
+			ss[i].Reads = []uint32{2, 1, 0} // node 0 reads 60% most: its quota binds
+		}
+	}
+	tab, _ := New(members(3, func(int) int64 { return 2 << 20 }))
 	a := tab.Assign(ss)
+	displaced := 0
+	for _, s := range ss {
+		if o := a.Owner(s.Key); s.Reads[o] < slices.Max(s.Reads) {
+			displaced++
+		}
+	}
+	if displaced < 500 {
+		t.Fatalf("%d of %d samples displaced from their top reader: the quotas do not bind", displaced, len(ss))
+	}
 	rev := append([]Sample(nil), ss...)
 	rand.New(rand.NewSource(3)).Shuffle(len(rev), func(i, j int) { rev[i], rev[j] = rev[j], rev[i] })
 	b := tab.Assign(rev)
@@ -117,5 +132,34 @@ func TestAssignDeterministic(t *testing.T) {
 		if a.Owner(k) != b.Owner(k) {
 			t.Fatalf("%s: owner %d, or %d with the samples shuffled", k, a.Owner(k), b.Owner(k))
 		}
+	}
+}
+
+// TestAssignTieBreaks: a sample read as often by two members, both with
+// room, goes to the one of them that rendezvous hashing ranks higher,
+// whichever owns it by hash alone.
+func TestAssignTieBreaks(t *testing.T) {
+	// Node 2 is tiny: the quotas of 0 and 1 (their share and a tenth) take
+	// every tied sample.
+	tab, _ := New(members(3, func(i int) int64 { return []int64{1 << 30, 1 << 30, 1 << 10}[i] }))
+	ks := keys(2000)
+	ss := make([]Sample, len(ks))
+	for i, k := range ks {
+		ss[i] = Sample{Key: k, Size: 100, Reads: []uint32{1, 1, 0}}
+	}
+	at := tab.Assign(ss)
+	picked := [2]int{}
+	for _, s := range ss {
+		want := 0
+		if tab.score(1, s.Key) > tab.score(0, s.Key) {
+			want = 1
+		}
+		if got := at.Owner(s.Key); got != want {
+			t.Fatalf("%s: owner %d, want %d (scores %.3f, %.3f)", s.Key, got, want, tab.score(0, s.Key), tab.score(1, s.Key))
+		}
+		picked[want]++
+	}
+	if picked[0] == 0 || picked[1] == 0 {
+		t.Errorf("ties all went one way: %v", picked)
 	}
 }

@@ -48,11 +48,15 @@ const LargeN = (1<<32 - 1) / 20
 // Randperm returns torch.randperm(n, generator=g) and advances g as torch
 // would.
 func Randperm(n int, g *MT19937, v Version) []int {
-	if v == Torch27 && n >= LargeN {
+	if v.insideOut(n) {
 		return insideOut(n, g)
 	}
 	return swapShuffle(n, g)
 }
+
+// insideOut reports whether torch of version v draws randperm(n) with the
+// inside-out shuffle.
+func (v Version) insideOut(n int) bool { return v == Torch27 && n >= LargeN }
 
 // insideOut is torch 2.7's randperm for large n.
 func insideOut(n int, g *MT19937) []int {
@@ -180,7 +184,7 @@ func (r Random) Epoch(epoch int) []int {
 
 // skip advances g past one randperm(n) without building it.
 func skip(n int, g *MT19937, v Version) {
-	if v == Torch27 && n >= LargeN {
+	if v.insideOut(n) {
 		for i := 0; i < 2*n; i++ {
 			g.Uint32()
 		}

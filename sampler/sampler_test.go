@@ -129,6 +129,40 @@ func TestInsideOut(t *testing.T) {
 	}
 }
 
+// TestInsideOutByHand: insideOut(5) follows torch 2.7's loop, written out
+// here step by step from the generator's 64-bit draws: r[i] = i, then
+// r[i] = r[z], r[z] = i with z = draw % (i+1).
+func TestInsideOutByHand(t *testing.T) {
+	g := NewMT19937(11)
+	want := make([]int, 0, 5)
+	for i := 0; i < 5; i++ {
+		z := int(g.Uint64() % uint64(i+1))
+		want = append(want, i)
+		want[i] = want[z]
+		want[z] = i
+	}
+	if got := insideOut(5, NewMT19937(11)); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("insideOut(5) = %v, want %v", got, want)
+	}
+}
+
+// TestLargeNThreshold: torch 2.7 switches algorithm at exactly LargeN
+// (uint32 max / 20), and torch 1 never does.
+func TestLargeNThreshold(t *testing.T) {
+	if LargeN != 214748364 {
+		t.Errorf("LargeN = %d, want 214748364", LargeN)
+	}
+	for _, c := range []struct {
+		v    Version
+		n    int
+		want bool
+	}{{Torch27, LargeN - 1, false}, {Torch27, LargeN, true}, {Torch27, 1 << 30, true}, {Torch1, LargeN, false}, {Torch1, 1 << 30, false}} {
+		if got := c.v.insideOut(c.n); got != c.want {
+			t.Errorf("version %d, n %d: inside-out %v, want %v", c.v, c.n, got, c.want)
+		}
+	}
+}
+
 func TestValidate(t *testing.T) {
 	for _, d := range []Distributed{{N: 10, World: 0}, {N: 10, World: 2, Rank: 2}, {N: 10, World: 2, Rank: -1}, {N: -1, World: 1}} {
 		if d.Validate() == nil {

@@ -190,3 +190,28 @@ func FuzzReadRecord(f *testing.F) {
 		}
 	})
 }
+
+// TestHeaderChecksum: a flipped bit anywhere in a record header's first 36
+// bytes fails the header's checksum (or a field check), never decodes as
+// another header.
+func TestHeaderChecksum(t *testing.T) {
+	var b [HeaderSize]byte
+	encodeHeader(b[:], Header{Length: 5, Mode: 0o100644, NameLen: 3, Mtime: 7, CRC: 9})
+	if _, err := DecodeHeader(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 36; i++ {
+		for bit := 0; bit < 8; bit++ {
+			c := b
+			c[i] ^= 1 << bit
+			if h, err := DecodeHeader(c[:]); err == nil {
+				t.Fatalf("byte %d bit %d flipped decodes as %+v", i, bit, h)
+			}
+		}
+	}
+	c := b
+	c[37] ^= 1 // in the checksum itself
+	if _, err := DecodeHeader(c[:]); err == nil {
+		t.Fatal("a flipped checksum decodes")
+	}
+}
