@@ -443,7 +443,7 @@ func (c *Catalog) hidden(name string) bool {
 type scanner struct {
 	c       *Catalog
 	ctx     context.Context
-	entries atomic.Int64 // read so far; past MaxEntries, the scan stops
+	entries atomic.Int64  // read so far; past MaxEntries, the scan stops
 	sem     chan struct{} // bounds directories read at once
 	wg      sync.WaitGroup
 	skipped atomic.Int64
