@@ -48,7 +48,10 @@ func runClairvoyance(o options, src string, total int64) error {
 	// train runs one epoch of the example script over data.
 	train := func(label, data string, epoch int, mnt string, extra ...string) error {
 		fmt.Fprintf(os.Stderr, "measuring: %s, epoch %d\n", label, epoch)
-		before := pfsBytes()
+		before, err := pfsBytes()
+		if err != nil {
+			return fmt.Errorf("%s: %w", label, err)
+		}
 		var h0, p0 int64
 		if mnt != "" {
 			h0, p0 = jobReads(mnt)
@@ -57,7 +60,11 @@ func runClairvoyance(o options, src string, total int64) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", label, err)
 		}
-		run := epochRun{label: label, epoch: epoch, seconds: seconds, samples: samples, pfsBytes: pfsBytes() - before}
+		after, err := pfsBytes()
+		if err != nil {
+			return fmt.Errorf("%s: %w", label, err)
+		}
+		run := epochRun{label: label, epoch: epoch, seconds: seconds, samples: samples, pfsBytes: after - before}
 		if mnt != "" {
 			h1, p1 := jobReads(mnt)
 			run.hits, run.planned = h1-h0, p1-p0

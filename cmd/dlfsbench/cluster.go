@@ -2,10 +2,12 @@ package main
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -66,20 +68,21 @@ func runCluster(o options, src string, files []string, total int64) error {
 			if err != nil {
 				return err
 			}
-			before := pfs.bytes()
-			start := time.Now()
+			before, err := pfs.bytes()
+			if err != nil {
+				return fmt.Errorf("%s: %w", mode, err)
+			}
+			// An epoch's time is its slowest rank's, as each rank's script
+			// timed its own loop: interpreter start-up and imports are not
+			// in it, as they are not in the clairvoyance table's.
 			var wg sync.WaitGroup
 			errs := make([]error, clusterNodes)
+			secs := make([]float64, clusterNodes)
 			for r := 0; r < clusterNodes; r++ {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					cmd := exec.Command("/usr/bin/python3", filepath.Join(o.examples, "train_imagefolder.py"), "--data", roots[r],
-						"--epochs", "1", "--start-epoch", fmt.Sprint(epoch), "--workers", "2", "--batch", "32", "--raw", "--job", "cluster")
-					cmd.Env = append(os.Environ(), fmt.Sprintf("RANK=%d", r), fmt.Sprintf("WORLD_SIZE=%d", clusterNodes))
-					if out, err := cmd.CombinedOutput(); err != nil {
-						errs[r] = fmt.Errorf("%s rank %d: %v\n%s", mode, r, err, out)
-					}
+					secs[r], errs[r] = trainRank(o, roots[r], epoch, r, mode)
 				}()
 			}
 			wg.Wait()
@@ -88,7 +91,11 @@ func runCluster(o options, src string, files []string, total int64) error {
 					return err
 				}
 			}
-			r := clusterEpoch{mode: mode, epoch: epoch, seconds: time.Since(start).Seconds(), pfsBytes: pfs.bytes() - before}
+			after, err := pfs.bytes()
+			if err != nil {
+				return fmt.Errorf("%s: %w", mode, err)
+			}
+			r := clusterEpoch{mode: mode, epoch: epoch, seconds: slices.Max(secs), pfsBytes: after - before}
 			peerAfter, err := peerBytes(mnts)
 			if err != nil {
 				return err
@@ -170,7 +177,8 @@ func runCluster(o options, src string, files []string, total int64) error {
 
 	fmt.Printf("\n## Cluster: 3 nodes, one DistributedSampler job of 3 ranks (one per node), 3 epochs\n\n")
 	fmt.Printf("Placement by demand puts each sample on the node whose rank reads it most over the epochs planned; " +
-		"by hash, on a node drawn by weighted rendezvous hashing. \"MB between nodes\" is what the nodes fetched from each other, prefetches included.\n\n")
+		"by hash, on a node drawn by weighted rendezvous hashing. \"MB between nodes\" is what the nodes fetched from each other, prefetches included, " +
+		"and the samples a node took over from the caches of their previous owner (moved).\n\n")
 	fmt.Printf("Same busy pfssim as above. Each node's RAM tier is 40%% of the dataset (%.0f MB), no SSD tier; "+
 		"each mount's page cache is dropped before every epoch. An epoch's time is that of its slowest rank.\n\n",
 		float64(total)*0.4/1e6)
@@ -241,7 +249,30 @@ func peerBytes(mnts []string) (int64, error) {
 		if err != nil {
 			return 0, err
 		}
-		n += st.Fetched["peer"].Bytes
+		n += st.Fetched["peer"].Bytes + st.Fetched["moved"].Bytes
 	}
 	return n, nil
+}
+
+// trainRank runs rank r of the cluster job for one epoch over data and
+// returns the seconds its loop took, as the script recorded them.
+func trainRank(o options, data string, epoch, r int, mode string) (float64, error) {
+	rec := filepath.Join(o.dir, fmt.Sprintf("cluster-record-%d.json", r))
+	cmd := exec.Command("/usr/bin/python3", filepath.Join(o.examples, "train_imagefolder.py"), "--data", data,
+		"--epochs", "1", "--start-epoch", fmt.Sprint(epoch), "--workers", "2", "--batch", "32", "--raw", "--job", "cluster", "--record", rec)
+	cmd.Env = append(os.Environ(), fmt.Sprintf("RANK=%d", r), fmt.Sprintf("WORLD_SIZE=%d", clusterNodes))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("%s rank %d: %v\n%s", mode, r, err, out)
+	}
+	var recs []struct {
+		Seconds float64 `json:"seconds"`
+	}
+	b, err := os.ReadFile(rec)
+	if err == nil {
+		err = json.Unmarshal(b, &recs)
+	}
+	if err != nil || len(recs) != 1 {
+		return 0, fmt.Errorf("%s rank %d: bad record %s: %v", mode, r, rec, err)
+	}
+	return recs[0].Seconds, nil
 }

@@ -57,7 +57,7 @@ func main() {
 	flag.DurationVar(&o.readLatency, "pfs-read-latency", 200*time.Microsecond, "pfssim latency per read call")
 	flag.Float64Var(&o.bandwidth, "pfs-bandwidth-mbps", 300, "pfssim aggregate bandwidth in MB/s")
 	flag.BoolVar(&o.genOnly, "gen-only", false, "only generate the dataset under DIR/source")
-	flag.StringVar(&o.suites, "suites", "mount,clairvoyance,cluster,packed", "which tables to measure")
+	flag.StringVar(&o.suites, "suites", "mount,clairvoyance,cluster,packed,sealing", "which tables to measure")
 	flag.StringVar(&o.examples, "examples", "examples", "directory of train_imagefolder.py")
 	flag.DurationVar(&o.busyOpen, "busy-open-latency", 20*time.Millisecond, "clairvoyance suite: pfssim latency per open")
 	flag.DurationVar(&o.busyRead, "busy-read-latency", time.Millisecond, "clairvoyance suite: pfssim latency per read call")
@@ -113,7 +113,12 @@ func run(o options) error {
 		}
 	}
 	if strings.Contains(o.suites, "packed") {
-		return runPacked(o, src, files, total)
+		if err := runPacked(o, src, files, total); err != nil {
+			return err
+		}
+	}
+	if strings.Contains(o.suites, "sealing") {
+		return runSealing(o)
 	}
 	return nil
 }
@@ -137,7 +142,10 @@ func runMount(o options, src string, files []string, total int64) error {
 		fmt.Fprintf(os.Stderr, "measuring: %s\n", name)
 		before := int64(0)
 		if counted {
-			before = pfsBytes()
+			var err error
+			if before, err = pfsBytes(); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
 		}
 		var runs []row
 		for i := 0; i < passes; i++ {
@@ -156,7 +164,11 @@ func runMount(o options, src string, files []string, total int64) error {
 		r := runs[len(runs)/2]
 		r.name, r.pfsBytes, r.passes = name, -1, passes
 		if counted {
-			r.pfsBytes = (pfsBytes() - before) / int64(passes)
+			after, err := pfsBytes()
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			r.pfsBytes = (after - before) / int64(passes)
 		}
 		rows = append(rows, r)
 		return nil
@@ -314,7 +326,7 @@ func printTable(o options, rows []row, total int64) {
 	}
 	check("second epoch files/s vs native", find("dlfs epoch 2").filesPerSec()/native, 0.8)
 	check("first read from the RAM tier vs native", find("dlfs from the RAM tier").filesPerSec()/native, 0.5)
-	check("epoch 1 speed-up over direct pfssim reads", find("dlfs epoch 1").filesPerSec()/find("direct read").filesPerSec(), 0)
+	check("epoch 1 through dlfs vs direct pfssim reads (not slower)", find("dlfs epoch 1").filesPerSec()/find("direct read").filesPerSec(), 1)
 	fmt.Printf("- PFS bytes in epoch 2 and after the remount: %d and %d (target 0)\n",
 		find("dlfs epoch 2").pfsBytes, find("dlfs after remount").pfsBytes)
 }
@@ -423,14 +435,15 @@ func startSim(o options, name, src string, flags ...string) (*sim, error) {
 	return &sim{p, stats}, nil
 }
 
-// bytes returns the bytes pfssim has served so far, or -1.
-func (s *sim) bytes() int64 {
+// bytes returns the bytes pfssim has served so far. A counter that fails
+// to dump fails the measurement: a row must never show 0 PFS bytes it did
+// not count.
+func (s *sim) bytes() (int64, error) {
 	c, err := s.PFSCounters(s.stats, 10*time.Second)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "dlfsbench:", err)
-		return -1
+		return 0, fmt.Errorf("pfssim counters: %w", err)
 	}
-	return c.Bytes
+	return c.Bytes, nil
 }
 
 // freshDir returns an empty directory at path, unmounting a leftover mount.
