@@ -18,9 +18,10 @@ type Client struct {
 	tls         *tls.Config
 	dialTimeout time.Duration
 
-	mu     sync.Mutex
-	conns  map[string]*conn // mu guards conns and closed
-	closed bool
+	mu      sync.Mutex
+	conns   map[string]*conn         // mu guards conns, dialing and closed
+	dialing map[string]chan struct{} // closed when the dial to an address ends
+	closed  bool
 }
 
 // NewClient returns a client that proves itself with key, and accepts
@@ -30,7 +31,7 @@ func NewClient(key []byte) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{tls: cfg, dialTimeout: 2 * time.Second, conns: map[string]*conn{}}, nil
+	return &Client{tls: cfg, dialTimeout: 2 * time.Second, conns: map[string]*conn{}, dialing: map[string]chan struct{}{}}, nil
 }
 
 // ErrClosed is returned after Close.
@@ -116,20 +117,56 @@ func (cl *Client) fetch(ctx context.Context, addr string, items []Item, cached b
 }
 
 // get returns a live connection to addr, dialling and authenticating a new
-// one if needed.
+// one if needed. One dial to an address runs at a time: the requests that
+// find none wait for it (a burst of them dialling at once filled the
+// peer's handshake slots, and the ones refused went to the PFS).
 func (cl *Client) get(ctx context.Context, addr string) (*conn, error) {
-	cl.mu.Lock()
-	if cl.closed {
+	for {
+		cl.mu.Lock()
+		if cl.closed {
+			cl.mu.Unlock()
+			return nil, ErrClosed
+		}
+		if cn := cl.conns[addr]; cn != nil && cn.alive() {
+			cl.mu.Unlock()
+			return cn, nil
+		}
+		if wait, ok := cl.dialing[addr]; ok {
+			cl.mu.Unlock()
+			select {
+			case <-wait:
+				continue // look again: it may have failed
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		done := make(chan struct{})
+		cl.dialing[addr] = done
 		cl.mu.Unlock()
-		return nil, ErrClosed
-	}
-	if cn := cl.conns[addr]; cn != nil && cn.alive() {
+		cn, err := cl.dial(ctx, addr)
+		cl.mu.Lock()
+		delete(cl.dialing, addr)
+		close(done)
+		if err == nil {
+			if cl.closed {
+				cn.c.Close()
+				err = ErrClosed
+			} else {
+				go cn.read()
+				cl.conns[addr] = cn
+			}
+		}
 		cl.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
 		return cn, nil
 	}
-	cl.mu.Unlock()
-	// Dial and authenticate without the lock: a peer that hangs must not
-	// hold up requests to the others.
+}
+
+// dial connects to addr and runs the handshake, without the client's lock:
+// a peer that hangs must not hold up requests to the others.
+func (cl *Client) dial(ctx context.Context, addr string) (*conn, error) {
 	d := net.Dialer{Timeout: cl.dialTimeout}
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -147,20 +184,7 @@ func (cl *Client) get(ctx context.Context, addr string) (*conn, error) {
 		}
 		return nil, fmt.Errorf("peer: %s: handshake: %w", addr, err)
 	}
-	cn := &conn{c: tc, pending: map[uint32]chan response{}, done: make(chan struct{})}
-	cl.mu.Lock()
-	defer cl.mu.Unlock()
-	if cl.closed {
-		c.Close()
-		return nil, ErrClosed
-	}
-	if old := cl.conns[addr]; old != nil && old.alive() {
-		c.Close() // another request dialled first: use its connection
-		return old, nil
-	}
-	go cn.read()
-	cl.conns[addr] = cn
-	return cn, nil
+	return &conn{c: tc, pending: map[uint32]chan response{}, done: make(chan struct{})}, nil
 }
 
 // alive reports whether the connection has not failed.

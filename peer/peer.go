@@ -9,9 +9,10 @@
 // presents the same public key. Every frame after the handshake is
 // encrypted and authenticated by TLS's record layer, so a relay can
 // neither read nor change a block, and a node without the key gets
-// nothing and learns nothing. A server lets at most MaxHandshakes
-// connections be unauthenticated at once, each for at most
-// handshakeTimeout; TLS bounds what a handshake may make it read.
+// nothing and learns nothing. A server runs at most MaxHandshakes
+// handshakes at once, each for at most handshakeTimeout, and lets at most
+// MaxQueued more connections wait for one; TLS bounds what a handshake may
+// make it read.
 //
 // # Protocol
 //
@@ -53,9 +54,13 @@ var ErrAuth = errors.New("peer: authentication failed (is the cluster key the sa
 // handshakeTimeout bounds the TLS handshake.
 const handshakeTimeout = 5 * time.Second
 
-// MaxHandshakes bounds the connections a server lets be unauthenticated at
-// once; more are closed at once.
-const MaxHandshakes = 32
+// A server runs at most MaxHandshakes handshakes at once. Connections past
+// them wait for a slot, reading nothing, for at most handshakeTimeout, and
+// at most MaxQueued wait; more are closed at once.
+const (
+	MaxHandshakes = 32
+	MaxQueued     = 1024
+)
 
 // tlsConfig returns the TLS 1.3 configuration of both ends for the
 // cluster key: a certificate for the key pair derived from it, and a check

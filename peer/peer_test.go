@@ -199,37 +199,42 @@ func TestFramesSealed(t *testing.T) {
 }
 
 // TestHandshakeBounds: strangers that connect and send a 64 MiB length
-// prefix (or nothing) hold at most MaxHandshakes slots and make the
-// server read no more than TLS's bounds; past the slots, connections are
-// closed at once; a node with the key is served once they go (finding 9
-// of issue 10).
+// prefix (of the old protocol) hold at most the handshake slots, and wait
+// in a bounded queue; past it, connections are closed at once; TLS reads
+// no frame before the handshake; a node with the key is served once they
+// go (finding 9 of issue 10).
 func TestHandshakeBounds(t *testing.T) {
-	s, _ := serve(t, testKey)
+	const slots, queue = 4, 8
+	s, err := listen("127.0.0.1:0", testKey, mapSource{files: map[string][]byte{"b.jpg": []byte("bee")}}, nil, slots, queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
 	var conns []net.Conn
 	defer func() {
 		for _, c := range conns {
 			c.Close()
 		}
 	}()
-	for i := 0; i < 3*MaxHandshakes; i++ {
+	for i := 0; i < 3*(slots+queue); i++ {
 		c, err := net.Dial("tcp", s.Addr())
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.Write([]byte{0x04, 0, 0, 0}) // a 64 MiB frame, in the old protocol
+		c.Write([]byte{0x04, 0, 0, 0})
 		conns = append(conns, c)
 	}
-	// The last ones are closed by the server at once.
+	// The last ones are closed by the server at once; the first ones are
+	// held (slots and queue), reading nothing past TLS's record header.
 	closed := 0
-	deadline := time.Now().Add(10 * time.Second)
-	for _, c := range conns[2*MaxHandshakes:] {
-		c.SetReadDeadline(deadline)
-		if _, err := c.Read(make([]byte, 1)); err != nil && !errors.Is(err, context.DeadlineExceeded) && !isTimeout(err) {
+	for _, c := range conns[2*(slots+queue):] {
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); err != nil && !isTimeout(err) {
 			closed++
 		}
 	}
 	if closed == 0 {
-		t.Errorf("none of %d connections past the %d handshake slots was closed", MaxHandshakes, MaxHandshakes)
+		t.Errorf("none of the connections past %d slots and %d queued was closed", slots, queue)
 	}
 	for _, c := range conns {
 		c.Close()
@@ -246,6 +251,36 @@ func TestHandshakeBounds(t *testing.T) {
 			t.Fatalf("a node with the key is not served after the strangers left: %v", err)
 		}
 		time.Sleep(10 * time.Millisecond) // the slots free as the server sees the closes
+	}
+}
+
+// TestOneDialAtATime: a burst of requests to a peer with no connection
+// yet makes one connection, not one each (a burst filled the peer's
+// handshake slots, and the requests refused went to the PFS).
+func TestOneDialAtATime(t *testing.T) {
+	s, err := listen("127.0.0.1:0", testKey, mapSource{files: map[string][]byte{"b.jpg": []byte("bee")}}, nil, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	cl := client(t, testKey)
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for i := 0; i < 64; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := cl.Fetch(ctx, s.Addr(), []Item{item("b.jpg", 3)}); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("with one handshake slot and one place in the queue, a burst of 64 requests failed: %v", err)
 	}
 }
 

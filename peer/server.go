@@ -10,6 +10,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Source is what a server serves: a block by catalog identity.
@@ -31,8 +32,11 @@ type Server struct {
 	src Source
 	log *slog.Logger
 
-	handshaking chan struct{} // a slot per unauthenticated connection
-	refused     atomic.Int64  // connections closed for want of a slot
+	handshaking chan struct{} // a slot per connection in its handshake
+	queued      atomic.Int64  // connections waiting for a slot
+	maxQueued   int64         // read-only after listen
+	refused     atomic.Int64  // connections closed for want of a place in the queue
+	stop        chan struct{} // closed by Close
 
 	wg     sync.WaitGroup
 	mu     sync.Mutex
@@ -42,6 +46,10 @@ type Server struct {
 
 // Listen starts a server on addr.
 func Listen(addr string, key []byte, src Source, log *slog.Logger) (*Server, error) {
+	return listen(addr, key, src, log, MaxHandshakes, MaxQueued)
+}
+
+func listen(addr string, key []byte, src Source, log *slog.Logger, handshakes, queued int) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -54,7 +62,7 @@ func Listen(addr string, key []byte, src Source, log *slog.Logger) (*Server, err
 		return nil, fmt.Errorf("peer: listen on %s: %w", addr, err)
 	}
 	s := &Server{ln: ln, tls: cfg, src: src, log: log, conns: map[net.Conn]struct{}{},
-		handshaking: make(chan struct{}, MaxHandshakes)}
+		handshaking: make(chan struct{}, handshakes), maxQueued: int64(queued), stop: make(chan struct{})}
 	s.wg.Add(1)
 	go s.accept()
 	return s, nil
@@ -71,6 +79,7 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.closed = true
+	close(s.stop)
 	for c := range s.conns {
 		c.Close()
 	}
@@ -96,13 +105,12 @@ func (s *Server) accept() {
 			c.Close()
 			return
 		}
-		select {
-		case s.handshaking <- struct{}{}:
-		default:
+		if s.queued.Add(1) > s.maxQueued {
+			s.queued.Add(-1)
 			s.mu.Unlock()
 			// Too many strangers at once: the cluster's own nodes redial.
 			if s.refused.Add(1)%1000 == 1 {
-				s.log.Warn("peer: too many unauthenticated connections; refusing more", "limit", MaxHandshakes, "remote", c.RemoteAddr())
+				s.log.Warn("peer: too many unauthenticated connections; refusing more", "limit", s.maxQueued, "remote", c.RemoteAddr())
 			}
 			c.Close()
 			continue
@@ -125,6 +133,21 @@ func (s *Server) serve(c net.Conn) {
 		s.mu.Unlock()
 		c.Close()
 	}()
+	// Wait for a handshake slot, no longer than a handshake may take;
+	// nothing is read from the connection meanwhile.
+	t := time.NewTimer(handshakeTimeout)
+	select {
+	case s.handshaking <- struct{}{}:
+		t.Stop()
+		s.queued.Add(-1)
+	case <-t.C:
+		s.queued.Add(-1)
+		s.log.Warn("peer: refused a connection: no handshake slot came free in time", "remote", c.RemoteAddr())
+		return
+	case <-s.stop:
+		s.queued.Add(-1)
+		return
+	}
 	tc := tls.Server(c, s.tls)
 	ctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
 	err := tc.HandshakeContext(ctx)
