@@ -4,7 +4,12 @@ package integration
 // exhaustion, escapes), each named TestFaultNN after the finding's number.
 // Every test runs the real daemon binary, so a crash is a dead process,
 // not a dead test binary, and checks that the daemon is still serving
-// afterwards.
+// afterwards. Findings that live inside one package are tested beside it:
+// 3 (ssdstore TestMisdirectedValueIsMiss), 5 (peer TestFramesSealed,
+// TestKeyRequired; the keyless refusal in TestThreeNodes), 15 (ssdstore
+// TestCloseDuringEviction, daemon TestCloseOrder) and 16 (prefetch
+// TestReannounceNewOrder). docs/benchmarks.md lists every finding with its
+// tests and what they measured before and after.
 
 import (
 	"bytes"
