@@ -184,10 +184,11 @@ type (
 	}
 	// Stage holds prefetched blocks and watches demand reads. It may be nil.
 	Stage interface {
-		// Take returns the staged block key of e, if any, and unstages it
-		// if done (the read reaches the block's end; an earlier part of a
-		// block is read again by the next request for the rest).
-		Take(key string, tag uint64, e *catalog.Entry, done bool) (ramcache.Block, bool)
+		// Take returns the staged block key, if any and tagged tag (one of
+		// another version is dropped), and unstages it if done (the read
+		// reaches the block's end; an earlier part of a block is read
+		// again by the next request for the rest).
+		Take(key string, tag uint64, done bool) (ramcache.Block, bool)
 		// Hold stages a block that a read fetched only in part and that RAM
 		// would not keep, so the read of the rest does not fetch it again.
 		Hold(key string, b ramcache.Block)
@@ -384,7 +385,7 @@ func (l *Loader) block(e *catalog.Entry, i int64, done bool, held *[]string) ([]
 		if kept || done {
 			// A prefetch that ran the flight staged the block before it
 			// ended; RAM has it now, or this read was its last.
-			s.s.Take(key, tag, e, true)
+			s.s.Take(key, tag, true)
 		} else {
 			s.s.Hold(key, blockOf(e, tag, c.fetch))
 		}
@@ -404,13 +405,13 @@ func (l *Loader) fromStage(key string, tag uint64, e *catalog.Entry, done bool) 
 	if s == nil {
 		return ramcache.Block{}, false
 	}
-	b, ok := s.s.Take(key, tag, e, done)
+	b, ok := s.s.Take(key, tag, done)
 	if !ok {
 		return ramcache.Block{}, false
 	}
 	if !integrity.Check(tag, b.Sum, b.Data) {
 		l.log.Warn("loader: a staged block fails its checksum; reading it again", "path", e.Path)
-		s.s.Take(key, tag, e, true)
+		s.s.Take(key, tag, true)
 		return ramcache.Block{}, false
 	}
 	if done && !b.Peer {
@@ -499,7 +500,7 @@ func (l *Loader) staged(key string, tag uint64, e *catalog.Entry) (ramcache.Bloc
 	if s == nil {
 		return ramcache.Block{}, false
 	}
-	b, ok := s.s.Take(key, tag, e, false)
+	b, ok := s.s.Take(key, tag, false)
 	if !ok || b.Peer || !integrity.Check(tag, b.Sum, b.Data) {
 		return ramcache.Block{}, false
 	}

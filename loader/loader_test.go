@@ -395,7 +395,7 @@ func (s *fakeStage) keep(e *catalog.Entry, i int64, b ramcache.Block) bool {
 	return true
 }
 
-func (s *fakeStage) Take(key string, tag uint64, e *catalog.Entry, done bool) (ramcache.Block, bool) {
+func (s *fakeStage) Take(key string, tag uint64, done bool) (ramcache.Block, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b, ok := s.m[key]

@@ -660,7 +660,7 @@ func (p *Prefetcher) stageLocked(key string, b ramcache.Block) bool {
 }
 
 // Take implements loader.Stage.
-func (p *Prefetcher) Take(key string, tag uint64, e *catalog.Entry, done bool) (ramcache.Block, bool) {
+func (p *Prefetcher) Take(key string, tag uint64, done bool) (ramcache.Block, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	b, ok := p.staged[key]

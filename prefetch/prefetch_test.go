@@ -145,10 +145,10 @@ func TestFollowsThePlan(t *testing.T) {
 	}
 	for _, i := range order {
 		e := j.Samples[i].Entry
-		if _, ok := p.Take(loader.BlockKey(e.Path, 0), 0, e, false); !ok {
+		if _, ok := p.Take(loader.BlockKey(e.Path, 0), 0, false); !ok {
 			t.Fatalf("%s was not staged", e.Path)
 		}
-		if _, ok := p.Take(loader.BlockKey(e.Path, 0), 0, e, true); !ok {
+		if _, ok := p.Take(loader.BlockKey(e.Path, 0), 0, true); !ok {
 			t.Fatalf("%s was not staged", e.Path)
 		}
 		p.Observe(e, 0, 0)
@@ -284,7 +284,7 @@ func TestReplanFreesTheStage(t *testing.T) {
 	first := j.Order(0, 5)[:20]
 	staged := func(i int) bool {
 		e := j.Samples[i].Entry
-		_, ok := p.Take(loader.BlockKey(e.Path, 0), 0, e, false)
+		_, ok := p.Take(loader.BlockKey(e.Path, 0), 0, false)
 		return ok
 	}
 	waitFor(t, "epoch 5's first 20 samples to be staged", func() bool {
