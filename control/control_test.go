@@ -145,6 +145,7 @@ func TestParseJob(t *testing.T) {
 		"epoch=1 extensions=.jpg,,x": "empty extension",
 		"epoch=1 root=../..":         "climbs out of the mount",
 		"epoch=1 rank=-1":            "want an integer",
+		"epoch=1 balance=nearest":    "want locality or solar",
 		"epoch=1 ranks=0,-1":         "want an integer",
 		"epoch=1 root=a/../../b":     "climbs out of the mount",
 		"epoch=1 root=/train":        "absolute path",
@@ -156,6 +157,22 @@ func TestParseJob(t *testing.T) {
 		if _, err := Parse([]byte(line)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: got %v, want an error containing %q", line, err, want)
 		}
+	}
+	for line, want := range map[string]string{
+		"epoch=1 balance=locality":                      "needs batch",
+		"epoch=1 balance=solar batch=32 sampler=random": "sampler=random has none",
+		"epoch=1 epochorder=true batch=32":              "needs balance",
+	} {
+		c, err := Parse([]byte(line))
+		if err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		if err := c[0].(Job).Merge(DefaultJob()).Check(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: Check gave %v, want an error containing %q", line, err, want)
+		}
+	}
+	if c, _ := Parse([]byte("epoch=1 balance=locality batch=32 epochorder=true")); c[0].(Job).Merge(DefaultJob()).Check() != nil {
+		t.Error("a good balance line was refused")
 	}
 	rankOver := Job{World: 2, Ranks: []int{2}}
 	if err := rankOver.Check(); err == nil {

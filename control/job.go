@@ -27,6 +27,11 @@ import (
 //	batch=N workers=N the DataLoader's batch_size and num_workers; defaults 1, 0
 //	lookahead=N       epochs to plan ahead; default 2
 //	torch=VERSION     the torch release, for randperm's algorithm; default 2.6
+//	balance=KIND      locality or solar: let each sample of a global batch be
+//	                  trained on by a rank on the node that caches it
+//	                  (package balance); needs sampler=distributed and batch
+//	epochorder=BOOL   with balance: choose which planned permutation each
+//	                  epoch uses, for reuse of the caches; default false
 type Job struct {
 	Name       string
 	Root       string
@@ -43,7 +48,9 @@ type Job struct {
 	Batch      int
 	Workers    int
 	Lookahead  int
-	Torch27    bool // torch >= 2.7
+	Torch27    bool   // torch >= 2.7
+	Balance    string // "", "locality" or "solar"
+	EpochOrder bool
 
 	Set map[string]bool // keys present in the line
 }
@@ -113,6 +120,10 @@ func (j Job) Merge(base Job) Job {
 			out.Lookahead = j.Lookahead
 		case "torch":
 			out.Torch27 = j.Torch27
+		case "balance":
+			out.Balance = j.Balance
+		case "epochorder":
+			out.EpochOrder = j.EpochOrder
 		}
 	}
 	if len(out.Ranks) == 0 {
@@ -127,6 +138,14 @@ func (j Job) Check() error {
 		if r >= j.World {
 			return fmt.Errorf("%w: rank %d is not below world=%d", ErrSyntax, r, j.World)
 		}
+	}
+	switch {
+	case j.Balance != "" && j.Sampler != "distributed":
+		return fmt.Errorf("%w: balance=%s plans DistributedSampler batches; sampler=%s has none", ErrSyntax, j.Balance, j.Sampler)
+	case j.Balance != "" && j.Batch <= 1:
+		return fmt.Errorf("%w: balance=%s needs batch=B, the DataLoader's batch_size per rank", ErrSyntax, j.Balance)
+	case j.EpochOrder && j.Balance == "":
+		return fmt.Errorf("%w: epochorder=true needs balance=locality or balance=solar", ErrSyntax)
 	}
 	return nil
 }
@@ -227,8 +246,15 @@ func (j *Job) set(k, v string) error {
 		j.Lookahead, err = parseInt(v, 1, MaxLookahead)
 	case "torch":
 		j.Torch27, err = parseTorch(v)
+	case "balance":
+		if v != "locality" && v != "solar" {
+			return fmt.Errorf("want locality or solar")
+		}
+		j.Balance = v
+	case "epochorder":
+		j.EpochOrder, err = parseBool(v)
 	default:
-		return fmt.Errorf("unknown key; known: job root dataset extensions sampler seed epoch world rank ranks shuffle drop_last batch workers lookahead torch")
+		return fmt.Errorf("unknown key; known: job root dataset extensions sampler seed epoch world rank ranks shuffle drop_last batch workers lookahead torch balance epochorder")
 	}
 	return err
 }
@@ -349,6 +375,10 @@ func (j Job) Line() string {
 		kv("torch", "2.7")
 	} else {
 		kv("torch", "2.6")
+	}
+	if j.Balance != "" {
+		kv("balance", j.Balance)
+		kv("epochorder", strconv.FormatBool(j.EpochOrder))
 	}
 	return b.String()
 }

@@ -411,12 +411,14 @@ type planKey struct {
 	shuffle, dropLast, t27  bool
 	world, rank, batch, wkr int
 	epochs                  string
+	balance                 string
+	epochOrder              bool
 }
 
 func keyOf(j *jobs.Job, rank int, epochs []int) planKey {
 	k := planKey{n: len(j.Samples), sampler: j.Spec.Sampler, seed: j.Spec.Seed, shuffle: j.Spec.Shuffle,
 		dropLast: j.Spec.DropLast, t27: j.Spec.Torch27, world: j.Spec.World, rank: rank, batch: j.Spec.Batch,
-		wkr: j.Spec.Workers, epochs: fmt.Sprint(epochs)}
+		wkr: j.Spec.Workers, epochs: fmt.Sprint(epochs), balance: j.Spec.Balance, epochOrder: j.Spec.EpochOrder}
 	if len(j.Samples) > 0 {
 		k.samples = &j.Samples[0]
 	}
