@@ -170,12 +170,12 @@ func (b Batch) firstPass() (ranks [][]int, free []int) {
 	turn := map[int]int{}
 	ranks = make([][]int, len(b.RankNode))
 	for _, s := range b.Samples {
-		rs := byNode[b.Owner(s)]
-		if len(rs) == 0 {
+		n := b.Owner(s)
+		rs := byNode[n]
+		if n < 0 || len(rs) == 0 { // cached nowhere, or where no rank runs
 			free = append(free, s)
 			continue
 		}
-		n := b.Owner(s)
 		r := rs[turn[n]%len(rs)]
 		turn[n]++
 		ranks[r] = append(ranks[r], s)

@@ -31,6 +31,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/dlfs/dlfs/balance"
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/control"
 	"github.com/dlfs/dlfs/folder"
@@ -61,7 +62,11 @@ type Config struct {
 	// AllRanks says this node plans every rank of a job, not only its
 	// own (a cluster node keeps samples for ranks on other nodes).
 	AllRanks bool
-	Logger   *slog.Logger // nil: discard
+	// Layout says, for a job with balance=, where its ranks run and which
+	// node caches each sample, as placement says now. It is asked once
+	// per epoch plan, and the plan keeps it. nil: one node caching all.
+	Layout func(j *Job) Layout
+	Logger *slog.Logger // nil: discard
 }
 
 // Defaults of Config.
@@ -81,8 +86,26 @@ type Job struct {
 	// moves every local rank.
 	RankEpoch map[int]int
 
-	mu    sync.Mutex
-	plans map[[2]int][]int // (rank, epoch) -> sample indices
+	layout func(j *Job) Layout // read-only after Apply; nil: one node
+
+	mu       sync.Mutex
+	plans    map[[2]int][]int       // (rank, epoch) -> sample indices
+	balanced map[int]*balancedEpoch // epoch -> every rank's plan (balance=)
+	blocks   map[int][]int          // epochorder: block -> which epoch's permutation each epoch of it uses
+}
+
+// Layout is where a job's ranks run and its samples are cached.
+type Layout struct {
+	RankNode []int                // the node of each rank (World of them); -1: unknown
+	Owner    func(sample int) int // the node caching sample i (an index of Samples); -1: none
+	Cached   int                  // samples the cluster's caches hold, for epochorder
+}
+
+// balancedEpoch is one epoch's plan under balance=: every rank's samples in
+// read order, and its batch sizes.
+type balancedEpoch struct {
+	orders  [][]int
+	batches [][]int
 }
 
 // N is the dataset's length.
@@ -108,6 +131,9 @@ func (j *Job) Planned(rank, epoch int) bool {
 func (j *Job) Order(rank, epoch int) []int {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	if j.Spec.Balance != "" {
+		return j.balancedLocked(epoch).orders[rank]
+	}
 	if p, ok := j.plans[[2]int{rank, epoch}]; ok {
 		return p
 	}
@@ -123,6 +149,109 @@ func (j *Job) Order(rank, epoch int) []int {
 	}
 	j.plans[[2]int{rank, epoch}] = p
 	return p
+}
+
+// Batches returns the batch sizes rank trains on in epoch, in order: the
+// stock B (and a shorter last) unless balance=solar made them differ.
+func (j *Job) Batches(rank, epoch int) []int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.Spec.Balance != "" {
+		return j.balancedLocked(epoch).batches[rank]
+	}
+	n := len(draw(j.Spec, j.N(), rank, epoch))
+	var out []int
+	for n > 0 {
+		out = append(out, min(n, j.Spec.Batch))
+		n -= j.Spec.Batch
+	}
+	return out
+}
+
+// balancedLocked returns epoch's plan under balance=, making it (with
+// the layout of the moment) the first time. Plans of epochs that no local
+// rank plans any more are dropped.
+func (j *Job) balancedLocked(epoch int) *balancedEpoch {
+	if p := j.balanced[epoch]; p != nil {
+		return p
+	}
+	var lay Layout
+	if j.layout != nil {
+		lay = j.layout(j)
+	}
+	if lay.RankNode == nil {
+		lay.RankNode = make([]int, j.Spec.World) // one node, caching all
+		lay.Owner = func(int) int { return 0 }
+		lay.Cached = j.N()
+	}
+	d := j.distributed()
+	perm := d.Global(j.permutationLocked(epoch, lay.Cached))
+	p := &balancedEpoch{orders: make([][]int, j.Spec.World), batches: make([][]int, j.Spec.World)}
+	for _, gb := range balance.GlobalBatches(perm, j.Spec.Batch, j.Spec.World) {
+		b := balance.Batch{Samples: gb, Owner: lay.Owner, RankNode: lay.RankNode, Sizes: balance.StockSizes(len(gb), j.Spec.World)}
+		var plan balance.Plan
+		if j.Spec.Balance == "solar" {
+			plan = balance.Solar(b)
+		} else {
+			plan = balance.Locality(b)
+		}
+		for r, ss := range plan.Ranks {
+			p.orders[r] = append(p.orders[r], ss...)
+			p.batches[r] = append(p.batches[r], len(ss))
+		}
+	}
+	if j.balanced == nil {
+		j.balanced = map[int]*balancedEpoch{}
+	}
+	for e := range j.balanced {
+		if !j.plannedByAny(e) {
+			delete(j.balanced, e)
+		}
+	}
+	j.balanced[epoch] = p
+	return p
+}
+
+// plannedByAny reports whether any local rank plans epoch.
+func (j *Job) plannedByAny(epoch int) bool {
+	for r := range j.RankEpoch {
+		if j.Planned(r, epoch) {
+			return true
+		}
+	}
+	return false
+}
+
+// permutationLocked is the epoch whose permutation epoch uses: itself,
+// unless epochorder=true, which reorders the permutations of each block of
+// lookahead epochs for reuse of the caches (balance.EpochOrder). Blocks
+// are fixed (epochs b·L to b·L+L−1), so every node and every call agree.
+func (j *Job) permutationLocked(epoch, cached int) int {
+	if !j.Spec.EpochOrder || j.Spec.Lookahead < 2 {
+		return epoch
+	}
+	l := j.Spec.Lookahead
+	block := epoch / l
+	order, ok := j.blocks[block]
+	if !ok {
+		d := j.distributed()
+		perms := make([][]int, l)
+		for i := range perms {
+			perms[i] = d.Global(block*l + i)
+		}
+		order = balance.EpochOrder(perms, cached)
+		if j.blocks == nil {
+			j.blocks = map[int][]int{}
+		}
+		j.blocks[block] = order
+	}
+	return block*l + order[epoch-block*l]
+}
+
+// distributed is the job's DistributedSampler.
+func (j *Job) distributed() sampler.Distributed {
+	s := j.Spec
+	return sampler.Distributed{N: j.N(), World: s.World, Shuffle: s.Shuffle, Seed: s.Seed, DropLast: s.DropLast, Version: version(s)}
 }
 
 func version(s control.Job) sampler.Version {
@@ -286,7 +415,7 @@ func (r *Registry) Apply(line control.Job) error {
 	if err := spec.Check(); err != nil {
 		return err
 	}
-	j := &Job{Spec: spec, RankEpoch: map[int]int{}}
+	j := &Job{Spec: spec, RankEpoch: map[int]int{}, layout: r.cfg.Layout}
 	for _, r := range spec.Ranks {
 		j.RankEpoch[r] = spec.Epoch
 		if prev != nil && line.Set["rank"] && r != line.Ranks[0] {
@@ -405,7 +534,7 @@ func (r *Registry) Reindex() {
 			delete(r.jobs, old.Spec.Name)
 			r.cfg.Logger.Warn("job dropped: its dataset is gone after the refresh", "job", old.Spec.Name, "err", err)
 		} else {
-			r.jobs[old.Spec.Name] = &Job{Spec: old.Spec, Samples: samples, Classes: classes, RankEpoch: old.RankEpoch}
+			r.jobs[old.Spec.Name] = &Job{Spec: old.Spec, Samples: samples, Classes: classes, RankEpoch: old.RankEpoch, layout: r.cfg.Layout}
 		}
 		r.notifyLocked()
 		r.mu.Unlock()

@@ -3,11 +3,14 @@ package jobs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/dlfs/dlfs/balance"
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/control"
 )
@@ -152,6 +155,106 @@ func TestReads(t *testing.T) {
 			if got[k] != c {
 				t.Fatalf("%s: rank %d reads sample %d %d times, want %d", line, k[0], k[1], got[k], c)
 			}
+		}
+	}
+}
+
+// balanceRegistry is a registry over n files in 5 classes whose layout
+// puts rank r on node r % nodes and sample i on node i % nodes (or none,
+// for every fifth sample, when partial).
+func balanceRegistry(t *testing.T, n, nodes int, partial bool) *Registry {
+	t.Helper()
+	files := map[string]string{}
+	for i := 0; i < n; i++ {
+		files[fmt.Sprintf("c%d/%04d.jpg", i%5, i)] = "x"
+	}
+	r := registry(t, files)
+	r.cfg.Layout = func(j *Job) Layout {
+		rn := make([]int, j.Spec.World)
+		for i := range rn {
+			rn[i] = i % nodes
+		}
+		return Layout{RankNode: rn, Cached: n / 2, Owner: func(i int) int {
+			if partial && i%5 == 0 {
+				return -1
+			}
+			return i % nodes
+		}}
+	}
+	return r
+}
+
+// TestBalancedPlans: under balance=locality every global batch of every
+// epoch is torch's, as a multiset, every rank's batches have their stock
+// sizes, and most reads are on the rank's own node; under solar the
+// global batches hold too; one node gives exactly the stock order.
+func TestBalancedPlans(t *testing.T) {
+	const n, world, batch = 500, 3, 8
+	for _, c := range []struct {
+		line    string
+		nodes   int
+		partial bool
+	}{
+		{"job=j epoch=0 world=3 ranks=0,1,2 batch=8 balance=locality", 3, false},
+		{"job=j epoch=0 world=3 ranks=0,1,2 batch=8 balance=locality", 3, true},
+		{"job=j epoch=0 world=3 ranks=0,1,2 batch=8 balance=solar", 3, true},
+		{"job=j epoch=0 world=3 ranks=0,1,2 batch=8 balance=locality drop_last=true", 3, false},
+		{"job=j epoch=0 world=3 ranks=0,1,2 batch=8 balance=locality epochorder=true lookahead=4", 3, true},
+	} {
+		t.Run(c.line, func(t *testing.T) {
+			r := balanceRegistry(t, n, c.nodes, c.partial)
+			if err := apply(r, c.line); err != nil {
+				t.Fatal(err)
+			}
+			j := r.Get("j")
+			d := j.distributed()
+			local, total := 0, 0
+			for e := 0; e < 2; e++ {
+				j.mu.Lock()
+				perm := j.permutationLocked(e, n/2)
+				j.mu.Unlock()
+				global := balance.GlobalBatches(d.Global(perm), batch, world)
+				offsets := make([]int, world)
+				for k, gb := range global {
+					var got []int
+					for rk := 0; rk < world; rk++ {
+						size := j.Batches(rk, e)[k]
+						if j.Spec.Balance == "locality" && size != balance.StockSizes(len(gb), world)[rk] {
+							t.Fatalf("epoch %d batch %d rank %d: %d samples, stock %d", e, k, rk, size, balance.StockSizes(len(gb), world)[rk])
+						}
+						part := j.Order(rk, e)[offsets[rk] : offsets[rk]+size]
+						offsets[rk] += size
+						got = append(got, part...)
+						for _, i := range part {
+							if i%c.nodes == rk%c.nodes && !(c.partial && i%5 == 0) {
+								local++
+							}
+							total++
+						}
+					}
+					want := slices.Clone(gb)
+					slices.Sort(got)
+					slices.Sort(want)
+					if !slices.Equal(got, want) {
+						t.Fatalf("epoch %d global batch %d is not torch's", e, k)
+					}
+				}
+			}
+			t.Logf("%.0f%% of reads on the rank's own node", 100*float64(local)/float64(total))
+			if float64(local) < 0.6*float64(total) {
+				t.Errorf("only %d of %d reads local", local, total)
+			}
+		})
+	}
+	// One node caching everything: the stock order, exactly.
+	r := registry(t, map[string]string{"c/1.jpg": "1", "c/2.jpg": "2", "c/3.jpg": "3", "c/4.jpg": "4", "d/5.jpg": "5"})
+	if err := apply(r, "job=j epoch=0 world=2 ranks=0,1 batch=2 balance=locality"); err != nil {
+		t.Fatal(err)
+	}
+	j := r.Get("j")
+	for rk := 0; rk < 2; rk++ {
+		if got, want := j.Order(rk, 0), draw(j.Spec, j.N(), rk, 0); !slices.Equal(got, want) {
+			t.Errorf("rank %d on one node: %v, stock %v", rk, got, want)
 		}
 	}
 }
