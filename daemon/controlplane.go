@@ -35,7 +35,8 @@ type ControlStatus struct {
 // List serves the control tree:
 //
 //	control, stats, stats.prom
-//	jobs/JOB/rank-R/epoch-E    the predicted read order, one path per line
+//	jobs/JOB/rank-R/epoch-E          the predicted read order, one path per line
+//	jobs/JOB/rank-R/epoch-E.batches  its batch sizes, one per line
 func (c *controlPlane) List(dir string) ([]fusefs.PseudoEntry, error) {
 	parts := strings.Split(dir, "/")
 	switch {
@@ -59,7 +60,8 @@ func (c *controlPlane) List(dir string) ([]fusefs.PseudoEntry, error) {
 		}
 		var out []fusefs.PseudoEntry
 		for _, e := range j.Epochs(rank) {
-			out = append(out, fusefs.PseudoEntry{Name: fmt.Sprintf("epoch-%d", e)})
+			out = append(out, fusefs.PseudoEntry{Name: fmt.Sprintf("epoch-%d", e)},
+				fusefs.PseudoEntry{Name: fmt.Sprintf("epoch-%d.batches", e)})
 		}
 		return out, nil
 	case len(parts) == 2 && parts[0] == "jobs":
@@ -101,12 +103,19 @@ func (c *controlPlane) plan(p string) ([]byte, error) {
 		return nil, fmt.Errorf("control: %s: %w", p, fs.ErrNotExist)
 	}
 	j, rank, ok := c.jobRank(parts[1], parts[2])
+	name, batches := strings.CutSuffix(parts[3], ".batches")
 	var epoch int
-	if !ok || func() bool { _, err := fmt.Sscanf(parts[3], "epoch-%d", &epoch); return err != nil }() ||
-		fmt.Sprintf("epoch-%d", epoch) != parts[3] || !j.Planned(rank, epoch) {
+	if !ok || func() bool { _, err := fmt.Sscanf(name, "epoch-%d", &epoch); return err != nil }() ||
+		fmt.Sprintf("epoch-%d", epoch) != name || !j.Planned(rank, epoch) {
 		return nil, fmt.Errorf("control: %s: %w", p, fs.ErrNotExist)
 	}
 	var b bytes.Buffer
+	if batches {
+		for _, n := range j.Batches(rank, epoch) {
+			fmt.Fprintln(&b, n)
+		}
+		return b.Bytes(), nil
+	}
 	for _, i := range j.Order(rank, epoch) {
 		b.WriteString(j.Samples[i].Path)
 		b.WriteByte('\n')

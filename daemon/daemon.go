@@ -128,8 +128,9 @@ type Node struct {
 	tableMu     sync.Mutex
 	// tableMu guards the following: placement over the alive members
 	// (placed[i] is the table's member i), kept by watchOwnership.
-	placement *placement.Table
-	placed    []cluster.Member
+	placement    *placement.Table
+	placed       []cluster.Member
+	tableVersion uint64 // counts changes of placement or of its members (balance= plans follow it)
 	// The table before the last change, and its members: a sample's
 	// previous owner may still cache it.
 	prevPlacement *placement.Table
@@ -286,6 +287,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Snapshot: n.cat.Snapshot,
 		ReadFile: n.readWhole,
 		AllRanks: allRanks,
+		Layout:   n.layout,
 		Logger:   cfg.Logger,
 	})
 	pc := cfg.Prefetch

@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"fmt"
+	"hash/fnv"
 	"slices"
 	"sort"
 
@@ -169,4 +171,61 @@ func (n *Node) demand(alive []cluster.Member) []placement.Sample {
 		})
 	}
 	return out
+}
+
+// layout is where job j's ranks run and its samples are cached, as this
+// node's placement table says now; jobs asks it once per epoch plan under
+// balance= and keeps the plan. A rank no alive member gossips is on no
+// node (-1). Without a cluster, every rank is on this one node.
+func (n *Node) layout(j *jobs.Job) jobs.Layout {
+	n.tableMu.Lock()
+	t, placed, version := n.placement, n.placed, n.tableVersion
+	n.tableMu.Unlock()
+	if t == nil {
+		return jobs.Layout{}
+	}
+	id := jobIdentity(j.Spec)
+	rankNode := make([]int, j.Spec.World)
+	for r := range rankNode {
+		rankNode[r] = -1
+	}
+	var capacity int64
+	for mi, m := range placed {
+		capacity += m.Meta.RAM + m.Meta.SSD
+		if m.Name == n.cfg.NodeName {
+			for _, r := range j.Spec.Ranks {
+				rankNode[r] = mi
+			}
+			continue
+		}
+		for _, line := range m.Meta.Jobs {
+			cmds, err := control.Parse([]byte(line))
+			if err != nil || len(cmds) != 1 {
+				continue
+			}
+			if spec, ok := cmds[0].(control.Job); ok {
+				spec = spec.Merge(control.DefaultJob())
+				if jobIdentity(spec) != id {
+					continue
+				}
+				for _, r := range spec.Ranks {
+					if r < len(rankNode) && rankNode[r] < 0 {
+						rankNode[r] = mi
+					}
+				}
+			}
+		}
+	}
+	cached := j.N()
+	if snap := n.cat.Snapshot(); snap.Files > 0 && snap.Bytes > 0 {
+		cached = int(min(int64(j.N()), capacity/max(snap.Bytes/int64(snap.Files), 1)))
+	}
+	h := fnv.New64a()
+	fmt.Fprint(h, version, rankNode, cached)
+	return jobs.Layout{RankNode: rankNode, Cached: cached, Version: h.Sum64(), Owner: func(i int) int {
+		if e := j.Samples[i].Entry; e != nil {
+			return t.Owner(e.Path)
+		}
+		return -1
+	}}
 }

@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/dlfs/dlfs/balance"
 	"github.com/dlfs/dlfs/sampler"
 	"github.com/dlfs/dlfs/test/datagen"
 )
@@ -80,5 +83,84 @@ func TestJobPlans(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(mnt, ".dlfs/jobs/j")); !os.IsNotExist(err) {
 		t.Errorf("ended job still listed: %v", err)
+	}
+}
+
+// TestBalancedPair: two nodes, one rank each, announce a job with
+// balance=locality. Once gossip has settled, the plan files of the two
+// ranks split every global batch of torch's exactly, each rank's batches
+// keep their stock sizes, and most of each rank's samples are its own
+// node's.
+func TestBalancedPair(t *testing.T) {
+	src := t.TempDir()
+	if _, err := datagen.ImageFolder(src, datagen.Spec{Classes: 4, Files: 120, MeanSize: 2000, Seed: 3}); err != nil {
+		t.Fatal(err)
+	}
+	a, mntA, b, mntB := startPair(t, src)
+	const line = "job=bj root=. seed=5 epoch=0 world=2 batch=8 balance=locality"
+	for i, mnt := range []string{mntA, mntB} {
+		if err := os.WriteFile(filepath.Join(mnt, ".dlfs/control"), []byte(fmt.Sprintf("%s rank=%d\n", line, i)), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j := a.jobs.Get("bj")
+	d := sampler.Distributed{N: j.N(), World: 2, Shuffle: true, Seed: 5}
+	global := balance.GlobalBatches(d.Global(0), 8, 2)
+	read := func(mnt string, rank int) (paths []string, sizes []int) {
+		base := filepath.Join(mnt, fmt.Sprintf(".dlfs/jobs/bj/rank-%d/epoch-0", rank))
+		p, _ := os.ReadFile(base)
+		s, _ := os.ReadFile(base + ".batches")
+		paths = strings.Fields(string(p))
+		for _, f := range strings.Fields(string(s)) {
+			var n int
+			fmt.Sscan(f, &n)
+			sizes = append(sizes, n)
+		}
+		return paths, sizes
+	}
+	agree := func() string {
+		pa, sa := read(mntA, 0)
+		pb, sb := read(mntB, 1)
+		if len(sa) != len(global) || len(sb) != len(global) {
+			return fmt.Sprintf("%d and %d batches, want %d", len(sa), len(sb), len(global))
+		}
+		offA, offB := 0, 0
+		for k, gb := range global {
+			stock := balance.StockSizes(len(gb), 2)
+			if sa[k] != stock[0] || sb[k] != stock[1] {
+				return fmt.Sprintf("batch %d: sizes %d, %d; stock %v", k, sa[k], sb[k], stock)
+			}
+			got := append(slices.Clone(pa[offA:offA+sa[k]]), pb[offB:offB+sb[k]]...)
+			offA, offB = offA+sa[k], offB+sb[k]
+			var want []string
+			for _, i := range gb {
+				want = append(want, j.Samples[i].Path)
+			}
+			slices.Sort(got)
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				return fmt.Sprintf("global batch %d differs from torch's", k)
+			}
+		}
+		return ""
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for why := agree(); why != ""; why = agree() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the two ranks' plans never split torch's global batches: %s", why)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Most of rank 0's samples are node a's own.
+	pa, _ := read(mntA, 0)
+	own := 0
+	for _, p := range pa {
+		if m, ok := b.owner(p); ok && m.Name == "a" { // b's view: a owns it
+			own++
+		}
+	}
+	t.Logf("rank 0 trains on %d of its %d samples from its own node", own, len(pa))
+	if own < len(pa)*2/3 {
+		t.Errorf("rank 0 trains on %d of %d samples from its own node", own, len(pa))
 	}
 }

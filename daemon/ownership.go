@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/dlfs/dlfs/catalog"
@@ -147,6 +148,9 @@ func (n *Node) watchOwnership(changes <-chan struct{}, stop <-chan struct{}) {
 		n.tableMu.Lock()
 		if n.placement != nil && !n.placement.Equal(t) {
 			n.prevPlacement, n.prevPlaced = n.placement, n.placed
+		}
+		if n.placement == nil || !n.placement.Equal(t) || !slices.EqualFunc(n.placed, alive, func(a, b cluster.Member) bool { return a.Name == b.Name }) {
+			n.tableVersion++
 		}
 		n.placement, n.placed = t, alive
 		n.othersPlacement, n.othersPlaced = tOthers, rest

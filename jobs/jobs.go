@@ -99,11 +99,17 @@ type Layout struct {
 	RankNode []int                // the node of each rank (World of them); -1: unknown
 	Owner    func(sample int) int // the node caching sample i (an index of Samples); -1: none
 	Cached   int                  // samples the cluster's caches hold, for epochorder
+	// Version changes whenever the layout may have: a plan made under
+	// another version is made again. Until the nodes agree on one layout
+	// per epoch, two of them may plan an epoch from different ones for a
+	// moment.
+	Version uint64
 }
 
 // balancedEpoch is one epoch's plan under balance=: every rank's samples in
 // read order, and its batch sizes.
 type balancedEpoch struct {
+	version uint64 // of the layout it was made from
 	orders  [][]int
 	batches [][]int
 }
@@ -168,16 +174,16 @@ func (j *Job) Batches(rank, epoch int) []int {
 	return out
 }
 
-// balancedLocked returns epoch's plan under balance=, making it (with
-// the layout of the moment) the first time. Plans of epochs that no local
-// rank plans any more are dropped.
+// balancedLocked returns epoch's plan under balance=, made from the layout
+// of the moment, and made again when the layout's version changes. Plans
+// of epochs that no local rank plans any more are dropped.
 func (j *Job) balancedLocked(epoch int) *balancedEpoch {
-	if p := j.balanced[epoch]; p != nil {
-		return p
-	}
 	var lay Layout
 	if j.layout != nil {
 		lay = j.layout(j)
+	}
+	if p := j.balanced[epoch]; p != nil && p.version == lay.Version {
+		return p
 	}
 	if lay.RankNode == nil {
 		lay.RankNode = make([]int, j.Spec.World) // one node, caching all
@@ -186,7 +192,7 @@ func (j *Job) balancedLocked(epoch int) *balancedEpoch {
 	}
 	d := j.distributed()
 	perm := d.Global(j.permutationLocked(epoch, lay.Cached))
-	p := &balancedEpoch{orders: make([][]int, j.Spec.World), batches: make([][]int, j.Spec.World)}
+	p := &balancedEpoch{version: lay.Version, orders: make([][]int, j.Spec.World), batches: make([][]int, j.Spec.World)}
 	for _, gb := range balance.GlobalBatches(perm, j.Spec.Batch, j.Spec.World) {
 		b := balance.Batch{Samples: gb, Owner: lay.Owner, RankNode: lay.RankNode, Sizes: balance.StockSizes(len(gb), j.Spec.World)}
 		var plan balance.Plan
