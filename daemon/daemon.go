@@ -197,6 +197,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := checkMountpoint(cfg.Mountpoint); err != nil {
 		return nil, err
 	}
+	if cc := cfg.Cluster; (cc.Bind != "" || len(cc.Join) > 0) && len(cc.Key) == 0 && !cc.Insecure {
+		return nil, fmt.Errorf("%w: no cluster key: anyone who reaches the gossip or data port could join and read the dataset; give --cluster-key-file, or --insecure on a network only trusted nodes reach", cluster.ErrConfig)
+	}
 	if abs, err := filepath.Abs(cfg.Mountpoint); err == nil {
 		cfg.Mountpoint = abs
 	}
@@ -259,9 +262,6 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		sc := cfg.SSD
 		sc.Dir, sc.Capacity, sc.Logger = cfg.SSDDir, cfg.SSDCapacity, cfg.Logger
 		sc.NextUse = n.nextUseOfKey
-		if err := os.MkdirAll(cfg.SSDDir, 0o700); err != nil {
-			return nil, fmt.Errorf("ssd cache %s: %w", cfg.SSDDir, err)
-		}
 		switch n.ssd, err = ssdstore.Open(sc); {
 		case errors.Is(err, ssdstore.ErrNoSpace):
 			// The mount is still worth having: it runs on RAM and the PFS.
@@ -325,9 +325,6 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 			cc.Bind = "0.0.0.0:7946"
 		}
 		cc.NodeName, cc.Logger = cfg.NodeName, cfg.Logger
-		if len(cc.Key) == 0 && !cc.Insecure {
-			return nil, fmt.Errorf("%w: no cluster key: anyone who reaches the gossip or data port could join and read the dataset; give --cluster-key-file, or --insecure on a network only trusted nodes reach", cluster.ErrConfig)
-		}
 		cc.Meta.Dataset = n.dataset.String()
 		cc.Meta.RAM, cc.Meta.SSD = cfg.RAMCache, 0
 		if n.ssd != nil {

@@ -137,24 +137,15 @@ func (d *seqDataset) read(e seqfile.Entry, p []byte, off int64) (int, error) {
 			ErrFormat, h.Path(), e.Name, e.Offset, h.Size())
 	}
 	if off == 0 && int64(len(p)) == e.Length { // the whole record: check it in place
-		if err := readFull(h, p, e.DataOffset()); err != nil {
+		if err := readRecord(h, e, p); err != nil {
 			return 0, err
-		}
-		if seqfile.RecordCRC(e.Name, p) != e.CRC {
-			return 0, corrupt(h, e)
 		}
 		return len(p), nil
 	}
 	if e.Length <= maxMemoRecord {
 		rec, err := d.memo.get(h, e, func() ([]byte, error) {
 			b := make([]byte, e.Length)
-			if err := readFull(h, b, e.DataOffset()); err != nil {
-				return nil, err
-			}
-			if seqfile.RecordCRC(e.Name, b) != e.CRC {
-				return nil, corrupt(h, e)
-			}
-			return b, nil
+			return b, readRecord(h, e, b)
 		})
 		if err != nil {
 			return 0, err
@@ -179,6 +170,18 @@ func (d *seqDataset) read(e seqfile.Entry, p []byte, off int64) (int, error) {
 		return 0, corrupt(h, e)
 	}
 	return len(p), nil
+}
+
+// readRecord reads e's whole payload into p (e.Length bytes) and checks
+// it against the record's checksum.
+func readRecord(h *source.Handle, e seqfile.Entry, p []byte) error {
+	if err := readFull(h, p, e.DataOffset()); err != nil {
+		return err
+	}
+	if seqfile.RecordCRC(e.Name, p) != e.CRC {
+		return corrupt(h, e)
+	}
+	return nil
 }
 
 // readFull reads len(p) bytes of h at off; a short read is an error.

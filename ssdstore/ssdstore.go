@@ -234,11 +234,6 @@ func Open(cfg Config) (*Store, error) {
 	// Copies kept on eviction (half a segment) may pass the disk bound
 	// for a moment: data leaves room for them too.
 	dataCap := cfg.Capacity - (2*vlogSize + 2*memSize + 1<<20) - cfg.Capacity/32
-	if !cfg.InMemory {
-		if free, err := freeSpace(cfg.Dir); err == nil && free < cfg.MinFree/2 {
-			return nil, fmt.Errorf("%w: %d MiB free on %s, under half the floor of %d MiB; free space or move --ssd-cache", ErrNoSpace, free>>20, cfg.Dir, cfg.MinFree>>20)
-		}
-	}
 	opts := badger.DefaultOptions(cfg.Dir).
 		WithInMemory(cfg.InMemory).
 		WithLogger(badgerLogger{cfg.Logger}).
@@ -263,12 +258,13 @@ func Open(cfg Config) (*Store, error) {
 	}
 	var lock *os.File
 	if !cfg.InMemory {
-		if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
-			return nil, fmt.Errorf("ssdstore: %w", err)
-		}
 		var err error
 		if lock, err = lockDir(cfg.Dir); err != nil {
 			return nil, err
+		}
+		if free, err := freeSpace(cfg.Dir); err == nil && free < cfg.MinFree/2 {
+			lock.Close()
+			return nil, fmt.Errorf("%w: %d MiB free on %s, under half the floor of %d MiB; free space or move --ssd-cache", ErrNoSpace, free>>20, cfg.Dir, cfg.MinFree>>20)
 		}
 	}
 	s := &Store{
@@ -288,9 +284,6 @@ func Open(cfg Config) (*Store, error) {
 		s.lock = nil
 		if rerr := os.Rename(cfg.Dir, aside); rerr != nil {
 			return nil, fmt.Errorf("ssdstore: %s is damaged (%v) and cannot be moved aside: %w; remove it", cfg.Dir, err, rerr)
-		}
-		if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
-			return nil, fmt.Errorf("ssdstore: %w", err)
 		}
 		if s.lock, err = lockDir(cfg.Dir); err != nil {
 			return nil, err
@@ -345,10 +338,13 @@ func (s *Store) open(opts badger.Options) error {
 // errLocked means another process holds the cache directory.
 var errLocked = errors.New("ssdstore: another dlfs is using this cache directory")
 
-// lockDir takes an exclusive lock on dir for this process, so that two
-// daemons never share a cache (and a second one does not take the first's
-// cache for damaged).
+// lockDir makes dir if it is missing and takes an exclusive lock on it
+// for this process, so that two daemons never share a cache (and a second
+// one does not take the first's cache for damaged).
 func lockDir(dir string) (*os.File, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("ssdstore: %w", err)
+	}
 	f, err := os.OpenFile(filepath.Join(dir, "dlfs.lock"), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("ssdstore: %w", err)

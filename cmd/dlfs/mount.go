@@ -114,10 +114,7 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 				}
 				cfg.Cluster.Key = key
 			}
-			cfg.Cluster.Insecure = o.insecure
-			if (o.bind != "" || len(o.join) > 0 || o.dataAddr != "") && len(cfg.Cluster.Key) == 0 && !o.insecure {
-				return fmt.Errorf("--bind, --join and --data-addr need --cluster-key-file: without a key anyone who reaches the ports could join the cluster and read the dataset (--insecure allows it on a network only trusted nodes reach)")
-			}
+			cfg.Cluster.Insecure = o.insecure // the daemon refuses a cluster port without a key unless set
 			switch o.ramEviction {
 			case "belady":
 			case "lru":
