@@ -128,9 +128,8 @@ type Node struct {
 	tableMu     sync.Mutex
 	// tableMu guards the following: placement over the alive members
 	// (placed[i] is the table's member i), kept by watchOwnership.
-	placement    *placement.Table
-	placed       []cluster.Member
-	tableVersion uint64 // counts changes of placement or of its members (balance= plans follow it)
+	placement *placement.Table
+	placed    []cluster.Member
 	// The table before the last change, and its members: a sample's
 	// previous owner may still cache it.
 	prevPlacement *placement.Table

@@ -174,12 +174,12 @@ func (n *Node) demand(alive []cluster.Member) []placement.Sample {
 }
 
 // layout is where job j's ranks run and its samples are cached, as this
-// node's placement table says now; jobs asks it once per epoch plan under
-// balance= and keeps the plan. A rank no alive member gossips is on no
+// node's placement table says now; jobs asks it for each plan under
+// balance= until the plan is pinned. A rank no alive member gossips is on no
 // node (-1). Without a cluster, every rank is on this one node.
 func (n *Node) layout(j *jobs.Job) jobs.Layout {
 	n.tableMu.Lock()
-	t, placed, version := n.placement, n.placed, n.tableVersion
+	t, placed := n.placement, n.placed
 	n.tableMu.Unlock()
 	if t == nil {
 		return jobs.Layout{}
@@ -220,9 +220,14 @@ func (n *Node) layout(j *jobs.Job) jobs.Layout {
 	if snap := n.cat.Snapshot(); snap.Files > 0 && snap.Bytes > 0 {
 		cached = int(min(int64(j.N()), capacity/max(snap.Bytes/int64(snap.Files), 1)))
 	}
+	// The ID is the layout's content, the same on every node that sees the
+	// same members, placement and ranks.
 	h := fnv.New64a()
-	fmt.Fprint(h, version, rankNode, cached)
-	return jobs.Layout{RankNode: rankNode, Cached: cached, Version: h.Sum64(), Owner: func(i int) int {
+	fmt.Fprint(h, t.Fingerprint(), rankNode, cached)
+	for _, m := range placed {
+		fmt.Fprint(h, " ", m.Name)
+	}
+	return jobs.Layout{RankNode: rankNode, Cached: cached, ID: h.Sum64(), Owner: func(i int) int {
 		if e := j.Samples[i].Entry; e != nil {
 			return t.Owner(e.Path)
 		}

@@ -151,6 +151,40 @@ func TestBalancedPair(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// Both pin epoch 0's plan under the same layout, and say so in the
+	// control status and the stats.
+	pinned := func() string {
+		var ids []string
+		for _, mnt := range []string{mntA, mntB} {
+			var st ControlStatus
+			readJSON(t, filepath.Join(mnt, ".dlfs/control"), &st)
+			p, ok := st.Jobs["bj"].Plans["epoch-0"]
+			if !ok || !p.Pinned {
+				return fmt.Sprintf("%s: epoch 0's plan %+v not pinned", mnt, p)
+			}
+			ids = append(ids, p.Layout)
+		}
+		if ids[0] != ids[1] {
+			return fmt.Sprintf("layouts %v differ", ids)
+		}
+		return ""
+	}
+	for why := pinned(); why != ""; why = pinned() {
+		if time.Now().After(deadline) {
+			t.Fatal(why)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if why := agree(); why != "" {
+		t.Fatalf("pinned plans: %s", why)
+	}
+	var stats Stats
+	readJSON(t, filepath.Join(mntA, ".dlfs/stats"), &stats)
+	if p := stats.Plans["bj"]["epoch-0"]; p.Reads != int64(j.N()) || p.Local < p.Reads/2 || p.MaxBatch != 8 || p.Moved == 0 {
+		t.Errorf("stats of epoch 0's plan: %+v", p)
+	} else {
+		t.Logf("epoch 0's plan: %+v", p)
+	}
 	// Most of rank 0's samples are node a's own.
 	pa, _ := read(mntA, 0)
 	own := 0

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"slices"
 	"sync"
 
 	"github.com/dlfs/dlfs/catalog"
@@ -149,13 +148,13 @@ func (n *Node) watchOwnership(changes <-chan struct{}, stop <-chan struct{}) {
 		if n.placement != nil && !n.placement.Equal(t) {
 			n.prevPlacement, n.prevPlaced = n.placement, n.placed
 		}
-		if n.placement == nil || !n.placement.Equal(t) || !slices.EqualFunc(n.placed, alive, func(a, b cluster.Member) bool { return a.Name == b.Name }) {
-			n.tableVersion++
-		}
 		n.placement, n.placed = t, alive
 		n.othersPlacement, n.othersPlaced = tOthers, rest
 		n.tableMu.Unlock()
 		n.own.compute(n.cat.Snapshot(), t, plan)
+		// balance= plans not yet pinned follow the new layout (which also
+		// takes the ranks from the members' gossiped job lines).
+		n.jobs.Relayout()
 		select {
 		case <-stop:
 			return

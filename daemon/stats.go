@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/dlfs/dlfs/cluster"
+	"github.com/dlfs/dlfs/jobs"
 	"github.com/dlfs/dlfs/loader"
 	"github.com/dlfs/dlfs/perfmodel"
 	"github.com/dlfs/dlfs/prefetch"
@@ -34,6 +36,8 @@ type Stats struct {
 	Prefetch      prefetch.Totals                      `json:"prefetch"`
 	Cluster       ClusterStats                         `json:"cluster"`
 	Jobs          map[string]map[string]prefetch.Stats `json:"jobs"`
+	// Plans are the balance= plans by job and "epoch-E".
+	Plans map[string]map[string]jobs.PlanStats `json:"plans,omitempty"`
 }
 
 // CoalescingStats tell how packed samples were read from the PFS.
@@ -129,6 +133,17 @@ func (n *Node) Stats() Stats {
 		}
 	}
 	s.Prefetch, s.Jobs = n.pf.Stats()
+	for _, j := range n.jobs.All() {
+		if ps := j.PlanStats(); len(ps) > 0 {
+			if s.Plans == nil {
+				s.Plans = map[string]map[string]jobs.PlanStats{}
+			}
+			s.Plans[j.Spec.Name] = map[string]jobs.PlanStats{}
+			for e, p := range ps {
+				s.Plans[j.Spec.Name][fmt.Sprintf("epoch-%d", e)] = p
+			}
+		}
+	}
 	return s
 }
 
@@ -182,12 +197,17 @@ var (
 	descPeerServed  = prometheus.NewDesc("dlfs_cluster_served_to_peers_total", "Blocks sent to peers.", nil, nil)
 	descPeerReqs    = prometheus.NewDesc("dlfs_cluster_peer_requests_total", "Requests sent to peers.", nil, nil)
 	descLocalReads  = prometheus.NewDesc("dlfs_placement_local_reads_ratio", "Share of the jobs' planned reads that find the sample on the reader's node.", nil, nil)
+	descPlanReads   = prometheus.NewDesc("dlfs_plan_reads", "Reads a balance= plan gives all ranks in an epoch, by where the sample is cached.", []string{"job", "epoch", "where"}, nil)
+	descPlanMoved   = prometheus.NewDesc("dlfs_plan_moved_samples", "Samples a balance= plan moved off their node to even the batches (Algorithm 1).", []string{"job", "epoch"}, nil)
+	descPlanImb     = prometheus.NewDesc("dlfs_plan_imbalance_ratio", "Imbalance of a balance= plan's global batches (sum of deficits over batch size), by quantile.", []string{"job", "epoch", "quantile"}, nil)
+	descPlanBatch   = prometheus.NewDesc("dlfs_plan_batch_size", "Smallest and largest batch of any rank in a balance= plan.", []string{"job", "epoch", "bound"}, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descServedReads, descServedBytes, descPFSOpens, descPFSReads, descPFSBytes,
 		descEntries, descBytes, descCapacity, descFiles, descFileBytes, descUptime, descPFFetched, descPFWasted,
-		descPFStaged, descJobReads, descJobStall, descMembers, descOwned, descPeerServed, descPeerReqs, descLocalReads} {
+		descPFStaged, descJobReads, descJobStall, descMembers, descOwned, descPeerServed, descPeerReqs, descLocalReads,
+		descPlanReads, descPlanMoved, descPlanImb, descPlanBatch} {
 		ch <- d
 	}
 }
@@ -234,6 +254,19 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descJobReads, prometheus.CounterValue, float64(st.Late), job, rank, "late")
 			ch <- prometheus.MustNewConstMetric(descJobReads, prometheus.CounterValue, float64(st.Misses), job, rank, "miss")
 			ch <- prometheus.MustNewConstMetric(descJobStall, prometheus.CounterValue, st.StallSeconds, job, rank)
+		}
+	}
+	for job, epochs := range s.Plans {
+		for name, p := range epochs {
+			e := strings.TrimPrefix(name, "epoch-")
+			ch <- prometheus.MustNewConstMetric(descPlanReads, prometheus.GaugeValue, float64(p.Local), job, e, "local")
+			ch <- prometheus.MustNewConstMetric(descPlanReads, prometheus.GaugeValue, float64(p.Reads-p.Local-p.PFS), job, e, "peer")
+			ch <- prometheus.MustNewConstMetric(descPlanReads, prometheus.GaugeValue, float64(p.PFS), job, e, "pfs")
+			ch <- prometheus.MustNewConstMetric(descPlanMoved, prometheus.GaugeValue, float64(p.Moved), job, e)
+			ch <- prometheus.MustNewConstMetric(descPlanImb, prometheus.GaugeValue, p.ImbalanceMedian/100, job, e, "0.5")
+			ch <- prometheus.MustNewConstMetric(descPlanImb, prometheus.GaugeValue, p.ImbalanceP90/100, job, e, "0.9")
+			ch <- prometheus.MustNewConstMetric(descPlanBatch, prometheus.GaugeValue, float64(p.MinBatch), job, e, "min")
+			ch <- prometheus.MustNewConstMetric(descPlanBatch, prometheus.GaugeValue, float64(p.MaxBatch), job, e, "max")
 		}
 	}
 }

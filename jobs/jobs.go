@@ -26,6 +26,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"math"
 	"path"
 	"sort"
 	"strings"
@@ -92,6 +94,9 @@ type Job struct {
 	plans    map[[2]int][]int       // (rank, epoch) -> sample indices
 	balanced map[int]*balancedEpoch // epoch -> every rank's plan (balance=)
 	blocks   map[int][]int          // epochorder: block -> which epoch's permutation each epoch of it uses
+
+	statsMu   sync.Mutex        // guards planStats: reading them never waits for a plan being made
+	planStats map[int]PlanStats // epoch -> its plan's figures (balance=), as last made
 }
 
 // Layout is where a job's ranks run and its samples are cached.
@@ -99,19 +104,55 @@ type Layout struct {
 	RankNode []int                // the node of each rank (World of them); -1: unknown
 	Owner    func(sample int) int // the node caching sample i (an index of Samples); -1: none
 	Cached   int                  // samples the cluster's caches hold, for epochorder
-	// Version changes whenever the layout may have: a plan made under
-	// another version is made again. Until the nodes agree on one layout
-	// per epoch, two of them may plan an epoch from different ones for a
-	// moment.
-	Version uint64
+	// ID identifies the layout by content: nodes that see the same
+	// placement, ranks and capacity compute the same ID, and a plan made
+	// under another ID is made again until it is pinned.
+	ID uint64
+}
+
+// complete reports whether every rank's node is known.
+func (l Layout) complete() bool {
+	for _, n := range l.RankNode {
+		if n < 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // balancedEpoch is one epoch's plan under balance=: every rank's samples in
 // read order, and its batch sizes.
 type balancedEpoch struct {
-	version uint64 // of the layout it was made from
+	id      uint64 // of the layout it was made from
+	pinned  bool   // kept whatever the layout does from now on
 	orders  [][]int
 	batches [][]int
+	stats   PlanStats
+}
+
+// PlanStats describe one epoch's plan under balance=.
+type PlanStats struct {
+	// Layout is the layout's ID (hex): every node that planned the
+	// epoch from the same placement shows the same.
+	Layout string `json:"layout"`
+	// Pinned: the plan no longer changes with the layout (a local rank
+	// is in the epoch and every rank's node was known).
+	Pinned bool `json:"pinned"`
+	// Reads counts the planned reads; Local those whose sample the
+	// reader's own node caches, PFS those no node caches.
+	Reads int64 `json:"reads"`
+	Local int64 `json:"local"`
+	PFS   int64 `json:"pfs"`
+	// Moved counts the samples Algorithm 1 moved off their node.
+	Moved int64 `json:"moved"`
+	// ImbalanceMedian and ImbalanceP90 are percentiles, over the global
+	// batches, of the sum of deficits over the batch's size (Yang & Cong).
+	ImbalanceMedian float64 `json:"imbalance_median"`
+	ImbalanceP90    float64 `json:"imbalance_p90"`
+	// MinBatch and MaxBatch are the range of every rank's batch sizes
+	// (equal to batch= except the last, unless balance=solar).
+	MinBatch int `json:"min_batch"`
+	MaxBatch int `json:"max_batch"`
 }
 
 // N is the dataset's length.
@@ -137,6 +178,10 @@ func (j *Job) Planned(rank, epoch int) bool {
 func (j *Job) Order(rank, epoch int) []int {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	return j.orderLocked(rank, epoch)
+}
+
+func (j *Job) orderLocked(rank, epoch int) []int {
 	if j.Spec.Balance != "" {
 		return j.balancedLocked(epoch).orders[rank]
 	}
@@ -165,7 +210,7 @@ func (j *Job) Batches(rank, epoch int) []int {
 	if j.Spec.Balance != "" {
 		return j.balancedLocked(epoch).batches[rank]
 	}
-	n := len(draw(j.Spec, j.N(), rank, epoch))
+	n := len(j.orderLocked(rank, epoch))
 	var out []int
 	for n > 0 {
 		out = append(out, min(n, j.Spec.Batch))
@@ -174,38 +219,32 @@ func (j *Job) Batches(rank, epoch int) []int {
 	return out
 }
 
-// balancedLocked returns epoch's plan under balance=, made from the layout
-// of the moment, and made again when the layout's version changes. Plans
-// of epochs that no local rank plans any more are dropped.
+// balancedLocked returns epoch's plan under balance=. A plan is made from
+// the layout of the moment and made again when the layout's ID changes,
+// until it is pinned: from the time a local rank is in the epoch and every
+// rank's node is known, the plan stays as it is for the rest of the epoch
+// (membership changes apply from the next epoch; a sample whose owner died
+// is read from wherever it is). Plans of epochs no local rank plans any
+// more are dropped.
 func (j *Job) balancedLocked(epoch int) *balancedEpoch {
+	p := j.balanced[epoch]
+	if p != nil && p.pinned {
+		return p
+	}
 	var lay Layout
 	if j.layout != nil {
 		lay = j.layout(j)
-	}
-	if p := j.balanced[epoch]; p != nil && p.version == lay.Version {
-		return p
 	}
 	if lay.RankNode == nil {
 		lay.RankNode = make([]int, j.Spec.World) // one node, caching all
 		lay.Owner = func(int) int { return 0 }
 		lay.Cached = j.N()
 	}
-	d := j.distributed()
-	perm := d.Global(j.permutationLocked(epoch, lay.Cached))
-	p := &balancedEpoch{version: lay.Version, orders: make([][]int, j.Spec.World), batches: make([][]int, j.Spec.World)}
-	for _, gb := range balance.GlobalBatches(perm, j.Spec.Batch, j.Spec.World) {
-		b := balance.Batch{Samples: gb, Owner: lay.Owner, RankNode: lay.RankNode, Sizes: balance.StockSizes(len(gb), j.Spec.World)}
-		var plan balance.Plan
-		if j.Spec.Balance == "solar" {
-			plan = balance.Solar(b)
-		} else {
-			plan = balance.Locality(b)
-		}
-		for r, ss := range plan.Ranks {
-			p.orders[r] = append(p.orders[r], ss...)
-			p.batches[r] = append(p.batches[r], len(ss))
-		}
+	if p == nil || p.id != lay.ID {
+		p = j.makeBalanced(epoch, lay)
 	}
+	p.pinned = lay.complete() && j.current(epoch)
+	p.stats.Pinned = p.pinned
 	if j.balanced == nil {
 		j.balanced = map[int]*balancedEpoch{}
 	}
@@ -215,7 +254,104 @@ func (j *Job) balancedLocked(epoch int) *balancedEpoch {
 		}
 	}
 	j.balanced[epoch] = p
+	j.statsMu.Lock()
+	j.planStats = map[int]PlanStats{}
+	for e, p := range j.balanced {
+		j.planStats[e] = p.stats
+	}
+	j.statsMu.Unlock()
 	return p
+}
+
+// PlanStats returns the figures of the plans made so far under balance=,
+// by epoch, without making any.
+func (j *Job) PlanStats() map[int]PlanStats {
+	j.statsMu.Lock()
+	defer j.statsMu.Unlock()
+	return maps.Clone(j.planStats)
+}
+
+// makeBalanced plans epoch under lay.
+func (j *Job) makeBalanced(epoch int, lay Layout) *balancedEpoch {
+	d := j.distributed()
+	perm := d.Global(j.permutationLocked(epoch, lay.Cached))
+	p := &balancedEpoch{id: lay.ID, orders: make([][]int, j.Spec.World), batches: make([][]int, j.Spec.World)}
+	p.stats.Layout = fmt.Sprintf("%016x", lay.ID)
+	p.stats.MinBatch = math.MaxInt
+	var imb []float64
+	for _, gb := range balance.GlobalBatches(perm, j.Spec.Batch, j.Spec.World) {
+		b := balance.Batch{Samples: gb, Owner: lay.Owner, RankNode: lay.RankNode, Sizes: balance.StockSizes(len(gb), j.Spec.World)}
+		var plan balance.Plan
+		if j.Spec.Balance == "solar" {
+			plan = balance.Solar(b)
+		} else {
+			plan = balance.Locality(b)
+		}
+		imb = append(imb, balance.Imbalance(b))
+		p.stats.Moved += int64(plan.Moved)
+		for r, ss := range plan.Ranks {
+			p.orders[r] = append(p.orders[r], ss...)
+			p.batches[r] = append(p.batches[r], len(ss))
+			p.stats.MinBatch = min(p.stats.MinBatch, len(ss))
+			p.stats.MaxBatch = max(p.stats.MaxBatch, len(ss))
+			for _, s := range ss {
+				p.stats.Reads++
+				switch o := lay.Owner(s); {
+				case o < 0:
+					p.stats.PFS++
+				case o == lay.RankNode[r]:
+					p.stats.Local++
+				}
+			}
+		}
+	}
+	if p.stats.MinBatch == math.MaxInt {
+		p.stats.MinBatch = 0
+	}
+	sort.Float64s(imb)
+	p.stats.ImbalanceMedian = 100 * quantile(imb, 0.5)
+	p.stats.ImbalanceP90 = 100 * quantile(imb, 0.9)
+	return p
+}
+
+// quantile of sorted xs (nearest rank); 0 for none.
+func quantile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	return xs[min(int(q*float64(len(xs))), len(xs)-1)]
+}
+
+// current reports whether a local rank is in epoch (or past it).
+func (j *Job) current(epoch int) bool {
+	for _, e := range j.RankEpoch {
+		if e >= epoch {
+			return true
+		}
+	}
+	return false
+}
+
+// Plan describes epoch's plan under balance= (made if it was not); ok is
+// false for a job without balance=.
+func (j *Job) Plan(epoch int) (st PlanStats, ok bool) {
+	if j.Spec.Balance == "" {
+		return PlanStats{}, false
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.balancedLocked(epoch).stats, true
+}
+
+// PlanID is the layout ID epoch's plan was made from (0 without
+// balance=): a prefetch stream follows a plan while it stays the same.
+func (j *Job) PlanID(epoch int) uint64 {
+	if j.Spec.Balance == "" {
+		return 0
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.balancedLocked(epoch).id
 }
 
 // plannedByAny reports whether any local rank plans epoch.
@@ -444,6 +580,9 @@ func (r *Registry) Apply(line control.Job) error {
 	if err := r.checkPositions(spec, j.N()); err != nil {
 		return err
 	}
+	if prev != nil && sameDataset(prev.Spec, spec) && samePlans(prev.Spec, spec) {
+		j.keepPinned(prev)
+	}
 	r.mu.Lock()
 	r.jobs[spec.Name] = j
 	r.notifyLocked()
@@ -458,6 +597,30 @@ func nameOf(line control.Job) string {
 		return line.Name
 	}
 	return control.DefaultJob().Name
+}
+
+// samePlans reports whether jobs a and b draw the same plans for an
+// epoch (they may differ in which epoch or ranks they are at).
+func samePlans(a, b control.Job) bool {
+	return a.Sampler == b.Sampler && a.World == b.World && a.Seed == b.Seed && a.Shuffle == b.Shuffle &&
+		a.DropLast == b.DropLast && a.Torch27 == b.Torch27 && a.Batch == b.Batch && a.Balance == b.Balance &&
+		a.EpochOrder == b.EpochOrder && a.Lookahead == b.Lookahead
+}
+
+// keepPinned takes prev's pinned plans and epoch orders (an update of the
+// job must not change an epoch's plan under a rank still in it).
+func (j *Job) keepPinned(prev *Job) {
+	prev.mu.Lock()
+	defer prev.mu.Unlock()
+	for e, p := range prev.balanced {
+		if p.pinned && j.plannedByAny(e) {
+			if j.balanced == nil {
+				j.balanced = map[int]*balancedEpoch{}
+			}
+			j.balanced[e] = p
+		}
+	}
+	j.blocks = prev.blocks
 }
 
 func sameDataset(a, b control.Job) bool {
@@ -547,6 +710,19 @@ func (r *Registry) Reindex() {
 	}
 }
 
+// Relayout tells subscribers that the plans of jobs with balance= may
+// have changed: the layout they are made from did.
+func (r *Registry) Relayout() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, j := range r.jobs {
+		if j.Spec.Balance != "" {
+			r.notifyLocked()
+			return
+		}
+	}
+}
+
 // End drops a job.
 func (r *Registry) End(name string) error {
 	r.mu.Lock()
@@ -596,6 +772,10 @@ type Status struct {
 	Lookahead  int            `json:"lookahead"`
 	RankEpoch  map[string]int `json:"rank_epochs"`
 	Extensions []string       `json:"extensions,omitempty"`
+	Balance    string         `json:"balance,omitempty"`
+	EpochOrder bool           `json:"epochorder,omitempty"`
+	// Plans are the plans made under balance=, by "epoch-E".
+	Plans map[string]PlanStats `json:"plans,omitempty"`
 }
 
 // Statuses describes every job, by name.
@@ -612,6 +792,14 @@ func (r *Registry) Statuses() map[string]Status {
 			Batch: s.Batch, Workers: s.Workers, Lookahead: s.Lookahead, RankEpoch: map[string]int{}, Extensions: s.Extensions}
 		for r, e := range j.RankEpoch {
 			out[s.Name].RankEpoch[fmt.Sprintf("rank-%d", r)] = e
+		}
+		if s.Balance != "" {
+			st := out[s.Name]
+			st.Balance, st.EpochOrder, st.Plans = s.Balance, s.EpochOrder, map[string]PlanStats{}
+			for e, p := range j.PlanStats() {
+				st.Plans[fmt.Sprintf("epoch-%d", e)] = p
+			}
+			out[s.Name] = st
 		}
 	}
 	return out

@@ -258,3 +258,62 @@ func TestBalancedPlans(t *testing.T) {
 		}
 	}
 }
+
+// TestPinnedPlans: a plan follows the layout until a local rank is in its
+// epoch with every rank's node known; from then on it stays, across
+// layout changes and across job lines that move another local rank on.
+func TestPinnedPlans(t *testing.T) {
+	const n = 120
+	files := map[string]string{}
+	for i := 0; i < n; i++ {
+		files[fmt.Sprintf("c/%04d.jpg", i)] = "x"
+	}
+	r := registry(t, files)
+	var (
+		id       uint64 = 1
+		rankNode        = []int{0, 0, -1} // rank 2's node not gossiped yet
+		shift           = 0
+	)
+	r.cfg.Layout = func(j *Job) Layout {
+		return Layout{RankNode: slices.Clone(rankNode), Cached: n, ID: id, Owner: func(i int) int { return (i + shift) % 2 }}
+	}
+	if err := apply(r, "job=j epoch=0 world=3 ranks=0,1 batch=4 balance=locality"); err != nil {
+		t.Fatal(err)
+	}
+	plan := func(e int) PlanStats {
+		t.Helper()
+		st, ok := r.Get("j").Plan(e)
+		if !ok {
+			t.Fatal("no plan under balance=")
+		}
+		return st
+	}
+	if st := plan(0); st.Pinned || st.Layout != "0000000000000001" {
+		t.Fatalf("incomplete layout: plan %+v, want unpinned under layout 1", st)
+	}
+	id, rankNode[2] = 2, 1
+	if st := plan(0); !st.Pinned || st.Layout != "0000000000000002" {
+		t.Fatalf("complete layout: plan %+v, want pinned under layout 2", st)
+	}
+	before := slices.Clone(r.Get("j").Order(0, 0))
+	id, shift = 3, 1 // every sample moves to the other node
+	if st := plan(0); st.Layout != "0000000000000002" || !slices.Equal(r.Get("j").Order(0, 0), before) {
+		t.Fatalf("pinned plan changed with the layout: %+v", st)
+	}
+	if st := plan(1); st.Pinned || st.Layout != "0000000000000003" {
+		t.Fatalf("next epoch: %+v, want unpinned under layout 3", st)
+	}
+	// Rank 0 moves to epoch 1; rank 1, still in epoch 0, keeps its plan.
+	if err := apply(r, "job=j epoch=1 rank=0"); err != nil {
+		t.Fatal(err)
+	}
+	if st := plan(0); st.Layout != "0000000000000002" || !slices.Equal(r.Get("j").Order(0, 0), before) {
+		t.Fatalf("rank 0's move re-planned epoch 0 under rank 1: %+v", st)
+	}
+	if st := plan(1); !st.Pinned || st.Layout != "0000000000000003" {
+		t.Fatalf("epoch 1 with rank 0 in it: %+v, want pinned under layout 3", st)
+	}
+	if st := plan(1); st.Reads != int64(n) || st.Local+st.PFS > st.Reads || st.MinBatch != 4 || st.MaxBatch != 4 {
+		t.Errorf("epoch 1 figures %+v: want %d reads in batches of 4", st, n)
+	}
+}

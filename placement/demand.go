@@ -28,7 +28,7 @@ type Sample struct {
 // only on the members and the set of samples, not on their order: every
 // node computes the same table from the same gossip.
 func (t *Table) Assign(samples []Sample) *Table {
-	out := &Table{members: t.members, weights: t.weights, assigned: make(map[string]int32)}
+	out := &Table{members: t.members, weights: t.weights, assigned: make(map[string]int32), print: t.print}
 	if len(samples) == 0 {
 		return out
 	}
@@ -96,6 +96,9 @@ func (t *Table) Assign(samples []Sample) *Table {
 		used[owner] += size
 		if owner != t.hashOwner(s.Key) {
 			out.assigned[s.Key] = int32(owner)
+			// Order-free, so that it needs no sort: a sum of one hash per
+			// assignment.
+			out.print += mix(fnv64a(s.Key, "") ^ uint64(owner))
 		}
 	}
 	return out

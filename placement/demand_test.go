@@ -133,6 +133,43 @@ func TestAssignDeterministic(t *testing.T) {
 			t.Fatalf("%s: owner %d, or %d with the samples shuffled", k, a.Owner(k), b.Owner(k))
 		}
 	}
+	if a.Fingerprint() != b.Fingerprint() {
+		t.Fatalf("fingerprints %x and %x of equal tables", a.Fingerprint(), b.Fingerprint())
+	}
+}
+
+// TestFingerprint: tables that place any key differently have different
+// fingerprints; equal ones, built apart, have the same.
+func TestFingerprint(t *testing.T) {
+	ks := keys(2000)
+	ss := distributedDemand(ks, 3, 2, 1000, rand.New(rand.NewSource(4)))
+	tab, _ := New(members(3, func(int) int64 { return 1 << 30 }))
+	again, _ := New(members(3, func(int) int64 { return 1 << 30 }))
+	bigger, _ := New(members(3, func(i int) int64 { return 1<<30 + int64(i) }))
+	fewer, _ := New(members(2, func(int) int64 { return 1 << 30 }))
+	moved := append([]Sample(nil), ss...)
+	moved[7] = Sample{Key: moved[7].Key, Size: 1000, Reads: []uint32{0, 0, 9}}
+	moved[8] = Sample{Key: moved[8].Key, Size: 1000, Reads: []uint32{9, 0, 0}}
+	cases := []struct {
+		name  string
+		a, b  *Table
+		equal bool
+	}{
+		{"hash, same members", tab, again, true},
+		{"hash, other capacities", tab, bigger, false},
+		{"hash, fewer members", tab, fewer, false},
+		{"demand, same reads", tab.Assign(ss), again.Assign(ss), true},
+		{"demand, two samples moved", tab.Assign(ss), tab.Assign(moved), false},
+		{"demand against hash", tab.Assign(ss), tab, false},
+	}
+	for _, c := range cases {
+		if eq := c.a.Equal(c.b); eq != c.equal {
+			t.Fatalf("%s: Equal %v, want %v", c.name, eq, c.equal)
+		}
+		if same := c.a.Fingerprint() == c.b.Fingerprint(); same != c.equal {
+			t.Errorf("%s: fingerprints %x and %x, want equal=%v", c.name, c.a.Fingerprint(), c.b.Fingerprint(), c.equal)
+		}
+	}
 }
 
 // TestAssignTieBreaks: a sample read as often by two members, both with

@@ -45,6 +45,7 @@ type Table struct {
 	members  []Member // sorted by name
 	weights  []float64
 	assigned map[string]int32 // owners set by demand (Assign) where they differ from the hash
+	print    uint64           // Fingerprint
 }
 
 // ErrMembers means the member list cannot make a table.
@@ -66,8 +67,24 @@ func New(members []Member) (*Table, error) {
 			return nil, fmt.Errorf("%w: member %q listed twice", ErrMembers, m.Name)
 		}
 		t.weights[i] = float64(m.Capacity)
+		t.print = mix(t.print ^ fnv64a(m.Name, fmt.Sprint(m.Capacity)))
 	}
 	return t, nil
+}
+
+// Fingerprint identifies what t says: two tables with the same members,
+// capacities and demand assignments have the same fingerprint on every
+// node, and two that differ almost surely do not.
+func (t *Table) Fingerprint() uint64 { return t.print }
+
+// mix is the splitmix64 finaliser.
+func mix(h uint64) uint64 {
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return h
 }
 
 // Equal reports whether t and o give every key the same owner: the same
@@ -135,11 +152,5 @@ func fnv64a(member, key string) uint64 {
 		h ^= uint64(key[i])
 		h *= prime
 	}
-	// splitmix64 finaliser: FNV's low bits are weak.
-	h ^= h >> 30
-	h *= 0xbf58476d1ce4e5b9
-	h ^= h >> 27
-	h *= 0x94d049bb133111eb
-	h ^= h >> 31
-	return h
+	return mix(h) // FNV's low bits are weak
 }

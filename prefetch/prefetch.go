@@ -413,6 +413,7 @@ type planKey struct {
 	epochs                  string
 	balance                 string
 	epochOrder              bool
+	layouts                 string // balance=: the layout ID of each epoch's plan
 }
 
 func keyOf(j *jobs.Job, rank int, epochs []int) planKey {
@@ -422,13 +423,22 @@ func keyOf(j *jobs.Job, rank int, epochs []int) planKey {
 	if len(j.Samples) > 0 {
 		k.samples = &j.Samples[0]
 	}
+	if j.Spec.Balance != "" {
+		ids := make([]uint64, len(epochs))
+		for i, e := range epochs {
+			ids[i] = j.PlanID(e)
+		}
+		k.layouts = fmt.Sprint(ids)
+	}
 	return k
 }
 
 func build(j *jobs.Job, rank int, epochs []int) *stream {
 	s := &stream{id: streamID{j.Spec.Name, rank}, plan: keyOf(j, rank, epochs), epochs: epochs, first: map[uint64]int32{}, maxSeen: -1}
 	last := map[uint64]int32{}
+	var sizes [][]int // each epoch's batch sizes
 	for _, e := range s.epochs {
+		sizes = append(sizes, j.Batches(rank, e))
 		s.starts = append(s.starts, len(s.entries))
 		for _, i := range j.Order(rank, e) {
 			ent := j.Samples[i].Entry
@@ -450,7 +460,7 @@ func build(j *jobs.Job, rank int, epochs []int) *stream {
 	}
 	s.starts = append(s.starts, len(s.entries))
 	s.consumed = make([]bool, len(s.entries))
-	s.order, s.sched = schedule(s.starts, max(j.Spec.Workers, 1), j.Spec.Batch)
+	s.order, s.sched = schedule(s.starts, max(j.Spec.Workers, 1), sizes)
 	// The DataLoader has up to prefetch_factor (2) batches per worker in
 	// flight; reads arrive out of order within that window.
 	window := 2 * max(j.Spec.Workers, 1) * j.Spec.Batch
@@ -492,25 +502,38 @@ func (p *Prefetcher) locate(s *stream) {
 }
 
 // schedule returns the positions of each epoch (starts delimits them) in
-// the order a DataLoader with workers processes and batch size batch reads
-// them: batch k goes to worker k % workers, the workers run side by side
+// the order a DataLoader with workers processes reads them, given each
+// epoch's batch sizes (sizes[e]; balance=solar makes them uneven): batch k goes to worker k % workers, the workers run side by side
 // and each reads its batch in order, so within a round of workers batches
 // the i-th samples of all of them come before the (i+1)-th. Prefetching in
 // this order serves the first batches of an epoch, which every worker asks
 // for at once, in time.
-func schedule(starts []int, workers, batch int) (order, sched []int32) {
+func schedule(starts []int, workers int, sizes [][]int) (order, sched []int32) {
 	n := starts[len(starts)-1]
 	order = make([]int32, 0, n)
 	sched = make([]int32, n)
+	type run struct{ at, n int } // one batch: its first position and size
+	round := make([]run, 0, workers)
 	for e := 0; e+1 < len(starts); e++ {
 		lo, hi := starts[e], starts[e+1]
-		round := workers * batch
-		for r := lo; r < hi; r += round {
-			for i := 0; i < batch; i++ {
-				for w := 0; w < workers; w++ {
-					if p := r + w*batch + i; p < hi && p < r+round {
-						sched[p] = int32(len(order))
-						order = append(order, int32(p))
+		for k, pos := 0, lo; pos < hi; k += workers {
+			// A round: batches k..k+workers−1, one per worker, read side
+			// by side.
+			round, longest := round[:0], 0
+			for w := 0; w < workers && pos < hi; w++ {
+				z := hi - pos // the rest, if the sizes run out
+				if k+w < len(sizes[e]) {
+					z = min(sizes[e][k+w], z)
+				}
+				round = append(round, run{pos, z})
+				pos += z
+				longest = max(longest, z)
+			}
+			for i := 0; i < longest; i++ {
+				for _, b := range round {
+					if i < b.n {
+						sched[b.at+i] = int32(len(order))
+						order = append(order, int32(b.at+i))
 					}
 				}
 			}
