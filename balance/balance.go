@@ -240,7 +240,8 @@ func Locality(b Batch) Plan {
 // of that node, and the samples no rank's node caches are dealt so that
 // every rank reads about as many from outside its node; each goes to the
 // rank with the fewest so far, then the fewest samples, then the lowest.
-// Batch sizes differ from stock.
+// Batch sizes differ from stock, but none is empty while the batch has a
+// sample for every rank.
 func Solar(b Batch) Plan {
 	pos := positions(b.Samples)
 	ranks, free := b.firstPass()
@@ -257,6 +258,24 @@ func Solar(b Batch) Plan {
 	}
 	for r := range ranks {
 		sortByPos(ranks[r], pos)
+	}
+	// No rank trains on an empty batch (a DataLoader cannot collate one):
+	// one left empty takes the last sample of the largest.
+	for r := range ranks {
+		if len(ranks[r]) > 0 {
+			continue
+		}
+		big := 0
+		for q := range ranks {
+			if len(ranks[q]) > len(ranks[big]) {
+				big = q
+			}
+		}
+		if len(ranks[big]) < 2 {
+			break // fewer samples than ranks
+		}
+		last := len(ranks[big]) - 1
+		ranks[r], ranks[big] = []int{ranks[big][last]}, ranks[big][:last]
 	}
 	return Plan{Ranks: ranks}
 }

@@ -254,6 +254,13 @@ func TestSolar(t *testing.T) {
 			t.Fatalf("outside reads per rank %v: not balanced", outside)
 		}
 	}
+	// Node 0 caches the whole batch: rank 1, on node 1, still gets a sample.
+	b := Batch{Samples: []int{4, 5, 6, 7}, Owner: func(int) int { return 0 }, RankNode: []int{0, 1}, Sizes: []int{2, 2}}
+	p := Solar(b)
+	checkPlan(t, b, p, nil)
+	if !slices.Equal(p.Ranks[0], []int{4, 5, 6}) || !slices.Equal(p.Ranks[1], []int{7}) {
+		t.Errorf("solar with one node caching all: %v, want [[4 5 6] [7]]", p.Ranks)
+	}
 }
 
 // TestEpochOrder: the order is a permutation of the epochs starting with

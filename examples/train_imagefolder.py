@@ -6,14 +6,21 @@ reading through dlfs. The only dlfs-specific line is the sampler class.
 
 Run it under torchrun (or set RANK and WORLD_SIZE) for several ranks.
 --raw skips image decoding (for synthetic datasets of random bytes);
---record FILE writes, per epoch, the dataset indices in the order the
-loader delivered them (the tests compare them with dlfs's plan).
+--balance locality|solar uses dlfs.LocalityBatchSampler, so each rank
+trains on what its node caches (every global batch stays torch's), and
+--dist joins torch.distributed (gloo; MASTER_ADDR and MASTER_PORT) so the
+ranks check that they follow one plan;
+--record FILE writes, per epoch, the samples in the order the loader
+delivered them, by batch, with a CRC-32 of each sample's bytes under
+--raw, and torch's own global batches (the tests compare them with dlfs's
+plan and with torch).
 """
 import argparse
 import json
 import os
 import sys
 import time
+import zlib
 
 import torch
 import torchvision
@@ -29,19 +36,34 @@ def raw_loader(path):
 
 
 class Indexed(torch.utils.data.Dataset):
-    """Wraps a dataset to return (size of the sample's bytes, index)."""
+    """Wraps a dataset to return (size of the sample's bytes, index, CRC-32
+    of the bytes under --raw, else 0)."""
 
     def __init__(self, ds):
         self.ds = ds
         self.root = ds.root
+        self.samples = ds.samples  # (path, class) pairs: dlfs.LocalityBatchSampler maps its plan with them
 
     def __len__(self):
         return len(self.ds)
 
     def __getitem__(self, i):
         data, _ = self.ds[i]
-        n = len(data) if isinstance(data, bytes) else int(data.numel())
-        return n, i
+        if isinstance(data, bytes):
+            return len(data), i, zlib.crc32(data)
+        return int(data.numel()), i, 0
+
+
+def torch_global_batches(data, world, seed, epoch, batch):
+    """torch's global batches: batch k of every rank of a stock
+    DistributedSampler, together, as sorted index lists."""
+    per_rank = []
+    for r in range(world):
+        s = torch.utils.data.DistributedSampler(data, num_replicas=world, rank=r, shuffle=True, seed=seed)
+        s.set_epoch(epoch)
+        idx = list(s)
+        per_rank.append([idx[i:i + batch] for i in range(0, len(idx), batch)])
+    return [sorted(sum((b[k] for b in per_rank), [])) for k in range(len(per_rank[0]))]
 
 
 def main():
@@ -55,6 +77,10 @@ def main():
     ap.add_argument("--job", default="default")
     ap.add_argument("--raw", action="store_true")
     ap.add_argument("--step-ms", type=float, default=0, help="stand-in for the model's step: sleep this long per batch")
+    ap.add_argument("--balance", choices=["locality", "solar"])
+    ap.add_argument("--epochorder", action="store_true")
+    ap.add_argument("--dist", action="store_true", help="join torch.distributed (gloo)")
+    ap.add_argument("--timeout", type=float, default=60, help="seconds to wait for dlfs's plan of an epoch")
     ap.add_argument("--record")
     args = ap.parse_args()
 
@@ -66,23 +92,43 @@ def main():
         t = torchvision.transforms
         ds = torchvision.datasets.ImageFolder(args.data, transform=t.Compose([t.Resize(256), t.CenterCrop(224), t.ToTensor()]))
     data = Indexed(ds)
-    sampler = dlfs.DistributedSampler(data, num_replicas=world, rank=rank, seed=args.seed, job=args.job,
-                                      batch_size=args.batch, num_workers=args.workers)
-    loader = DataLoader(data, batch_size=args.batch, sampler=sampler, num_workers=args.workers)
+    if args.dist:
+        torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+    if args.balance:
+        sampler = dlfs.LocalityBatchSampler(data, args.batch, num_replicas=world, rank=rank, seed=args.seed,
+                                            balance=args.balance, epochorder=args.epochorder, job=args.job,
+                                            num_workers=args.workers, timeout=args.timeout)
+        loader = DataLoader(data, batch_sampler=sampler, num_workers=args.workers)
+    else:
+        sampler = dlfs.DistributedSampler(data, num_replicas=world, rank=rank, seed=args.seed, job=args.job,
+                                          batch_size=args.batch, num_workers=args.workers)
+        loader = DataLoader(data, batch_size=args.batch, sampler=sampler, num_workers=args.workers)
     record = []
     for epoch in range(args.start_epoch, args.start_epoch + args.epochs):
         sampler.set_epoch(epoch)
-        start, n, nbytes, order = time.time(), 0, 0, []
-        for sizes, idx in loader:
+        start, n, nbytes, order, batches, crcs = time.time(), 0, 0, [], [], []
+        for sizes, idx, crc in loader:
             if args.step_ms:
                 time.sleep(args.step_ms / 1000)
             n += len(idx)
             nbytes += int(sizes.sum())
             order.extend(int(i) for i in idx)
+            batches.append([int(i) for i in idx])
+            crcs.extend(int(c) for c in crc)
         dt = time.time() - start
+        if args.dist:
+            torch.distributed.barrier()  # the epoch ends when every rank is done
+            dt = time.time() - start
         print("rank %d epoch %d: %d samples, %.1f MB in %.2f s (%.0f samples/s)" % (rank, epoch, n, nbytes / 1e6, dt, n / dt), flush=True)
-        record.append({"epoch": epoch, "seconds": dt, "samples": n, "bytes": nbytes,
-                       "order": [ds.samples[i][0] for i in order]})
+        rec = {"epoch": epoch, "seconds": dt, "samples": n, "bytes": nbytes,
+               "order": [ds.samples[i][0] for i in order]}
+        if args.record and args.balance:
+            rec["batches"] = [[ds.samples[i][0] for i in b] for b in batches]
+            rec["crc"] = crcs
+            rec["source"] = sampler.last_source
+            rec["global"] = [[ds.samples[i][0] for i in b]
+                             for b in torch_global_batches(data, world, args.seed, epoch, args.batch)]
+        record.append(rec)
     if args.record:
         with open(args.record, "w") as f:
             json.dump(record, f)

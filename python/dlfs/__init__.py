@@ -9,6 +9,11 @@ beyond torch:
   made (so prefetching starts while the model is still being built), and
   every later epoch as soon as ``set_epoch`` is called (or when iteration
   starts, if it was not).
+* ``dlfs.LocalityBatchSampler`` is a batch sampler for
+  ``DataLoader(ds, batch_sampler=...)`` that lets dlfs choose which rank
+  trains on which sample of each global batch, so that each rank reads what
+  its own node caches (``balance=locality``; every global batch stays
+  exactly torch's).
 * ``dlfs.announce(mountpoint, **keys)`` writes one control line, for
   anything else.
 
@@ -19,12 +24,13 @@ a script runs unchanged anywhere.
 import errno
 import json
 import os
+import time
 import warnings
 
 import torch
 import torch.utils.data
 
-__all__ = ["announce", "find_mount", "DistributedSampler", "DlfsError"]
+__all__ = ["announce", "find_mount", "DistributedSampler", "LocalityBatchSampler", "DlfsError"]
 
 CONTROL_NAME = os.environ.get("DLFS_CONTROL_NAME", ".dlfs")
 
@@ -129,3 +135,146 @@ class DistributedSampler(torch.utils.data.DistributedSampler):
     def __iter__(self):
         self._announce(self.epoch)
         return super().__iter__()
+
+
+def _warn_once(key, message):
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message)
+
+
+class LocalityBatchSampler(torch.utils.data.Sampler):
+    """Batches of a DistributedSampler job, dealt by dlfs to the ranks whose
+    nodes cache the samples.
+
+    For every epoch, the union over ranks of their k-th batches is exactly
+    torch's k-th global batch (what DistributedSampler with the same seed
+    and epoch gives all ranks' k-th batches together), so the training is
+    unchanged (Yang & Cong, Theorem 1); only which rank trains on which
+    sample of it differs. With balance="locality" each rank's batch has the
+    stock size; with balance="solar" sizes differ (weight each rank's loss
+    by its batch's share of the global batch). epochorder=True lets dlfs
+    choose which epoch uses which permutation, for cache reuse.
+
+    Use as ``DataLoader(ds, batch_sampler=sampler)`` and call
+    ``set_epoch(e)`` before each epoch. It announces the job, waits (up to
+    timeout seconds) for this node's plan of the epoch, and yields lists of
+    dataset indices. When torch.distributed is initialised, the ranks check
+    that their nodes planned from the same layout; if they did not, or the
+    plan did not come in time, or the dataset is not on a dlfs mount, every
+    rank yields the stock DistributedSampler batches for that epoch, and a
+    warning says why.
+    """
+
+    def __init__(self, dataset, batch_size, num_replicas=None, rank=None, seed=0, drop_last=False, *,
+                 balance="locality", epochorder=False, job="default", num_workers=0, lookahead=2,
+                 root=None, mountpoint=None, timeout=60.0):
+        if batch_size < 1:
+            raise ValueError("dlfs: batch_size must be at least 1, got %r" % (batch_size,))
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.timeout = timeout
+        self.epoch = 0
+        self._stock = torch.utils.data.DistributedSampler(dataset, num_replicas=num_replicas, rank=rank,
+                                                          shuffle=True, seed=seed, drop_last=drop_last)
+        self.num_replicas, self.rank = self._stock.num_replicas, self._stock.rank
+        self.last_source = None  # "dlfs" or "stock": where the last epoch's batches came from
+        root = root if root is not None else getattr(dataset, "root", None)
+        self._mount = mountpoint or (find_mount(root) if root else None)
+        self._keys = None
+        self._announced = None
+        self._index = None
+        if self._mount is None:
+            _warn_once(str(root), "dlfs: %s is not on a dlfs mount; yielding the stock DistributedSampler batches" % (root,))
+            return
+        self._root = os.path.abspath(root)
+        self._keys = dict(
+            job=job, root=os.path.relpath(self._root, self._mount), dataset="imagefolder",
+            sampler="distributed", seed=seed, world=self.num_replicas, shuffle=True, drop_last=drop_last,
+            batch=batch_size, workers=num_workers, lookahead=lookahead, torch=torch.__version__.split("+")[0],
+            balance=balance, epochorder=epochorder, rank=self.rank,
+        )
+        self._announce(0)
+
+    def _announce(self, epoch):
+        if self._keys is not None and self._announced != epoch:
+            announce(self._mount, epoch=epoch, **self._keys)
+            self._announced = epoch
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+        self._announce(epoch)
+
+    def __len__(self):
+        return (len(self._stock) + self.batch_size - 1) // self.batch_size
+
+    def _stock_batches(self):
+        self._stock.set_epoch(self.epoch)
+        idx = list(self._stock)
+        return [idx[i:i + self.batch_size] for i in range(0, len(idx), self.batch_size)]
+
+    def _plan(self):
+        """This node's plan for the epoch: (layout id, batches) or (None, reason)."""
+        job, epoch = self._keys["job"], self.epoch
+        status = os.path.join(self._mount, CONTROL_NAME, "control")
+        deadline = time.monotonic() + self.timeout
+        layout = None
+        while True:
+            try:
+                with open(status) as f:
+                    plan = json.load(f).get("jobs", {}).get(job, {}).get("plans", {}).get("epoch-%d" % epoch)
+            except (OSError, ValueError) as e:
+                return None, "reading %s: %s" % (status, e)
+            if plan and plan.get("pinned"):
+                layout = plan["layout"]
+                break
+            if time.monotonic() > deadline:
+                return None, "no plan pinned for epoch %d of job %s after %.0f s (are all ranks announced?)" % (epoch, job, self.timeout)
+            time.sleep(0.02)
+        base = os.path.join(self._mount, CONTROL_NAME, "jobs", job, "rank-%d" % self.rank, "epoch-%d" % epoch)
+        try:
+            with open(base) as f:
+                paths = f.read().split("\n")[:-1]
+            with open(base + ".batches") as f:
+                sizes = [int(x) for x in f.read().split()]
+        except (OSError, ValueError) as e:
+            return None, "reading the plan %s: %s" % (base, e)
+        if sum(sizes) != len(paths) or len(sizes) != len(self):
+            return None, "plan %s: %d samples in %d batches, want %d batches" % (base, len(paths), len(sizes), len(self))
+        if self._index is None:
+            self._index = {}
+            for i, s in enumerate(getattr(self.dataset, "samples", [])):
+                self._index.setdefault(os.path.relpath(os.path.abspath(s[0]), self._mount), i)
+        out, at = [], 0
+        for n in sizes:
+            batch = []
+            for p in paths[at:at + n]:
+                i = self._index.get(p)
+                if i is None:
+                    return None, "plan %s names %s, which the dataset does not list" % (base, p)
+                batch.append(i)
+            out.append(batch)
+            at += n
+        return layout, out
+
+    def __iter__(self):
+        if self._keys is None:
+            self.last_source = "stock"
+            return iter(self._stock_batches())
+        self._announce(self.epoch)
+        layout, plan = self._plan()
+        reason = plan if layout is None else None
+        if torch.distributed.is_available() and torch.distributed.is_initialized() and self.num_replicas > 1:
+            layouts = [None] * torch.distributed.get_world_size()
+            torch.distributed.all_gather_object(layouts, layout)
+            missing = [r for r, l in enumerate(layouts) if l is None]
+            if reason is None and missing:
+                reason = "ranks %s have no plan for epoch %d" % (missing, self.epoch)
+            elif reason is None and len(set(layouts)) > 1:
+                reason = "the ranks' nodes planned epoch %d from different layouts %s" % (self.epoch, sorted(set(layouts)))
+        if reason is not None:
+            warnings.warn("dlfs: epoch %d: %s; yielding the stock DistributedSampler batches" % (self.epoch, reason))
+            self.last_source = "stock"
+            return iter(self._stock_batches())
+        self.last_source = "dlfs"
+        return iter(plan)
