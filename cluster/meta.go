@@ -13,6 +13,10 @@ type Meta struct {
 	Dataset  string `json:"dataset"` // identity of the dataset it mounts
 	RAM      int64  `json:"ram"`     // RAM tier capacity in bytes
 	SSD      int64  `json:"ssd"`     // SSD tier capacity in bytes
+	// Placement is the version of the placement hash the node uses
+	// (placement.HashVersion): nodes of different versions would disagree
+	// on every owner, so they share no dataset.
+	Placement int `json:"placement,omitempty"`
 	// Jobs are the jobs this node runs ranks of, as job lines (package
 	// control) whose epoch is the first one announced: placement reads
 	// them to put samples where they are read most. The reader parses

@@ -324,7 +324,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 			cc.Bind = "0.0.0.0:7946"
 		}
 		cc.NodeName, cc.Logger = cfg.NodeName, cfg.Logger
-		cc.Meta.Dataset = n.dataset.String()
+		cc.Meta.Dataset, cc.Meta.Placement = n.dataset.String(), placement.HashVersion
 		cc.Meta.RAM, cc.Meta.SSD = cfg.RAMCache, 0
 		if n.ssd != nil {
 			cc.Meta.SSD = cfg.SSDCapacity

@@ -19,6 +19,7 @@ import (
 
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/cluster"
+	"github.com/dlfs/dlfs/placement"
 	"github.com/dlfs/dlfs/test/conformance"
 )
 
@@ -419,7 +420,7 @@ func TestStuckPeer(t *testing.T) {
 	defer hole.Close()
 	a, mntA := startMember(t, src, "a")
 	b, err := cluster.Start(cluster.Config{NodeName: "b", Bind: "127.0.0.1:0", Join: []string{a.cl.Addr()}, Key: testKey, Local: true,
-		Meta: cluster.Meta{DataAddr: hole.Addr().String(), Dataset: a.dataset.String(), RAM: 1 << 30}})
+		Meta: cluster.Meta{DataAddr: hole.Addr().String(), Dataset: a.dataset.String(), Placement: placement.HashVersion, RAM: 1 << 30}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -508,7 +509,7 @@ func TestLargeBatches(t *testing.T) {
 	}
 	a, _, b, mntB := startPair(t, src)
 	var theirs []string
-	for deadline := time.Now().Add(20 * time.Second); len(theirs) < 40; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(20 * time.Second); len(theirs) < 32; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("b sees a own %d of 96 files; want about half", len(theirs))
 		}

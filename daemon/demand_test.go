@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/cluster"
+	"github.com/dlfs/dlfs/placement"
 	"github.com/dlfs/dlfs/test/datagen"
 )
 
@@ -93,5 +95,21 @@ func TestDemandPlacement(t *testing.T) {
 		if after[p] != o {
 			t.Fatalf("%s moved from %s to %s when the epoch advanced", p, o, after[p])
 		}
+	}
+}
+
+// TestSameDataset: members of another dataset, or hashing placement
+// another way, get no share.
+func TestSameDataset(t *testing.T) {
+	n := &Node{}
+	me := n.dataset.String()
+	ms := []cluster.Member{
+		{Name: "same", Meta: cluster.Meta{Dataset: me, Placement: placement.HashVersion}},
+		{Name: "other-dataset", Meta: cluster.Meta{Dataset: me + "x", Placement: placement.HashVersion}},
+		{Name: "old-hash", Meta: cluster.Meta{Dataset: me}},
+	}
+	same, foreign := n.sameDataset(ms)
+	if len(same) != 1 || same[0].Name != "same" || len(foreign) != 2 {
+		t.Errorf("same %v, foreign %v", same, foreign)
 	}
 }

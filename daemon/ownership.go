@@ -93,7 +93,7 @@ func (o *ownership) compute(snap *catalog.Snapshot, t *placement.Table, plan Pla
 // their blocks would fail every tag check, so asking them is wasted.
 func (n *Node) sameDataset(members []cluster.Member) (same []cluster.Member, foreign []string) {
 	for _, m := range members {
-		if m.Meta.Dataset == n.dataset.String() {
+		if m.Meta.Dataset == n.dataset.String() && m.Meta.Placement == placement.HashVersion {
 			same = append(same, m)
 		} else {
 			foreign = append(foreign, m.Name)

@@ -28,7 +28,7 @@ type Sample struct {
 // only on the members and the set of samples, not on their order: every
 // node computes the same table from the same gossip.
 func (t *Table) Assign(samples []Sample) *Table {
-	out := &Table{members: t.members, weights: t.weights, assigned: make(map[string]int32), print: t.print}
+	out := &Table{members: t.members, weights: t.weights, assigned: make(map[string]int32), print: t.print, seeds: t.seeds, uniform: t.uniform}
 	if len(samples) == 0 {
 		return out
 	}
@@ -104,10 +104,6 @@ func (t *Table) Assign(samples []Sample) *Table {
 	return out
 }
 
-// score is member i's rendezvous score for key.
-func (t *Table) score(i int, key string) float64 {
-	return t.weights[i] / -math.Log(unit(t.members[i].Name, key))
-}
 
 // ownerWithRoom returns the member with room for size bytes that scores key
 // highest, or the hashed owner when none has room.
