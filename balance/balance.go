@@ -295,20 +295,21 @@ func sortByPos(s []int, pos map[int]int) {
 }
 
 // Imbalance is the share of a global batch that balancing must move:
-// the sum of the ranks' deficits after each sample went to a rank of its
-// owner's node, over the batch's size (Yang & Cong's measure, Fig. 6).
-// Samples no rank's node caches are not counted: they are read from the
+// the sum of the ranks' surpluses after each sample went to a rank of its
+// owner's node, over the batch's size (Yang & Cong's measure, Fig. 6: with
+// every sample cached it equals the sum of the deficits). Samples no
+// rank's node caches fill deficits without a move: they are read from the
 // PFS whoever reads them.
 func Imbalance(b Batch) float64 {
 	if len(b.Samples) == 0 {
 		return 0
 	}
 	ranks, _ := b.firstPass()
-	deficit := 0
+	surplus := 0
 	for r := range ranks {
-		deficit += max(b.Sizes[r]-len(ranks[r]), 0)
+		surplus += max(len(ranks[r])-b.Sizes[r], 0)
 	}
-	return float64(deficit) / float64(len(b.Samples))
+	return float64(surplus) / float64(len(b.Samples))
 }
 
 // GlobalBatches splits an epoch's permutation (padded as torch pads it)

@@ -104,7 +104,6 @@ func (t *Table) Assign(samples []Sample) *Table {
 	return out
 }
 
-
 // ownerWithRoom returns the member with room for size bytes that scores key
 // highest, or the hashed owner when none has room.
 func (t *Table) ownerWithRoom(key string, size float64, used, quota []float64) int {
