@@ -97,11 +97,13 @@ def main():
     if args.balance:
         sampler = dlfs.LocalityBatchSampler(data, args.batch, num_replicas=world, rank=rank, seed=args.seed,
                                             balance=args.balance, epochorder=args.epochorder, job=args.job,
-                                            num_workers=args.workers, timeout=args.timeout)
+                                            num_workers=args.workers, timeout=args.timeout,
+                                            start_epoch=args.start_epoch)
         loader = DataLoader(data, batch_sampler=sampler, num_workers=args.workers)
     else:
         sampler = dlfs.DistributedSampler(data, num_replicas=world, rank=rank, seed=args.seed, job=args.job,
-                                          batch_size=args.batch, num_workers=args.workers)
+                                          batch_size=args.batch, num_workers=args.workers,
+                                          start_epoch=args.start_epoch)
         loader = DataLoader(data, batch_size=args.batch, sampler=sampler, num_workers=args.workers)
     record = []
     for epoch in range(args.start_epoch, args.start_epoch + args.epochs):

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"sync"
 	"time"
 
@@ -48,62 +47,17 @@ func runCluster(o options, src string, files []string, total int64) error {
 		return err
 	}
 	defer pfs.Stop(30 * time.Second)
-	keyFile := filepath.Join(o.dir, "cluster.key")
-	if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString([]byte("dlfsbench-cluster-key-0123456789"))), 0o600); err != nil {
+	keyFile, err := clusterKey(o)
+	if err != nil {
 		return err
 	}
 	ram := fmt.Sprint(total * 4 / 10)
 
 	var results []clusterEpoch
-	// epochs runs the 3 ranks for 3 epochs over the given data roots.
 	epochs := func(mode string, roots []string, mnts []string) error {
-		for epoch := 0; epoch < 3; epoch++ {
-			for _, m := range mnts {
-				if err := dropPageCache(m, files); err != nil {
-					return err
-				}
-			}
-			fmt.Fprintf(os.Stderr, "measuring: %s, epoch %d\n", mode, epoch)
-			peerBefore, err := peerBytes(mnts)
-			if err != nil {
-				return err
-			}
-			before, err := pfs.bytes()
-			if err != nil {
-				return fmt.Errorf("%s: %w", mode, err)
-			}
-			// An epoch's time is its slowest rank's, as each rank's script
-			// timed its own loop: interpreter start-up and imports are not
-			// in it, as they are not in the clairvoyance table's.
-			var wg sync.WaitGroup
-			errs := make([]error, clusterNodes)
-			secs := make([]float64, clusterNodes)
-			for r := 0; r < clusterNodes; r++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					secs[r], errs[r] = trainRank(o, roots[r], epoch, r, mode)
-				}()
-			}
-			wg.Wait()
-			for _, err := range errs {
-				if err != nil {
-					return err
-				}
-			}
-			after, err := pfs.bytes()
-			if err != nil {
-				return fmt.Errorf("%s: %w", mode, err)
-			}
-			r := clusterEpoch{mode: mode, epoch: epoch, seconds: slices.Max(secs), pfsBytes: after - before}
-			peerAfter, err := peerBytes(mnts)
-			if err != nil {
-				return err
-			}
-			r.peerBytes = peerAfter - peerBefore
-			results = append(results, r)
-		}
-		return nil
+		r, _, err := runEpochs(o, pfs, files, mode, "cluster", roots, mnts, nil)
+		results = append(results, r...)
+		return err
 	}
 
 	// Direct: every rank reads pfssim.
@@ -124,51 +78,11 @@ func runCluster(o options, src string, files []string, total int64) error {
 		{modeHash, true, []string{"--placement", "hash"}},
 		{modeCluster, true, nil},
 	} {
-		var (
-			procs  []*mountproc.Proc
-			mnts   []string
-			gossip string
-		)
-		stop := func() {
-			for _, p := range procs {
-				p.Stop(30 * time.Second)
-			}
+		stop, mnts, err := startNodes(o, pfs.Mnt, keyFile, mode.cluster, append([]string{"--ram-cache", ram}, mode.args...))
+		if err != nil {
+			return err
 		}
-		for i := 0; i < clusterNodes; i++ {
-			mnt, err := freshDir(filepath.Join(o.dir, fmt.Sprintf("cluster-mnt-%d", i)))
-			if err != nil {
-				stop()
-				return err
-			}
-			args := append([]string{"mount", "--ram-cache", ram, "--log-level", "warn", "--node-name", fmt.Sprintf("node-%d", i)}, mode.args...)
-			if mode.cluster {
-				args = append(args, "--bind", "127.0.0.1:0", "--data-addr", "127.0.0.1:0", "--cluster-key-file", keyFile)
-				if gossip != "" {
-					args = append(args, "--join", gossip)
-				}
-			}
-			p, err := mountproc.Start(filepath.Join(o.bin, "dlfs"), mnt, time.Minute, append(args, pfs.Mnt, mnt)...)
-			if err != nil {
-				stop()
-				return err
-			}
-			procs, mnts = append(procs, p), append(mnts, mnt)
-			if mode.cluster && gossip == "" {
-				st, err := readStats(mnt)
-				if err != nil {
-					stop()
-					return err
-				}
-				gossip = st.Cluster.Gossip
-			}
-		}
-		if mode.cluster {
-			if err := waitMembers(mnts, clusterNodes); err != nil {
-				stop()
-				return err
-			}
-		}
-		err := epochs(mode.name, mnts, mnts)
+		err = epochs(mode.name, mnts, mnts)
 		stop()
 		if err != nil {
 			return err
@@ -216,6 +130,123 @@ func runCluster(o options, src string, files []string, total int64) error {
 	return nil
 }
 
+// runEpochs runs job's 3 ranks, one per root, for 3 epochs, each rank
+// with extra arguments for the script, dropping the mounts' page caches
+// before every epoch, and returns every epoch's figures and each rank's
+// records (records[epoch][rank]).
+func runEpochs(o options, pfs *sim, files []string, mode, job string, roots, mnts []string, extra []string) ([]clusterEpoch, [][]epochRecord, error) {
+	var (
+		results []clusterEpoch
+		records [][]epochRecord
+	)
+	for epoch := 0; epoch < 3; epoch++ {
+		for _, m := range mnts {
+			if err := dropPageCache(m, files); err != nil {
+				return nil, nil, err
+			}
+		}
+		fmt.Fprintf(os.Stderr, "measuring: %s, epoch %d\n", mode, epoch)
+		peerBefore, err := peerBytes(mnts)
+		if err != nil {
+			return nil, nil, err
+		}
+		before, err := pfs.bytes()
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", mode, err)
+		}
+		// An epoch's time is its slowest rank's, as each rank's script
+		// timed its own loop: interpreter start-up and imports are not in
+		// it, as they are not in the clairvoyance table's.
+		var wg sync.WaitGroup
+		errs := make([]error, clusterNodes)
+		recs := make([]epochRecord, clusterNodes)
+		for r := 0; r < clusterNodes; r++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				recs[r], errs[r] = trainRank(o, roots[r], epoch, r, mode, job, extra)
+			}()
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				return nil, nil, err
+			}
+		}
+		after, err := pfs.bytes()
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", mode, err)
+		}
+		r := clusterEpoch{mode: mode, epoch: epoch, pfsBytes: after - before}
+		for _, rec := range recs {
+			r.seconds = max(r.seconds, rec.Seconds)
+		}
+		peerAfter, err := peerBytes(mnts)
+		if err != nil {
+			return nil, nil, err
+		}
+		r.peerBytes = peerAfter - peerBefore
+		results, records = append(results, r), append(records, recs)
+	}
+	return results, records, nil
+}
+
+// clusterKey writes the benchmark clusters' key and returns its file.
+func clusterKey(o options) (string, error) {
+	keyFile := filepath.Join(o.dir, "cluster.key")
+	return keyFile, os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString([]byte("dlfsbench-cluster-key-0123456789"))), 0o600)
+}
+
+// startNodes mounts src on clusterNodes dlfs nodes with args, as one
+// cluster (sealed with keyFile) or as separate nodes, and returns their
+// mount points and a function that stops them all.
+func startNodes(o options, src, keyFile string, asCluster bool, args []string) (stop func(), mnts []string, err error) {
+	var (
+		procs  []*mountproc.Proc
+		gossip string
+	)
+	stop = func() {
+		for _, p := range procs {
+			p.Stop(30 * time.Second)
+		}
+	}
+	for i := 0; i < clusterNodes; i++ {
+		mnt, err := freshDir(filepath.Join(o.dir, fmt.Sprintf("cluster-mnt-%d", i)))
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		a := append([]string{"mount", "--log-level", "warn", "--node-name", fmt.Sprintf("node-%d", i)}, args...)
+		if asCluster {
+			a = append(a, "--bind", "127.0.0.1:0", "--data-addr", "127.0.0.1:0", "--cluster-key-file", keyFile)
+			if gossip != "" {
+				a = append(a, "--join", gossip)
+			}
+		}
+		p, err := mountproc.Start(filepath.Join(o.bin, "dlfs"), mnt, time.Minute, append(a, src, mnt)...)
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		procs, mnts = append(procs, p), append(mnts, mnt)
+		if asCluster && gossip == "" {
+			st, err := readStats(mnt)
+			if err != nil {
+				stop()
+				return nil, nil, err
+			}
+			gossip = st.Cluster.Gossip
+		}
+	}
+	if asCluster {
+		if err := waitMembers(mnts, clusterNodes); err != nil {
+			stop()
+			return nil, nil, err
+		}
+	}
+	return stop, mnts, nil
+}
+
 // waitMembers polls every mount until it sees n alive members.
 func waitMembers(mnts []string, n int) error {
 	deadline := time.Now().Add(30 * time.Second)
@@ -254,25 +285,35 @@ func peerBytes(mnts []string) (int64, error) {
 	return n, nil
 }
 
-// trainRank runs rank r of the cluster job for one epoch over data and
-// returns the seconds its loop took, as the script recorded them.
-func trainRank(o options, data string, epoch, r int, mode string) (float64, error) {
+// epochRecord is one epoch as examples/train_imagefolder.py records it.
+type epochRecord struct {
+	Seconds float64    `json:"seconds"`
+	Samples int        `json:"samples"`
+	Source  string     `json:"source"`  // --balance: "dlfs" or "stock"
+	Batches [][]string `json:"batches"` // --balance: the batches, as paths
+	Global  [][]string `json:"global"`  // --balance: torch's global batches, sorted
+}
+
+// trainRank runs rank r of job for one epoch over data with the script's
+// extra arguments, and returns its record: the seconds its loop took, as
+// the script timed them.
+func trainRank(o options, data string, epoch, r int, mode, job string, extra []string) (epochRecord, error) {
 	rec := filepath.Join(o.dir, fmt.Sprintf("cluster-record-%d.json", r))
-	cmd := exec.Command("/usr/bin/python3", filepath.Join(o.examples, "train_imagefolder.py"), "--data", data,
-		"--epochs", "1", "--start-epoch", fmt.Sprint(epoch), "--workers", "2", "--batch", "32", "--raw", "--job", "cluster", "--record", rec)
-	cmd.Env = append(os.Environ(), fmt.Sprintf("RANK=%d", r), fmt.Sprintf("WORLD_SIZE=%d", clusterNodes))
+	args := append([]string{filepath.Join(o.examples, "train_imagefolder.py"), "--data", data,
+		"--epochs", "1", "--start-epoch", fmt.Sprint(epoch), "--workers", "2", "--batch", "32", "--raw", "--job", job, "--record", rec}, extra...)
+	cmd := exec.Command("/usr/bin/python3", args...)
+	cmd.Env = append(os.Environ(), fmt.Sprintf("RANK=%d", r), fmt.Sprintf("WORLD_SIZE=%d", clusterNodes),
+		"MASTER_ADDR=127.0.0.1", fmt.Sprintf("MASTER_PORT=%d", 29400+epoch%100))
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("%s rank %d: %v\n%s", mode, r, err, out)
+		return epochRecord{}, fmt.Errorf("%s rank %d: %v\n%s", mode, r, err, out)
 	}
-	var recs []struct {
-		Seconds float64 `json:"seconds"`
-	}
+	var recs []epochRecord
 	b, err := os.ReadFile(rec)
 	if err == nil {
 		err = json.Unmarshal(b, &recs)
 	}
 	if err != nil || len(recs) != 1 {
-		return 0, fmt.Errorf("%s rank %d: bad record %s: %v", mode, r, rec, err)
+		return epochRecord{}, fmt.Errorf("%s rank %d: bad record %s: %v", mode, r, rec, err)
 	}
-	return recs[0].Seconds, nil
+	return recs[0], nil
 }

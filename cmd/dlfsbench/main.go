@@ -45,6 +45,7 @@ type options struct {
 	examples    string
 	busyOpen    time.Duration
 	busyRead    time.Duration
+	simOut      string
 }
 
 func main() {
@@ -57,10 +58,11 @@ func main() {
 	flag.DurationVar(&o.readLatency, "pfs-read-latency", 200*time.Microsecond, "pfssim latency per read call")
 	flag.Float64Var(&o.bandwidth, "pfs-bandwidth-mbps", 300, "pfssim aggregate bandwidth in MB/s")
 	flag.BoolVar(&o.genOnly, "gen-only", false, "only generate the dataset under DIR/source")
-	flag.StringVar(&o.suites, "suites", "mount,clairvoyance,cluster,packed,sealing", "which tables to measure")
+	flag.StringVar(&o.suites, "suites", "mount,clairvoyance,cluster,balance,packed,sealing,simulate", "which tables to measure")
 	flag.StringVar(&o.examples, "examples", "examples", "directory of train_imagefolder.py")
 	flag.DurationVar(&o.busyOpen, "busy-open-latency", 20*time.Millisecond, "clairvoyance suite: pfssim latency per open")
 	flag.DurationVar(&o.busyRead, "busy-read-latency", time.Millisecond, "clairvoyance suite: pfssim latency per read call")
+	flag.StringVar(&o.simOut, "simulate-out", "docs/simulate", "simulate suite: directory for the plots and CSV files")
 	flag.Parse()
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "dlfsbench:", err)
@@ -112,13 +114,23 @@ func run(o options) error {
 			return err
 		}
 	}
+	if strings.Contains(o.suites, "balance") {
+		if err := runBalance(o, src, files, total); err != nil {
+			return err
+		}
+	}
 	if strings.Contains(o.suites, "packed") {
 		if err := runPacked(o, src, files, total); err != nil {
 			return err
 		}
 	}
 	if strings.Contains(o.suites, "sealing") {
-		return runSealing(o)
+		if err := runSealing(o); err != nil {
+			return err
+		}
+	}
+	if strings.Contains(o.suites, "simulate") {
+		return runSimulate(o)
 	}
 	return nil
 }

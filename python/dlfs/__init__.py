@@ -93,14 +93,17 @@ class DistributedSampler(torch.utils.data.DistributedSampler):
     num_workers (those of the DataLoader, which help dlfs follow the reads),
     lookahead (epochs to plan, default 2), ranks (all ranks of the job on
     this node, default just this one), root (the dataset directory; default
-    dataset.root) and mountpoint (default: found from root).
+    dataset.root), mountpoint (default: found from root) and start_epoch
+    (the first epoch this process trains, announced when the sampler is
+    made; give it when resuming, or dlfs prefetches epoch 0 first).
     """
 
     def __init__(self, dataset, num_replicas=None, rank=None, shuffle=True, seed=0, drop_last=False, *,
                  job="default", batch_size=1, num_workers=0, lookahead=2, ranks=None, root=None,
-                 mountpoint=None):
+                 mountpoint=None, start_epoch=0):
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed,
                          drop_last=drop_last)
+        self.epoch = start_epoch
         root = root if root is not None else getattr(dataset, "root", None)
         self._dlfs_mount = mountpoint or (find_mount(root) if root else None)
         self._dlfs_keys = None
@@ -157,7 +160,8 @@ class LocalityBatchSampler(torch.utils.data.Sampler):
     choose which epoch uses which permutation, for cache reuse.
 
     Use as ``DataLoader(ds, batch_sampler=sampler)`` and call
-    ``set_epoch(e)`` before each epoch. It announces the job, waits (up to
+    ``set_epoch(e)`` before each epoch (start_epoch is the first, announced
+    when the sampler is made). It announces the job, waits (up to
     timeout seconds) for this node's plan of the epoch, and yields lists of
     dataset indices. When torch.distributed is initialised, the ranks check
     that their nodes planned from the same layout; if they did not, or the
@@ -168,13 +172,13 @@ class LocalityBatchSampler(torch.utils.data.Sampler):
 
     def __init__(self, dataset, batch_size, num_replicas=None, rank=None, seed=0, drop_last=False, *,
                  balance="locality", epochorder=False, job="default", num_workers=0, lookahead=2,
-                 root=None, mountpoint=None, timeout=60.0):
+                 root=None, mountpoint=None, timeout=60.0, start_epoch=0):
         if batch_size < 1:
             raise ValueError("dlfs: batch_size must be at least 1, got %r" % (batch_size,))
         self.dataset = dataset
         self.batch_size = batch_size
         self.timeout = timeout
-        self.epoch = 0
+        self.epoch = start_epoch
         self._stock = torch.utils.data.DistributedSampler(dataset, num_replicas=num_replicas, rank=rank,
                                                           shuffle=True, seed=seed, drop_last=drop_last)
         self.num_replicas, self.rank = self._stock.num_replicas, self._stock.rank
@@ -194,7 +198,7 @@ class LocalityBatchSampler(torch.utils.data.Sampler):
             batch=batch_size, workers=num_workers, lookahead=lookahead, torch=torch.__version__.split("+")[0],
             balance=balance, epochorder=epochorder, rank=self.rank,
         )
-        self._announce(0)
+        self._announce(start_epoch)
 
     def _announce(self, epoch):
         if self._keys is not None and self._announced != epoch:
