@@ -202,6 +202,7 @@ type EpochPFS struct {
 // Result is a whole simulation.
 type Result struct {
 	Config       Config     `json:"-"`
+	Samples      int        `json:"samples"`
 	Runs         []Run      `json:"configs"`
 	ImbalancePct Quartiles  `json:"imbalance_pct"`    // every global batch of every configuration
 	Network      Fractions  `json:"network_fraction"` // all configurations' reads together
@@ -222,7 +223,7 @@ func Simulate(ctx context.Context, cfg Config) (*Result, error) {
 		keys[i] = fmt.Sprintf("train/n%05d/%08d.JPEG", i%1000, i)
 		cached[i] = cfg.Alpha >= 1 || unit(uint64(i)^cfg.Seed) < cfg.Alpha
 	}
-	res := &Result{Config: cfg}
+	res := &Result{Config: cfg, Samples: cfg.Samples}
 	type job struct{ p, b int }
 	var jobs []job
 	for _, p := range cfg.Nodes {

@@ -24,16 +24,11 @@ type balanceRun struct {
 }
 
 func runBalance(o options, src string, files []string, total int64) error {
-	pfs, err := startSim(o, "balance-pfs", src, "-open-latency", o.busyOpen.String(), "-read-latency", o.busyRead.String(),
-		"-bandwidth-mbps", fmt.Sprint(o.bandwidth), "-max-inflight", "256")
+	pfs, keyFile, err := busyCluster(o, "balance-pfs", src)
 	if err != nil {
 		return err
 	}
 	defer pfs.Stop(30 * time.Second)
-	keyFile, err := clusterKey(o)
-	if err != nil {
-		return err
-	}
 	const (
 		stockHash = "stock order, placement by hash, caches hold all"
 		stockAll  = "stock order, caches hold all"
@@ -71,18 +66,20 @@ func runBalance(o options, src string, files []string, total int64) error {
 	fmt.Printf("Same busy pfssim and set-up as the cluster table, placement by demand unless said. \"Bytes between nodes\" is what the nodes fetched from each other, " +
 		"prefetches and moved samples included. Every global batch of every balance= epoch was checked against torch's " +
 		"(DistributedSampler's batches of all ranks together) and every rank followed dlfs's plan.\n\n")
-	fmt.Println("| run | epoch | seconds | PFS bytes ÷ dataset | bytes between nodes ÷ dataset |")
-	fmt.Println("|---|---:|---:|---:|---:|")
+	fmt.Println("| run | epoch | seconds | PFS bytes ÷ dataset | busiest node's PFS bytes ÷ mean | bytes between nodes ÷ dataset |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|")
 	for _, r := range results {
-		fmt.Printf("| %s | %d | %.2f | %.2f | %.3f |\n", r.mode, r.epoch, r.seconds, float64(r.pfsBytes)/float64(total), float64(r.peerBytes)/float64(total))
+		fmt.Printf("| %s | %d | %.2f | %.2f | %.2f | %.3f |\n", r.mode, r.epoch, r.seconds, float64(r.pfsBytes)/float64(total), r.pfsSkew,
+			float64(r.peerBytes)/float64(total))
 	}
-	find := func(mode string) (secs, pfsB, peer float64) {
+	find := func(mode string) (secs, pfsB, peer, skew float64) {
 		for _, r := range results {
 			if r.mode == mode && r.epoch >= 1 {
 				secs, pfsB, peer = secs+r.seconds/2, pfsB+float64(r.pfsBytes)/2/float64(total), peer+float64(r.peerBytes)/2/float64(total)
+				skew += r.pfsSkew / 2
 			}
 		}
-		return secs, pfsB, peer
+		return secs, pfsB, peer, skew
 	}
 	verdict := func(ok bool) string {
 		if ok {
@@ -90,12 +87,12 @@ func runBalance(o options, src string, files []string, total int64) error {
 		}
 		return "NOT met"
 	}
-	sS, _, sPeer := find(stockAll)
-	_, _, hPeer := find(stockHash)
-	lS, _, lPeer := find(localAll)
-	_, shPFS, _ := find(stockHalf)
-	_, lhPFS, _ := find(localHalf)
-	_, solPFS, _ := find(solarHalf)
+	sS, _, sPeer, _ := find(stockAll)
+	_, _, hPeer, _ := find(stockHash)
+	lS, _, lPeer, _ := find(localAll)
+	_, shPFS, _, shSkew := find(stockHalf)
+	_, lhPFS, _, lhSkew := find(localHalf)
+	_, solPFS, _, solSkew := find(solarHalf)
 	fmt.Println()
 	fmt.Printf("- epochs 1-2, bytes between nodes: %.3f× the dataset with balance=locality (target ≤ 0.10×): %s; %.3f× in the stock order with placement by demand\n",
 		lPeer, verdict(lPeer <= 0.10), sPeer)
@@ -103,6 +100,8 @@ func runBalance(o options, src string, files []string, total int64) error {
 	fmt.Printf("- epochs 1-2, epoch time: %.2f s with balance=locality against %.2f s in the stock order (%.2f×)\n", lS, sS, lS/sS)
 	fmt.Printf("- caches for half the dataset, epochs 1-2, PFS bytes per epoch: %.2f× the dataset with balance=solar, %.2f× with balance=locality, %.2f× in the stock order\n",
 		solPFS, lhPFS, shPFS)
+	fmt.Printf("- caches for half the dataset, epochs 1-2, the busiest node's PFS bytes over the mean: %.2f with balance=solar, %.2f with balance=locality, %.2f in the stock order\n",
+		solSkew, lhSkew, shSkew)
 	return nil
 }
 

@@ -38,19 +38,17 @@ type clusterEpoch struct {
 	seconds   float64
 	pfsBytes  int64
 	peerBytes int64 // bytes the nodes fetched from peers
+	// pfsSkew is the PFS bytes of the node that read most, over the
+	// nodes' mean (1: even loads; SOLAR balances them).
+	pfsSkew float64
 }
 
 func runCluster(o options, src string, files []string, total int64) error {
-	pfs, err := startSim(o, "cluster-pfs", src, "-open-latency", o.busyOpen.String(), "-read-latency", o.busyRead.String(),
-		"-bandwidth-mbps", fmt.Sprint(o.bandwidth), "-max-inflight", "256")
+	pfs, keyFile, err := busyCluster(o, "cluster-pfs", src)
 	if err != nil {
 		return err
 	}
 	defer pfs.Stop(30 * time.Second)
-	keyFile, err := clusterKey(o)
-	if err != nil {
-		return err
-	}
 	ram := fmt.Sprint(total * 4 / 10)
 
 	var results []clusterEpoch
@@ -150,6 +148,10 @@ func runEpochs(o options, pfs *sim, files []string, mode, job string, roots, mnt
 		if err != nil {
 			return nil, nil, err
 		}
+		nodesBefore, err := nodePFSBytes(mnts)
+		if err != nil {
+			return nil, nil, err
+		}
 		before, err := pfs.bytes()
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", mode, err)
@@ -186,15 +188,33 @@ func runEpochs(o options, pfs *sim, files []string, mode, job string, roots, mnt
 			return nil, nil, err
 		}
 		r.peerBytes = peerAfter - peerBefore
+		nodesAfter, err := nodePFSBytes(mnts)
+		if err != nil {
+			return nil, nil, err
+		}
+		var most, sum int64
+		for i := range nodesAfter {
+			most, sum = max(most, nodesAfter[i]-nodesBefore[i]), sum+nodesAfter[i]-nodesBefore[i]
+		}
+		if sum > 0 {
+			r.pfsSkew = float64(most) * float64(len(mnts)) / float64(sum)
+		}
 		results, records = append(results, r), append(records, recs)
 	}
 	return results, records, nil
 }
 
-// clusterKey writes the benchmark clusters' key and returns its file.
-func clusterKey(o options) (string, error) {
+// busyCluster starts the busy pfssim the cluster suites share, at DIR/name
+// over src, and writes their cluster key; it returns the simulator and the
+// key's file.
+func busyCluster(o options, name, src string) (*sim, string, error) {
 	keyFile := filepath.Join(o.dir, "cluster.key")
-	return keyFile, os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString([]byte("dlfsbench-cluster-key-0123456789"))), 0o600)
+	if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString([]byte("dlfsbench-cluster-key-0123456789"))), 0o600); err != nil {
+		return nil, "", err
+	}
+	pfs, err := startSim(o, name, src, "-open-latency", o.busyOpen.String(), "-read-latency", o.busyRead.String(),
+		"-bandwidth-mbps", fmt.Sprint(o.bandwidth), "-max-inflight", "256")
+	return pfs, keyFile, err
 }
 
 // startNodes mounts src on clusterNodes dlfs nodes with args, as one
@@ -270,6 +290,19 @@ func waitMembers(mnts []string, n int) error {
 		}
 	}
 	return nil
+}
+
+// nodePFSBytes returns the bytes each mount read from SOURCE.
+func nodePFSBytes(mnts []string) ([]int64, error) {
+	out := make([]int64, len(mnts))
+	for i, m := range mnts {
+		st, err := readStats(m)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = st.PFS.Bytes
+	}
+	return out, nil
 }
 
 // peerBytes sums the bytes the mounts fetched from peers.

@@ -70,7 +70,7 @@ func runSimulate(o options) error {
 	fmt.Println()
 	for _, e := range half.PFS {
 		fmt.Printf("- caches for half the dataset on 16 nodes, epoch %d: PFS reads %.3f× the dataset in the sampler's order, %.3f× in SOLAR's epoch order (permutation %d); %.3f× with a fixed cached half\n",
-			e.Epoch, float64(e.Stock)/float64(half.Config.Samples), float64(e.EpochOrder)/float64(half.Config.Samples), e.Uses, float64(e.Static)/float64(half.Config.Samples))
+			e.Epoch, float64(e.Stock)/float64(half.Samples), float64(e.EpochOrder)/float64(half.Samples), e.Uses, float64(e.Static)/float64(half.Samples))
 	}
 	verdict := func(ok bool) string {
 		if ok {

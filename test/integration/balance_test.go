@@ -276,3 +276,32 @@ print("ok")
 		t.Fatalf("%v\n%s", err, out)
 	}
 }
+
+// TestLocalityBatchSamplerNoPlan: rank 1 never announces, so no node can
+// pin rank 0's plan; after its timeout rank 0 yields the stock batches and
+// says why.
+func TestLocalityBatchSamplerNoPlan(t *testing.T) {
+	src := t.TempDir()
+	dataset(t, filepath.Join(src, "train"), 40)
+	a, _ := pair(t, src, nil)
+	script := `
+import sys, warnings
+sys.path.insert(0, "../../python")
+import torch, torchvision, dlfs
+ds = torchvision.datasets.ImageFolder(sys.argv[1], loader=lambda p: p)
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    s = dlfs.LocalityBatchSampler(ds, 4, num_replicas=2, rank=0, seed=3, timeout=2)
+    got = list(s)
+stock = torch.utils.data.DistributedSampler(ds, num_replicas=2, rank=0, seed=3)
+idx = list(stock)
+assert got == [idx[i:i + 4] for i in range(0, len(idx), 4)], got
+assert s.last_source == "stock"
+assert any("no plan pinned" in str(x.message) for x in w), [str(x.message) for x in w]
+print("ok")
+`
+	out, err := exec.Command("/usr/bin/python3", "-c", script, filepath.Join(a.Mnt, "train")).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "ok" {
+		t.Fatalf("%v\n%s", err, out)
+	}
+}
