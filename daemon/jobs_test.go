@@ -185,6 +185,16 @@ func TestBalancedPair(t *testing.T) {
 	} else {
 		t.Logf("epoch 0's plan: %+v", p)
 	}
+	prom, err := os.ReadFile(filepath.Join(mntA, ".dlfs/stats.prom"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{`dlfs_plan_reads{epoch="0",job="bj",where="local"}`, `dlfs_plan_moved_samples{epoch="0",job="bj"}`,
+		`dlfs_plan_imbalance_ratio{epoch="0",job="bj",quantile="0.9"}`, `dlfs_plan_batch_size{bound="max",epoch="0",job="bj"} 8`} {
+		if !strings.Contains(string(prom), m) {
+			t.Errorf("stats.prom has no %s", m)
+		}
+	}
 	// Most of rank 0's samples are node a's own.
 	pa, _ := read(mntA, 0)
 	own := 0
