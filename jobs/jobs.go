@@ -146,7 +146,8 @@ type PlanStats struct {
 	// Moved counts the samples Algorithm 1 moved off their node.
 	Moved int64 `json:"moved"`
 	// ImbalanceMedian and ImbalanceP90 are percentiles, over the global
-	// batches, of the sum of deficits over the batch's size (Yang & Cong).
+	// batches, of the share of the batch that balancing had to move
+	// (balance.Imbalance, Yang & Cong's measure), in percent.
 	ImbalanceMedian float64 `json:"imbalance_median"`
 	ImbalanceP90    float64 `json:"imbalance_p90"`
 	// MinBatch and MaxBatch are the range of every rank's batch sizes
