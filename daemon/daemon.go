@@ -37,6 +37,8 @@ import (
 
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/cluster"
+	"github.com/dlfs/dlfs/control"
+	"github.com/dlfs/dlfs/folder"
 	"github.com/dlfs/dlfs/fusefs"
 	"github.com/dlfs/dlfs/integrity"
 	"github.com/dlfs/dlfs/jobs"
@@ -47,6 +49,7 @@ import (
 	"github.com/dlfs/dlfs/placement"
 	"github.com/dlfs/dlfs/prefetch"
 	"github.com/dlfs/dlfs/ramcache"
+	"github.com/dlfs/dlfs/readers"
 	"github.com/dlfs/dlfs/source"
 	"github.com/dlfs/dlfs/ssdstore"
 )
@@ -79,6 +82,10 @@ type Config struct {
 	// PlacementEpochs is how many epochs of each job, from its first,
 	// demand placement counts reads over; default 4.
 	PlacementEpochs int
+
+	// NoInfer turns off package readers' inference of the jobs of
+	// readers that announce none (streams are still shown).
+	NoInfer bool
 
 	// MetricsAddr serves Prometheus /metrics on HOST:PORT; "" is off.
 	MetricsAddr string
@@ -119,6 +126,7 @@ type Node struct {
 	ctl         *controlPlane
 	jobs        *jobs.Registry
 	pf          *prefetch.Prefetcher
+	readers     *readers.Tracker
 	cl          *cluster.Cluster // nil for a cluster of one
 	meta        cluster.Meta     // what this node gossips, less its jobs
 	peers       *peer.Client     // nil without a cluster
@@ -297,6 +305,21 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.pf = prefetch.New(pc, n.load, n.jobs)
 	n.onClose("prefetch", func() error { n.pf.Close(); return nil })
 	n.load.SetStage(n.pf)
+	n.readers = readers.New(readers.Config{
+		Snapshot: n.cat.Snapshot,
+		Index: func(root string, exts []string) ([]folder.Sample, error) {
+			spec := control.DefaultJob()
+			spec.Root, spec.Extensions = root, exts
+			if root == "" {
+				spec.Root = "."
+			}
+			return n.jobs.Index(spec)
+		},
+		Jobs:   inferJobs{n.jobs, cfg.NoInfer},
+		Logger: cfg.Logger,
+	})
+	n.readers.Start()
+	n.onClose("readers", func() error { n.readers.Close(); return nil })
 	n.ctl = &controlPlane{n: n}
 	fc := cfg.FUSE
 	fc.Logger = cfg.Logger
@@ -362,6 +385,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	// The prefetcher fetches through the peers too: it stops before them.
 	n.closeFirst("prefetch")
+	n.closeFirst("readers") // it ends the jobs it inferred
 
 	if n.server, err = n.fs.Mount(cfg.Mountpoint, "dlfs:"+n.cat.Source()); err != nil {
 		return nil, fmt.Errorf("mount %s: %w", cfg.Mountpoint, err)
@@ -451,9 +475,22 @@ type dataset struct{ n *Node }
 
 func (d dataset) Snapshot() *catalog.Snapshot { return d.n.cat.Snapshot() }
 func (d dataset) Source() string              { return d.n.cat.Source() }
-func (d dataset) ReadAt(e *catalog.Entry, dest []byte, off int64) ([]byte, error) {
-	return d.n.load.ReadAt(e, dest, off)
+func (d dataset) ReadAt(e *catalog.Entry, dest []byte, off int64, pid uint32) ([]byte, error) {
+	b, waited, err := d.n.load.ReadAtWaited(e, dest, off)
+	if err == nil && d.n.readers != nil {
+		d.n.readers.Observe(pid, e, off, waited > 0)
+	}
+	return b, err
 }
+
+// inferJobs is the job registry as package readers sees it; with off, it
+// reports an announced job, so nothing is inferred.
+type inferJobs struct {
+	*jobs.Registry
+	off bool
+}
+
+func (j inferJobs) Announced() bool { return j.off || j.Registry.Announced() }
 
 // nextUseOfKey is the SSD tier's oracle: how soon a plan needs the file a
 // block key belongs to.

@@ -16,6 +16,7 @@ import (
 	"github.com/dlfs/dlfs/perfmodel"
 	"github.com/dlfs/dlfs/prefetch"
 	"github.com/dlfs/dlfs/ramcache"
+	"github.com/dlfs/dlfs/readers"
 	"github.com/dlfs/dlfs/source"
 	"github.com/dlfs/dlfs/ssdstore"
 )
@@ -36,6 +37,9 @@ type Stats struct {
 	Prefetch      prefetch.Totals                      `json:"prefetch"`
 	Cluster       ClusterStats                         `json:"cluster"`
 	Jobs          map[string]map[string]prefetch.Stats `json:"jobs"`
+	// Streams are the processes reading the mount, with their workers
+	// (package readers).
+	Streams []readers.StreamStats `json:"streams"`
 	// Plans are the balance= plans by job and "epoch-E".
 	Plans map[string]map[string]jobs.PlanStats `json:"plans,omitempty"`
 }
@@ -133,6 +137,7 @@ func (n *Node) Stats() Stats {
 		}
 	}
 	s.Prefetch, s.Jobs = n.pf.Stats()
+	s.Streams = n.readers.Streams()
 	for _, j := range n.jobs.All() {
 		if ps := j.PlanStats(); len(ps) > 0 {
 			if s.Plans == nil {

@@ -49,7 +49,11 @@ func (f *fileNode) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off 
 	if errno != 0 {
 		return nil, errno
 	}
-	b, err := f.fs.data.ReadAt(e, dest, off)
+	var pid uint32
+	if c, ok := fuse.FromContext(ctx); ok {
+		pid = c.Pid
+	}
+	b, err := f.fs.data.ReadAt(e, dest, off, pid)
 	if err != nil {
 		return nil, toErrno(f.fs.log, "read "+e.Path, err)
 	}

@@ -74,8 +74,9 @@ type Dataset interface {
 	// Snapshot returns the current catalog snapshot. It must not block.
 	Snapshot() *catalog.Snapshot
 	// ReadAt returns up to len(dest) bytes of e at off, as a slice of dest
-	// or of an immutable cached buffer. It may block on I/O.
-	ReadAt(e *catalog.Entry, dest []byte, off int64) ([]byte, error)
+	// or of an immutable cached buffer, for the process pid (0: unknown).
+	// It may block on I/O.
+	ReadAt(e *catalog.Entry, dest []byte, off int64, pid uint32) ([]byte, error)
 	// Source is SOURCE's path, for statfs.
 	Source() string
 }

@@ -32,6 +32,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/dlfs/dlfs/balance"
 	"github.com/dlfs/dlfs/catalog"
@@ -87,8 +88,12 @@ type Job struct {
 	// moves only rank R (each process announces its own); any other line
 	// moves every local rank.
 	RankEpoch map[int]int
+	// Inferred: no one announced the job; package readers inferred it
+	// from a stream's reads.
+	Inferred bool
 
 	layout func(j *Job) Layout // read-only after Apply; nil: one node
+	ahead  *atomic.Int64       // how far its readers may be fetched ahead of; shared by the job's versions
 
 	mu       sync.Mutex
 	plans    map[[2]int][]int       // (rank, epoch) -> sample indices
@@ -154,6 +159,15 @@ type PlanStats struct {
 	// (equal to batch= except the last, unless balance=solar).
 	MinBatch int `json:"min_batch"`
 	MaxBatch int `json:"max_batch"`
+}
+
+// Ahead is how many samples the prefetcher may fetch ahead of each of the
+// job's readers; 0: no bound (every announced job).
+func (j *Job) Ahead() int {
+	if j.ahead == nil {
+		return 0
+	}
+	return int(j.ahead.Load())
 }
 
 // N is the dataset's length.
@@ -504,9 +518,10 @@ func (r *Registry) Index(spec control.Job) ([]folder.Sample, error) {
 type Registry struct {
 	cfg Config
 
-	mu   sync.Mutex
-	jobs map[string]*Job // mu guards jobs and subs
-	subs []chan struct{}
+	mu     sync.Mutex
+	jobs   map[string]*Job // mu guards jobs, subs and aheads
+	subs   []chan struct{}
+	aheads map[string]*atomic.Int64 // Job.Ahead, by name (inferred jobs)
 }
 
 // New returns an empty registry.
@@ -546,7 +561,48 @@ func (r *Registry) notifyLocked() {
 }
 
 // Apply registers or updates the job of line. Nothing changes on error.
-func (r *Registry) Apply(line control.Job) error {
+func (r *Registry) Apply(line control.Job) error { return r.apply(line, false) }
+
+// ApplyInferred registers or updates a job that no one announced (package
+// readers inferred it). It is shown as inferred, and an announced line for
+// the same name makes it an announced job.
+func (r *Registry) ApplyInferred(line control.Job) error { return r.apply(line, true) }
+
+// SetAhead bounds how many samples the prefetcher may fetch ahead of the
+// readers of job name (0: no bound), now or once it is registered.
+func (r *Registry) SetAhead(name string, n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.aheadLocked(name).Store(int64(n))
+	r.notifyLocked()
+}
+
+func (r *Registry) aheadLocked(name string) *atomic.Int64 {
+	if r.aheads == nil {
+		r.aheads = map[string]*atomic.Int64{}
+	}
+	a := r.aheads[name]
+	if a == nil {
+		a = new(atomic.Int64)
+		r.aheads[name] = a
+	}
+	return a
+}
+
+// Announced reports whether any registered job was announced rather than
+// inferred.
+func (r *Registry) Announced() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, j := range r.jobs {
+		if !j.Inferred {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *Registry) apply(line control.Job, inferred bool) error {
 	r.mu.Lock()
 	prev := r.jobs[nameOf(line)]
 	r.mu.Unlock()
@@ -585,6 +641,12 @@ func (r *Registry) Apply(line control.Job) error {
 		j.keepPinned(prev)
 	}
 	r.mu.Lock()
+	j.Inferred = inferred
+	if inferred {
+		j.ahead = r.aheadLocked(spec.Name)
+	} else {
+		delete(r.aheads, spec.Name)
+	}
 	r.jobs[spec.Name] = j
 	r.notifyLocked()
 	r.mu.Unlock()
@@ -704,7 +766,8 @@ func (r *Registry) Reindex() {
 			delete(r.jobs, old.Spec.Name)
 			r.cfg.Logger.Warn("job dropped: its dataset is gone after the refresh", "job", old.Spec.Name, "err", err)
 		} else {
-			r.jobs[old.Spec.Name] = &Job{Spec: old.Spec, Samples: samples, Classes: classes, RankEpoch: old.RankEpoch, layout: r.cfg.Layout}
+			r.jobs[old.Spec.Name] = &Job{Spec: old.Spec, Samples: samples, Classes: classes, RankEpoch: old.RankEpoch, layout: r.cfg.Layout,
+				Inferred: old.Inferred, ahead: old.ahead}
 		}
 		r.notifyLocked()
 		r.mu.Unlock()
@@ -732,6 +795,7 @@ func (r *Registry) End(name string) error {
 		return fmt.Errorf("%w: end job=%s: no such job", ErrJob, name)
 	}
 	delete(r.jobs, name)
+	delete(r.aheads, name)
 	r.notifyLocked()
 	return nil
 }
@@ -773,6 +837,7 @@ type Status struct {
 	Lookahead  int            `json:"lookahead"`
 	RankEpoch  map[string]int `json:"rank_epochs"`
 	Extensions []string       `json:"extensions,omitempty"`
+	Inferred   bool           `json:"inferred,omitempty"`
 	Balance    string         `json:"balance,omitempty"`
 	EpochOrder bool           `json:"epochorder,omitempty"`
 	// Plans are the plans made under balance=, by "epoch-E".
@@ -790,7 +855,8 @@ func (r *Registry) Statuses() map[string]Status {
 		}
 		out[s.Name] = Status{Root: s.Root, Dataset: ds, Samples: j.N(), Classes: j.Classes, Sampler: s.Sampler,
 			Seed: s.Seed, Epoch: s.Epoch, World: s.World, Ranks: s.Ranks, Shuffle: s.Shuffle, DropLast: s.DropLast,
-			Batch: s.Batch, Workers: s.Workers, Lookahead: s.Lookahead, RankEpoch: map[string]int{}, Extensions: s.Extensions}
+			Batch: s.Batch, Workers: s.Workers, Lookahead: s.Lookahead, RankEpoch: map[string]int{}, Extensions: s.Extensions,
+			Inferred: j.Inferred}
 		for r, e := range j.RankEpoch {
 			out[s.Name].RankEpoch[fmt.Sprintf("rank-%d", r)] = e
 		}

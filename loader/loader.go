@@ -284,8 +284,15 @@ func blockOf(e *catalog.Entry, tag uint64, f fetch) ramcache.Block {
 // otherwise. It returns an empty slice at or past end of file. The read is
 // reported to the stage, once, with the time it waited on the PFS.
 func (l *Loader) ReadAt(e *catalog.Entry, dest []byte, off int64) ([]byte, error) {
+	b, _, err := l.ReadAtWaited(e, dest, off)
+	return b, err
+}
+
+// ReadAtWaited is ReadAt that also says how long the read waited on the
+// PFS (0: a hit).
+func (l *Loader) ReadAtWaited(e *catalog.Entry, dest []byte, off int64) ([]byte, time.Duration, error) {
 	if off >= e.Size || len(dest) == 0 {
-		return dest[:0], nil
+		return dest[:0], 0, nil
 	}
 	var held []string // blocks this read fetched, held until it is reported
 	defer func() {
@@ -304,7 +311,7 @@ func (l *Loader) ReadAt(e *catalog.Entry, dest []byte, off int64) ([]byte, error
 	if first == last {
 		b, t, w, err := l.block(e, first, end == min((first+1)*bs, e.Size), &held)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		from, waited, out = t, w, b[off-first*bs:end-first*bs]
 	} else {
@@ -312,7 +319,7 @@ func (l *Loader) ReadAt(e *catalog.Entry, dest []byte, off int64) ([]byte, error
 		for i := first; i <= last; i++ {
 			b, t, w, err := l.block(e, i, end >= min((i+1)*bs, e.Size), &held)
 			if err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 			from = max(from, t) // the slowest tier involved supplied the read
 			waited += w
@@ -326,7 +333,7 @@ func (l *Loader) ReadAt(e *catalog.Entry, dest []byte, off int64) ([]byte, error
 	if s := l.stage.Load(); s != nil {
 		s.s.Observe(e, off, waited)
 	}
-	return out, nil
+	return out, waited, nil
 }
 
 func (l *Loader) count(t tier, n int64) {

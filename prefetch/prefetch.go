@@ -144,6 +144,7 @@ type streamID struct {
 // stream is one local rank's planned reads.
 type stream struct {
 	id       streamID
+	job      *jobs.Job // for its Ahead bound
 	plan     planKey // what the order was drawn from: a stream is reused only for the same
 	epochs   []int
 	starts   []int // position where each epoch begins
@@ -434,7 +435,7 @@ func keyOf(j *jobs.Job, rank int, epochs []int) planKey {
 }
 
 func build(j *jobs.Job, rank int, epochs []int) *stream {
-	s := &stream{id: streamID{j.Spec.Name, rank}, plan: keyOf(j, rank, epochs), epochs: epochs, first: map[uint64]int32{}, maxSeen: -1}
+	s := &stream{id: streamID{j.Spec.Name, rank}, job: j, plan: keyOf(j, rank, epochs), epochs: epochs, first: map[uint64]int32{}, maxSeen: -1}
 	last := map[uint64]int32{}
 	var sizes [][]int // each epoch's batch sizes
 	for _, e := range s.epochs {
@@ -551,6 +552,20 @@ func (s *stream) ahead() int {
 	return s.frontier - int(s.sched[s.cursor])
 }
 
+// bounded reports whether s is as far ahead of its reader's furthest read
+// as its job allows (an inferred job, until its guess is confirmed).
+func (s *stream) bounded() bool {
+	a := s.job.Ahead()
+	if a <= 0 {
+		return false
+	}
+	from := 0
+	if s.maxSeen >= 0 {
+		from = int(s.sched[s.maxSeen])
+	}
+	return s.frontier-from >= a
+}
+
 // epochOf returns the index into s.epochs of position pos.
 func (s *stream) epochOf(pos int) int {
 	return sort.SearchInts(s.starts[1:], pos+1)
@@ -633,6 +648,12 @@ func (p *Prefetcher) Observe(e *catalog.Entry, off int64, waited time.Duration) 
 		st.Hits++
 	}
 	best.maxSeen = max(best.maxSeen, bestPos)
+	// The frontier never lags far behind the furthest read: a stream
+	// built while its reader was already under way (an inferred job)
+	// must not fetch what the reader has passed.
+	if f := int(best.sched[best.maxSeen]) - best.slack; best.frontier < f {
+		best.frontier = f
+	}
 	p.advanceLocked(best)
 	p.kick()
 }
@@ -796,7 +817,7 @@ func (p *Prefetcher) next(gap, run int64) []*catalog.Entry {
 	for {
 		var s *stream
 		for _, c := range p.streams {
-			if c.frontier < len(c.order) && (s == nil || c.ahead() < s.ahead()) {
+			if c.frontier < len(c.order) && !c.bounded() && (s == nil || c.ahead() < s.ahead()) {
 				s = c
 			}
 		}

@@ -1,0 +1,89 @@
+package readers
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Pattern is what a stream's recent reads look like in a dataset index.
+type Pattern struct {
+	Kind   string // "sequential", "strided" or "random"
+	Stride int    // positions between consecutive samples (1: sequential)
+	Rank   int    // the first position modulo Stride
+	Low    int    // the lowest position read
+	High   int    // the highest
+}
+
+func (p Pattern) String() string {
+	switch p.Kind {
+	case "sequential":
+		return "sequential"
+	case "strided":
+		return fmt.Sprintf("strided %d+%d", p.Stride, p.Rank)
+	}
+	return p.Kind
+}
+
+// Detection thresholds.
+const (
+	// MinEvidence is how many distinct files must be placed before a
+	// stream's pattern is judged.
+	MinEvidence = 16
+	// maxGaps: the positions read may cover at most this many times the
+	// span they need (a DataLoader's workers read batches side by side,
+	// and the page cache hides some reads).
+	maxGaps = 3
+	// MaxStride is the largest stride taken for a DistributedSampler
+	// world (issue 12: worlds up to 1,024).
+	MaxStride = 1024
+)
+
+// Detect judges positions, the index positions of a stream's recent
+// first reads of files, in arrival order (−1: not in the index). They are
+// sequential when, sorted, they step by 1 with few gaps; strided when they
+// step by a common stride (a DistributedSampler without shuffle: rank r
+// reads r, r+W, r+2W, …); random otherwise. Fewer than MinEvidence
+// placed positions, or a quarter of them not in the index, say nothing
+// (ok is false).
+func Detect(positions []int) (p Pattern, ok bool) {
+	var ps []int
+	missing := 0
+	for _, x := range positions {
+		if x < 0 {
+			missing++
+			continue
+		}
+		ps = append(ps, x)
+	}
+	slices.Sort(ps)
+	ps = slices.Compact(ps)
+	if len(ps) < MinEvidence || 4*missing > len(positions) {
+		return Pattern{}, false
+	}
+	g := 0
+	for i := 1; i < len(ps); i++ {
+		g = gcd(g, ps[i]-ps[i-1])
+	}
+	lo, hi := ps[0], ps[len(ps)-1]
+	p = Pattern{Kind: "random", Stride: g, Low: lo, High: hi}
+	if g < 1 || g > MaxStride {
+		return p, true
+	}
+	if span := (hi-lo)/g + 1; span > maxGaps*len(ps) {
+		return p, true
+	}
+	p.Rank = lo % g
+	if g == 1 {
+		p.Kind = "sequential"
+	} else {
+		p.Kind = "strided"
+	}
+	return p, true
+}
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}

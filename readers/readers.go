@@ -1,0 +1,621 @@
+// Package readers follows the processes that read the mount without
+// announcing a job, and announces for them what their reads show.
+//
+// # Streams
+//
+// Every FUSE read carries the caller's pid. A stream is a reader process
+// with its workers: a process whose parent has the same command line (a
+// forked DataLoader worker) or that multiprocessing started belongs to its
+// parent's stream. The pid → stream map is filled from /proc on a pid's
+// first read and bounded. Each stream keeps its counters and a ring of the
+// files it read first, most recent last.
+//
+// # Inference
+//
+// A goroutine owned by the Tracker judges the streams off the read path.
+// It places a stream's recent files in the ImageFolder index of the
+// deepest directory above them whose index holds them (with the
+// extensions the stream read), and calls the pattern (Detect):
+//   - sequential (SequentialSampler, an evaluation loop, tar, cp -r) or
+//     strided (DistributedSampler without shuffle): it registers an
+//     inferred job (sampler=sequential, or distributed with shuffle=false,
+//     world=stride and the rank), and the prefetcher and the caches follow
+//     it as they follow an announced job. A reader that loops starts the
+//     next epoch when it wraps around.
+//   - random: nothing yet.
+//
+// An inferred job may fetch only a bounded distance ahead: Ahead starts at
+// MinAhead samples and doubles with every confirmed read, so a guess that
+// later reads contradict costs at most max(MinAhead, 2×confirmed)
+// samples of prefetch; it is ended at the first judgement that contradicts
+// it. While any job has been announced, nothing is inferred.
+package readers
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"path"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/control"
+	"github.com/dlfs/dlfs/folder"
+)
+
+// Config configures a Tracker.
+type Config struct {
+	ProcRoot   string        // default "/proc"
+	History    int           // files remembered per stream; default 64
+	MaxStreams int           // default 256
+	MaxPids    int           // pid → stream entries kept; default 8192
+	Interval   time.Duration // how often streams are judged; default 100 ms
+	Idle       time.Duration // a stream with no read for this long is dropped; default 2 min
+	// Snapshot returns the catalog's current snapshot.
+	Snapshot func() *catalog.Snapshot
+	// Index builds the ImageFolder index of root (relative to the mount)
+	// with the given extensions.
+	Index func(root string, exts []string) ([]folder.Sample, error)
+	// Jobs registers, moves and ends inferred jobs.
+	Jobs Jobs
+	Logger *slog.Logger // nil: discard
+}
+
+// Jobs is what the Tracker needs of the job registry.
+type Jobs interface {
+	// ApplyInferred registers or updates an inferred job.
+	ApplyInferred(line control.Job) error
+	// End drops a job.
+	End(name string) error
+	// SetAhead bounds how many samples the prefetcher may fetch ahead of
+	// a job's readers (0: no bound).
+	SetAhead(name string, n int)
+	// Announced reports whether any job was announced (not inferred).
+	Announced() bool
+}
+
+// Defaults of Config.
+const (
+	DefaultHistory    = 64
+	DefaultMaxStreams = 256
+	DefaultMaxPids    = 8192
+)
+
+// Inference limits.
+const (
+	// MinAhead is how far an inferred job may fetch ahead at first.
+	MinAhead = 64
+	// FreeAhead: confirmed reads after which the bound is lifted.
+	FreeAhead = 4096
+	// MaxInferred bounds the inferred jobs at once.
+	MaxInferred = 16
+	// cooldown: new files a stream must read after a contradicted guess
+	// before it is judged again.
+	cooldown = 256
+)
+
+// StreamStats describe one stream, as shown under streams in .dlfs/stats.
+type StreamStats struct {
+	Pid     int    `json:"pid"`
+	Reads   int64  `json:"reads"`
+	Hits    int64  `json:"hits"` // reads that did not wait on the PFS
+	Files   int64  `json:"files"`
+	Pattern string `json:"pattern"` // "", "sequential", "strided W+R", "random"
+	Job     string `json:"job,omitempty"`
+	Root    string `json:"root,omitempty"`
+}
+
+// Tracker groups reads into streams and infers their jobs.
+type Tracker struct {
+	cfg Config
+	log *slog.Logger
+
+	mu      sync.Mutex
+	pids    map[int]pidEntry
+	streams map[int]*stream
+	kick    chan struct{}
+
+	ending []string // inferred jobs of dropped streams, ended by the judge (mu)
+
+	cache []*indexed // recent indexes, most recent first; the judge's own
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	judged atomic.Int64 // judgements made (for tests)
+}
+
+type pidEntry struct {
+	stream int
+	seen   time.Time
+}
+
+// stream is one reader process and its workers.
+type stream struct {
+	pid      int
+	stats    StreamStats
+	ring     []*catalog.Entry // first reads of files, oldest first once full
+	next     int              // where the next file goes in ring
+	fresh    int              // files read since the last judgement
+	last     time.Time
+	quiet    int // new files to wait before judging again
+	inferred *inference
+}
+
+// inference is an inferred job and where its reader is.
+type inference struct {
+	job       string
+	line      control.Job
+	idx       *indexed
+	pattern   Pattern
+	epoch     int
+	high      int // the highest unwrapped position read
+	confirmed int
+	ahead     int
+}
+
+// indexed is an ImageFolder index and its positions by file.
+type indexed struct {
+	snap *catalog.Snapshot
+	root string
+	exts string
+	n    int
+	pos  map[*catalog.Entry]int32
+}
+
+// New returns a Tracker; Start runs its judge.
+func New(cfg Config) *Tracker {
+	if cfg.ProcRoot == "" {
+		cfg.ProcRoot = "/proc"
+	}
+	if cfg.History <= 0 {
+		cfg.History = DefaultHistory
+	}
+	if cfg.MaxStreams <= 0 {
+		cfg.MaxStreams = DefaultMaxStreams
+	}
+	if cfg.MaxPids <= 0 {
+		cfg.MaxPids = DefaultMaxPids
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = 100 * time.Millisecond
+	}
+	if cfg.Idle <= 0 {
+		cfg.Idle = 2 * time.Minute
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Tracker{cfg: cfg, log: cfg.Logger, pids: map[int]pidEntry{}, streams: map[int]*stream{}, kick: make(chan struct{}, 1)}
+}
+
+// Start runs the judge until Close.
+func (t *Tracker) Start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.cancel = cancel
+	t.wg.Add(1)
+	go t.judgeLoop(ctx)
+}
+
+// Close stops the judge and ends the inferred jobs.
+func (t *Tracker) Close() {
+	if t.cancel != nil {
+		t.cancel()
+		t.wg.Wait()
+	}
+}
+
+// Observe records a read of e at off by pid; waited says it waited on the
+// PFS. It never blocks on more than reading /proc for a pid's first read.
+func (t *Tracker) Observe(pid uint32, e *catalog.Entry, off int64, waited bool) {
+	if pid == 0 || e == nil {
+		return
+	}
+	key := t.streamOf(int(pid))
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.streams[key]
+	if s == nil {
+		if len(t.streams) >= t.cfg.MaxStreams {
+			return // the judge drops idle streams; until then, this one is not followed
+		}
+		s = &stream{pid: key, ring: make([]*catalog.Entry, 0, t.cfg.History), stats: StreamStats{Pid: key}}
+		t.streams[key] = s
+	}
+	s.last = now
+	s.stats.Reads++
+	if !waited {
+		s.stats.Hits++
+	}
+	if off != 0 {
+		return
+	}
+	s.stats.Files++
+	if len(s.ring) < cap(s.ring) {
+		s.ring = append(s.ring, e)
+	} else {
+		s.ring[s.next] = e
+		s.next = (s.next + 1) % len(s.ring)
+	}
+	s.fresh++
+	if s.fresh >= MinEvidence {
+		select {
+		case t.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// streamOf returns the stream a pid reads for: the pid of the highest
+// ancestor of which it is a worker.
+func (t *Tracker) streamOf(pid int) int {
+	now := time.Now()
+	t.mu.Lock()
+	if p, ok := t.pids[pid]; ok {
+		p.seen = now
+		t.pids[pid] = p
+		t.mu.Unlock()
+		return p.stream
+	}
+	t.mu.Unlock()
+	key := pid
+	info, err := readProc(t.cfg.ProcRoot, pid)
+	for hops := 0; err == nil && info.ppid > 1 && hops < 8; hops++ {
+		parent, perr := readProc(t.cfg.ProcRoot, info.ppid)
+		if perr != nil || !isWorkerOf(info.cmdline, parent.cmdline) {
+			break
+		}
+		key, info = info.ppid, parent
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.pids) >= t.cfg.MaxPids {
+		// Drop the half least recently seen.
+		seen := make([]time.Time, 0, len(t.pids))
+		for _, p := range t.pids {
+			seen = append(seen, p.seen)
+		}
+		slices.SortFunc(seen, func(a, b time.Time) int { return a.Compare(b) })
+		cut := seen[len(seen)/2]
+		for k, p := range t.pids {
+			if p.seen.Before(cut) {
+				delete(t.pids, k)
+			}
+		}
+	}
+	t.pids[pid] = pidEntry{stream: key, seen: now}
+	return key
+}
+
+// forgetLocked drops s. Only the judge calls it (s's inference is the
+// judge's); its inferred job is ended after the lock is released.
+func (t *Tracker) forgetLocked(s *stream) {
+	delete(t.streams, s.pid)
+	if s.inferred != nil {
+		t.ending = append(t.ending, s.inferred.job)
+	}
+}
+
+// endDropped ends the inferred jobs of dropped streams.
+func (t *Tracker) endDropped() {
+	t.mu.Lock()
+	jobs := t.ending
+	t.ending = nil
+	t.mu.Unlock()
+	for _, j := range jobs {
+		if err := t.cfg.Jobs.End(j); err != nil {
+			t.log.Debug("readers: ending a dropped stream's job", "job", j, "err", err)
+		}
+	}
+}
+
+// Streams returns every stream's figures, by pid.
+func (t *Tracker) Streams() []StreamStats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]StreamStats, 0, len(t.streams))
+	for _, s := range t.streams {
+		out = append(out, s.stats)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Pid < out[j].Pid })
+	return out
+}
+
+// judgeLoop judges the streams with fresh reads every Interval, or sooner
+// when a stream has enough, until ctx ends. On the way out it ends the
+// inferred jobs.
+func (t *Tracker) judgeLoop(ctx context.Context) {
+	defer t.wg.Done()
+	tick := time.NewTicker(t.cfg.Interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			t.mu.Lock()
+			for _, s := range t.streams {
+				t.forgetLocked(s)
+			}
+			t.mu.Unlock()
+			t.endDropped()
+			return
+		case <-tick.C:
+		case <-t.kick:
+		}
+		t.judgeAll()
+	}
+}
+
+// judgeAll judges every stream with fresh files, and drops idle ones.
+func (t *Tracker) judgeAll() {
+	type work struct {
+		s     *stream
+		files []*catalog.Entry // the ring, oldest first
+		fresh int
+	}
+	var todo []work
+	now := time.Now()
+	t.mu.Lock()
+	for _, s := range t.streams {
+		if now.Sub(s.last) > t.cfg.Idle {
+			t.forgetLocked(s)
+			continue
+		}
+		if s.fresh == 0 || (s.inferred == nil && s.fresh < MinEvidence && len(s.ring) < MinEvidence) {
+			continue
+		}
+		files := append(append([]*catalog.Entry(nil), s.ring[s.next:]...), s.ring[:s.next]...)
+		todo = append(todo, work{s, files, s.fresh})
+		s.fresh = 0
+	}
+	t.mu.Unlock()
+	t.endDropped()
+	for _, w := range todo {
+		t.judge(w.s, w.files, w.fresh)
+	}
+}
+
+// judge looks at a stream's files (oldest first; the last fresh of them
+// are new since the last judgement) and infers, follows or drops its job.
+// Only the judge goroutine calls it; s's inference fields are its own, and
+// only stats and ring are shared with Observe.
+func (t *Tracker) judge(s *stream, files []*catalog.Entry, fresh int) {
+	defer t.judged.Add(1)
+	if inf := s.inferred; inf != nil {
+		// Files the ring dropped before the judge saw them let the reader
+		// move that much further.
+		t.follow(s, inf, files[max(len(files)-fresh, 0):], max(fresh-len(files), 0))
+		return
+	}
+	if s.quiet > 0 {
+		s.quiet = max(s.quiet-fresh, 0)
+		return
+	}
+	if t.cfg.Jobs.Announced() {
+		return
+	}
+	idx, positions := t.place(files)
+	if idx == nil {
+		return
+	}
+	p, ok := Detect(positions)
+	if !ok {
+		return
+	}
+	t.setPattern(s, p.String(), idx.root, "")
+	if p.Kind == "random" {
+		s.quiet = cooldown
+		return
+	}
+	t.infer(s, idx, p)
+}
+
+func (t *Tracker) setPattern(s *stream, pattern, root, job string) {
+	t.mu.Lock()
+	s.stats.Pattern, s.stats.Root, s.stats.Job = pattern, root, job
+	t.mu.Unlock()
+}
+
+// infer registers the job that pattern p in idx implies for s.
+func (t *Tracker) infer(s *stream, idx *indexed, p Pattern) {
+	t.mu.Lock()
+	n := 0
+	for _, o := range t.streams {
+		if o.inferred != nil {
+			n++
+		}
+	}
+	t.mu.Unlock()
+	if n >= MaxInferred || strings.ContainsAny(idx.root+idx.exts, " \t\n") {
+		return
+	}
+	root := idx.root
+	if root == "" {
+		root = "."
+	}
+	name := fmt.Sprintf("auto-%d", s.pid)
+	text := fmt.Sprintf("job=%s root=%s dataset=imagefolder extensions=%s epoch=0 lookahead=2 batch=32 workers=4", name, root, idx.exts)
+	if p.Kind == "sequential" {
+		text += " sampler=sequential"
+	} else {
+		text += fmt.Sprintf(" sampler=distributed shuffle=false world=%d ranks=%d", p.Stride, p.Rank)
+	}
+	cmds, err := control.Parse([]byte(text))
+	if err != nil || len(cmds) != 1 {
+		t.log.Warn("readers: cannot express the inferred job", "line", text, "err", err)
+		return
+	}
+	line := cmds[0].(control.Job)
+	t.cfg.Jobs.SetAhead(name, MinAhead)
+	if err := t.cfg.Jobs.ApplyInferred(line); err != nil {
+		t.log.Info("readers: inferred job refused", "stream", s.pid, "line", text, "err", err)
+		s.quiet = cooldown
+		return
+	}
+	t.cfg.Jobs.SetAhead(name, MinAhead)
+	s.inferred = &inference{job: name, line: line, idx: idx, pattern: p, high: p.High, ahead: MinAhead}
+	t.setPattern(s, p.String(), idx.root, name)
+	t.log.Info("readers: inferred a job", "stream", s.pid, "pattern", p.String(), "root", root, "job", name)
+}
+
+// follow checks an inferred job against the stream's new files (unseen
+// more were read before them that the ring no longer holds): a file
+// outside the pattern ends it; a reader that wraps around moves it to the
+// next epoch; confirmed reads widen how far it may fetch ahead.
+func (t *Tracker) follow(s *stream, inf *inference, files []*catalog.Entry, unseen int) {
+	if inf.idx.snap != t.cfg.Snapshot() {
+		t.drop(s, inf, "the catalog changed")
+		return
+	}
+	n := inf.idx.n
+	bad := 0
+	for _, e := range files {
+		x, ok := inf.idx.pos[e]
+		if !ok {
+			bad++
+			continue
+		}
+		pos := int(x)
+		if inf.pattern.Stride > 1 && pos%inf.pattern.Stride != inf.pattern.Rank {
+			bad++
+			continue
+		}
+		u := pos + inf.epoch*n
+		if u < inf.high-n/2 { // wrapped around: the next pass
+			inf.epoch++
+			u += n
+			next := inf.line
+			next.Epoch = inf.epoch
+			next.Set = maps.Clone(inf.line.Set)
+			if err := t.cfg.Jobs.ApplyInferred(next); err != nil {
+				t.drop(s, inf, "moving it to the next epoch failed: "+err.Error())
+				return
+			}
+		}
+		// Within a DataLoader's window of the furthest read so far.
+		w := min(max(n/16, minWindow), maxWindow) * inf.pattern.Stride
+		if u < inf.high-w || u > inf.high+w+unseen*inf.pattern.Stride {
+			bad++
+			continue
+		}
+		inf.high = max(inf.high, u)
+		inf.confirmed++
+	}
+	if 4*bad > len(files) && bad > 2 {
+		t.drop(s, inf, fmt.Sprintf("%d of %d new files are off the pattern", bad, len(files)))
+		return
+	}
+	ahead := 0 // no bound
+	if inf.confirmed < FreeAhead {
+		ahead = max(MinAhead, 2*inf.confirmed)
+	}
+	if ahead != inf.ahead {
+		inf.ahead = ahead
+		t.cfg.Jobs.SetAhead(inf.job, ahead)
+	}
+}
+
+// A read follows an inferred pattern when it lands within a window of the
+// furthest read so far: a DataLoader's workers read batches side by side,
+// prefetch_factor batches each. The window is a sixteenth of the dataset,
+// within these bounds, in samples of the stream.
+const (
+	minWindow = 64
+	maxWindow = 2048
+)
+
+// drop ends s's inferred job.
+func (t *Tracker) drop(s *stream, inf *inference, why string) {
+	if err := t.cfg.Jobs.End(inf.job); err != nil {
+		t.log.Debug("readers: ending an inferred job", "job", inf.job, "err", err)
+	}
+	s.inferred = nil
+	s.quiet = cooldown
+	t.setPattern(s, "random", inf.idx.root, "")
+	t.log.Info("readers: dropped an inferred job", "stream", s.pid, "job", inf.job, "why", why)
+}
+
+// place finds the index that holds files: the ImageFolder index, with the
+// extensions the files have, of the deepest directory above them that
+// holds three quarters of them; and returns each file's position in it
+// (−1: not there).
+func (t *Tracker) place(files []*catalog.Entry) (*indexed, []int) {
+	if len(files) == 0 {
+		return nil, nil
+	}
+	extSet := map[string]bool{}
+	dir := path.Dir(files[0].Path)
+	for _, e := range files {
+		extSet[strings.ToLower(path.Ext(e.Name))] = true
+		for dir != "." && !strings.HasPrefix(e.Path, dir+"/") {
+			dir = path.Dir(dir)
+		}
+	}
+	if extSet[""] {
+		return nil, nil // ImageFolder cannot select files without an extension
+	}
+	exts := make([]string, 0, len(extSet))
+	for x := range extSet {
+		exts = append(exts, x)
+	}
+	sort.Strings(exts)
+	snap := t.cfg.Snapshot()
+	for {
+		root := dir
+		if root == "." {
+			root = ""
+		}
+		if idx := t.index(snap, root, exts); idx != nil {
+			positions := make([]int, len(files))
+			in := 0
+			for i, e := range files {
+				positions[i] = -1
+				if x, ok := idx.pos[e]; ok {
+					positions[i] = int(x)
+					in++
+				}
+			}
+			if 4*in >= 3*len(files) {
+				return idx, positions
+			}
+		}
+		if root == "" {
+			return nil, nil
+		}
+		dir = path.Dir(dir)
+	}
+}
+
+// index returns the ImageFolder index of root with exts, from a small
+// cache; nil if root is not an ImageFolder.
+func (t *Tracker) index(snap *catalog.Snapshot, root string, exts []string) *indexed {
+	key := strings.Join(exts, ",")
+	for i, c := range t.cache {
+		if c.snap == snap && c.root == root && c.exts == key {
+			t.cache = append(append([]*indexed{c}, t.cache[:i]...), t.cache[i+1:]...)
+			return c
+		}
+	}
+	samples, err := t.cfg.Index(root, exts)
+	if err != nil || len(samples) == 0 {
+		return nil
+	}
+	c := &indexed{snap: snap, root: root, exts: key, n: len(samples), pos: make(map[*catalog.Entry]int32, len(samples))}
+	for i, s := range samples {
+		if s.Entry != nil {
+			if _, dup := c.pos[s.Entry]; !dup {
+				c.pos[s.Entry] = int32(i)
+			}
+		}
+	}
+	t.cache = append([]*indexed{c}, t.cache...)
+	if len(t.cache) > 4 {
+		t.cache = t.cache[:4]
+	}
+	return c
+}

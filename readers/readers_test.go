@@ -1,0 +1,252 @@
+package readers
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/control"
+	"github.com/dlfs/dlfs/folder"
+)
+
+func TestDetect(t *testing.T) {
+	seq := func(from, n, step int) []int {
+		var out []int
+		for i := 0; i < n; i++ {
+			out = append(out, from+i*step)
+		}
+		return out
+	}
+	// Four workers reading batches of 8 side by side: 0, 8, 16, 24, 1, 9, ...
+	var workers []int
+	for i := 0; i < 8; i++ {
+		for w := 0; w < 4; w++ {
+			workers = append(workers, 100+w*8+i)
+		}
+	}
+	random := []int{5, 900, 33, 4000, 12, 777, 2048, 3, 1500, 60, 2500, 999, 41, 3100, 222, 1800}
+	for _, c := range []struct {
+		name      string
+		positions []int
+		want      string
+		ok        bool
+	}{
+		{"too few", seq(0, 10, 1), "", false},
+		{"sequential", seq(40, 32, 1), "sequential", true},
+		{"sequential, four workers", workers, "sequential", true},
+		{"sequential with gaps", append(seq(0, 16, 2), seq(1, 10, 2)...), "sequential", true},
+		{"strided, world 8 rank 3", seq(3, 20, 8), "strided 8+3", true},
+		{"strided past the largest world", seq(0, 20, 2000), "random", true},
+		{"random", random, "random", true},
+		{"mostly not in the index", append(seq(0, 16, 1), -1, -1, -1, -1, -1, -1), "", false},
+	} {
+		p, ok := Detect(c.positions)
+		if ok != c.ok || ok && p.String() != c.want {
+			t.Errorf("%s: %v (%v), want %q (%v)", c.name, p, ok, c.want, c.ok)
+		}
+	}
+}
+
+func TestParseStatPPID(t *testing.T) {
+	for _, c := range []struct {
+		stat string
+		want int
+		ok   bool
+	}{
+		{"1234 (python3) S 1000 1234 1000 0 -1", 1000, true},
+		{"1234 (pt_data_worker ) (x)) R 77 1 2", 77, true},
+		{"1234 python3 S 1000", 0, false},
+		{"1234 (x) S", 0, false},
+		{"1234 (x) S -5 1", 0, false},
+	} {
+		got, err := parseStatPPID([]byte(c.stat))
+		if (err == nil) != c.ok || got != c.want {
+			t.Errorf("%q: %d, %v", c.stat, got, err)
+		}
+	}
+}
+
+func FuzzParseStatPPID(f *testing.F) {
+	f.Add([]byte("1234 (python3) S 1000 1234 1000 0 -1"))
+	f.Add([]byte("1 ()))) ) Z 0"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if ppid, err := parseStatPPID(b); err == nil && ppid < 0 {
+			t.Fatalf("negative parent %d", ppid)
+		}
+	})
+}
+
+// fakeProc writes a /proc tree: pid -> (ppid, cmdline).
+func fakeProc(t *testing.T, procs map[int][2]string) string {
+	root := t.TempDir()
+	for pid, p := range procs {
+		dir := filepath.Join(root, fmt.Sprint(pid))
+		os.MkdirAll(dir, 0o755)
+		os.WriteFile(filepath.Join(dir, "stat"), []byte(fmt.Sprintf("%d (python3) S %s 0 0", pid, p[0])), 0o644)
+		os.WriteFile(filepath.Join(dir, "cmdline"), []byte(p[1]), 0o644)
+	}
+	return root
+}
+
+// fakeJobs records what the tracker does to the registry.
+type fakeJobs struct {
+	mu        sync.Mutex
+	lines     []control.Job
+	ended     []string
+	ahead     map[string]int
+	announced bool
+}
+
+func (f *fakeJobs) ApplyInferred(l control.Job) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lines = append(f.lines, l)
+	return nil
+}
+func (f *fakeJobs) End(name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ended = append(f.ended, name)
+	return nil
+}
+func (f *fakeJobs) SetAhead(name string, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ahead[name] = n
+}
+func (f *fakeJobs) Announced() bool { return f.announced }
+
+// tree is an ImageFolder of classes × per files under "train" in a real
+// catalog.
+func tree(t *testing.T, classes, per int) (*catalog.Snapshot, []*catalog.Entry) {
+	src := t.TempDir()
+	for c := 0; c < classes; c++ {
+		for i := 0; i < per; i++ {
+			p := filepath.Join(src, "train", fmt.Sprintf("c%02d", c), fmt.Sprintf("%04d.jpg", i))
+			os.MkdirAll(filepath.Dir(p), 0o755)
+			os.WriteFile(p, []byte("x"), 0o644)
+		}
+	}
+	cat, err := catalog.Open(context.Background(), catalog.DefaultConfig(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := cat.Snapshot()
+	idx, err := folder.Build(snap, "train", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []*catalog.Entry
+	for _, s := range idx.Samples {
+		files = append(files, s.Entry)
+	}
+	return snap, files
+}
+
+func tracker(t *testing.T, snap *catalog.Snapshot, proc string, jobs *fakeJobs) *Tracker {
+	tr := New(Config{ProcRoot: proc, Interval: time.Millisecond, Snapshot: func() *catalog.Snapshot { return snap },
+		Index: func(root string, exts []string) ([]folder.Sample, error) {
+			idx, err := folder.Build(snap, root, exts)
+			if err != nil {
+				return nil, err
+			}
+			return idx.Samples, nil
+		}, Jobs: jobs})
+	tr.Start()
+	t.Cleanup(tr.Close)
+	return tr
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// TestSequentialStream: a reader and its two forked workers (same command
+// line) are one stream; reading the dataset in index order makes a
+// sequential job rooted at the dataset, not at the first class; wrapping
+// around moves it to epoch 1; confirmed reads lift its bound; random
+// reads end it; the other process (another command line) is its own stream.
+func TestSequentialStream(t *testing.T) {
+	snap, files := tree(t, 4, 50)
+	proc := fakeProc(t, map[int][2]string{
+		100: {"1", "python3\x00train.py"}, 101: {"100", "python3\x00train.py"}, 102: {"100", "python3\x00train.py"},
+		200: {"1", "tar\x00cf\x00-"},
+	})
+	jobs := &fakeJobs{ahead: map[string]int{}}
+	tr := tracker(t, snap, proc, jobs)
+	read := func(pid uint32, e *catalog.Entry) { tr.Observe(pid, e, 0, false) }
+	for i := 0; i < 40; i++ {
+		read(uint32(101+i%2), files[i])
+	}
+	read(200, files[7])
+	waitFor(t, "an inferred job", func() bool { jobs.mu.Lock(); defer jobs.mu.Unlock(); return len(jobs.lines) == 1 })
+	l := jobs.lines[0]
+	if l.Name != "auto-100" || l.Root != "train" || l.Sampler != "sequential" || l.Epoch != 0 || strings.Join(l.Extensions, ",") != ".jpg" {
+		t.Errorf("inferred %+v", l)
+	}
+	st := tr.Streams()
+	if len(st) != 2 || st[0].Pid != 100 || st[0].Files != 40 || st[0].Pattern != "sequential" || st[0].Job != "auto-100" || st[1].Pid != 200 {
+		t.Errorf("streams %+v", st)
+	}
+	// The rest of the pass, then the start of the next.
+	for i := 40; i < len(files); i++ {
+		read(101, files[i])
+	}
+	for i := 0; i < 20; i++ {
+		read(102, files[i])
+	}
+	waitFor(t, "epoch 1", func() bool {
+		jobs.mu.Lock()
+		defer jobs.mu.Unlock()
+		return len(jobs.lines) == 2 && jobs.lines[1].Epoch == 1 && jobs.ahead["auto-100"] > MinAhead
+	})
+	// Random reads: the guess is dropped.
+	for i := 0; i < 40; i++ {
+		read(101, files[(i*97)%len(files)])
+	}
+	waitFor(t, "the job ended", func() bool { jobs.mu.Lock(); defer jobs.mu.Unlock(); return len(jobs.ended) == 1 })
+	if st := tr.Streams(); st[0].Job != "" || st[0].Pattern != "random" {
+		t.Errorf("after random reads: %+v", st[0])
+	}
+}
+
+// TestStridedStream: DistributedSampler(shuffle=False), world 4, rank 2.
+func TestStridedStream(t *testing.T) {
+	snap, files := tree(t, 3, 40)
+	jobs := &fakeJobs{ahead: map[string]int{}}
+	tr := tracker(t, snap, fakeProc(t, map[int][2]string{7: {"1", "python3"}}), jobs)
+	for i := 2; i < len(files); i += 4 {
+		tr.Observe(7, files[i], 0, true)
+	}
+	waitFor(t, "an inferred job", func() bool { jobs.mu.Lock(); defer jobs.mu.Unlock(); return len(jobs.lines) == 1 })
+	if l := jobs.lines[0]; l.Sampler != "distributed" || l.Shuffle || l.World != 4 || len(l.Ranks) != 1 || l.Ranks[0] != 2 {
+		t.Errorf("inferred %+v", l)
+	}
+}
+
+// TestNoInferenceWhenAnnounced: an announced job turns inference off.
+func TestNoInferenceWhenAnnounced(t *testing.T) {
+	snap, files := tree(t, 2, 30)
+	jobs := &fakeJobs{ahead: map[string]int{}, announced: true}
+	tr := tracker(t, snap, fakeProc(t, map[int][2]string{7: {"1", "python3"}}), jobs)
+	for _, e := range files {
+		tr.Observe(7, e, 0, false)
+	}
+	waitFor(t, "a judgement", func() bool { return tr.judged.Load() > 0 })
+	jobs.mu.Lock()
+	defer jobs.mu.Unlock()
+	if len(jobs.lines) != 0 {
+		t.Errorf("inferred %v while a job was announced", jobs.lines)
+	}
+}
