@@ -145,7 +145,7 @@ type streamID struct {
 type stream struct {
 	id       streamID
 	job      *jobs.Job // for its Ahead bound
-	plan     planKey // what the order was drawn from: a stream is reused only for the same
+	plan     planKey   // what the order was drawn from: a stream is reused only for the same
 	epochs   []int
 	starts   []int // position where each epoch begins
 	entries  []*catalog.Entry

@@ -63,7 +63,7 @@ type Config struct {
 	// with the given extensions.
 	Index func(root string, exts []string) ([]folder.Sample, error)
 	// Jobs registers, moves and ends inferred jobs.
-	Jobs Jobs
+	Jobs   Jobs
 	Logger *slog.Logger // nil: discard
 }
 
