@@ -77,6 +77,9 @@ def main():
     ap.add_argument("--job", default="default")
     ap.add_argument("--raw", action="store_true")
     ap.add_argument("--step-ms", type=float, default=0, help="stand-in for the model's step: sleep this long per batch")
+    ap.add_argument("--sampler", choices=["dlfs", "torch", "none"], default="dlfs",
+                    help="dlfs.DistributedSampler (announces the job), torch's DistributedSampler (no control line), "
+                         "or none: the DataLoader's own SequentialSampler (shuffle=False, no control line)")
     ap.add_argument("--balance", choices=["locality", "solar"])
     ap.add_argument("--epochorder", action="store_true")
     ap.add_argument("--dist", action="store_true", help="join torch.distributed (gloo)")
@@ -100,14 +103,21 @@ def main():
                                             num_workers=args.workers, timeout=args.timeout,
                                             start_epoch=args.start_epoch)
         loader = DataLoader(data, batch_sampler=sampler, num_workers=args.workers)
+    elif args.sampler == "none":
+        sampler = None
+        loader = DataLoader(data, batch_size=args.batch, shuffle=False, num_workers=args.workers)
     else:
-        sampler = dlfs.DistributedSampler(data, num_replicas=world, rank=rank, seed=args.seed, job=args.job,
-                                          batch_size=args.batch, num_workers=args.workers,
-                                          start_epoch=args.start_epoch)
+        if args.sampler == "torch":
+            sampler = torch.utils.data.DistributedSampler(data, num_replicas=world, rank=rank, seed=args.seed)
+        else:
+            sampler = dlfs.DistributedSampler(data, num_replicas=world, rank=rank, seed=args.seed, job=args.job,
+                                              batch_size=args.batch, num_workers=args.workers,
+                                              start_epoch=args.start_epoch)
         loader = DataLoader(data, batch_size=args.batch, sampler=sampler, num_workers=args.workers)
     record = []
     for epoch in range(args.start_epoch, args.start_epoch + args.epochs):
-        sampler.set_epoch(epoch)
+        if sampler is not None:
+            sampler.set_epoch(epoch)
         start, n, nbytes, order, batches, crcs = time.time(), 0, 0, [], [], []
         for sizes, idx, crc in loader:
             if args.step_ms:

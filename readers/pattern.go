@@ -33,19 +33,28 @@ const (
 	// span they need (a DataLoader's workers read batches side by side,
 	// and the page cache hides some reads).
 	maxGaps = 3
+	// MinRandom is how many distinct files it takes to call a stream
+	// random (a loader's first reads can look scattered).
+	MinRandom = 64
+	// loaderWindow bounds the span a DataLoader's side-by-side batches
+	// may scatter reads over and still be sequential.
+	loaderWindow = 1024
 	// MaxStride is the largest stride taken for a DistributedSampler
 	// world (issue 12: worlds up to 1,024).
 	MaxStride = 1024
 )
 
-// Detect judges positions, the index positions of a stream's recent
-// first reads of files, in arrival order (−1: not in the index). They are
-// sequential when, sorted, they step by 1 with few gaps; strided when they
-// step by a common stride (a DistributedSampler without shuffle: rank r
-// reads r, r+W, r+2W, …); random otherwise. Fewer than MinEvidence
-// placed positions, or a quarter of them not in the index, say nothing
-// (ok is false).
-func Detect(positions []int) (p Pattern, ok bool) {
+// Detect judges positions, the positions in an index of n samples of a
+// stream's recent first reads of files, in arrival order (−1: not in the
+// index). They are sequential when, sorted, they step by 1 with few gaps;
+// strided when they step by a common stride (a DistributedSampler without
+// shuffle: rank r reads r, r+W, r+2W, …); random otherwise. Few gaps is at
+// most maxGaps times the span the positions need, or a DataLoader's window
+// (a sixteenth of the index, at most loaderWindow): its workers read
+// batches side by side. Fewer than MinEvidence placed positions, or a
+// quarter of them not in the index, say nothing (ok is false); so does a
+// random look from fewer than MinRandom.
+func Detect(positions []int, n int) (p Pattern, ok bool) {
 	var ps []int
 	missing := 0
 	for _, x := range positions {
@@ -67,10 +76,10 @@ func Detect(positions []int) (p Pattern, ok bool) {
 	lo, hi := ps[0], ps[len(ps)-1]
 	p = Pattern{Kind: "random", Stride: g, Low: lo, High: hi}
 	if g < 1 || g > MaxStride {
-		return p, true
+		return p, len(ps) >= MinRandom
 	}
-	if span := (hi-lo)/g + 1; span > maxGaps*len(ps) {
-		return p, true
+	if span := (hi-lo)/g + 1; span > max(maxGaps*len(ps), min(loaderWindow, n/16)) {
+		return p, len(ps) >= MinRandom
 	}
 	p.Rank = lo % g
 	if g == 1 {

@@ -10,6 +10,7 @@ import (
 
 // procInfo is what the stream key needs of a process.
 type procInfo struct {
+	tgid    int // the process a thread belongs to (FUSE reports threads)
 	ppid    int
 	cmdline string
 }
@@ -17,43 +18,56 @@ type procInfo struct {
 // maxCmdline bounds what is read of /proc/PID/cmdline.
 const maxCmdline = 4096
 
-// readProc reads pid's parent and command line under procRoot.
+// readProc reads what pid (a thread or a process) belongs to under
+// procRoot: its process, that process's parent and command line.
 func readProc(procRoot string, pid int) (procInfo, error) {
-	stat, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "stat"))
+	status, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "status"))
 	if err != nil {
 		return procInfo{}, err
 	}
-	ppid, err := parseStatPPID(stat)
+	tgid, ppid, err := parseStatus(status)
 	if err != nil {
-		return procInfo{}, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		return procInfo{}, fmt.Errorf("/proc/%d/status: %w", pid, err)
 	}
-	f, err := os.Open(filepath.Join(procRoot, strconv.Itoa(pid), "cmdline"))
+	f, err := os.Open(filepath.Join(procRoot, strconv.Itoa(tgid), "cmdline"))
 	if err != nil {
 		return procInfo{}, err
 	}
 	defer f.Close()
 	buf := make([]byte, maxCmdline)
 	n, _ := f.Read(buf)
-	return procInfo{ppid: ppid, cmdline: string(buf[:n])}, nil
+	return procInfo{tgid: tgid, ppid: ppid, cmdline: string(buf[:n])}, nil
 }
 
-// parseStatPPID returns the parent pid from the contents of /proc/PID/stat:
-// "pid (comm) state ppid ...". comm may hold spaces and parentheses, so the
-// fields after it are found from the last ')'.
-func parseStatPPID(stat []byte) (int, error) {
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("no command name")
+// parseStatus returns the thread group (the process) and the parent pid
+// from the contents of /proc/PID/status ("Tgid:\t123" and "PPid:\t45"
+// lines).
+func parseStatus(status []byte) (tgid, ppid int, err error) {
+	tgid, ppid = -1, -1
+	for _, line := range bytes.Split(status, []byte("\n")) {
+		k, v, ok := bytes.Cut(line, []byte(":"))
+		if !ok {
+			continue
+		}
+		var dst *int
+		switch string(k) {
+		case "Tgid":
+			dst = &tgid
+		case "PPid":
+			dst = &ppid
+		default:
+			continue
+		}
+		n, err := strconv.Atoi(string(bytes.TrimSpace(v)))
+		if err != nil || n < 0 {
+			return 0, 0, fmt.Errorf("bad %s %q", k, bytes.TrimSpace(v))
+		}
+		*dst = n
 	}
-	fields := bytes.Fields(stat[i+1:])
-	if len(fields) < 2 {
-		return 0, fmt.Errorf("too few fields")
+	if tgid <= 0 || ppid < 0 {
+		return 0, 0, fmt.Errorf("no Tgid or PPid")
 	}
-	ppid, err := strconv.Atoi(string(fields[1]))
-	if err != nil || ppid < 0 {
-		return 0, fmt.Errorf("bad parent pid %q", fields[1])
-	}
-	return ppid, nil
+	return tgid, ppid, nil
 }
 
 // isWorkerOf reports whether a process with cmdline child, whose parent

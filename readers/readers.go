@@ -82,7 +82,7 @@ type Jobs interface {
 
 // Defaults of Config.
 const (
-	DefaultHistory    = 64
+	DefaultHistory    = 256
 	DefaultMaxStreams = 256
 	DefaultMaxPids    = 8192
 )
@@ -157,6 +157,7 @@ type inference struct {
 	high      int // the highest unwrapped position read
 	confirmed int
 	ahead     int
+	recent    []int // the unwrapped positions of the last History files read
 }
 
 // indexed is an ImageFolder index and its positions by file.
@@ -266,12 +267,15 @@ func (t *Tracker) streamOf(pid int) int {
 	t.mu.Unlock()
 	key := pid
 	info, err := readProc(t.cfg.ProcRoot, pid)
+	if err == nil {
+		key = info.tgid // a thread reads for its process
+	}
 	for hops := 0; err == nil && info.ppid > 1 && hops < 8; hops++ {
 		parent, perr := readProc(t.cfg.ProcRoot, info.ppid)
 		if perr != nil || !isWorkerOf(info.cmdline, parent.cmdline) {
 			break
 		}
-		key, info = info.ppid, parent
+		key, info = parent.tgid, parent
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -403,7 +407,7 @@ func (t *Tracker) judge(s *stream, files []*catalog.Entry, fresh int) {
 	if idx == nil {
 		return
 	}
-	p, ok := Detect(positions)
+	p, ok := Detect(positions, idx.n)
 	if !ok {
 		return
 	}
@@ -412,7 +416,7 @@ func (t *Tracker) judge(s *stream, files []*catalog.Entry, fresh int) {
 		s.quiet = cooldown
 		return
 	}
-	t.infer(s, idx, p)
+	t.infer(s, idx, p, files)
 }
 
 func (t *Tracker) setPattern(s *stream, pattern, root, job string) {
@@ -422,7 +426,7 @@ func (t *Tracker) setPattern(s *stream, pattern, root, job string) {
 }
 
 // infer registers the job that pattern p in idx implies for s.
-func (t *Tracker) infer(s *stream, idx *indexed, p Pattern) {
+func (t *Tracker) infer(s *stream, idx *indexed, p Pattern, files []*catalog.Entry) {
 	t.mu.Lock()
 	n := 0
 	for _, o := range t.streams {
@@ -459,6 +463,11 @@ func (t *Tracker) infer(s *stream, idx *indexed, p Pattern) {
 	}
 	t.cfg.Jobs.SetAhead(name, MinAhead)
 	s.inferred = &inference{job: name, line: line, idx: idx, pattern: p, high: p.High, ahead: MinAhead}
+	for _, e := range files {
+		if x, ok := idx.pos[e]; ok {
+			s.inferred.recent = append(s.inferred.recent, int(x))
+		}
+	}
 	t.setPattern(s, p.String(), idx.root, name)
 	t.log.Info("readers: inferred a job", "stream", s.pid, "pattern", p.String(), "root", root, "job", name)
 }
@@ -497,18 +506,27 @@ func (t *Tracker) follow(s *stream, inf *inference, files []*catalog.Entry, unse
 				return
 			}
 		}
-		// Within a DataLoader's window of the furthest read so far.
-		w := min(max(n/16, minWindow), maxWindow) * inf.pattern.Stride
-		if u < inf.high-w || u > inf.high+w+unseen*inf.pattern.Stride {
+		// Within reach of the furthest read so far.
+		if w := maxWindow * inf.pattern.Stride; u < inf.high-w || u > inf.high+w+unseen*inf.pattern.Stride {
 			bad++
 			continue
 		}
 		inf.high = max(inf.high, u)
 		inf.confirmed++
+		inf.recent = append(inf.recent, u)
+	}
+	if over := len(inf.recent) - t.cfg.History; over > 0 {
+		inf.recent = append(inf.recent[:0], inf.recent[over:]...)
 	}
 	if 4*bad > len(files) && bad > 2 {
 		t.drop(s, inf, fmt.Sprintf("%d of %d new files are off the pattern", bad, len(files)))
 		return
+	}
+	if len(inf.recent) >= t.cfg.History/2 {
+		if p, ok := Detect(inf.recent, n); ok && (p.Kind != inf.pattern.Kind || p.Stride%inf.pattern.Stride != 0) {
+			t.drop(s, inf, "the recent reads are "+p.String())
+			return
+		}
 	}
 	ahead := 0 // no bound
 	if inf.confirmed < FreeAhead {
@@ -520,14 +538,10 @@ func (t *Tracker) follow(s *stream, inf *inference, files []*catalog.Entry, unse
 	}
 }
 
-// A read follows an inferred pattern when it lands within a window of the
-// furthest read so far: a DataLoader's workers read batches side by side,
-// prefetch_factor batches each. The window is a sixteenth of the dataset,
-// within these bounds, in samples of the stream.
-const (
-	minWindow = 64
-	maxWindow = 2048
-)
+// maxWindow is how far, in samples of the stream, a read may land from
+// the furthest so far and still follow an inferred pattern: a DataLoader's
+// workers read batches side by side, prefetch_factor batches each.
+const maxWindow = 2048
 
 // drop ends s's inferred job.
 func (t *Tracker) drop(s *stream, inf *inference, why string) {

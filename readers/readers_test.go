@@ -30,7 +30,10 @@ func TestDetect(t *testing.T) {
 			workers = append(workers, 100+w*8+i)
 		}
 	}
-	random := []int{5, 900, 33, 4000, 12, 777, 2048, 3, 1500, 60, 2500, 999, 41, 3100, 222, 1800}
+	var random []int
+	for i := 0; i < 64; i++ {
+		random = append(random, (i*7919)%5000)
+	}
 	for _, c := range []struct {
 		name      string
 		positions []int
@@ -42,42 +45,44 @@ func TestDetect(t *testing.T) {
 		{"sequential, four workers", workers, "sequential", true},
 		{"sequential with gaps", append(seq(0, 16, 2), seq(1, 10, 2)...), "sequential", true},
 		{"strided, world 8 rank 3", seq(3, 20, 8), "strided 8+3", true},
-		{"strided past the largest world", seq(0, 20, 2000), "random", true},
+		{"strided past the largest world", seq(0, 70, 2000), "random", true},
 		{"random", random, "random", true},
+		{"too few to call random", random[:20], "", false},
+		{"a loader's first reads", []int{0, 32, 64, 96, 1, 33, 65, 97, 2, 34, 66, 98, 3, 35, 67, 99}, "sequential", true},
 		{"mostly not in the index", append(seq(0, 16, 1), -1, -1, -1, -1, -1, -1), "", false},
 	} {
-		p, ok := Detect(c.positions)
+		p, ok := Detect(c.positions, 5000)
 		if ok != c.ok || ok && p.String() != c.want {
 			t.Errorf("%s: %v (%v), want %q (%v)", c.name, p, ok, c.want, c.ok)
 		}
 	}
 }
 
-func TestParseStatPPID(t *testing.T) {
+func TestParseStatus(t *testing.T) {
 	for _, c := range []struct {
-		stat string
-		want int
-		ok   bool
+		status     string
+		tgid, ppid int
+		ok         bool
 	}{
-		{"1234 (python3) S 1000 1234 1000 0 -1", 1000, true},
-		{"1234 (pt_data_worker ) (x)) R 77 1 2", 77, true},
-		{"1234 python3 S 1000", 0, false},
-		{"1234 (x) S", 0, false},
-		{"1234 (x) S -5 1", 0, false},
+		{"Name:\tpython3\nTgid:\t1234\nPid:\t1240\nPPid:\t1000\n", 1234, 1000, true},
+		{"Tgid:\t1\nPPid:\t0\n", 1, 0, true},
+		{"Name:\tx\nPPid:\t1000\n", 0, 0, false},
+		{"Tgid:\t12\nPPid:\t-5\n", 0, 0, false},
+		{"Tgid:\tabc\nPPid:\t5\n", 0, 0, false},
 	} {
-		got, err := parseStatPPID([]byte(c.stat))
-		if (err == nil) != c.ok || got != c.want {
-			t.Errorf("%q: %d, %v", c.stat, got, err)
+		tgid, ppid, err := parseStatus([]byte(c.status))
+		if (err == nil) != c.ok || tgid != c.tgid || ppid != c.ppid {
+			t.Errorf("%q: %d %d %v", c.status, tgid, ppid, err)
 		}
 	}
 }
 
-func FuzzParseStatPPID(f *testing.F) {
-	f.Add([]byte("1234 (python3) S 1000 1234 1000 0 -1"))
-	f.Add([]byte("1 ()))) ) Z 0"))
+func FuzzParseStatus(f *testing.F) {
+	f.Add([]byte("Name:\tpython3\nTgid:\t1234\nPid:\t1240\nPPid:\t1000\n"))
+	f.Add([]byte("Tgid:::\nPPid:\n\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if ppid, err := parseStatPPID(b); err == nil && ppid < 0 {
-			t.Fatalf("negative parent %d", ppid)
+		if tgid, ppid, err := parseStatus(b); err == nil && (tgid <= 0 || ppid < 0) {
+			t.Fatalf("tgid %d, ppid %d accepted", tgid, ppid)
 		}
 	})
 }
@@ -88,7 +93,7 @@ func fakeProc(t *testing.T, procs map[int][2]string) string {
 	for pid, p := range procs {
 		dir := filepath.Join(root, fmt.Sprint(pid))
 		os.MkdirAll(dir, 0o755)
-		os.WriteFile(filepath.Join(dir, "stat"), []byte(fmt.Sprintf("%d (python3) S %s 0 0", pid, p[0])), 0o644)
+		os.WriteFile(filepath.Join(dir, "status"), []byte(fmt.Sprintf("Name:\tpython3\nTgid:\t%d\nPPid:\t%s\n", pid, p[0])), 0o644)
 		os.WriteFile(filepath.Join(dir, "cmdline"), []byte(p[1]), 0o644)
 	}
 	return root

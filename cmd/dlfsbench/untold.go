@@ -1,0 +1,200 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/dlfs/dlfs/test/mountproc"
+)
+
+// The untold suite (issue 12): loaders that announce nothing, over the
+// busy pfssim of the clairvoyance suite.
+//   - The example loop with the DataLoader's own SequentialSampler
+//     (shuffle=False, 4 workers, batch 32): directly on pfssim, through
+//     dlfs with inference off (what an untold reader got before), and
+//     through dlfs as it is; against the bandwidth bound.
+//   - A reader that loops over the dataset in index order (4 threads, one
+//     process), 3 passes, with a RAM tier of half the dataset and the
+//     page cache dropped before each pass: the share of reads RAM served
+//     from the second pass, with Belady by the inferred plan and with LRU.
+
+func runUntold(o options, src string, files []string, total int64) error {
+	pfs, err := startSim(o, "untold-pfs", src, "-open-latency", o.busyOpen.String(), "-read-latency", o.busyRead.String(),
+		"-bandwidth-mbps", fmt.Sprint(o.bandwidth), "-max-inflight", "256")
+	if err != nil {
+		return err
+	}
+	defer pfs.Stop(30 * time.Second)
+	mount := func(args ...string) (*mountproc.Proc, error) {
+		mnt, err := freshDir(filepath.Join(o.dir, "untold-mnt"))
+		if err != nil {
+			return nil, err
+		}
+		return mountproc.Start(filepath.Join(o.bin, "dlfs"), mnt, time.Minute,
+			append(append([]string{"mount", "--log-level", "warn"}, args...), pfs.Mnt, mnt)...)
+	}
+	type seqRun struct {
+		name    string
+		seconds float64
+		pfs     int64
+	}
+	var seqs []seqRun
+	for _, r := range []struct {
+		name string
+		args []string // nil: pfssim directly
+	}{
+		{"DataLoader on pfssim directly", nil},
+		{"through dlfs, inference off", []string{"--ram-cache", fmt.Sprint(2 * total), "--infer=false"}},
+		{"through dlfs", []string{"--ram-cache", fmt.Sprint(2 * total)}},
+	} {
+		data := pfs.Mnt
+		var p *mountproc.Proc
+		if r.args != nil {
+			if p, err = mount(r.args...); err != nil {
+				return err
+			}
+			data = p.Mnt
+		}
+		fmt.Fprintf(os.Stderr, "measuring: sequential DataLoader, %s\n", r.name)
+		before, err := pfs.bytes()
+		if err == nil {
+			var secs float64
+			secs, _, err = trainOnce(o, data, 0, "--sampler", "none")
+			after, _ := pfs.bytes()
+			seqs = append(seqs, seqRun{r.name, secs, after - before})
+		}
+		if p != nil {
+			p.Stop(30 * time.Second)
+		}
+		if err != nil {
+			return err
+		}
+	}
+
+	// The looping reader.
+	ordered := append([]string(nil), files...)
+	sort.Strings(ordered) // ImageFolder order for datagen's class_NNN/img_NNNNNN.jpg
+	type loopRun struct {
+		eviction string
+		hits     []float64 // per pass, the share of reads RAM served
+	}
+	var loops []loopRun
+	for _, eviction := range []string{"belady", "lru"} {
+		p, err := mount("--ram-cache", fmt.Sprint(total/2), "--ram-eviction", eviction)
+		if err != nil {
+			return err
+		}
+		run := loopRun{eviction: eviction}
+		for pass := 0; pass < 3; pass++ {
+			fmt.Fprintf(os.Stderr, "measuring: looping reader, RAM half the dataset, %s, pass %d\n", eviction, pass)
+			if err = dropPageCache(p.Mnt, files); err != nil {
+				break
+			}
+			st0, err0 := readStats(p.Mnt)
+			err = readInOrder(p.Mnt, ordered, 4)
+			st1, err1 := readStats(p.Mnt)
+			if err == nil {
+				err = firstErr(err0, err1)
+			}
+			if err != nil {
+				break
+			}
+			reads := float64(0)
+			for _, v := range st1.Served {
+				reads += float64(v.Reads)
+			}
+			for _, v := range st0.Served {
+				reads -= float64(v.Reads)
+			}
+			run.hits = append(run.hits, float64(st1.Served["ram"].Reads-st0.Served["ram"].Reads)/reads)
+		}
+		p.Stop(30 * time.Second)
+		if err != nil {
+			return err
+		}
+		loops = append(loops, run)
+	}
+
+	bound := float64(total) / (o.bandwidth * 1e6)
+	fmt.Printf("\n## Untold loaders: no control line (%d files, %.0f MB)\n\n", len(files), float64(total)/1e6)
+	fmt.Printf("The busy pfssim of the clairvoyance table (%v per open, %v per read call, %.0f MB/s). "+
+		"The example loop with the DataLoader's own SequentialSampler (shuffle=False), 4 workers, batch 32, raw bytes, epoch 0 from a fresh mount.\n\n",
+		o.busyOpen, o.busyRead, o.bandwidth)
+	fmt.Println("| sequential DataLoader | seconds | × direct | share of the bandwidth bound | PFS bytes ÷ dataset |")
+	fmt.Println("|---|---:|---:|---:|---:|")
+	for _, r := range seqs {
+		fmt.Printf("| %s | %.2f | %.2f | %.0f%% | %.2f |\n", r.name, r.seconds, seqs[0].seconds/r.seconds, 100*bound/r.seconds, float64(r.pfs)/float64(total))
+	}
+	fmt.Printf("\nA reader looping over the dataset in index order (4 threads, one process), RAM tier half the dataset, page cache dropped before each pass:\n\n")
+	fmt.Println("| RAM eviction | pass 0 | pass 1 | pass 2 |")
+	fmt.Println("|---|---:|---:|---:|")
+	for _, l := range loops {
+		fmt.Printf("| %s |", l.eviction)
+		for _, h := range l.hits {
+			fmt.Printf(" %.2f |", h)
+		}
+		fmt.Println()
+	}
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "NOT met"
+	}
+	dlfs := seqs[2]
+	fmt.Println()
+	fmt.Printf("- sequential DataLoader, no line: %.0f%% of the bandwidth bound (%.2f s; target ≥ 90%%): %s; %.2f× direct\n",
+		100*bound/dlfs.seconds, bound, verdict(bound/dlfs.seconds >= 0.9), seqs[0].seconds/dlfs.seconds)
+	b, l := loops[0].hits, loops[1].hits
+	fmt.Printf("- looping reader over twice the RAM tier, RAM hits from the second pass: %.2f and %.2f with the inferred plan (target ≥ 0.4): %s; LRU %.2f and %.2f\n",
+		b[1], b[2], verdict(min(b[1], b[2]) >= 0.4), l[1], l[2])
+	return nil
+}
+
+// readInOrder reads files under root in the given order with workers
+// threads of this one process, each taking the next file.
+func readInOrder(root string, files []string, workers int) error {
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		next int
+		fail error
+	)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 1<<20)
+			for {
+				mu.Lock()
+				i := next
+				next++
+				mu.Unlock()
+				if i >= len(files) {
+					return
+				}
+				if _, err := readFile(filepath.Join(root, files[i]), buf); err != nil {
+					mu.Lock()
+					fail = err
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return fail
+}
+
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
