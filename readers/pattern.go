@@ -7,7 +7,7 @@ import (
 
 // Pattern is what a stream's recent reads look like in a dataset index.
 type Pattern struct {
-	Kind   string // "sequential", "strided" or "random"
+	Kind   string // "sequential", "strided", "random", or "torch" (a seeded shuffle; see Guess)
 	Stride int    // positions between consecutive samples (1: sequential)
 	Rank   int    // the first position modulo Stride
 	Low    int    // the lowest position read
@@ -20,6 +20,8 @@ func (p Pattern) String() string {
 		return "sequential"
 	case "strided":
 		return fmt.Sprintf("strided %d+%d", p.Stride, p.Rank)
+	case "torch":
+		return "torch"
 	}
 	return p.Kind
 }

@@ -37,6 +37,7 @@ import (
 	"log/slog"
 	"maps"
 	"path"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -47,6 +48,7 @@ import (
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/control"
 	"github.com/dlfs/dlfs/folder"
+	"github.com/dlfs/dlfs/sampler"
 )
 
 // Config configures a Tracker.
@@ -125,6 +127,9 @@ type Tracker struct {
 
 	cache []*indexed // recent indexes, most recent first; the judge's own
 
+	searching bool             // the judge's: a search is running
+	found     chan searchResult // a search's outcome, to the judge
+
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	judged atomic.Int64 // judgements made (for tests)
@@ -145,19 +150,53 @@ type stream struct {
 	last     time.Time
 	quiet    int // new files to wait before judging again
 	inferred *inference
+	first    []*catalog.Entry // its first SearchReads files, for the search of a torch order (mu)
+	searched bool             // the judge's
 }
 
-// inference is an inferred job and where its reader is.
+// inference is an inferred job and where its reader is. Positions are in
+// the order the job plans for its rank, epoch after epoch ("unwrapped":
+// epoch e's position i is e·length + i).
 type inference struct {
 	job       string
 	line      control.Job
 	idx       *indexed
 	pattern   Pattern
+	guess     Guess // for a torch order
 	epoch     int
-	high      int // the highest unwrapped position read
+	plan      []int32 // index position -> its position in this epoch's order; -1: not the rank's
+	next      []int32 // the same for the next epoch, once the reader nears its end
+	length    int     // positions in an epoch
+	high      int     // the highest unwrapped position read
 	confirmed int
 	ahead     int
 	recent    []int // the unwrapped positions of the last History files read
+}
+
+// planOf is the rank's order in epoch e as index position -> position.
+func (inf *inference) planOf(e int) []int32 {
+	n := inf.idx.n
+	plan := make([]int32, n)
+	for i := range plan {
+		plan[i] = -1
+	}
+	switch inf.pattern.Kind {
+	case "sequential":
+		for i := range plan {
+			plan[i] = int32(i)
+		}
+	case "strided":
+		for i := inf.pattern.Rank; i < n; i += inf.pattern.Stride {
+			plan[i] = int32(i / inf.pattern.Stride)
+		}
+	default: // torch
+		g := inf.guess
+		order := sampler.Distributed{N: n, World: g.World, Rank: g.Rank, Shuffle: true, Seed: g.Seed}.Epoch(e)
+		for j := len(order) - 1; j >= 0; j-- { // a padded repeat keeps its first position
+			plan[order[j]] = int32(j)
+		}
+	}
+	return plan
 }
 
 // indexed is an ImageFolder index and its positions by file.
@@ -192,7 +231,8 @@ func New(cfg Config) *Tracker {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Tracker{cfg: cfg, log: cfg.Logger, pids: map[int]pidEntry{}, streams: map[int]*stream{}, kick: make(chan struct{}, 1)}
+	return &Tracker{cfg: cfg, log: cfg.Logger, pids: map[int]pidEntry{}, streams: map[int]*stream{}, kick: make(chan struct{}, 1),
+		found: make(chan searchResult, 1)}
 }
 
 // Start runs the judge until Close.
@@ -243,6 +283,9 @@ func (t *Tracker) Observe(pid uint32, e *catalog.Entry, off int64, waited bool) 
 	} else {
 		s.ring[s.next] = e
 		s.next = (s.next + 1) % len(s.ring)
+	}
+	if len(s.first) < SearchReads {
+		s.first = append(s.first, e)
 	}
 	s.fresh++
 	if s.fresh >= MinEvidence {
@@ -350,13 +393,16 @@ func (t *Tracker) judgeLoop(ctx context.Context) {
 			return
 		case <-tick.C:
 		case <-t.kick:
+		case r := <-t.found:
+			t.searching = false
+			t.searched(r)
 		}
-		t.judgeAll()
+		t.judgeAll(ctx)
 	}
 }
 
 // judgeAll judges every stream with fresh files, and drops idle ones.
-func (t *Tracker) judgeAll() {
+func (t *Tracker) judgeAll(ctx context.Context) {
 	type work struct {
 		s     *stream
 		files []*catalog.Entry // the ring, oldest first
@@ -380,7 +426,7 @@ func (t *Tracker) judgeAll() {
 	t.mu.Unlock()
 	t.endDropped()
 	for _, w := range todo {
-		t.judge(w.s, w.files, w.fresh)
+		t.judge(ctx, w.s, w.files, w.fresh)
 	}
 }
 
@@ -388,7 +434,7 @@ func (t *Tracker) judgeAll() {
 // are new since the last judgement) and infers, follows or drops its job.
 // Only the judge goroutine calls it; s's inference fields are its own, and
 // only stats and ring are shared with Observe.
-func (t *Tracker) judge(s *stream, files []*catalog.Entry, fresh int) {
+func (t *Tracker) judge(ctx context.Context, s *stream, files []*catalog.Entry, fresh int) {
 	defer t.judged.Add(1)
 	if inf := s.inferred; inf != nil {
 		// Files the ring dropped before the judge saw them let the reader
@@ -408,15 +454,64 @@ func (t *Tracker) judge(s *stream, files []*catalog.Entry, fresh int) {
 		return
 	}
 	p, ok := Detect(positions, idx.n)
-	if !ok {
-		return
-	}
-	t.setPattern(s, p.String(), idx.root, "")
-	if p.Kind == "random" {
+	if ok {
+		t.setPattern(s, p.String(), idx.root, "")
+		if p.Kind != "random" {
+			t.infer(s, idx, p, Guess{}, files)
+			return
+		}
 		s.quiet = cooldown
+	}
+	t.search(ctx, s)
+}
+
+// searchResult is a search's outcome for a stream.
+type searchResult struct {
+	s     *stream
+	idx   *indexed
+	guess Guess
+	ok    bool
+}
+
+// search starts, once per stream and one at a time, the search for the
+// torch order that explains the stream's first files.
+func (t *Tracker) search(ctx context.Context, s *stream) {
+	t.mu.Lock()
+	first := append([]*catalog.Entry(nil), s.first...)
+	t.mu.Unlock()
+	if s.searched || t.searching || len(first) < SearchReads {
 		return
 	}
-	t.infer(s, idx, p, files)
+	idx, positions := t.place(first)
+	if idx == nil || slices.Contains(positions, -1) {
+		return
+	}
+	s.searched, t.searching = true, true
+	workers := max(runtime.GOMAXPROCS(0)/2, 1)
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		start := time.Now()
+		g, ok := searchDistributed(ctx, positions, idx.n, workers, MaxSeed)
+		t.log.Debug("readers: searched a torch order", "stream", s.pid, "found", ok, "seconds", time.Since(start).Seconds())
+		select {
+		case t.found <- searchResult{s, idx, g, ok}:
+		case <-ctx.Done():
+		}
+	}()
+}
+
+// searched infers the job a search found, if its stream still reads and
+// has no other.
+func (t *Tracker) searched(r searchResult) {
+	t.mu.Lock()
+	alive := t.streams[r.s.pid] == r.s
+	files := append(append([]*catalog.Entry(nil), r.s.ring[r.s.next:]...), r.s.ring[:r.s.next]...)
+	t.mu.Unlock()
+	if !r.ok || !alive || r.s.inferred != nil || t.cfg.Jobs.Announced() || r.idx.snap != t.cfg.Snapshot() {
+		return
+	}
+	t.infer(r.s, r.idx, Pattern{Kind: "torch", Stride: 1}, r.guess, files)
 }
 
 func (t *Tracker) setPattern(s *stream, pattern, root, job string) {
@@ -426,7 +521,7 @@ func (t *Tracker) setPattern(s *stream, pattern, root, job string) {
 }
 
 // infer registers the job that pattern p in idx implies for s.
-func (t *Tracker) infer(s *stream, idx *indexed, p Pattern, files []*catalog.Entry) {
+func (t *Tracker) infer(s *stream, idx *indexed, p Pattern, guess Guess, files []*catalog.Entry) {
 	t.mu.Lock()
 	n := 0
 	for _, o := range t.streams {
@@ -444,10 +539,13 @@ func (t *Tracker) infer(s *stream, idx *indexed, p Pattern, files []*catalog.Ent
 	}
 	name := fmt.Sprintf("auto-%d", s.pid)
 	text := fmt.Sprintf("job=%s root=%s dataset=imagefolder extensions=%s epoch=0 lookahead=2 batch=32 workers=4", name, root, idx.exts)
-	if p.Kind == "sequential" {
+	switch p.Kind {
+	case "sequential":
 		text += " sampler=sequential"
-	} else {
+	case "strided":
 		text += fmt.Sprintf(" sampler=distributed shuffle=false world=%d ranks=%d", p.Stride, p.Rank)
+	default:
+		text += fmt.Sprintf(" sampler=distributed shuffle=true seed=%d world=%d ranks=%d", guess.Seed, guess.World, guess.Rank)
 	}
 	cmds, err := control.Parse([]byte(text))
 	if err != nil || len(cmds) != 1 {
@@ -462,42 +560,59 @@ func (t *Tracker) infer(s *stream, idx *indexed, p Pattern, files []*catalog.Ent
 		return
 	}
 	t.cfg.Jobs.SetAhead(name, MinAhead)
-	s.inferred = &inference{job: name, line: line, idx: idx, pattern: p, high: p.High, ahead: MinAhead}
-	for _, e := range files {
-		if x, ok := idx.pos[e]; ok {
-			s.inferred.recent = append(s.inferred.recent, int(x))
+	inf := &inference{job: name, line: line, idx: idx, pattern: p, guess: guess, ahead: MinAhead, high: -1}
+	inf.plan = inf.planOf(0)
+	for _, x := range inf.plan {
+		if x >= 0 {
+			inf.length++
 		}
 	}
-	t.setPattern(s, p.String(), idx.root, name)
-	t.log.Info("readers: inferred a job", "stream", s.pid, "pattern", p.String(), "root", root, "job", name)
+	for _, e := range files {
+		if x, ok := idx.pos[e]; ok && inf.plan[x] >= 0 {
+			inf.high = max(inf.high, int(inf.plan[x]))
+			inf.recent = append(inf.recent, int(inf.plan[x]))
+		}
+	}
+	s.inferred = inf
+	pattern := p.String()
+	if p.Kind == "torch" {
+		pattern = fmt.Sprintf("torch seed=%d world=%d rank=%d", guess.Seed, guess.World, guess.Rank)
+	}
+	t.setPattern(s, pattern, idx.root, name)
+	t.log.Info("readers: inferred a job", "stream", s.pid, "pattern", pattern, "root", root, "job", name)
 }
 
 // follow checks an inferred job against the stream's new files (unseen
 // more were read before them that the ring no longer holds): a file
-// outside the pattern ends it; a reader that wraps around moves it to the
-// next epoch; confirmed reads widen how far it may fetch ahead.
+// outside the plan's window ends it; a reader that reaches the next
+// epoch's first samples moves it to the next epoch; confirmed reads widen
+// how far it may fetch ahead.
 func (t *Tracker) follow(s *stream, inf *inference, files []*catalog.Entry, unseen int) {
 	if inf.idx.snap != t.cfg.Snapshot() {
 		t.drop(s, inf, "the catalog changed")
 		return
 	}
-	n := inf.idx.n
 	bad := 0
+	w := min(maxWindow, max(inf.length/4, 1))
 	for _, e := range files {
 		x, ok := inf.idx.pos[e]
 		if !ok {
 			bad++
 			continue
 		}
-		pos := int(x)
-		if inf.pattern.Stride > 1 && pos%inf.pattern.Stride != inf.pattern.Rank {
-			bad++
-			continue
+		base := inf.epoch * inf.length
+		if inf.high-base >= inf.length-w && inf.next == nil {
+			inf.next = inf.planOf(inf.epoch + 1)
 		}
-		u := pos + inf.epoch*n
-		if u < inf.high-n/2 { // wrapped around: the next pass
+		u := -1
+		if q := inf.plan[x]; q >= 0 {
+			u = base + int(q)
+		}
+		// The next epoch's first samples: the reader has wrapped around.
+		if inf.next != nil && inf.next[x] >= 0 && int(inf.next[x]) < w && (u < 0 || u < inf.high-w) {
 			inf.epoch++
-			u += n
+			inf.plan, inf.next = inf.next, nil
+			u = inf.epoch*inf.length + int(inf.plan[x])
 			next := inf.line
 			next.Epoch = inf.epoch
 			next.Set = maps.Clone(inf.line.Set)
@@ -507,7 +622,7 @@ func (t *Tracker) follow(s *stream, inf *inference, files []*catalog.Entry, unse
 			}
 		}
 		// Within reach of the furthest read so far.
-		if w := maxWindow * inf.pattern.Stride; u < inf.high-w || u > inf.high+w+unseen*inf.pattern.Stride {
+		if u < 0 || u < inf.high-w || u > inf.high+w+unseen {
 			bad++
 			continue
 		}
@@ -519,12 +634,12 @@ func (t *Tracker) follow(s *stream, inf *inference, files []*catalog.Entry, unse
 		inf.recent = append(inf.recent[:0], inf.recent[over:]...)
 	}
 	if 4*bad > len(files) && bad > 2 {
-		t.drop(s, inf, fmt.Sprintf("%d of %d new files are off the pattern", bad, len(files)))
+		t.drop(s, inf, fmt.Sprintf("%d of %d new files are off the plan", bad, len(files)))
 		return
 	}
 	if len(inf.recent) >= t.cfg.History/2 {
-		if p, ok := Detect(inf.recent, n); ok && (p.Kind != inf.pattern.Kind || p.Stride%inf.pattern.Stride != 0) {
-			t.drop(s, inf, "the recent reads are "+p.String())
+		if p, ok := Detect(inf.recent, inf.length); ok && p.Kind != "sequential" {
+			t.drop(s, inf, "the recent reads are "+p.String()+" in the plan's order")
 			return
 		}
 	}
@@ -539,8 +654,9 @@ func (t *Tracker) follow(s *stream, inf *inference, files []*catalog.Entry, unse
 }
 
 // maxWindow is how far, in samples of the stream, a read may land from
-// the furthest so far and still follow an inferred pattern: a DataLoader's
-// workers read batches side by side, prefetch_factor batches each.
+// the furthest so far and still follow an inferred pattern (a DataLoader's
+// workers read batches side by side, prefetch_factor batches each); at
+// most a quarter of an epoch.
 const maxWindow = 2048
 
 // drop ends s's inferred job.

@@ -13,6 +13,7 @@ import (
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/control"
 	"github.com/dlfs/dlfs/folder"
+	"github.com/dlfs/dlfs/sampler"
 )
 
 func TestDetect(t *testing.T) {
@@ -253,5 +254,38 @@ func TestNoInferenceWhenAnnounced(t *testing.T) {
 	defer jobs.mu.Unlock()
 	if len(jobs.lines) != 0 {
 		t.Errorf("inferred %v while a job was announced", jobs.lines)
+	}
+}
+
+// TestTorchStream: rank 1 of 2 of a DistributedSampler with the default
+// seed, read by a DataLoader with 2 workers and batches of 8: the search
+// finds it, the job follows the rank through epoch 0 into epoch 1 (seed +
+// 1), and the stats name it.
+func TestTorchStream(t *testing.T) {
+	snap, files := tree(t, 5, 60)
+	jobs := &fakeJobs{ahead: map[string]int{}}
+	tr := tracker(t, snap, fakeProc(t, map[int][2]string{9: {"1", "python3"}}), jobs)
+	n := len(files)
+	for epoch := 0; epoch < 2; epoch++ {
+		order := sampler.Distributed{N: n, World: 2, Rank: 1, Shuffle: true, Seed: 0}.Epoch(epoch)
+		for _, i := range loaderReads(order, 2, 8, len(order)) {
+			tr.Observe(9, files[i], 0, false)
+		}
+		if epoch == 0 {
+			waitFor(t, "an inferred torch job", func() bool { jobs.mu.Lock(); defer jobs.mu.Unlock(); return len(jobs.lines) == 1 })
+		}
+	}
+	waitFor(t, "epoch 1", func() bool { jobs.mu.Lock(); defer jobs.mu.Unlock(); return len(jobs.lines) == 2 })
+	l := jobs.lines[0]
+	if l.Sampler != "distributed" || !l.Shuffle || l.Seed != 0 || l.World != 2 || len(l.Ranks) != 1 || l.Ranks[0] != 1 || jobs.lines[1].Epoch != 1 {
+		t.Errorf("inferred %+v then epoch %d", l, jobs.lines[1].Epoch)
+	}
+	if st := tr.Streams()[0]; st.Pattern != "torch seed=0 world=2 rank=1" || st.Job != "auto-9" {
+		t.Errorf("stream %+v", st)
+	}
+	jobs.mu.Lock()
+	defer jobs.mu.Unlock()
+	if len(jobs.ended) != 0 {
+		t.Errorf("the job was ended: %v", jobs.ended)
 	}
 }
