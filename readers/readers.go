@@ -127,7 +127,7 @@ type Tracker struct {
 
 	cache []*indexed // recent indexes, most recent first; the judge's own
 
-	searching bool             // the judge's: a search is running
+	searching bool              // the judge's: a search is running
 	found     chan searchResult // a search's outcome, to the judge
 
 	cancel context.CancelFunc
