@@ -76,3 +76,36 @@ print(i)
 		t.Errorf("%v of %v reads were hits, %v samples prefetched", hits, reads, num(st, "prefetch", "fetched"))
 	}
 }
+
+// TestInferredTorchOrder runs the example loop with torch's own
+// DistributedSampler (rank 1 of 2, the default seed, no control line) for
+// two epochs over a mount of a slow PFS. dlfs finds the order from the
+// first reads, shows it, prefetches it, and follows the rank into epoch 1.
+func TestInferredTorchOrder(t *testing.T) {
+	src := t.TempDir()
+	dataset(t, filepath.Join(src, "train"), 400)
+	pfs := startPFS(t, src, "-open-latency", "3ms", "-read-latency", "300us")
+	d := startDlfs(t, pfs.Mnt, "--ram-cache", "8MiB") // too small to hold an epoch: epoch 1 needs the plan
+	cmd := exec.Command("/usr/bin/python3", "../../examples/train_imagefolder.py", "--data", filepath.Join(d.Mnt, "train"),
+		"--epochs", "2", "--batch", "8", "--workers", "2", "--raw", "--sampler", "torch")
+	cmd.Env = append(os.Environ(), "RANK=1", "WORLD_SIZE=2")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	st := dlfsStats(t, d.Mnt)
+	streams, _ := st["streams"].([]any)
+	if len(streams) != 1 {
+		t.Fatalf("streams %v", streams)
+	}
+	s := streams[0].(map[string]any)
+	job, _ := s["job"].(string)
+	if s["pattern"] != "torch seed=0 world=2 rank=1" || job == "" {
+		t.Fatalf("stream %v", s)
+	}
+	jobs, _ := st["jobs"].(map[string]any)
+	js, _ := jobs[job].(map[string]any)["rank-1"].(map[string]any)
+	t.Logf("stream %v; job %v", s, js)
+	if num(js, "epoch") != 1 || num(js, "hits") < 0.8*num(s, "files") {
+		t.Errorf("the inferred job: %v (stream %v)", js, s)
+	}
+}
