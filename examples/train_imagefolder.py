@@ -54,6 +54,28 @@ class Indexed(torch.utils.data.Dataset):
         return int(data.numel()), i, 0
 
 
+class Decoy(torch.utils.data.Sampler):
+    """Starts as DistributedSampler(seed) does, then leaves its order."""
+
+    def __init__(self, data, world, rank, seed, head):
+        self.inner = torch.utils.data.DistributedSampler(data, num_replicas=world, rank=rank, seed=seed)
+        self.head = head
+
+    def set_epoch(self, epoch):
+        self.inner.set_epoch(epoch)
+
+    def __len__(self):
+        return len(self.inner)
+
+    def __iter__(self):
+        idx = list(self.inner)
+        rest = idx[self.head:]
+        g = torch.Generator()
+        g.manual_seed(987654)
+        yield from idx[:self.head]
+        yield from (rest[i] for i in torch.randperm(len(rest), generator=g).tolist())
+
+
 def torch_global_batches(data, world, seed, epoch, batch):
     """torch's global batches: batch k of every rank of a stock
     DistributedSampler, together, as sorted index lists."""
@@ -77,9 +99,10 @@ def main():
     ap.add_argument("--job", default="default")
     ap.add_argument("--raw", action="store_true")
     ap.add_argument("--step-ms", type=float, default=0, help="stand-in for the model's step: sleep this long per batch")
-    ap.add_argument("--sampler", choices=["dlfs", "torch", "none"], default="dlfs",
+    ap.add_argument("--sampler", choices=["dlfs", "torch", "none", "decoy"], default="dlfs",
                     help="dlfs.DistributedSampler (announces the job), torch's DistributedSampler (no control line), "
-                         "or none: the DataLoader's own SequentialSampler (shuffle=False, no control line)")
+                         "none: the DataLoader's own SequentialSampler (shuffle=False, no control line), or decoy: "
+                         "torch's DistributedSampler order for the first two batches, then another order (to test a wrong guess)")
     ap.add_argument("--balance", choices=["locality", "solar"])
     ap.add_argument("--epochorder", action="store_true")
     ap.add_argument("--dist", action="store_true", help="join torch.distributed (gloo)")
@@ -109,6 +132,8 @@ def main():
     else:
         if args.sampler == "torch":
             sampler = torch.utils.data.DistributedSampler(data, num_replicas=world, rank=rank, seed=args.seed)
+        elif args.sampler == "decoy":
+            sampler = Decoy(data, world, rank, args.seed, 2 * args.batch)
         else:
             sampler = dlfs.DistributedSampler(data, num_replicas=world, rank=rank, seed=args.seed, job=args.job,
                                               batch_size=args.batch, num_workers=args.workers,

@@ -75,6 +75,54 @@ func runUntold(o options, src string, files []string, total int64) error {
 		}
 	}
 
+	// A shuffled DataLoader: torch's DistributedSampler, the default seed,
+	// no control line; with the line for reference; and a decoy that
+	// starts as that order and then leaves it.
+	type shufRun struct {
+		name          string
+		seconds       float64
+		pfs           int64
+		hits, planned int64 // reads of the inferred or announced job's plan
+	}
+	var shufs []shufRun
+	for _, r := range []struct {
+		name, sampler string
+		args          []string
+	}{
+		{"DataLoader on pfssim directly", "torch", nil},
+		{"through dlfs, inference off", "torch", []string{"--ram-cache", fmt.Sprint(2 * total), "--infer=false"}},
+		{"through dlfs, inferred", "torch", []string{"--ram-cache", fmt.Sprint(2 * total)}},
+		{"through dlfs, announced (dlfs.DistributedSampler)", "dlfs", []string{"--ram-cache", fmt.Sprint(2 * total)}},
+		{"through dlfs, a decoy order", "decoy", []string{"--ram-cache", fmt.Sprint(2 * total)}},
+	} {
+		data := pfs.Mnt
+		var p *mountproc.Proc
+		if r.args != nil {
+			if p, err = mount(r.args...); err != nil {
+				return err
+			}
+			data = p.Mnt
+		}
+		fmt.Fprintf(os.Stderr, "measuring: shuffled DataLoader, %s\n", r.name)
+		before, err := pfs.bytes()
+		if err == nil {
+			var secs float64
+			secs, _, err = trainOnce(o, data, 0, "--sampler", r.sampler)
+			after, _ := pfs.bytes()
+			run := shufRun{name: r.name, seconds: secs, pfs: after - before}
+			if p != nil {
+				run.hits, run.planned = allJobReads(p.Mnt)
+			}
+			shufs = append(shufs, run)
+		}
+		if p != nil {
+			p.Stop(30 * time.Second)
+		}
+		if err != nil {
+			return err
+		}
+	}
+
 	// The looping reader.
 	ordered := append([]string(nil), files...)
 	sort.Strings(ordered) // ImageFolder order for datagen's class_NNN/img_NNNNNN.jpg
@@ -133,6 +181,17 @@ func runUntold(o options, src string, files []string, total int64) error {
 	for _, r := range seqs {
 		fmt.Printf("| %s | %.2f | %.2f | %.0f%% | %.2f |\n", r.name, r.seconds, seqs[0].seconds/r.seconds, 100*bound/r.seconds, float64(r.pfs)/float64(total))
 	}
+	fmt.Printf("\nThe same loop with torch's DistributedSampler (the default seed, shuffle=True) and no control line; with the line (dlfs.DistributedSampler) for reference; " +
+		"and a decoy sampler that reads as that DistributedSampler for two batches, then in another order. Hits are the reads of the job's plan that did not wait on the PFS.\n\n")
+	fmt.Println("| shuffled DataLoader | seconds | × direct | hits of the plan | PFS bytes ÷ dataset |")
+	fmt.Println("|---|---:|---:|---:|---:|")
+	for _, r := range shufs {
+		hits := "—"
+		if r.planned > 0 {
+			hits = fmt.Sprintf("%.1f%% of %d", 100*float64(r.hits)/float64(r.planned), r.planned)
+		}
+		fmt.Printf("| %s | %.2f | %.2f | %s | %.3f |\n", r.name, r.seconds, shufs[0].seconds/r.seconds, hits, float64(r.pfs)/float64(total))
+	}
 	fmt.Printf("\nA reader looping over the dataset in index order (4 threads, one process), RAM tier half the dataset, page cache dropped before each pass:\n\n")
 	fmt.Printf("Reads served from RAM (the prefetcher stages into RAM, so this counts prefetch too), and the PFS bytes each pass cost:\n\n")
 	fmt.Println("| RAM eviction | RAM-served reads, passes 0 / 1 / 2 | PFS bytes ÷ dataset, passes 0 / 1 / 2 |")
@@ -150,10 +209,32 @@ func runUntold(o options, src string, files []string, total int64) error {
 	fmt.Println()
 	fmt.Printf("- sequential DataLoader, no line: %.0f%% of the bandwidth bound (%.2f s; target ≥ 90%%): %s; %.2f× direct\n",
 		100*bound/dlfs.seconds, bound, verdict(bound/dlfs.seconds >= 0.9), seqs[0].seconds/dlfs.seconds)
+	inf, ann, off, decoy := shufs[2], shufs[3], shufs[1], shufs[4]
+	fmt.Printf("- shuffled DataLoader, no line: %.2f× direct with inference off (target ≥ 1.0): %s; inferred %.2f× direct, %.2f× the announced epoch (target ≥ 0.8): %s; %.1f%% hits (target ≥ 95%%): %s\n",
+		shufs[0].seconds/off.seconds, verdict(shufs[0].seconds/off.seconds >= 1), shufs[0].seconds/inf.seconds, ann.seconds/inf.seconds,
+		verdict(ann.seconds/inf.seconds >= 0.8), 100*float64(inf.hits)/float64(max(inf.planned, 1)), verdict(inf.planned > 0 && float64(inf.hits) >= 0.95*float64(inf.planned)))
+	fmt.Printf("- a wrong guess (the decoy): %.1f%% of the dataset read from the PFS beyond once (target ≤ 5%%): %s\n",
+		100*(float64(decoy.pfs)/float64(total)-1), verdict(float64(decoy.pfs) <= 1.05*float64(total)))
 	b, l := loops[0].pfs, loops[1].pfs
 	fmt.Printf("- looping reader over twice the RAM tier, passes 1-2: the caches spared the PFS %.2f and %.2f of the dataset with Belady by the inferred plan (target ≥ 0.4): %s; LRU %.2f and %.2f\n",
 		1-b[1], 1-b[2], verdict(min(1-b[1], 1-b[2]) >= 0.4), 1-l[1], 1-l[2])
 	return nil
+}
+
+// allJobReads sums the planned reads of every job on a mount, announced
+// or inferred: those that did not wait on the PFS, and all.
+func allJobReads(mnt string) (hits, planned int64) {
+	st, err := readStats(mnt)
+	if err != nil {
+		return 0, 0
+	}
+	for _, ranks := range st.Jobs {
+		for _, r := range ranks {
+			hits += r.Hits
+			planned += r.Hits + r.Late + r.Misses
+		}
+	}
+	return hits, planned
 }
 
 // readInOrder reads files under root in the given order with workers
