@@ -100,6 +100,9 @@ const (
 	// cooldown: new files a stream must read after a contradicted guess
 	// before it is judged again.
 	cooldown = 256
+	// maxSearches bounds the searches for one stream's torch order (each
+	// costs up to a couple of CPU-seconds).
+	maxSearches = 4
 )
 
 // StreamStats describe one stream, as shown under streams in .dlfs/stats.
@@ -151,7 +154,8 @@ type stream struct {
 	quiet    int // new files to wait before judging again
 	inferred *inference
 	first    []*catalog.Entry // its first SearchReads files, for the search of a torch order (mu)
-	searched bool             // the judge's
+	searched bool             // the judge's: first was searched
+	searches int              // the judge's: searches run for this stream
 }
 
 // inference is an inferred job and where its reader is. Positions are in
@@ -479,7 +483,7 @@ func (t *Tracker) search(ctx context.Context, s *stream) {
 	t.mu.Lock()
 	first := append([]*catalog.Entry(nil), s.first...)
 	t.mu.Unlock()
-	if s.searched || t.searching || len(first) < SearchReads {
+	if s.searched || t.searching || len(first) < SearchReads || s.searches >= maxSearches {
 		return
 	}
 	idx, positions := t.place(first)
@@ -487,6 +491,7 @@ func (t *Tracker) search(ctx context.Context, s *stream) {
 		return
 	}
 	s.searched, t.searching = true, true
+	s.searches++
 	workers := max(runtime.GOMAXPROCS(0)/2, 1)
 	t.wg.Add(1)
 	go func() {
@@ -666,6 +671,12 @@ func (t *Tracker) drop(s *stream, inf *inference, why string) {
 	}
 	s.inferred = nil
 	s.quiet = cooldown
+	// The files after a wrong guess may start an epoch of another order
+	// (a RandomSampler's next epoch, a new seed): search them too.
+	s.searched = false
+	t.mu.Lock()
+	s.first = s.first[:0]
+	t.mu.Unlock()
 	t.setPattern(s, "random", inf.idx.root, "")
 	t.log.Info("readers: dropped an inferred job", "stream", s.pid, "job", inf.job, "why", why)
 }
