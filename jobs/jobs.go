@@ -573,8 +573,9 @@ func (r *Registry) ApplyInferred(line control.Job) error { return r.apply(line, 
 func (r *Registry) SetAhead(name string, n int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	// No notification: the plans do not change, and the prefetcher reads
+	// the bound whenever it looks for work (every read wakes it).
 	r.aheadLocked(name).Store(int64(n))
-	r.notifyLocked()
 }
 
 func (r *Registry) aheadLocked(name string) *atomic.Int64 {
