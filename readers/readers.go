@@ -24,6 +24,9 @@
 //     next epoch when it wraps around.
 //   - random: nothing yet.
 //
+// Only streams whose reads wait on the PFS (a quarter of them or more) are
+// judged: a stream the caches already serve has nothing to gain.
+//
 // An inferred job may fetch only a bounded distance ahead: Ahead starts at
 // MinAhead samples and doubles with every confirmed read, so a guess that
 // later reads contradict costs at most max(MinAhead, 2×confirmed)
@@ -451,6 +454,14 @@ func (t *Tracker) judge(ctx context.Context, s *stream, files []*catalog.Entry, 
 		return
 	}
 	if t.cfg.Jobs.Announced() {
+		return
+	}
+	// A stream whose reads rarely wait on the PFS has nothing to gain:
+	// leave it (and the CPU a search costs) alone.
+	t.mu.Lock()
+	waiting := 4*(s.stats.Reads-s.stats.Hits) >= s.stats.Reads
+	t.mu.Unlock()
+	if !waiting {
 		return
 	}
 	idx, positions := t.place(files)

@@ -191,7 +191,7 @@ func TestSequentialStream(t *testing.T) {
 	})
 	jobs := &fakeJobs{ahead: map[string]int{}}
 	tr := tracker(t, snap, proc, jobs)
-	read := func(pid uint32, e *catalog.Entry) { tr.Observe(pid, e, 0, false) }
+	read := func(pid uint32, e *catalog.Entry) { tr.Observe(pid, e, 0, true) }
 	for i := 0; i < 40; i++ {
 		read(uint32(101+i%2), files[i])
 	}
@@ -269,7 +269,7 @@ func TestTorchStream(t *testing.T) {
 	for epoch := 0; epoch < 2; epoch++ {
 		order := sampler.Distributed{N: n, World: 2, Rank: 1, Shuffle: true, Seed: 0}.Epoch(epoch)
 		for _, i := range loaderReads(order, 2, 8, len(order)) {
-			tr.Observe(9, files[i], 0, false)
+			tr.Observe(9, files[i], 0, true)
 		}
 		if epoch == 0 {
 			waitFor(t, "an inferred torch job", func() bool { jobs.mu.Lock(); defer jobs.mu.Unlock(); return len(jobs.lines) == 1 })
@@ -287,5 +287,22 @@ func TestTorchStream(t *testing.T) {
 	defer jobs.mu.Unlock()
 	if len(jobs.ended) != 0 {
 		t.Errorf("the job was ended: %v", jobs.ended)
+	}
+}
+
+// TestServedStreamLeftAlone: a stream whose reads do not wait on the PFS
+// is not judged into a job, whatever its order.
+func TestServedStreamLeftAlone(t *testing.T) {
+	snap, files := tree(t, 2, 40)
+	jobs := &fakeJobs{ahead: map[string]int{}}
+	tr := tracker(t, snap, fakeProc(t, map[int][2]string{7: {"1", "python3"}}), jobs)
+	for _, e := range files {
+		tr.Observe(7, e, 0, false)
+	}
+	waitFor(t, "a judgement", func() bool { return tr.judged.Load() > 0 })
+	jobs.mu.Lock()
+	defer jobs.mu.Unlock()
+	if len(jobs.lines) != 0 {
+		t.Errorf("inferred %v for a stream the caches serve", jobs.lines)
 	}
 }
