@@ -241,22 +241,6 @@ func TestStridedStream(t *testing.T) {
 	}
 }
 
-// TestNoInferenceWhenAnnounced: an announced job turns inference off.
-func TestNoInferenceWhenAnnounced(t *testing.T) {
-	snap, files := tree(t, 2, 30)
-	jobs := &fakeJobs{ahead: map[string]int{}, announced: true}
-	tr := tracker(t, snap, fakeProc(t, map[int][2]string{7: {"1", "python3"}}), jobs)
-	for _, e := range files {
-		tr.Observe(7, e, 0, false)
-	}
-	waitFor(t, "a judgement", func() bool { return tr.judged.Load() > 0 })
-	jobs.mu.Lock()
-	defer jobs.mu.Unlock()
-	if len(jobs.lines) != 0 {
-		t.Errorf("inferred %v while a job was announced", jobs.lines)
-	}
-}
-
 // TestTorchStream: rank 1 of 2 of a DistributedSampler with the default
 // seed, read by a DataLoader with 2 workers and batches of 8: the search
 // finds it, the job follows the rank through epoch 0 into epoch 1 (seed +
@@ -290,19 +274,28 @@ func TestTorchStream(t *testing.T) {
 	}
 }
 
-// TestServedStreamLeftAlone: a stream whose reads do not wait on the PFS
-// is not judged into a job, whatever its order.
-func TestServedStreamLeftAlone(t *testing.T) {
-	snap, files := tree(t, 2, 40)
-	jobs := &fakeJobs{ahead: map[string]int{}}
-	tr := tracker(t, snap, fakeProc(t, map[int][2]string{7: {"1", "python3"}}), jobs)
-	for _, e := range files {
-		tr.Observe(7, e, 0, false)
-	}
-	waitFor(t, "a judgement", func() bool { return tr.judged.Load() > 0 })
-	jobs.mu.Lock()
-	defer jobs.mu.Unlock()
-	if len(jobs.lines) != 0 {
-		t.Errorf("inferred %v for a stream the caches serve", jobs.lines)
+// TestNotInferred: nothing is inferred while a job is announced, nor for
+// a stream whose reads do not wait on the PFS, whatever its order.
+func TestNotInferred(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		announced bool
+		waited    bool
+	}{
+		{"a job announced", true, true},
+		{"served by the caches", false, false},
+	} {
+		snap, files := tree(t, 2, 40)
+		jobs := &fakeJobs{ahead: map[string]int{}, announced: c.announced}
+		tr := tracker(t, snap, fakeProc(t, map[int][2]string{7: {"1", "python3"}}), jobs)
+		for _, e := range files {
+			tr.Observe(7, e, 0, c.waited)
+		}
+		waitFor(t, "a judgement", func() bool { return tr.judged.Load() > 0 })
+		jobs.mu.Lock()
+		if len(jobs.lines) != 0 {
+			t.Errorf("%s: inferred %v", c.name, jobs.lines)
+		}
+		jobs.mu.Unlock()
 	}
 }

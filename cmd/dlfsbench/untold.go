@@ -37,90 +37,77 @@ func runUntold(o options, src string, files []string, total int64) error {
 		return mountproc.Start(filepath.Join(o.bin, "dlfs"), mnt, time.Minute,
 			append(append([]string{"mount", "--log-level", "warn"}, args...), pfs.Mnt, mnt)...)
 	}
-	type seqRun struct {
-		name    string
-		seconds float64
-		pfs     int64
-	}
-	var seqs []seqRun
-	for _, r := range []struct {
-		name string
-		args []string // nil: pfssim directly
-	}{
-		{"DataLoader on pfssim directly", nil},
-		{"through dlfs, inference off", []string{"--ram-cache", fmt.Sprint(2 * total), "--infer=false"}},
-		{"through dlfs", []string{"--ram-cache", fmt.Sprint(2 * total)}},
-	} {
-		data := pfs.Mnt
-		var p *mountproc.Proc
-		if r.args != nil {
-			if p, err = mount(r.args...); err != nil {
-				return err
-			}
-			data = p.Mnt
-		}
-		fmt.Fprintf(os.Stderr, "measuring: sequential DataLoader, %s\n", r.name)
-		before, err := pfs.bytes()
-		if err == nil {
-			var secs float64
-			secs, _, err = trainOnce(o, data, 0, "--sampler", "none")
-			after, _ := pfs.bytes()
-			seqs = append(seqs, seqRun{r.name, secs, after - before})
-		}
-		if p != nil {
-			p.Stop(30 * time.Second)
-		}
-		if err != nil {
-			return err
-		}
-	}
-
-	// A shuffled DataLoader: torch's DistributedSampler, the default seed,
-	// no control line; with the line for reference; and a decoy that
-	// starts as that order and then leaves it.
-	type shufRun struct {
+	// loaderRun is one epoch of the example loop with a sampler, directly
+	// on pfssim (no args) or through a fresh dlfs mount with args.
+	type loaderRun struct {
 		name          string
 		seconds       float64
 		pfs           int64
 		hits, planned int64 // reads of the inferred or announced job's plan
 	}
-	var shufs []shufRun
+	measure := func(what, name, samplerArg string, args []string) (loaderRun, error) {
+		data := pfs.Mnt
+		var p *mountproc.Proc
+		if args != nil {
+			var err error
+			if p, err = mount(args...); err != nil {
+				return loaderRun{}, err
+			}
+			defer p.Stop(30 * time.Second)
+			data = p.Mnt
+		}
+		fmt.Fprintf(os.Stderr, "measuring: %s DataLoader, %s\n", what, name)
+		before, err := pfs.bytes()
+		if err != nil {
+			return loaderRun{}, err
+		}
+		secs, _, err := trainOnce(o, data, 0, "--sampler", samplerArg)
+		if err != nil {
+			return loaderRun{}, err
+		}
+		after, err := pfs.bytes()
+		run := loaderRun{name: name, seconds: secs, pfs: after - before}
+		if p != nil {
+			run.hits, run.planned = allJobReads(p.Mnt)
+		}
+		return run, err
+	}
+	ram := []string{"--ram-cache", fmt.Sprint(2 * total)}
+	var seqs []loaderRun
+	for _, r := range []struct {
+		name string
+		args []string // nil: pfssim directly
+	}{
+		{"DataLoader on pfssim directly", nil},
+		{"through dlfs, inference off", append(ram, "--infer=false")},
+		{"through dlfs", ram},
+	} {
+		run, err := measure("sequential", r.name, "none", r.args)
+		if err != nil {
+			return err
+		}
+		seqs = append(seqs, run)
+	}
+
+	// A shuffled DataLoader: torch's DistributedSampler, the default seed,
+	// no control line; with the line for reference; and a decoy that
+	// starts as that order and then leaves it.
+	var shufs []loaderRun
 	for _, r := range []struct {
 		name, sampler string
 		args          []string
 	}{
 		{"DataLoader on pfssim directly", "torch", nil},
-		{"through dlfs, inference off", "torch", []string{"--ram-cache", fmt.Sprint(2 * total), "--infer=false"}},
-		{"through dlfs, inferred", "torch", []string{"--ram-cache", fmt.Sprint(2 * total)}},
-		{"through dlfs, announced (dlfs.DistributedSampler)", "dlfs", []string{"--ram-cache", fmt.Sprint(2 * total)}},
-		{"through dlfs, a decoy order", "decoy", []string{"--ram-cache", fmt.Sprint(2 * total)}},
+		{"through dlfs, inference off", "torch", append(ram, "--infer=false")},
+		{"through dlfs, inferred", "torch", ram},
+		{"through dlfs, announced (dlfs.DistributedSampler)", "dlfs", ram},
+		{"through dlfs, a decoy order", "decoy", ram},
 	} {
-		data := pfs.Mnt
-		var p *mountproc.Proc
-		if r.args != nil {
-			if p, err = mount(r.args...); err != nil {
-				return err
-			}
-			data = p.Mnt
-		}
-		fmt.Fprintf(os.Stderr, "measuring: shuffled DataLoader, %s\n", r.name)
-		before, err := pfs.bytes()
-		if err == nil {
-			var secs float64
-			secs, _, err = trainOnce(o, data, 0, "--sampler", r.sampler)
-			after, _ := pfs.bytes()
-			run := shufRun{name: r.name, seconds: secs, pfs: after - before}
-			if p != nil {
-				run.hits, run.planned = allJobReads(p.Mnt)
-			}
-			shufs = append(shufs, run)
-		}
-		if p != nil {
-			p.Stop(30 * time.Second)
-		}
+		run, err := measure("shuffled", r.name, r.sampler, r.args)
 		if err != nil {
 			return err
 		}
+		shufs = append(shufs, run)
 	}
 
 	// The looping reader.
