@@ -14,11 +14,19 @@
 //	refresh             rescan SOURCE; files that changed are invalidated in every tier
 //	key=value ...       register or update a job (see Job for the keys)
 //	end job=NAME        drop a job
+//	warmup PATH...      fetch what lies under the paths into the caches
+//	warmup stop         stop the warm-up under way
+//	evict PATH...       drop what lies under the paths from this node's caches
+//	check PATH...       report how much of each path the caches hold
+//
+// PATHs are relative to the mount, separated by spaces (a path with a space
+// cannot be named), and may not climb out of it.
 package control
 
 import (
 	"errors"
 	"fmt"
+	"path"
 	"strings"
 )
 
@@ -78,13 +86,75 @@ func parseLine(line string) (Command, error) {
 			return nil, fmt.Errorf("%w: end takes exactly job=NAME", ErrSyntax)
 		}
 		return End{Job: j.Name}, nil
+	case "warmup", "evict", "check":
+		if len(fields) < 2 {
+			return nil, fmt.Errorf("%w: %s takes one or more paths relative to the mount", ErrSyntax, fields[0])
+		}
+		if fields[0] == "warmup" && len(fields) == 2 && fields[1] == "stop" {
+			return WarmupStop{}, nil
+		}
+		if len(fields) > MaxPaths+1 {
+			return nil, fmt.Errorf("%w: %s of %d paths; at most %d in one line", ErrSyntax, fields[0], len(fields)-1, MaxPaths)
+		}
+		paths := make([]string, 0, len(fields)-1)
+		for _, f := range fields[1:] {
+			p, err := cleanPath(f)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %s %s: %v", ErrSyntax, fields[0], clip(f), err)
+			}
+			paths = append(paths, p)
+		}
+		switch fields[0] {
+		case "warmup":
+			return Warmup{Paths: paths}, nil
+		case "evict":
+			return Evict{Paths: paths}, nil
+		}
+		return Check{Paths: paths}, nil
 	case "refresh":
 		if len(fields) > 1 {
 			return nil, fmt.Errorf("%w: refresh takes no arguments, got %q", ErrSyntax, strings.Join(fields[1:], " "))
 		}
 		return Refresh{}, nil
 	}
-	return nil, fmt.Errorf("%w: unknown command %q; known: refresh, end job=NAME, or key=value pairs", ErrSyntax, clip(fields[0]))
+	return nil, fmt.Errorf("%w: unknown command %q; known: refresh, end job=NAME, warmup, evict, check, or key=value pairs", ErrSyntax, clip(fields[0]))
+}
+
+// MaxPaths bounds the paths of one warmup, evict or check line.
+const MaxPaths = 256
+
+// Warmup fetches what lies under Paths (relative to the mount; "" is the
+// whole dataset) into the caches.
+type Warmup struct{ Paths []string }
+
+// WarmupStop stops the warm-up under way.
+type WarmupStop struct{}
+
+// Evict drops what lies under Paths from this node's caches.
+type Evict struct{ Paths []string }
+
+// Check reports how much of each of Paths the caches hold.
+type Check struct{ Paths []string }
+
+func (Warmup) command()     {}
+func (WarmupStop) command() {}
+func (Evict) command()      {}
+func (Check) command()      {}
+
+// cleanPath checks a path relative to the mount and returns it cleaned
+// ("" for the mount itself).
+func cleanPath(p string) (string, error) {
+	if strings.HasPrefix(p, "/") {
+		return "", fmt.Errorf("absolute; name it relative to the mount")
+	}
+	c := path.Clean(p)
+	if c == ".." || strings.HasPrefix(c, "../") {
+		return "", fmt.Errorf("climbs out of the mount")
+	}
+	if c == "." {
+		c = ""
+	}
+	return c, nil
 }
 
 // clip shortens user input quoted in errors.

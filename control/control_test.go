@@ -23,6 +23,14 @@ func TestParse(t *testing.T) {
 		{"bad line names its number", "refresh\nbogus\n", 0, "line 2"},
 		{"arguments", "refresh now\n", 0, "takes no arguments"},
 		{"huge", strings.Repeat("x", MaxWrite+1), 0, "exceeds"},
+		{"warmup", "warmup train val/x\n", 1, ""},
+		{"warmup the mount", "warmup .\n", 1, ""},
+		{"warmup stop", "warmup stop\n", 1, ""},
+		{"evict and check", "evict train\ncheck train val\n", 2, ""},
+		{"warmup nothing", "warmup\n", 0, "one or more paths"},
+		{"warmup absolute", "warmup /etc\n", 0, "absolute"},
+		{"warmup climbing", "check a/../../b\n", 0, "climbs out"},
+		{"too many paths", "evict" + strings.Repeat(" a", MaxPaths+1), 0, "at most"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -43,8 +51,20 @@ func TestParse(t *testing.T) {
 	}
 }
 
+// TestParsePaths: paths come back cleaned, the mount itself as "".
+func TestParsePaths(t *testing.T) {
+	cmds, err := Parse([]byte("warmup ./train/ a//b .\nevict x/./y\ncheck z\nwarmup stop"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Command{Warmup{Paths: []string{"train", "a/b", ""}}, Evict{Paths: []string{"x/y"}}, Check{Paths: []string{"z"}}, WarmupStop{}}
+	if !reflect.DeepEqual(cmds, want) {
+		t.Errorf("%#v, want %#v", cmds, want)
+	}
+}
+
 func FuzzParse(f *testing.F) {
-	for _, s := range []string{"refresh\n", "", "# x\nrefresh", "bogus", "refresh x", "\x00\xff", "job=a epoch=1 world=4 ranks=0,1 seed=-5", "end job=a", "epoch=1 dataset=list:x/y torch=2.7"} {
+	for _, s := range []string{"warmup a b\n", "evict ../x", "check /", "refresh\n", "", "# x\nrefresh", "bogus", "refresh x", "\x00\xff", "job=a epoch=1 world=4 ranks=0,1 seed=-5", "end job=a", "epoch=1 dataset=list:x/y torch=2.7"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
