@@ -20,8 +20,9 @@ type controlPlane struct {
 	n *Node
 
 	mu      sync.Mutex // serializes commands
-	errMu   sync.Mutex // guards lastErr: a read of the status never waits for a command
+	errMu   sync.Mutex // guards lastErr and checks: a read of the status never waits for a command
 	lastErr string
+	checks  map[string]CheckResult // the last check command's, by path
 }
 
 var _ fusefs.ControlPlane = (*controlPlane)(nil)
@@ -30,6 +31,9 @@ var _ fusefs.ControlPlane = (*controlPlane)(nil)
 type ControlStatus struct {
 	Jobs      map[string]jobs.Status `json:"jobs"`
 	LastError string                 `json:"last_error"`
+	// Checks are the last check command's results, by path ("" is the
+	// mount).
+	Checks map[string]CheckResult `json:"checks,omitempty"`
 }
 
 // List serves the control tree:
@@ -131,9 +135,9 @@ func (c *controlPlane) Read(path string) ([]byte, error) {
 		return c.n.statsProm()
 	case "control":
 		c.errMu.Lock()
-		last := c.lastErr
+		last, checks := c.lastErr, c.checks
 		c.errMu.Unlock()
-		st := ControlStatus{Jobs: c.n.jobs.Statuses(), LastError: last}
+		st := ControlStatus{Jobs: c.n.jobs.Statuses(), LastError: last, Checks: checks}
 		b, err := json.MarshalIndent(st, "", "  ")
 		return append(b, '\n'), err
 	}
@@ -188,6 +192,34 @@ func (c *controlPlane) exec(data []byte) error {
 			if err := c.n.jobs.End(cmd.Job); err != nil {
 				return err
 			}
+		case control.Warmup:
+			files, err := c.n.filesUnder(cmd.Paths)
+			if err != nil {
+				return fmt.Errorf("%w: warmup %v", control.ErrSyntax, err)
+			}
+			c.n.warmer.Start(cmd.Paths, files, c.n.cacheCapacity())
+		case control.WarmupStop:
+			c.n.warmer.Stop()
+		case control.Evict:
+			files, err := c.n.filesUnder(cmd.Paths)
+			if err != nil {
+				return fmt.Errorf("%w: evict %v", control.ErrSyntax, err)
+			}
+			for _, e := range files {
+				c.n.load.Invalidate(e)
+			}
+		case control.Check:
+			results := map[string]CheckResult{}
+			for _, p := range cmd.Paths {
+				r, err := c.n.check(p)
+				if err != nil {
+					return fmt.Errorf("%w: check %v", control.ErrSyntax, err)
+				}
+				results[p] = r
+			}
+			c.errMu.Lock()
+			c.checks = results
+			c.errMu.Unlock()
 		case control.Refresh:
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 			_, err := c.n.Refresh(ctx)

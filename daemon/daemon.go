@@ -51,6 +51,7 @@ import (
 	"github.com/dlfs/dlfs/ramcache"
 	"github.com/dlfs/dlfs/readers"
 	"github.com/dlfs/dlfs/source"
+	"github.com/dlfs/dlfs/warmup"
 	"github.com/dlfs/dlfs/ssdstore"
 )
 
@@ -82,6 +83,10 @@ type Config struct {
 	// PlacementEpochs is how many epochs of each job, from its first,
 	// demand placement counts reads over; default 4.
 	PlacementEpochs int
+
+	// Warmup warms the whole dataset after mounting, when the caches can
+	// hold it.
+	Warmup bool
 
 	// NoInfer turns off package readers' inference of the jobs of
 	// readers that announce none (streams are still shown).
@@ -127,6 +132,7 @@ type Node struct {
 	jobs        *jobs.Registry
 	pf          *prefetch.Prefetcher
 	readers     *readers.Tracker
+	warmer      *warmup.Warmer
 	cl          *cluster.Cluster // nil for a cluster of one
 	meta        cluster.Meta     // what this node gossips, less its jobs
 	peers       *peer.Client     // nil without a cluster
@@ -320,6 +326,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	})
 	n.readers.Start()
 	n.onClose("readers", func() error { n.readers.Close(); return nil })
+	n.warmer = warmup.New(warmup.Config{Logger: cfg.Logger}, warmSource{n})
+	n.onClose("warmup", func() error { n.warmer.Close(); return nil })
 	n.ctl = &controlPlane{n: n}
 	fc := cfg.FUSE
 	fc.Logger = cfg.Logger
@@ -386,11 +394,34 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	// The prefetcher fetches through the peers too: it stops before them.
 	n.closeFirst("prefetch")
 	n.closeFirst("readers") // it ends the jobs it inferred
+	n.closeFirst("warmup")
 
 	if n.server, err = n.fs.Mount(cfg.Mountpoint, "dlfs:"+n.cat.Source()); err != nil {
 		return nil, fmt.Errorf("mount %s: %w", cfg.Mountpoint, err)
 	}
+	if cfg.Warmup {
+		n.warmAll()
+	}
 	return n, nil
+}
+
+// warmAll warms the whole dataset when the caches can hold it (mount
+// --warmup), in the background.
+func (n *Node) warmAll() {
+	files, err := n.filesUnder([]string{""})
+	if err != nil {
+		n.log.Warn("warm-up: listing the dataset failed", "err", err)
+		return
+	}
+	var total int64
+	for _, e := range files {
+		total += e.Size
+	}
+	if c := n.cacheCapacity(); total > c {
+		n.log.Warn("warm-up skipped: the caches hold less than the dataset", "dataset_bytes", total, "cache_bytes", c)
+		return
+	}
+	n.warmer.Start([]string{""}, files, total)
 }
 
 // checkMountpoint rejects mount points that cannot work, with a reason a

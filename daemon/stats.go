@@ -19,6 +19,7 @@ import (
 	"github.com/dlfs/dlfs/readers"
 	"github.com/dlfs/dlfs/source"
 	"github.com/dlfs/dlfs/ssdstore"
+	"github.com/dlfs/dlfs/warmup"
 )
 
 // Stats is the document served as .dlfs/stats.
@@ -40,6 +41,8 @@ type Stats struct {
 	// Streams are the processes reading the mount, with their workers
 	// (package readers).
 	Streams []readers.StreamStats `json:"streams"`
+	// Warmup is the latest warm-up.
+	Warmup warmup.Status `json:"warmup"`
 	// Plans are the balance= plans by job and "epoch-E".
 	Plans map[string]map[string]jobs.PlanStats `json:"plans,omitempty"`
 }
@@ -138,6 +141,7 @@ func (n *Node) Stats() Stats {
 	}
 	s.Prefetch, s.Jobs = n.pf.Stats()
 	s.Streams = n.readers.Streams()
+	s.Warmup = n.warmer.Status()
 	for _, j := range n.jobs.All() {
 		if ps := j.PlanStats(); len(ps) > 0 {
 			if s.Plans == nil {

@@ -427,6 +427,16 @@ func (l *Loader) fromStage(key string, tag uint64, e *catalog.Entry, done bool) 
 	return b, true
 }
 
+// OnSSD reports whether the SSD tier holds e's first block, intact.
+func (l *Loader) OnSSD(e *catalog.Entry) bool {
+	if l.ssd == nil {
+		return false
+	}
+	key := BlockKey(e.Path, 0)
+	_, ok, _ := l.ssd.Get(key, l.Tag(e, key))
+	return ok
+}
+
 // InRAM reports whether RAM holds e's first block.
 func (l *Loader) InRAM(e *catalog.Entry) bool { return l.ram.Contains(BlockKey(e.Path, 0)) }
 

@@ -26,6 +26,6 @@ as a read-only FUSE view whose reads are served from RAM and SSD caches.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newMountCmd(runMount), newUmountCmd(), newPackCmd(), newSimulateCmd())
+	root.AddCommand(newMountCmd(runMount), newUmountCmd(), newPackCmd(), newSimulateCmd(), newWarmupCmd())
 	return root
 }

@@ -51,6 +51,7 @@ type mountOptions struct {
 	coalesce     bool
 	pfsMargin    float64
 	infer        bool
+	warmup       bool
 }
 
 func newMountCmd(run func(cmd *cobra.Command, cfg daemon.Config, o *mountOptions) error) *cobra.Command {
@@ -135,6 +136,7 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 			}
 			cfg.PlacementEpochs = o.placeEpochs
 			cfg.NoInfer = !o.infer
+			cfg.Warmup = o.warmup
 			cfg.Loader.NoCoalesce = !o.coalesce
 			if o.pfsMargin < 0 {
 				return fmt.Errorf("--pfs-margin %g: want 0 (never) or a factor above 1", o.pfsMargin)
@@ -177,6 +179,7 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 	f.StringVar(&o.dataAddr, "data-addr", "", "HOST:PORT of this node's peer data transport, advertised to the cluster")
 	f.StringVar(&o.keyFile, "cluster-key-file", "", "file holding the cluster key (16, 24 or 32 bytes, raw or base64); authenticates and encrypts gossip and the data port; required with --bind, --join or --data-addr")
 	f.BoolVar(&o.insecure, "insecure", false, "let --bind, --join and --data-addr run without a cluster key: anyone who reaches the ports can join and read (a network only trusted nodes reach)")
+	f.BoolVar(&o.warmup, "warmup", false, "after mounting, fetch the whole dataset into the caches if they can hold it (see dlfs warmup)")
 	f.BoolVar(&o.infer, "infer", true, "infer the jobs of readers that announce none (sequential and strided scans) and prefetch for them")
 	f.StringVar(&o.placement, "placement", "demand", "cluster placement: demand (each sample on the node whose ranks read it most, from the gossiped jobs) or hash")
 	f.IntVar(&o.placeEpochs, "placement-epochs", 4, "epochs of each job, from its first, that demand placement counts reads over")

@@ -1,0 +1,250 @@
+// Package warmup fetches chosen parts of the dataset into the caches before
+// training reads them (dlfs warmup, dlfs mount --warmup).
+//
+// A warm-up takes the files under some paths in the order cheapest for the
+// PFS: packed samples by container and offset, in runs of neighbours read
+// in one request; plain files by path. It warms as many bytes as the caches
+// hold, and no more, and says how many fit. A few workers (Config.Workers)
+// fetch, so that a training job reading beside it is not starved. Where
+// each block lands is the loader's business: in a cluster, a sample
+// another node owns is fetched through that node, which keeps it.
+//
+// One warm-up runs at a time; starting another stops the first. Stopping
+// leaves the caches consistent: a block is cached whole or not at all.
+package warmup
+
+import (
+	"context"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/loader"
+)
+
+// Source is what a warm-up fetches through.
+type Source interface {
+	// Locate says where a packed sample lies; ok is false for a plain
+	// file.
+	Locate(e *catalog.Entry) (loader.Span, bool)
+	// RunLimits are the longest gap to read through and the longest run
+	// of one request, for packed neighbours.
+	RunLimits() (gap, run int64)
+	// Warm fetches first, and the neighbours in its container in the same
+	// request, into the caches.
+	Warm(first *catalog.Entry, neighbours []*catalog.Entry) error
+}
+
+// Config configures a Warmer.
+type Config struct {
+	Workers int          // fetches at once; default 8
+	Logger  *slog.Logger // nil: discard
+}
+
+// Status describes the latest warm-up, as shown under warmup in
+// .dlfs/stats.
+type Status struct {
+	State       string   `json:"state"` // "" (none yet), "running", "done" or "stopped"
+	Paths       []string `json:"paths,omitempty"`
+	Files       int      `json:"files"`        // selected
+	Bytes       int64    `json:"bytes"`        // selected
+	FitBytes    int64    `json:"fit_bytes"`    // of them, what the caches hold
+	FitFiles    int      `json:"fit_files"`    // the files warmed
+	DoneFiles   int64    `json:"done_files"`   // warmed so far
+	DoneBytes   int64    `json:"done_bytes"`   // warmed so far
+	Errors      int64    `json:"errors"`       // files that failed
+	Seconds     float64  `json:"seconds"`      // since it started, or its length once over
+	BytesPerSec float64  `json:"bytes_per_sec"` // DoneBytes / Seconds
+}
+
+// Warmer runs warm-ups. Safe for concurrent use.
+type Warmer struct {
+	cfg Config
+	src Source
+	log *slog.Logger
+
+	mu     sync.Mutex
+	status Status
+	start  time.Time
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the current warm-up's goroutines end
+	files  atomic.Int64
+	bytes  atomic.Int64
+	errs   atomic.Int64
+}
+
+// New returns an idle Warmer.
+func New(cfg Config, src Source) *Warmer {
+	if cfg.Workers <= 0 {
+		cfg.Workers = 8
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Warmer{cfg: cfg, src: src, log: cfg.Logger}
+}
+
+// Start stops any warm-up under way and warms entries (regular files),
+// the first ones up to capacity bytes in PFS order; paths are what the
+// user named, for the status.
+func (w *Warmer) Start(paths []string, entries []*catalog.Entry, capacity int64) Status {
+	w.Stop()
+	units, st := plan(w.src, entries, capacity)
+	st.State, st.Paths = "running", paths
+	ctx, cancel := context.WithCancel(context.Background())
+	w.mu.Lock()
+	w.status, w.start, w.cancel, w.done = st, time.Now(), cancel, make(chan struct{})
+	w.files.Store(0)
+	w.bytes.Store(0)
+	w.errs.Store(0)
+	done := w.done
+	w.mu.Unlock()
+	w.log.Info("warm-up started", "paths", paths, "files", st.Files, "bytes", st.Bytes, "fit_bytes", st.FitBytes)
+	go w.run(ctx, units, done)
+	return w.Status()
+}
+
+// run fetches units with the workers, then marks the warm-up over.
+func (w *Warmer) run(ctx context.Context, units [][]*catalog.Entry, done chan struct{}) {
+	defer close(done)
+	next := make(chan []*catalog.Entry)
+	var wg sync.WaitGroup
+	for i := 0; i < w.cfg.Workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for u := range next {
+				if err := w.src.Warm(u[0], u[1:]); err != nil {
+					w.errs.Add(1)
+					w.log.Debug("warm-up: fetch failed", "path", u[0].Path, "err", err)
+					continue
+				}
+				var b int64
+				for _, e := range u {
+					b += e.Size
+				}
+				w.files.Add(int64(len(u)))
+				w.bytes.Add(b)
+			}
+		}()
+	}
+feed:
+	for _, u := range units {
+		select {
+		case next <- u:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.status.State == "running" {
+		w.status.State = "done"
+		if ctx.Err() != nil {
+			w.status.State = "stopped"
+		}
+	}
+	w.status.Seconds = time.Since(w.start).Seconds()
+	w.log.Info("warm-up over", "state", w.status.State, "files", w.files.Load(), "bytes", w.bytes.Load(),
+		"errors", w.errs.Load(), "seconds", w.status.Seconds)
+}
+
+// Stop stops the warm-up under way, if any, and waits for its fetches.
+func (w *Warmer) Stop() { <-w.cancelCurrent() }
+
+// cancelCurrent stops feeding the warm-up under way and returns a channel
+// closed once its fetches are over.
+func (w *Warmer) cancelCurrent() <-chan struct{} {
+	w.mu.Lock()
+	cancel, done := w.cancel, w.done
+	w.mu.Unlock()
+	if cancel == nil {
+		done = make(chan struct{})
+		close(done)
+		return done
+	}
+	cancel()
+	return done
+}
+
+// Close stops the warm-up under way.
+func (w *Warmer) Close() { w.Stop() }
+
+// Status returns the latest warm-up's figures.
+func (w *Warmer) Status() Status {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	st := w.status
+	st.DoneFiles, st.DoneBytes, st.Errors = w.files.Load(), w.bytes.Load(), w.errs.Load()
+	if st.State == "running" {
+		st.Seconds = time.Since(w.start).Seconds()
+	}
+	if st.Seconds > 0 {
+		st.BytesPerSec = float64(st.DoneBytes) / st.Seconds
+	}
+	return st
+}
+
+// plan orders entries for the PFS, keeps what fits in capacity, and
+// groups packed neighbours into runs: each unit is fetched in one request.
+func plan(src Source, entries []*catalog.Entry, capacity int64) ([][]*catalog.Entry, Status) {
+	type item struct {
+		e      *catalog.Entry
+		span   loader.Span
+		packed bool
+	}
+	items := make([]item, 0, len(entries))
+	var st Status
+	for _, e := range entries {
+		sp, ok := src.Locate(e)
+		items = append(items, item{e, sp, ok})
+		st.Files++
+		st.Bytes += e.Size
+	}
+	sort.Slice(items, func(i, j int) bool {
+		a, b := items[i], items[j]
+		if a.packed != b.packed {
+			return a.packed
+		}
+		if a.packed {
+			if a.span.Container != b.span.Container {
+				return a.span.Container < b.span.Container
+			}
+			return a.span.Off < b.span.Off
+		}
+		return a.e.Path < b.e.Path
+	})
+	// What fits: the first items, in that order, up to capacity.
+	n := 0
+	for n < len(items) && st.FitBytes+items[n].e.Size <= capacity {
+		st.FitBytes += items[n].e.Size
+		n++
+	}
+	st.FitFiles = n
+	items = items[:n]
+	gap, run := src.RunLimits()
+	var units [][]*catalog.Entry
+	for i := 0; i < len(items); {
+		u := []*catalog.Entry{items[i].e}
+		j := i + 1
+		if items[i].packed {
+			lo, hi := items[i].span.Off, items[i].span.Off+items[i].span.Len
+			for ; j < len(items) && items[j].packed && items[j].span.Container == items[i].span.Container; j++ {
+				sp := items[j].span
+				if sp.Off-hi > gap || sp.Off+sp.Len-lo > run {
+					break
+				}
+				u = append(u, items[j].e)
+				hi = max(hi, sp.Off+sp.Len)
+			}
+		}
+		units = append(units, u)
+		i = j
+	}
+	return units, st
+}
