@@ -51,8 +51,8 @@ import (
 	"github.com/dlfs/dlfs/ramcache"
 	"github.com/dlfs/dlfs/readers"
 	"github.com/dlfs/dlfs/source"
-	"github.com/dlfs/dlfs/warmup"
 	"github.com/dlfs/dlfs/ssdstore"
+	"github.com/dlfs/dlfs/warmup"
 )
 
 // Config configures a node. Zero values take the defaults.

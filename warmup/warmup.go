@@ -49,14 +49,14 @@ type Config struct {
 type Status struct {
 	State       string   `json:"state"` // "" (none yet), "running", "done" or "stopped"
 	Paths       []string `json:"paths,omitempty"`
-	Files       int      `json:"files"`        // selected
-	Bytes       int64    `json:"bytes"`        // selected
-	FitBytes    int64    `json:"fit_bytes"`    // of them, what the caches hold
-	FitFiles    int      `json:"fit_files"`    // the files warmed
-	DoneFiles   int64    `json:"done_files"`   // warmed so far
-	DoneBytes   int64    `json:"done_bytes"`   // warmed so far
-	Errors      int64    `json:"errors"`       // files that failed
-	Seconds     float64  `json:"seconds"`      // since it started, or its length once over
+	Files       int      `json:"files"`         // selected
+	Bytes       int64    `json:"bytes"`         // selected
+	FitBytes    int64    `json:"fit_bytes"`     // of them, what the caches hold
+	FitFiles    int      `json:"fit_files"`     // the files warmed
+	DoneFiles   int64    `json:"done_files"`    // warmed so far
+	DoneBytes   int64    `json:"done_bytes"`    // warmed so far
+	Errors      int64    `json:"errors"`        // files that failed
+	Seconds     float64  `json:"seconds"`       // since it started, or its length once over
 	BytesPerSec float64  `json:"bytes_per_sec"` // DoneBytes / Seconds
 }
 
