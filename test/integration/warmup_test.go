@@ -1,0 +1,64 @@
+package integration
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestWarmup runs dlfs warmup as a user would: the warm-up fetches the
+// dataset, after which reading it costs the PFS nothing; --check reports
+// it in RAM; --evict drops it; bad paths fail with one line; a warm-up of
+// more than the caches hold says how much fits and warms that.
+func TestWarmup(t *testing.T) {
+	src := t.TempDir()
+	files := dataset(t, filepath.Join(src, "train"), 120)
+	pfs := startPFS(t, src, "-open-latency", "1ms")
+	d := startDlfs(t, pfs.Mnt, "--ram-cache", "256MiB")
+	train := filepath.Join(d.Mnt, "train")
+
+	code, _, stderr := runCmd(t, bin.dlfs, "warmup", train)
+	if code != 0 || !strings.Contains(stderr, "100.0%") {
+		t.Fatalf("warmup: exit %d, %q", code, stderr)
+	}
+	before := pfs.counters(t).Bytes
+	dropPageCache(t)
+	readAll(t, train, files, 4, 1, fromSource(filepath.Join(src, "train")))
+	if got := pfs.counters(t).Bytes - before; got != 0 {
+		t.Errorf("reading the warmed dataset cost %d PFS bytes", got)
+	}
+	code, out, _ := runCmd(t, bin.dlfs, "warmup", "--check", train)
+	if code != 0 || !strings.Contains(out, "120 files") || !strings.Contains(out, "RAM 100.0%") {
+		t.Errorf("check: exit %d, %q", code, out)
+	}
+	if code, _, stderr := runCmd(t, bin.dlfs, "warmup", "--evict", train); code != 0 {
+		t.Fatalf("evict: exit %d, %q", code, stderr)
+	}
+	if _, out, _ := runCmd(t, bin.dlfs, "warmup", "--check", train); !strings.Contains(out, "not cached 100.0%") {
+		t.Errorf("check after evict: %q", out)
+	}
+
+	// Bad input: one line, exit 1.
+	outside := t.TempDir()
+	for _, args := range [][]string{
+		{"warmup", filepath.Join(d.Mnt, "nope")},
+		{"warmup", outside},
+		{"warmup", "--check", "--evict", train},
+	} {
+		code, _, stderr := runCmd(t, bin.dlfs, args...)
+		if code != 1 || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+			t.Errorf("%v: exit %d, %q; want 1 and one line", args, code, stderr)
+		}
+	}
+
+	// More than the caches hold: it says so, warms what fits, exits 0.
+	small := startDlfs(t, pfs.Mnt, "--ram-cache", "4MiB")
+	code, _, stderr = runCmd(t, bin.dlfs, "warmup", small.Mnt)
+	if code != 0 || !strings.Contains(stderr, "the caches hold ") || !strings.Contains(stderr, "of 120 files") {
+		t.Errorf("warmup past the caches: exit %d, %q", code, stderr)
+	}
+	if _, err := os.ReadFile(filepath.Join(small.Mnt, "train", files[0])); err != nil {
+		t.Error(err)
+	}
+}
