@@ -2,9 +2,11 @@ package integration
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestWarmup runs dlfs warmup as a user would: the warm-up fetches the
@@ -61,4 +63,27 @@ func TestWarmup(t *testing.T) {
 	if _, err := os.ReadFile(filepath.Join(small.Mnt, "train", files[0])); err != nil {
 		t.Error(err)
 	}
+
+	// Interrupted half-way: it stops, says so, and what it cached serves
+	// the right bytes.
+	slow := startPFS(t, src, "-open-latency", "30ms")
+	d2 := startDlfs(t, slow.Mnt, "--ram-cache", "256MiB")
+	cmd := exec.Command(bin.dlfs, "warmup", d2.Mnt)
+	var errOut strings.Builder
+	cmd.Stderr = &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); num(dlfsStats(t, d2.Mnt), "warmup", "done_files") == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the warm-up never started")
+		}
+	}
+	cmd.Process.Signal(os.Interrupt)
+	err := cmd.Wait()
+	st := dlfsStats(t, d2.Mnt)
+	if err == nil || !strings.Contains(errOut.String(), "interrupted") || st["warmup"].(map[string]any)["state"] != "stopped" {
+		t.Errorf("interrupted warm-up: %v, %q, %v", err, errOut.String(), st["warmup"])
+	}
+	readAll(t, filepath.Join(d2.Mnt, "train"), files, 4, 2, fromSource(filepath.Join(src, "train")))
 }
