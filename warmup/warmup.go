@@ -4,7 +4,8 @@
 // A warm-up takes the files under some paths in the order cheapest for the
 // PFS: packed samples by container and offset, in runs of neighbours read
 // in one request; plain files by path. It warms as many bytes as the caches
-// hold, and no more, and says how many fit. A few workers (Config.Workers)
+// hold, and no more, and says how many fit. Fewer workers (Config.Workers)
+// than the prefetcher has
 // fetch, so that a training job reading beside it is not starved. Where
 // each block lands is the loader's business: in a cluster, a sample
 // another node owns is fetched through that node, which keeps it.
@@ -40,7 +41,7 @@ type Source interface {
 
 // Config configures a Warmer.
 type Config struct {
-	Workers int          // fetches at once; default 8
+	Workers int          // fetches at once; default 64 (the prefetcher has 128)
 	Logger  *slog.Logger // nil: discard
 }
 
@@ -79,7 +80,7 @@ type Warmer struct {
 // New returns an idle Warmer.
 func New(cfg Config, src Source) *Warmer {
 	if cfg.Workers <= 0 {
-		cfg.Workers = 8
+		cfg.Workers = 64
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

@@ -26,7 +26,7 @@ func newWarmupCmd() *cobra.Command {
 		Short: "Fetch what lies under PATHs (in a dlfs mount) into the caches, or check or evict it",
 		Long: `warmup fetches the files under each PATH, which must lie in one dlfs mount,
 into the caches, in the order cheapest for the PFS (packed samples by
-container, in runs of neighbours), with a few fetches at a time so that a
+container, in runs of neighbours), with 64 fetches at a time so that a
 training job beside it is not starved. In a cluster each sample lands on the
 node that owns it. It shows the progress and exits 0 when done. If the
 caches hold less than the paths, it says how much fits and warms that much.
@@ -177,7 +177,7 @@ func warm(w io.Writer, ctl string, rels []string) error {
 		return err
 	}
 	tty := isTerminal(w)
-	tick := time.NewTicker(200 * time.Millisecond)
+	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	lastLine := time.Time{}
 	told := false
