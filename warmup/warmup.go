@@ -4,9 +4,9 @@
 // A warm-up takes the files under some paths in the order cheapest for the
 // PFS: packed samples by container and offset, in runs of neighbours read
 // in one request; plain files by path. It warms as many bytes as the caches
-// hold, and no more, and says how many fit. Fewer workers (Config.Workers)
-// than the prefetcher has
-// fetch, so that a training job reading beside it is not starved. Where
+// hold, and no more, and says how many fit. Half as many workers
+// (Config.Workers) as the prefetcher has fetch, so that a training job
+// reading beside it is not starved. Where
 // each block lands is the loader's business: in a cluster, a sample
 // another node owns is fetched through that node, which keeps it.
 //
