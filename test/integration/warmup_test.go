@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -86,4 +87,32 @@ func TestWarmup(t *testing.T) {
 		t.Errorf("interrupted warm-up: %v, %q, %v", err, errOut.String(), st["warmup"])
 	}
 	readAll(t, filepath.Join(d2.Mnt, "train"), files, 4, 2, fromSource(filepath.Join(src, "train")))
+}
+
+// TestWarmupCluster: a warm-up started on one node of two leaves each
+// sample on its owner: afterwards the other node reads the whole dataset
+// without the PFS, and the first node's RAM holds only its own share.
+func TestWarmupCluster(t *testing.T) {
+	src := t.TempDir()
+	files := dataset(t, filepath.Join(src, "train"), 100)
+	pfs := startPFS(t, src)
+	a, b := pair(t, pfs.Mnt, []string{"--ram-cache", "256MiB"})
+	if code, _, stderr := runCmd(t, bin.dlfs, "warmup", filepath.Join(a.Mnt, "train")); code != 0 {
+		t.Fatalf("warmup: exit %d, %q", code, stderr)
+	}
+	before := pfs.counters(t).Bytes
+	dropPageCache(t)
+	readAll(t, filepath.Join(b.Mnt, "train"), files, 4, 3, fromSource(filepath.Join(src, "train")))
+	if got := pfs.counters(t).Bytes - before; got != 0 {
+		t.Errorf("b read %d PFS bytes after a warmed the dataset", got)
+	}
+	_, out, _ := runCmd(t, bin.dlfs, "warmup", "--check", filepath.Join(a.Mnt, "train"))
+	var ram, ssd, peers float64
+	if i := strings.Index(out, "RAM "); i >= 0 {
+		fmt.Sscanf(out[i:], "RAM %f%%, SSD %f%%, peers %f%%", &ram, &ssd, &peers)
+	}
+	t.Logf("a: %s", strings.TrimSpace(out))
+	if ram < 20 || ram > 80 || peers < 20 {
+		t.Errorf("a's RAM holds %.1f%% and peers own %.1f%%: want each node its share", ram, peers)
+	}
 }
