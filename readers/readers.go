@@ -98,8 +98,9 @@ const (
 	MinAhead = 64
 	// FreeAhead: confirmed reads after which the bound is lifted.
 	FreeAhead = 4096
-	// MaxInferred bounds the inferred jobs at once.
-	MaxInferred = 16
+	// MaxInferred bounds the inferred jobs at once (a torch order's costs
+	// 8 bytes per sample of the index: 80 MB at 10 M files).
+	MaxInferred = 8
 	// cooldown: new files a stream must read after a contradicted guess
 	// before it is judged again.
 	cooldown = 256
@@ -171,8 +172,9 @@ type inference struct {
 	pattern   Pattern
 	guess     Guess // for a torch order
 	epoch     int
-	plan      []int32 // index position -> its position in this epoch's order; -1: not the rank's
+	plan      []int32 // a torch order's index position -> its position in this epoch's order; -1: not the rank's
 	next      []int32 // the same for the next epoch, once the reader nears its end
+	nearEnd   bool    // next is ready
 	length    int     // positions in an epoch
 	high      int     // the highest unwrapped position read
 	confirmed int
@@ -180,39 +182,73 @@ type inference struct {
 	recent    []int // the unwrapped positions of the last History files read
 }
 
-// planOf is the rank's order in epoch e as index position -> position.
+// planOf is the rank's order in epoch e, as index position -> position
+// (4 bytes per sample), for a torch order; nil for a scan, whose positions
+// are arithmetic (planned).
 func (inf *inference) planOf(e int) []int32 {
+	if inf.pattern.Kind != "torch" {
+		return nil
+	}
 	n := inf.idx.n
 	plan := make([]int32, n)
 	for i := range plan {
 		plan[i] = -1
 	}
-	switch inf.pattern.Kind {
-	case "sequential":
-		for i := range plan {
-			plan[i] = int32(i)
-		}
-	case "strided":
-		for i := inf.pattern.Rank; i < n; i += inf.pattern.Stride {
-			plan[i] = int32(i / inf.pattern.Stride)
-		}
-	default: // torch
-		g := inf.guess
-		order := sampler.Distributed{N: n, World: g.World, Rank: g.Rank, Shuffle: true, Seed: g.Seed}.Epoch(e)
-		for j := len(order) - 1; j >= 0; j-- { // a padded repeat keeps its first position
-			plan[order[j]] = int32(j)
-		}
+	g := inf.guess
+	order := sampler.Distributed{N: n, World: g.World, Rank: g.Rank, Shuffle: true, Seed: g.Seed}.Epoch(e)
+	for j := len(order) - 1; j >= 0; j-- { // a padded repeat keeps its first position
+		plan[order[j]] = int32(j)
 	}
 	return plan
 }
 
-// indexed is an ImageFolder index and its positions by file.
+// planned is index position x's position in the rank's order under plan
+// (an epoch's planOf), or false if the rank does not read it.
+func (inf *inference) planned(plan []int32, x int) (int, bool) {
+	switch inf.pattern.Kind {
+	case "sequential":
+		return x, true
+	case "strided":
+		if x%inf.pattern.Stride != inf.pattern.Rank {
+			return 0, false
+		}
+		return x / inf.pattern.Stride, true
+	}
+	if x < len(plan) && plan[x] >= 0 {
+		return int(plan[x]), true
+	}
+	return 0, false // no plan (the next epoch's, before it is made)
+}
+
+// epochLength is how many positions the rank reads an epoch.
+func (inf *inference) epochLength() int {
+	n := inf.idx.n
+	switch inf.pattern.Kind {
+	case "sequential":
+		return n
+	case "strided":
+		return (n - inf.pattern.Rank + inf.pattern.Stride - 1) / inf.pattern.Stride
+	}
+	g := inf.guess
+	return sampler.Distributed{N: n, World: g.World, Shuffle: true}.NumSamples()
+}
+
+// indexed is an ImageFolder index and its positions by file: 4 bytes per
+// inode number of the catalog (40 MB at 10 M files).
 type indexed struct {
 	snap *catalog.Snapshot
 	root string
 	exts string
 	n    int
-	pos  map[*catalog.Entry]int32
+	pos  []int32 // by Entry.Ino: the file's first position in the index, or -1
+}
+
+// at returns e's position in the index.
+func (x *indexed) at(e *catalog.Entry) (int, bool) {
+	if e.Ino >= uint64(len(x.pos)) || x.pos[e.Ino] < 0 {
+		return 0, false
+	}
+	return int(x.pos[e.Ino]), true
 }
 
 // New returns a Tracker; Start runs its judge.
@@ -577,16 +613,13 @@ func (t *Tracker) infer(s *stream, idx *indexed, p Pattern, guess Guess, files [
 	}
 	t.cfg.Jobs.SetAhead(name, MinAhead)
 	inf := &inference{job: name, line: line, idx: idx, pattern: p, guess: guess, ahead: MinAhead, high: -1}
-	inf.plan = inf.planOf(0)
-	for _, x := range inf.plan {
-		if x >= 0 {
-			inf.length++
-		}
-	}
+	inf.plan, inf.length = inf.planOf(0), inf.epochLength()
 	for _, e := range files {
-		if x, ok := idx.pos[e]; ok && inf.plan[x] >= 0 {
-			inf.high = max(inf.high, int(inf.plan[x]))
-			inf.recent = append(inf.recent, int(inf.plan[x]))
+		if x, ok := idx.at(e); ok {
+			if q, ok := inf.planned(inf.plan, x); ok {
+				inf.high = max(inf.high, q)
+				inf.recent = append(inf.recent, q)
+			}
 		}
 	}
 	s.inferred = inf
@@ -611,24 +644,24 @@ func (t *Tracker) follow(s *stream, inf *inference, files []*catalog.Entry, unse
 	bad := 0
 	w := min(maxWindow, max(inf.length/4, 1))
 	for _, e := range files {
-		x, ok := inf.idx.pos[e]
+		x, ok := inf.idx.at(e)
 		if !ok {
 			bad++
 			continue
 		}
 		base := inf.epoch * inf.length
-		if inf.high-base >= inf.length-w && inf.next == nil {
-			inf.next = inf.planOf(inf.epoch + 1)
+		if inf.high-base >= inf.length-w && !inf.nearEnd {
+			inf.next, inf.nearEnd = inf.planOf(inf.epoch+1), true
 		}
 		u := -1
-		if q := inf.plan[x]; q >= 0 {
-			u = base + int(q)
+		if q, ok := inf.planned(inf.plan, x); ok {
+			u = base + q
 		}
 		// The next epoch's first samples: the reader has wrapped around.
-		if inf.next != nil && inf.next[x] >= 0 && int(inf.next[x]) < w && (u < 0 || u < inf.high-w) {
+		if q, ok := inf.planned(inf.next, x); inf.nearEnd && ok && q < w && (u < 0 || u < inf.high-w) {
 			inf.epoch++
-			inf.plan, inf.next = inf.next, nil
-			u = inf.epoch*inf.length + int(inf.plan[x])
+			inf.plan, inf.next, inf.nearEnd = inf.next, nil, false
+			u = inf.epoch*inf.length + q
 			next := inf.line
 			next.Epoch = inf.epoch
 			next.Set = maps.Clone(inf.line.Set)
@@ -727,7 +760,7 @@ func (t *Tracker) place(files []*catalog.Entry) (*indexed, []int) {
 			in := 0
 			for i, e := range files {
 				positions[i] = -1
-				if x, ok := idx.pos[e]; ok {
+				if x, ok := idx.at(e); ok {
 					positions[i] = int(x)
 					in++
 				}
@@ -757,12 +790,19 @@ func (t *Tracker) index(snap *catalog.Snapshot, root string, exts []string) *ind
 	if err != nil || len(samples) == 0 {
 		return nil
 	}
-	c := &indexed{snap: snap, root: root, exts: key, n: len(samples), pos: make(map[*catalog.Entry]int32, len(samples))}
-	for i, s := range samples {
+	var top uint64
+	for _, s := range samples {
 		if s.Entry != nil {
-			if _, dup := c.pos[s.Entry]; !dup {
-				c.pos[s.Entry] = int32(i)
-			}
+			top = max(top, s.Entry.Ino)
+		}
+	}
+	c := &indexed{snap: snap, root: root, exts: key, n: len(samples), pos: make([]int32, top+1)}
+	for i := range c.pos {
+		c.pos[i] = -1
+	}
+	for i, s := range samples {
+		if s.Entry != nil && c.pos[s.Entry.Ino] < 0 {
+			c.pos[s.Entry.Ino] = int32(i)
 		}
 	}
 	t.cache = append([]*indexed{c}, t.cache...)
