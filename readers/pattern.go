@@ -53,7 +53,8 @@ const (
 // shuffle: rank r reads r, r+W, r+2W, …); random otherwise. Few gaps is at
 // most maxGaps times the span the positions need, or a DataLoader's window
 // (a sixteenth of the index, at most loaderWindow): its workers read
-// batches side by side. Fewer than MinEvidence placed positions, or a
+// batches side by side; and at most half the index. Fewer than
+// MinEvidence placed positions, or a
 // quarter of them not in the index, say nothing (ok is false); so does a
 // random look from fewer than MinRandom.
 func Detect(positions []int, n int) (p Pattern, ok bool) {
@@ -81,6 +82,11 @@ func Detect(positions []int, n int) (p Pattern, ok bool) {
 		return p, len(ps) >= MinRandom
 	}
 	if span := (hi-lo)/g + 1; span > max(maxGaps*len(ps), min(loaderWindow, n/16)) {
+		return p, len(ps) >= MinRandom
+	}
+	// Random reads covering much of a small index can look dense: a scan
+	// spans at most half of it at any time.
+	if (hi-lo)/g+1 > n/2 {
 		return p, len(ps) >= MinRandom
 	}
 	p.Rank = lo % g

@@ -39,6 +39,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"path"
 	"runtime"
 	"slices"
@@ -175,6 +176,12 @@ type inference struct {
 	plan      []int32 // a torch order's index position -> its position in this epoch's order; -1: not the rank's
 	next      []int32 // the same for the next epoch, once the reader nears its end
 	nearEnd   bool    // next is ready
+	// A one-rank torch order may be RandomSampler with a generator seeded
+	// guess.Seed rather than DistributedSampler: they agree on epoch 0 and
+	// differ after. nextRandom is the RandomSampler's next epoch; random
+	// says the reader turned out to be one.
+	nextRandom []int32
+	random     bool
 	length    int     // positions in an epoch
 	high      int     // the highest unwrapped position read
 	confirmed int
@@ -190,12 +197,25 @@ func (inf *inference) planOf(e int) []int32 {
 		return nil
 	}
 	n := inf.idx.n
+	g := inf.guess
+	order := sampler.Distributed{N: n, World: g.World, Rank: g.Rank, Shuffle: true, Seed: g.Seed}.Epoch(e)
+	if inf.random {
+		order = sampler.Random{N: n, Seed: g.Seed}.Epoch(e)
+	}
+	return positions(order, n)
+}
+
+// randomPlan is RandomSampler's order in epoch e, as planOf gives it.
+func (inf *inference) randomPlan(e int) []int32 {
+	return positions(sampler.Random{N: inf.idx.n, Seed: inf.guess.Seed}.Epoch(e), inf.idx.n)
+}
+
+// positions inverts an order of n samples: sample -> its position.
+func positions(order []int, n int) []int32 {
 	plan := make([]int32, n)
 	for i := range plan {
 		plan[i] = -1
 	}
-	g := inf.guess
-	order := sampler.Distributed{N: n, World: g.World, Rank: g.Rank, Shuffle: true, Seed: g.Seed}.Epoch(e)
 	for j := len(order) - 1; j >= 0; j-- { // a padded repeat keeps its first position
 		plan[order[j]] = int32(j)
 	}
@@ -652,19 +672,36 @@ func (t *Tracker) follow(s *stream, inf *inference, files []*catalog.Entry, unse
 		base := inf.epoch * inf.length
 		if inf.high-base >= inf.length-w && !inf.nearEnd {
 			inf.next, inf.nearEnd = inf.planOf(inf.epoch+1), true
+			if inf.pattern.Kind == "torch" && inf.guess.World == 1 && !inf.random {
+				inf.nextRandom = inf.randomPlan(inf.epoch + 1)
+			}
 		}
 		u := -1
 		if q, ok := inf.planned(inf.plan, x); ok {
 			u = base + q
 		}
 		// The next epoch's first samples: the reader has wrapped around.
-		if q, ok := inf.planned(inf.next, x); inf.nearEnd && ok && q < w && (u < 0 || u < inf.high-w) {
+		// If they are not DistributedSampler's but RandomSampler's, it is
+		// one.
+		q, ok := inf.planned(inf.next, x)
+		if r, rok := inf.planned(inf.nextRandom, x); inf.nextRandom != nil && inf.nearEnd && rok && r < w && (u < 0 || u < inf.high-w) {
+			if ok && q < w {
+				continue // either order's start: wait for a read that tells them apart
+			}
+			inf.random, inf.next, q, ok = true, inf.nextRandom, r, true
+		}
+		if inf.nearEnd && ok && q < w && (u < 0 || u < inf.high-w) {
 			inf.epoch++
-			inf.plan, inf.next, inf.nearEnd = inf.next, nil, false
+			inf.plan, inf.next, inf.nextRandom, inf.nearEnd = inf.next, nil, nil, false
 			u = inf.epoch*inf.length + q
 			next := inf.line
 			next.Epoch = inf.epoch
 			next.Set = maps.Clone(inf.line.Set)
+			if inf.random {
+				next.Sampler = "random"
+				next.Set["sampler"] = true
+				inf.line = next
+			}
 			if err := t.cfg.Jobs.ApplyInferred(next); err != nil {
 				t.drop(s, inf, "moving it to the next epoch failed: "+err.Error())
 				return
@@ -687,7 +724,8 @@ func (t *Tracker) follow(s *stream, inf *inference, files []*catalog.Entry, unse
 		return
 	}
 	if len(inf.recent) >= t.cfg.History/2 {
-		if p, ok := Detect(inf.recent, inf.length); ok && p.Kind != "sequential" {
+		// Unwrapped positions run on past the epoch: no index bounds them.
+		if p, ok := Detect(inf.recent, math.MaxInt32); ok && p.Kind != "sequential" {
 			t.drop(s, inf, "the recent reads are "+p.String()+" in the plan's order")
 			return
 		}

@@ -2,6 +2,7 @@ package readers
 
 import (
 	"context"
+	"log/slog"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -163,7 +164,7 @@ func tracker(t *testing.T, snap *catalog.Snapshot, proc string, jobs *fakeJobs) 
 				return nil, err
 			}
 			return idx.Samples, nil
-		}, Jobs: jobs})
+		}, Jobs: jobs, Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
 	tr.Start()
 	t.Cleanup(tr.Close)
 	return tr
@@ -297,5 +298,30 @@ func TestNotInferred(t *testing.T) {
 			t.Errorf("%s: inferred %v", c.name, jobs.lines)
 		}
 		jobs.mu.Unlock()
+	}
+}
+
+// TestRandomSamplerStream: RandomSampler with a generator seeded 3 reads
+// epoch 0 as DistributedSampler(world 1, seed 3) would, and epoch 1 as
+// only RandomSampler does: the job turns into sampler=random at the wrap.
+func TestRandomSamplerStream(t *testing.T) {
+	snap, files := tree(t, 4, 50)
+	jobs := &fakeJobs{ahead: map[string]int{}}
+	tr := tracker(t, snap, fakeProc(t, map[int][2]string{9: {"1", "python3"}}), jobs)
+	for epoch := 0; epoch < 2; epoch++ {
+		order := sampler.Random{N: len(files), Seed: 3}.Epoch(epoch)
+		for _, i := range loaderReads(order, 2, 8, len(order)) {
+			tr.Observe(9, files[i], 0, true)
+		}
+		if epoch == 0 {
+			waitFor(t, "an inferred job", func() bool { jobs.mu.Lock(); defer jobs.mu.Unlock(); return len(jobs.lines) == 1 })
+		}
+	}
+	waitFor(t, "epoch 1", func() bool { jobs.mu.Lock(); defer jobs.mu.Unlock(); t.Logf("lines %d ended %v stream %+v", len(jobs.lines), jobs.ended, tr.Streams()); return len(jobs.lines) == 2 })
+	//waitFor(t, "epoch 1", func() bool { jobs.mu.Lock(); defer jobs.mu.Unlock(); return len(jobs.lines) == 2 })
+	jobs.mu.Lock()
+	defer jobs.mu.Unlock()
+	if l := jobs.lines[1]; l.Sampler != "random" || l.Seed != 3 || l.Epoch != 1 || len(jobs.ended) != 0 {
+		t.Errorf("epoch 1 as %+v (ended %v)", l, jobs.ended)
 	}
 }

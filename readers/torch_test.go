@@ -8,14 +8,17 @@ import (
 )
 
 // loaderReads is the order in which a DataLoader with workers and batch
-// size batch asks for a rank's first k samples: each worker starts its
-// own batch, and they read side by side.
+// size batch asks for a rank's first k samples: batch b goes to worker
+// b mod workers, and a round of workers batches is read side by side.
 func loaderReads(order []int, workers, batch, k int) []int {
 	var out []int
-	for i := 0; len(out) < k; i++ {
-		for w := 0; w < workers && len(out) < k; w++ {
-			if j := w*batch + i; j < len(order) {
-				out = append(out, order[j])
+	round := workers * batch
+	for start := 0; start < len(order) && len(out) < k; start += round {
+		for i := 0; i < batch; i++ {
+			for w := 0; w < workers && len(out) < k; w++ {
+				if j := start + w*batch + i; j < len(order) && j < start+round {
+					out = append(out, order[j])
+				}
 			}
 		}
 	}
