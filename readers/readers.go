@@ -167,26 +167,26 @@ type stream struct {
 // the order the job plans for its rank, epoch after epoch ("unwrapped":
 // epoch e's position i is e·length + i).
 type inference struct {
-	job       string
-	line      control.Job
-	idx       *indexed
-	pattern   Pattern
-	guess     Guess // for a torch order
-	epoch     int
-	plan      []int32 // a torch order's index position -> its position in this epoch's order; -1: not the rank's
-	next      []int32 // the same for the next epoch, once the reader nears its end
-	nearEnd   bool    // next is ready
+	job     string
+	line    control.Job
+	idx     *indexed
+	pattern Pattern
+	guess   Guess // for a torch order
+	epoch   int
+	plan    []int32 // a torch order's index position -> its position in this epoch's order; -1: not the rank's
+	next    []int32 // the same for the next epoch, once the reader nears its end
+	nearEnd bool    // next is ready
 	// A one-rank torch order may be RandomSampler with a generator seeded
 	// guess.Seed rather than DistributedSampler: they agree on epoch 0 and
 	// differ after. nextRandom is the RandomSampler's next epoch; random
 	// says the reader turned out to be one.
 	nextRandom []int32
 	random     bool
-	length    int     // positions in an epoch
-	high      int     // the highest unwrapped position read
-	confirmed int
-	ahead     int
-	recent    []int // the unwrapped positions of the last History files read
+	length     int // positions in an epoch
+	high       int // the highest unwrapped position read
+	confirmed  int
+	ahead      int
+	recent     []int // the unwrapped positions of the last History files read
 }
 
 // planOf is the rank's order in epoch e, as index position -> position

@@ -2,8 +2,8 @@ package readers
 
 import (
 	"context"
-	"log/slog"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -317,7 +317,12 @@ func TestRandomSamplerStream(t *testing.T) {
 			waitFor(t, "an inferred job", func() bool { jobs.mu.Lock(); defer jobs.mu.Unlock(); return len(jobs.lines) == 1 })
 		}
 	}
-	waitFor(t, "epoch 1", func() bool { jobs.mu.Lock(); defer jobs.mu.Unlock(); t.Logf("lines %d ended %v stream %+v", len(jobs.lines), jobs.ended, tr.Streams()); return len(jobs.lines) == 2 })
+	waitFor(t, "epoch 1", func() bool {
+		jobs.mu.Lock()
+		defer jobs.mu.Unlock()
+		t.Logf("lines %d ended %v stream %+v", len(jobs.lines), jobs.ended, tr.Streams())
+		return len(jobs.lines) == 2
+	})
 	//waitFor(t, "epoch 1", func() bool { jobs.mu.Lock(); defer jobs.mu.Unlock(); return len(jobs.lines) == 2 })
 	jobs.mu.Lock()
 	defer jobs.mu.Unlock()
