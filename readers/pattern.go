@@ -10,8 +10,6 @@ type Pattern struct {
 	Kind   string // "sequential", "strided", "random", or "torch" (a seeded shuffle; see Guess)
 	Stride int    // positions between consecutive samples (1: sequential)
 	Rank   int    // the first position modulo Stride
-	Low    int    // the lowest position read
-	High   int    // the highest
 }
 
 func (p Pattern) String() string {
@@ -77,7 +75,7 @@ func Detect(positions []int, n int) (p Pattern, ok bool) {
 		g = gcd(g, ps[i]-ps[i-1])
 	}
 	lo, hi := ps[0], ps[len(ps)-1]
-	p = Pattern{Kind: "random", Stride: g, Low: lo, High: hi}
+	p = Pattern{Kind: "random", Stride: g}
 	if g < 1 || g > MaxStride {
 		return p, len(ps) >= MinRandom
 	}

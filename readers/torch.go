@@ -27,8 +27,6 @@ const (
 	// searchWindow bounds how far into its order a rank's first reads may
 	// lie (a DataLoader's workers start side by side, batch_size apart).
 	searchWindow = 4096
-	// smallN: an index this small is shuffled whole for every seed.
-	smallN = 1 << 16
 	// maxSteps bounds the shuffle steps spent on one candidate seed.
 	maxSteps = 1 << 20
 )

@@ -34,7 +34,7 @@ func TestSearchDistributed(t *testing.T) {
 		{5000, 1, 0, 0, 0, 4, 32, 16},       // the default seed, one rank
 		{5000, 4, 3, 0, 2, 4, 32, 16},       // epoch 2
 		{3000, 8, 5, 17, 1, 2, 64, 16},      // a small seed
-		{200000, 16, 9, 0, 0, 4, 32, 16},    // larger than smallN
+		{200000, 16, 9, 0, 0, 4, 32, 16},    // a large index
 		{200000, 1024, 700, 3, 0, 2, 8, 16}, // the largest world
 	} {
 		d := sampler.Distributed{N: c.n, World: c.world, Rank: c.rank, Shuffle: true, Seed: c.seed}

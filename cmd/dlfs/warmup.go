@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dlfs/dlfs/daemon"
+	"github.com/dlfs/dlfs/warmup"
 )
 
 func newWarmupCmd() *cobra.Command {
@@ -225,35 +226,22 @@ func warm(w io.Writer, ctl string, rels []string) error {
 	}
 }
 
-func warmupStatus(ctl string) (statsWarmup, error) {
+func warmupStatus(ctl string) (warmup.Status, error) {
 	var st struct {
-		Warmup statsWarmup `json:"warmup"`
+		Warmup warmup.Status `json:"warmup"`
 	}
 	b, err := os.ReadFile(filepath.Join(ctl, "stats"))
 	if err == nil {
 		err = json.Unmarshal(b, &st)
 	}
 	if err != nil {
-		return statsWarmup{}, fmt.Errorf("reading the warm-up's progress: %w", err)
+		return warmup.Status{}, fmt.Errorf("reading the warm-up's progress: %w", err)
 	}
 	return st.Warmup, nil
 }
 
-// statsWarmup is the warmup object of .dlfs/stats.
-type statsWarmup struct {
-	State       string  `json:"state"`
-	Files       int     `json:"files"`
-	Bytes       int64   `json:"bytes"`
-	FitBytes    int64   `json:"fit_bytes"`
-	FitFiles    int     `json:"fit_files"`
-	DoneFiles   int64   `json:"done_files"`
-	DoneBytes   int64   `json:"done_bytes"`
-	Errors      int64   `json:"errors"`
-	BytesPerSec float64 `json:"bytes_per_sec"`
-}
-
 // progress is one line: share, a bar, bytes and rate.
-func progress(st statsWarmup) string {
+func progress(st warmup.Status) string {
 	share := 1.0
 	if st.FitBytes > 0 {
 		share = float64(st.DoneBytes) / float64(st.FitBytes)
