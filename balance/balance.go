@@ -140,7 +140,8 @@ type Plan struct {
 	Ranks [][]int
 	// Transfers are Algorithm 1's moves (Locality only).
 	Transfers []Transfer
-	// Moved counts the samples the transfers moved.
+	// Moved counts the samples the transfers moved: Imbalance times the
+	// batch's size.
 	Moved int
 }
 

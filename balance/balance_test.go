@@ -146,6 +146,9 @@ func TestLocality(t *testing.T) {
 				if len(p.Transfers) > world-1 {
 					t.Fatalf("%d transfers for %d ranks", len(p.Transfers), world)
 				}
+				if want := Imbalance(b) * float64(len(gb)); float64(p.Moved) != want {
+					t.Fatalf("moved %d samples; the imbalance says %.0f", p.Moved, want)
+				}
 				for r, ss := range p.Ranks {
 					for _, s := range ss {
 						if b.cost(s, r) == CostLocal {

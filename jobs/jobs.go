@@ -299,10 +299,11 @@ func (j *Job) makeBalanced(epoch int, lay Layout) *balancedEpoch {
 		var plan balance.Plan
 		if j.Spec.Balance == "solar" {
 			plan = balance.Solar(b)
+			imb = append(imb, balance.Imbalance(b))
 		} else {
 			plan = balance.Locality(b)
+			imb = append(imb, float64(plan.Moved)/float64(len(gb))) // balance.Imbalance, without a second pass
 		}
-		imb = append(imb, balance.Imbalance(b))
 		p.stats.Moved += int64(plan.Moved)
 		for r, ss := range plan.Ranks {
 			p.orders[r] = append(p.orders[r], ss...)

@@ -25,6 +25,7 @@ import (
 	"log/slog"
 	"math"
 	"runtime"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -353,13 +354,13 @@ func simulate(ctx context.Context, cfg Config, p, b int, owner []int32) (Run, er
 				return r, fmt.Errorf("simulator: %w", err)
 			}
 			batch := balance.Batch{Samples: gb, Owner: own, RankNode: rankNode, Sizes: balance.StockSizes(len(gb), world)}
-			r.Imbalances = append(r.Imbalances, 100*balance.Imbalance(batch))
 			for i, s := range gb { // stock: position i of a global batch is rank i mod world's
 				if o := own(s); o >= 0 && o != rankNode[i%world] {
 					stock++
 				}
 			}
 			plan := balance.Locality(batch)
+			r.Imbalances = append(r.Imbalances, 100*float64(plan.Moved)/float64(len(gb))) // balance.Imbalance, without a second pass
 			r.Moved += int64(plan.Moved)
 			r.Transfers += int64(len(plan.Transfers))
 			r.MaxTrans = max(r.MaxTrans, len(plan.Transfers))
@@ -374,7 +375,7 @@ func simulate(ctx context.Context, cfg Config, p, b int, owner []int32) (Run, er
 			r.Steps++
 		}
 	}
-	r.ImbalancePct = quartiles(slicesClone(r.Imbalances))
+	r.ImbalancePct = quartiles(slices.Clone(r.Imbalances))
 	r.Network = Fractions{Stock: float64(stock) / float64(reads), Locality: float64(local) / float64(reads)}
 	r.NetworkBytes.Stock = stock * cfg.SampleBytes / int64(cfg.Epochs)
 	r.NetworkBytes.Locality = local * cfg.SampleBytes / int64(cfg.Epochs)
@@ -436,8 +437,6 @@ func quartiles(xs []float64) Quartiles {
 	at := func(q float64) float64 { return xs[min(int(q*float64(len(xs))), len(xs)-1)] }
 	return Quartiles{Median: at(0.5), P25: at(0.25), P75: at(0.75), P90: at(0.9), Min: xs[0], Max: xs[len(xs)-1]}
 }
-
-func slicesClone(xs []float64) []float64 { return append([]float64(nil), xs...) }
 
 // unit hashes x to [0, 1) (splitmix64).
 func unit(x uint64) float64 {
