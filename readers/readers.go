@@ -22,7 +22,12 @@
 //     world=stride and the rank), and the prefetcher and the caches follow
 //     it as they follow an announced job. A reader that loops starts the
 //     next epoch when it wraps around.
-//   - random: nothing yet.
+//   - anything else: the stream's first files are searched, off the judge
+//     too, for the torch order that reads them early (searchDistributed:
+//     DistributedSampler with seed+epoch below 2^16, any world up to 1,024
+//     and rank; with one rank, RandomSampler with a seeded generator is
+//     told apart at its second epoch). A guess found is registered like a
+//     scan's.
 //
 // Only streams whose reads wait on the PFS (a quarter of them or more) are
 // judged: a stream the caches already serve has nothing to gain.
@@ -437,6 +442,11 @@ func (t *Tracker) Streams() []StreamStats {
 	return out
 }
 
+// recentLocked copies the ring, oldest first.
+func (s *stream) recentLocked() []*catalog.Entry {
+	return append(append([]*catalog.Entry(nil), s.ring[s.next:]...), s.ring[:s.next]...)
+}
+
 // judgeLoop judges the streams with fresh reads every Interval, or sooner
 // when a stream has enough, until ctx ends. On the way out it ends the
 // inferred jobs.
@@ -482,8 +492,7 @@ func (t *Tracker) judgeAll(ctx context.Context) {
 		if s.fresh == 0 || (s.inferred == nil && s.fresh < MinEvidence && len(s.ring) < MinEvidence) {
 			continue
 		}
-		files := append(append([]*catalog.Entry(nil), s.ring[s.next:]...), s.ring[:s.next]...)
-		todo = append(todo, work{s, files, s.fresh})
+		todo = append(todo, work{s, s.recentLocked(), s.fresh})
 		s.fresh = 0
 	}
 	t.mu.Unlock()
@@ -578,7 +587,7 @@ func (t *Tracker) search(ctx context.Context, s *stream) {
 func (t *Tracker) searched(r searchResult) {
 	t.mu.Lock()
 	alive := t.streams[r.s.pid] == r.s
-	files := append(append([]*catalog.Entry(nil), r.s.ring[r.s.next:]...), r.s.ring[:r.s.next]...)
+	files := r.s.recentLocked()
 	t.mu.Unlock()
 	if !r.ok || !alive || r.s.inferred != nil || t.cfg.Jobs.Announced() || r.idx.snap != t.cfg.Snapshot() {
 		return
