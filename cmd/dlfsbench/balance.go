@@ -81,12 +81,6 @@ func runBalance(o options, src string, files []string, total int64) error {
 		}
 		return secs, pfsB, peer, skew
 	}
-	verdict := func(ok bool) string {
-		if ok {
-			return "met"
-		}
-		return "NOT met"
-	}
 	sS, _, sPeer, _ := find(stockAll)
 	_, _, hPeer, _ := find(stockHash)
 	lS, _, lPeer, _ := find(localAll)

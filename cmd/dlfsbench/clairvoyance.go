@@ -180,12 +180,6 @@ func runClairvoyance(o options, src string, total int64) error {
 	half := find(halfLabel, 1)
 	halfLRU := find(halfLRULabel, 1)
 	fmt.Println()
-	verdict := func(ok bool) string {
-		if ok {
-			return "met"
-		}
-		return "NOT met"
-	}
 	speedup := direct[0] / full.seconds
 	fmt.Printf("- epoch 0 through dlfs vs direct: %.1f× (target ≥ 10×): %s\n", speedup, verdict(speedup >= 10))
 	frac := bound / full.seconds

@@ -111,12 +111,6 @@ func runCluster(o options, src string, files []string, total int64) error {
 	c0, c1 := find(modeCluster, 0), find(modeCluster, 1)
 	h1 := find(modeHash, 1)
 	d1 := find(modeDirect, 1)
-	verdict := func(ok bool) string {
-		if ok {
-			return "met"
-		}
-		return "NOT met"
-	}
 	fmt.Println()
 	fmt.Printf("- PFS bytes in epoch 0, cluster: %.2f× the dataset (target ≤ 1.05×): %s\n",
 		float64(c0.pfsBytes)/float64(total), verdict(float64(c0.pfsBytes) <= 1.05*float64(total)))

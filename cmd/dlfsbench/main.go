@@ -335,17 +335,21 @@ func printTable(o options, rows []row, total int64) {
 	}
 	fmt.Println()
 	check := func(what string, got, want float64) {
-		verdict := "met"
-		if got < want {
-			verdict = "NOT met"
-		}
-		fmt.Printf("- %s: %.2f (target >= %.2f): %s\n", what, got, want, verdict)
+		fmt.Printf("- %s: %.2f (target >= %.2f): %s\n", what, got, want, verdict(got >= want))
 	}
 	check("second epoch files/s vs native", find("dlfs epoch 2").filesPerSec()/native, 0.8)
 	check("first read from the RAM tier vs native", find("dlfs from the RAM tier").filesPerSec()/native, 0.5)
 	check("epoch 1 through dlfs vs direct pfssim reads (not slower)", find("dlfs epoch 1").filesPerSec()/find("direct read").filesPerSec(), 1)
 	fmt.Printf("- PFS bytes in epoch 2 and after the remount: %d and %d (target 0)\n",
 		find("dlfs epoch 2").pfsBytes, find("dlfs after remount").pfsBytes)
+}
+
+// verdict says whether a target was met, as the tables print it.
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "NOT met"
 }
 
 func kernel() string {

@@ -72,12 +72,6 @@ func runSimulate(o options) error {
 		fmt.Printf("- caches for half the dataset on 16 nodes, epoch %d: PFS reads %.3f× the dataset in the sampler's order, %.3f× in SOLAR's epoch order (permutation %d); %.3f× with a fixed cached half\n",
 			e.Epoch, float64(e.Stock)/float64(half.Samples), float64(e.EpochOrder)/float64(half.Samples), e.Uses, float64(e.Static)/float64(half.Samples))
 	}
-	verdict := func(ok bool) string {
-		if ok {
-			return "met"
-		}
-		return "NOT met"
-	}
 	fmt.Printf("- imbalance medians at 16 to 1,024 nodes: at most %.2f points from the paper's (target ≤ 0.7): %s\n", worst, verdict(worst <= 0.7))
 	fmt.Printf("- network fraction at local batch 64, 16 to 1,024 nodes: at most %.3f with balance=locality (target ≤ 0.08): %s\n", worstLocal, verdict(worstLocal <= 0.08))
 	fmt.Printf("- 1,024 nodes, 1,281,167 samples, 2 epochs: %.1f s (target < 60 s): %s\n", big, verdict(big < 60))

@@ -252,12 +252,6 @@ func runUntold(o options, src string, files []string, total int64) error {
 	for _, l := range loops {
 		fmt.Printf("| %s | %.2f / %.2f / %.2f | %.2f / %.2f / %.2f |\n", l.eviction, l.hits[0], l.hits[1], l.hits[2], l.pfs[0], l.pfs[1], l.pfs[2])
 	}
-	verdict := func(ok bool) string {
-		if ok {
-			return "met"
-		}
-		return "NOT met"
-	}
 	dlfs := seqs[2]
 	fmt.Println()
 	fmt.Printf("- sequential DataLoader, no line: %.0f%% of the bandwidth bound (%.2f s; target ≥ 90%%): %s; %.2f× direct\n",
