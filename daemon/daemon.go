@@ -148,6 +148,10 @@ type Node struct {
 	// previous owner may still cache it.
 	prevPlacement *placement.Table
 	prevPlaced    []cluster.Member
+
+	layoutMu  sync.Mutex // guards layouts: the balance= layouts computed from table layoutsOf, by job name
+	layoutsOf *placement.Table
+	layouts   map[string]jobLayout
 	// Placement over the other alive members, by hash: who owned what
 	// this node owns before it joined.
 	othersPlacement *placement.Table

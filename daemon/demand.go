@@ -184,6 +184,30 @@ func (n *Node) layout(j *jobs.Job) jobs.Layout {
 	if t == nil {
 		return jobs.Layout{}
 	}
+	// A rebuild of the prefetch streams asks once per rank and epoch:
+	// answer from the last computation while the table (replaced on every
+	// change of the view) and the job are the same.
+	n.layoutMu.Lock()
+	defer n.layoutMu.Unlock()
+	if n.layoutsOf != t {
+		n.layoutsOf, n.layouts = t, map[string]jobLayout{}
+	}
+	if c, ok := n.layouts[j.Spec.Name]; ok && c.job == j {
+		return c.layout
+	}
+	l := n.computeLayout(j, t, placed)
+	n.layouts[j.Spec.Name] = jobLayout{j, l} // one per name: a replaced job is let go
+	return l
+}
+
+// jobLayout is a job's layout under the table of the moment.
+type jobLayout struct {
+	job    *jobs.Job
+	layout jobs.Layout
+}
+
+// computeLayout is layout from placement table t over members placed.
+func (n *Node) computeLayout(j *jobs.Job, t *placement.Table, placed []cluster.Member) jobs.Layout {
 	id := jobIdentity(j.Spec)
 	rankNode := make([]int, j.Spec.World)
 	for r := range rankNode {
