@@ -28,7 +28,7 @@ func (p Pattern) String() string {
 const (
 	// MinEvidence is how many distinct files must be placed before a
 	// stream's pattern is judged.
-	MinEvidence = 16
+	MinEvidence = 8
 	// maxGaps: the positions read may cover at most this many times the
 	// span they need (a DataLoader's workers read batches side by side,
 	// and the page cache hides some reads).

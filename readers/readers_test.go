@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -42,7 +43,7 @@ func TestDetect(t *testing.T) {
 		want      string
 		ok        bool
 	}{
-		{"too few", seq(0, 10, 1), "", false},
+		{"too few", seq(0, MinEvidence-1, 1), "", false},
 		{"sequential", seq(40, 32, 1), "sequential", true},
 		{"sequential, four workers", workers, "sequential", true},
 		{"sequential with gaps", append(seq(0, 16, 2), seq(1, 10, 2)...), "sequential", true},
@@ -51,11 +52,36 @@ func TestDetect(t *testing.T) {
 		{"random", random, "random", true},
 		{"too few to call random", random[:20], "", false},
 		{"a loader's first reads", []int{0, 32, 64, 96, 1, 33, 65, 97, 2, 34, 66, 98, 3, 35, 67, 99}, "sequential", true},
+		{"a loader's first two reads per worker", []int{0, 32, 64, 96, 1, 33, 65, 97}, "sequential", true},
 		{"mostly not in the index", append(seq(0, 16, 1), -1, -1, -1, -1, -1, -1), "", false},
 	} {
 		p, ok := Detect(c.positions, 5000)
 		if ok != c.ok || ok && p.String() != c.want {
 			t.Errorf("%s: %v (%v), want %q (%v)", c.name, p, ok, c.want, c.ok)
+		}
+	}
+}
+
+// TestDetectRandomEvidence: the fewest files a scan is called on are
+// rarely a random order's, at any index size: a shuffled loader's first
+// files must not start a scan's prefetch.
+func TestDetectRandomEvidence(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, n := range []int{100, 5000, 1 << 20} {
+		wrong := 0
+		for trial := 0; trial < 10000; trial++ {
+			ps := make([]int, MinEvidence)
+			for i := range ps {
+				ps[i] = rng.IntN(n)
+			}
+			if p, ok := Detect(ps, n); ok && p.Kind != "random" {
+				wrong++
+			}
+		}
+		t.Logf("n=%d: %d of 10000 random draws look like a scan", n, wrong)
+		// Tiny indexes allow the most (a scan may span up to 3× its files).
+		if wrong > 5 {
+			t.Errorf("n=%d: %d of 10000 random draws of %d files look like a scan", n, wrong, MinEvidence)
 		}
 	}
 }
