@@ -30,6 +30,16 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import dlfs  # noqa: E402
 
 
+def cpu_ticks():
+    """The machine's CPU time so far (total, idle) from /proc/stat, or None."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+        return sum(v), v[3] + v[4]
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def raw_loader(path):
     with open(path, "rb") as f:
         return f.read()
@@ -143,6 +153,7 @@ def main():
     for epoch in range(args.start_epoch, args.start_epoch + args.epochs):
         if sampler is not None:
             sampler.set_epoch(epoch)
+        cpu0 = cpu_ticks()
         start, n, nbytes, order, batches, crcs = time.time(), 0, 0, [], [], []
         for sizes, idx, crc in loader:
             if args.step_ms:
@@ -157,7 +168,11 @@ def main():
             torch.distributed.barrier()  # the epoch ends when every rank is done
             dt = time.time() - start
         print("rank %d epoch %d: %d samples, %.1f MB in %.2f s (%.0f samples/s)" % (rank, epoch, n, nbytes / 1e6, dt, n / dt), flush=True)
-        rec = {"epoch": epoch, "seconds": dt, "samples": n, "bytes": nbytes,
+        cpu1 = cpu_ticks()
+        busy = None
+        if cpu0 and cpu1 and cpu1[0] > cpu0[0]:
+            busy = 1 - (cpu1[1] - cpu0[1]) / (cpu1[0] - cpu0[0])
+        rec = {"epoch": epoch, "seconds": dt, "samples": n, "bytes": nbytes, "cpu_busy": busy,
                "order": [ds.samples[i][0] for i in order]}
         if args.record and args.balance:
             rec["batches"] = [[ds.samples[i][0] for i in b] for b in batches]

@@ -316,9 +316,10 @@ func peerBytes(mnts []string) (int64, error) {
 type epochRecord struct {
 	Seconds float64    `json:"seconds"`
 	Samples int        `json:"samples"`
-	Source  string     `json:"source"`  // --balance: "dlfs" or "stock"
-	Batches [][]string `json:"batches"` // --balance: the batches, as paths
-	Global  [][]string `json:"global"`  // --balance: torch's global batches, sorted
+	Source  string     `json:"source"`   // --balance: "dlfs" or "stock"
+	Batches [][]string `json:"batches"`  // --balance: the batches, as paths
+	Global  [][]string `json:"global"`   // --balance: torch's global batches, sorted
+	CPUBusy *float64   `json:"cpu_busy"` // the machine's CPU busy share during the epoch; nil where unknown
 }
 
 // trainRank runs rank r of job for one epoch over data with the script's

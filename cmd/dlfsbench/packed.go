@@ -129,24 +129,28 @@ func runPacked(o options, src string, files []string, total int64) error {
 // over data with 4 workers and batches of 32, and returns the seconds and
 // samples it recorded.
 func trainOnce(o options, data string, epoch int, extra ...string) (seconds float64, samples int, err error) {
+	r, err := trainEpoch(o, data, epoch, extra...)
+	return r.Seconds, r.Samples, err
+}
+
+// trainEpoch runs one epoch of the example loop over data and returns its
+// record.
+func trainEpoch(o options, data string, epoch int, extra ...string) (epochRecord, error) {
 	rec := filepath.Join(o.dir, "record.json")
 	cmd := exec.Command("/usr/bin/python3", filepath.Join(o.examples, "train_imagefolder.py"), "--data", data,
 		"--epochs", "1", "--start-epoch", fmt.Sprint(epoch), "--workers", "4", "--batch", "32", "--raw", "--record", rec)
 	cmd.Args = append(cmd.Args, extra...)
 	cmd.Env = append(os.Environ(), "RANK=0", "WORLD_SIZE=1")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return 0, 0, fmt.Errorf("train over %s, epoch %d: %v\n%s", data, epoch, err, out)
+		return epochRecord{}, fmt.Errorf("train over %s, epoch %d: %v\n%s", data, epoch, err, out)
 	}
-	var r []struct {
-		Seconds float64 `json:"seconds"`
-		Samples int     `json:"samples"`
-	}
+	var r []epochRecord
 	b, err := os.ReadFile(rec)
 	if err == nil {
 		err = json.Unmarshal(b, &r)
 	}
 	if err != nil || len(r) != 1 {
-		return 0, 0, fmt.Errorf("bad record %s: %v", rec, err)
+		return epochRecord{}, fmt.Errorf("bad record %s: %v", rec, err)
 	}
-	return r[0].Seconds, r[0].Samples, nil
+	return r[0], nil
 }
