@@ -30,6 +30,7 @@ import (
 	"github.com/dlfs/dlfs/daemon"
 	"github.com/dlfs/dlfs/test/datagen"
 	"github.com/dlfs/dlfs/test/mountproc"
+	"github.com/dlfs/dlfs/test/pfssim"
 )
 
 type options struct {
@@ -465,6 +466,46 @@ func (s *sim) bytes() (int64, error) {
 		return 0, fmt.Errorf("pfssim counters: %w", err)
 	}
 	return c.Bytes, nil
+}
+
+// watchRate samples the simulator's counters (as it flushes them, every
+// 50 ms) until the returned function is called, which returns the rate in
+// bytes/s from when the bytes past from first exceeded 1% of total to when
+// they reached 99% of it; 0 if they never did. It measures how busy a
+// reader kept the PFS once under way, leaving out its start and its end.
+func (s *sim) watchRate(from, total int64) (stop func() float64) {
+	done := make(chan struct{})
+	out := make(chan float64, 1)
+	go func() {
+		var t1, t99 time.Time
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for t99.IsZero() {
+			select {
+			case <-done:
+				out <- 0
+				return
+			case <-tick.C:
+			}
+			c, err := pfssim.ReadCounters(s.stats)
+			if err != nil {
+				continue
+			}
+			switch n := c.Bytes - from; {
+			case n >= total*99/100:
+				t99 = time.Now()
+			case n > total/100 && t1.IsZero():
+				t1 = time.Now()
+			}
+		}
+		<-done
+		if t1.IsZero() || !t99.After(t1) {
+			out <- 0
+			return
+		}
+		out <- float64(total*98/100) / t99.Sub(t1).Seconds()
+	}()
+	return func() float64 { close(done); return <-out }
 }
 
 // freshDir returns an empty directory at path, unmounting a leftover mount.

@@ -52,6 +52,7 @@ func runUntold(o options, src string, files []string, total int64) error {
 		pfs           int64
 		hits, planned int64   // reads of the inferred or announced job's plan
 		busy          float64 // the share of the machine's CPU time busy during the epoch; −1: unknown
+		rate          float64 // PFS bytes/s from the epoch's first 1% of the dataset read to its 99%
 	}
 	measure := func(what, name, samplerArg string, args []string) (loaderRun, error) {
 		data := pfs.Mnt
@@ -69,12 +70,14 @@ func runUntold(o options, src string, files []string, total int64) error {
 		if err != nil {
 			return loaderRun{}, err
 		}
+		watch := pfs.watchRate(before, total)
 		rec, err := trainEpoch(o, data, 0, "--sampler", samplerArg)
+		rate := watch()
 		if err != nil {
 			return loaderRun{}, err
 		}
 		after, err := pfs.bytes()
-		run := loaderRun{name: name, seconds: rec.Seconds, pfs: after - before, busy: -1}
+		run := loaderRun{name: name, seconds: rec.Seconds, pfs: after - before, busy: -1, rate: rate}
 		if rec.CPUBusy != nil {
 			run.busy = *rec.CPUBusy
 		}
@@ -233,10 +236,11 @@ func runUntold(o options, src string, files []string, total int64) error {
 	fmt.Printf("The busy pfssim of the clairvoyance table (%v per open, %v per read call, %.0f MB/s). "+
 		"The example loop with the DataLoader's own SequentialSampler (shuffle=False), 4 workers, batch 32, raw bytes, epoch 0 from a fresh mount.\n\n",
 		o.busyOpen, o.busyRead, o.bandwidth)
-	fmt.Println("| sequential DataLoader | seconds | × direct | share of the bandwidth bound | PFS bytes ÷ dataset | machine's CPU busy |")
-	fmt.Println("|---|---:|---:|---:|---:|---:|")
+	fmt.Println("| sequential DataLoader | seconds | × direct | share of the bandwidth bound | PFS rate while it read (share of its bandwidth) | PFS bytes ÷ dataset | machine's CPU busy |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|")
 	for _, r := range seqs {
-		fmt.Printf("| %s | %.2f | %.2f | %.0f%% | %.2f | %.0f%% |\n", r.name, r.seconds, seqs[0].seconds/r.seconds, 100*bound/r.seconds, float64(r.pfs)/float64(total), 100*r.busy)
+		fmt.Printf("| %s | %.2f | %.2f | %.0f%% | %.0f MB/s (%.0f%%) | %.2f | %.0f%% |\n", r.name, r.seconds, seqs[0].seconds/r.seconds, 100*bound/r.seconds,
+			r.rate/1e6, 100*r.rate/(o.bandwidth*1e6), float64(r.pfs)/float64(total), 100*r.busy)
 	}
 	fmt.Printf("\nThe same loop with torch's DistributedSampler (the default seed, shuffle=True) and no control line; with the line (dlfs.DistributedSampler) for reference; " +
 		"and a decoy sampler that reads as that DistributedSampler for two batches, then in another order. Hits are the reads of the job's plan that did not wait on the PFS.\n\n")
@@ -266,8 +270,9 @@ func runUntold(o options, src string, files []string, total int64) error {
 	}
 	dlfs := seqs[2]
 	fmt.Println()
-	fmt.Printf("- sequential DataLoader, no line: %.0f%% of the bandwidth bound (%.2f s; target ≥ 90%%): %s; %.2f× direct; the machine's CPU %.0f%% busy\n",
-		100*bound/dlfs.seconds, bound, verdict(bound/dlfs.seconds >= 0.9), seqs[0].seconds/dlfs.seconds, 100*dlfs.busy)
+	fmt.Printf("- sequential DataLoader, no line: %.0f%% of the bandwidth bound (%.2f s; target ≥ 90%%): %s; %.2f× direct; the machine's CPU %.0f%% busy; "+
+		"from its first 1%% to its last, the PFS ran at %.0f%% of its bandwidth\n",
+		100*bound/dlfs.seconds, bound, verdict(bound/dlfs.seconds >= 0.9), seqs[0].seconds/dlfs.seconds, 100*dlfs.busy, 100*dlfs.rate/(o.bandwidth*1e6))
 	inf, ann, off, decoy := shufs[2], shufs[3], shufs[1], shufs[4]
 	fmt.Printf("- busy machine, no line: %.2f× direct with inference off, %.2f× inferred (target ≥ 1.0): %s\n",
 		busy[0].seconds/busy[1].seconds, busy[0].seconds/busy[2].seconds, verdict(busy[0].seconds/busy[1].seconds >= 1 && busy[0].seconds/busy[2].seconds >= 1))
