@@ -1,12 +1,10 @@
 package fusefs
 
 import (
-	"context"
 	"path"
 	"syscall"
 	"time"
 
-	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
@@ -15,57 +13,134 @@ import (
 // Regular files on this mount are never opened (see noOpen), so a control
 // file cannot ask for direct I/O, and the kernel would serve a second read
 // of "stats" from the page cache. Instead, every lookup of a control file
-// renders its contents and returns a new inode holding them, immutably, with
-// an entry timeout of zero. Each open walks the path, the kernel revalidates
-// the name, sees a different node ID and instantiates the new inode: every
-// open reads one fresh, consistent document, and no reader can see the head
-// of one rendering and the tail of another. Old inodes go when the kernel
-// forgets them.
+// renders its contents and returns a new node ID holding them, immutably,
+// with an entry timeout of zero. Each open walks the path, the kernel
+// revalidates the name, sees a different node ID and instantiates the new
+// inode: every open reads one fresh, consistent document, and no reader can
+// see the head of one rendering and the tail of another. A rendering goes
+// when the kernel forgets its node ID.
+//
+// Control directories keep one node ID per path while the kernel holds it.
 
-// pseudoDir is a directory of the control tree. Its listing is asked of the
-// ControlPlane on every lookup and readdir.
-type pseudoDir struct {
-	fs.Inode
-	fs   *FS
-	path string // relative to the control directory; "" is the directory itself
-	born time.Time
+// pseudoBase is the first node ID of the control tree; the catalog's
+// inode numbers lie below it.
+const pseudoBase = 1 << 62
+
+func isPseudo(ino uint64) bool { return ino >= pseudoBase }
+
+// pseudoNode is a control directory, or one rendering of a control file.
+type pseudoNode struct {
+	path     string // relative to the control directory; "" is the directory itself
+	dir      bool
+	writable bool
+	data     []byte // a file's rendering; never changes
+	born     time.Time
+	lookups  uint64 // the kernel's references
 }
 
-var (
-	_ = (fs.NodeLookuper)((*pseudoDir)(nil))
-	_ = (fs.NodeReaddirer)((*pseudoDir)(nil))
-	_ = (fs.NodeGetattrer)((*pseudoDir)(nil))
-)
-
-func (f *FS) controlDir(ctx context.Context, parent *fs.Inode, out *fuse.EntryOut) *fs.Inode {
-	ch := parent.NewInode(ctx, &pseudoDir{fs: f, born: time.Now()}, fs.StableAttr{Mode: syscall.S_IFDIR})
-	ch.Operations().(*pseudoDir).fill(&out.Attr)
-	return ch
+// pseudoTable holds the control tree's node IDs the kernel knows.
+type pseudoTable struct {
+	byIno map[uint64]*pseudoNode
+	dirs  map[string]uint64 // a directory's node ID by path
+	next  uint64
 }
 
-func (d *pseudoDir) fill(a *fuse.Attr) {
-	a.Mode = syscall.S_IFDIR | 0o555
-	a.Uid, a.Gid = d.fs.cfg.Owner.Uid, d.fs.cfg.Owner.Gid
-	a.Nlink = 2
-	a.Ino = d.StableAttr().Ino
-	setTimes(a, d.born)
+func newPseudoTable() pseudoTable {
+	return pseudoTable{byIno: map[uint64]*pseudoNode{}, dirs: map[string]uint64{}, next: pseudoBase}
 }
 
-func setTimes(a *fuse.Attr, t time.Time) {
-	sec, nsec := uint64(t.Unix()), uint32(t.Nanosecond())
-	a.Mtime, a.Ctime, a.Atime = sec, sec, sec
-	a.Mtimensec, a.Ctimensec, a.Atimensec = nsec, nsec, nsec
+// add gives n a node ID, one lookup counted; a directory keeps its ID.
+func (t *pseudoTable) add(n *pseudoNode) uint64 {
+	if n.dir {
+		if ino, ok := t.dirs[n.path]; ok {
+			t.byIno[ino].lookups++
+			return ino
+		}
+	}
+	ino := t.next
+	t.next++
+	n.lookups = 1
+	t.byIno[ino] = n
+	if n.dir {
+		t.dirs[n.path] = ino
+	}
+	return ino
 }
 
-func (d *pseudoDir) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	d.fill(&out.Attr)
-	return 0
+func (f *FS) node(ino uint64) (*pseudoNode, fuse.Status) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if n := f.pseudo.byIno[ino]; n != nil {
+		return n, fuse.OK
+	}
+	return nil, fuse.Status(syscall.ESTALE)
 }
 
-func (d *pseudoDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	list, err := d.fs.ctl.List(d.path)
+func (f *FS) forgetControl(ino, nlookup uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := f.pseudo.byIno[ino]
+	if n == nil {
+		return
+	}
+	n.lookups -= min(nlookup, n.lookups)
+	if n.lookups == 0 {
+		delete(f.pseudo.byIno, ino)
+		if n.dir {
+			delete(f.pseudo.dirs, n.path)
+		}
+	}
+}
+
+func (f *FS) fillPseudo(ino uint64, n *pseudoNode, a *fuse.Attr) {
+	a.Ino = ino
+	a.Uid, a.Gid = f.cfg.Owner.Uid, f.cfg.Owner.Gid
+	setTimes(a, n.born)
+	if n.dir {
+		a.Mode = syscall.S_IFDIR | 0o555
+		a.Nlink = 2
+		return
+	}
+	a.Mode = syscall.S_IFREG | 0o444
+	if n.writable {
+		a.Mode = syscall.S_IFREG | 0o600 // the mounting user's only
+		if f.cfg.GroupWrite {
+			a.Mode = syscall.S_IFREG | 0o660
+		}
+	}
+	a.Nlink = 1
+	a.Size = uint64(len(n.data))
+}
+
+// enter registers n and answers the lookup with it.
+func (f *FS) enter(n *pseudoNode, out *fuse.EntryOut) fuse.Status {
+	f.mu.Lock()
+	ino := f.pseudo.add(n)
+	n = f.pseudo.byIno[ino]
+	f.mu.Unlock()
+	out.NodeId = ino
+	f.fillPseudo(ino, n, &out.Attr)
+	if !n.dir {
+		out.SetAttrTimeout(f.cfg.TTL) // the contents never change
+	}
+	return fuse.OK
+}
+
+func (f *FS) lookupControlRoot(out *fuse.EntryOut) fuse.Status {
+	return f.enter(&pseudoNode{dir: true, born: f.born}, out)
+}
+
+func (f *FS) lookupControl(parent uint64, name string, out *fuse.EntryOut) fuse.Status {
+	d, st := f.node(parent)
+	if !st.Ok() {
+		return st
+	}
+	if !d.dir {
+		return fuse.Status(syscall.ENOTDIR)
+	}
+	list, err := f.ctl.List(d.path)
 	if err != nil {
-		return nil, toErrno(d.fs.log, "lookup control "+d.path, err)
+		return fuse.Status(toErrno(f.log, "lookup control "+d.path, err))
 	}
 	for _, pe := range list {
 		if pe.Name != name {
@@ -73,117 +148,104 @@ func (d *pseudoDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 		}
 		p := path.Join(d.path, name)
 		if pe.Dir {
-			ch := d.NewInode(ctx, &pseudoDir{fs: d.fs, path: p, born: d.born}, fs.StableAttr{Mode: syscall.S_IFDIR})
-			ch.Operations().(*pseudoDir).fill(&out.Attr)
-			return ch, 0
+			return f.enter(&pseudoNode{path: p, dir: true, born: f.born}, out)
 		}
-		data, err := d.fs.ctl.Read(p)
+		data, err := f.ctl.Read(p)
 		if err != nil {
-			return nil, toErrno(d.fs.log, "read control "+p, err)
+			return fuse.Status(toErrno(f.log, "read control "+p, err))
 		}
-		// A new inode number every time: see the comment at the top.
-		pf := &pseudoFile{fs: d.fs, path: p, writable: pe.Writable, data: data, born: time.Now()}
-		ch := d.NewInode(ctx, pf, fs.StableAttr{Mode: syscall.S_IFREG})
-		pf.fill(&out.Attr)
-		out.Attr.Ino = ch.StableAttr().Ino
-		out.SetAttrTimeout(d.fs.cfg.TTL) // the contents never change
-		return ch, 0
+		// A new node ID every time: see the comment at the top.
+		return f.enter(&pseudoNode{path: p, writable: pe.Writable, data: data, born: time.Now()}, out)
 	}
-	return nil, syscall.ENOENT
+	return fuse.ENOENT
 }
 
-func (d *pseudoDir) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
-	list, err := d.fs.ctl.List(d.path)
-	if err != nil {
-		return nil, toErrno(d.fs.log, "readdir control "+d.path, err)
+func (f *FS) getattrControl(ino uint64, out *fuse.AttrOut) fuse.Status {
+	n, st := f.node(ino)
+	if !st.Ok() {
+		return st
 	}
-	out := make([]fuse.DirEntry, len(list))
-	for i, pe := range list {
-		out[i] = fuse.DirEntry{Name: pe.Name, Mode: syscall.S_IFREG}
-		if pe.Dir {
-			out[i].Mode = syscall.S_IFDIR
-		}
+	f.fillPseudo(ino, n, &out.Attr)
+	if !n.dir {
+		out.SetTimeout(f.cfg.TTL)
 	}
-	return fs.NewListDirStream(out), 0
+	return fuse.OK
 }
 
-// pseudoFile is one rendering of a control file. data never changes.
-type pseudoFile struct {
-	fs.Inode
-	fs       *FS
-	path     string
-	writable bool
-	data     []byte
-	born     time.Time
-}
-
-var (
-	_ = (fs.NodeGetattrer)((*pseudoFile)(nil))
-	_ = (fs.NodeSetattrer)((*pseudoFile)(nil))
-	_ = (fs.NodeOpener)((*pseudoFile)(nil))
-	_ = (fs.NodeReader)((*pseudoFile)(nil))
-	_ = (fs.NodeWriter)((*pseudoFile)(nil))
-	_ = (fs.NodeFlusher)((*pseudoFile)(nil))
-)
-
-func (p *pseudoFile) fill(a *fuse.Attr) {
-	a.Mode = syscall.S_IFREG | 0o444
-	if p.writable {
-		a.Mode = syscall.S_IFREG | 0o600 // the mounting user's only
-		if p.fs.cfg.GroupWrite {
-			a.Mode = syscall.S_IFREG | 0o660
-		}
+// setattrControl accepts the truncation that precedes "echo cmd > control"
+// and leaves the rendering as it is; anything else is refused.
+func (f *FS) setattrControl(in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
+	n, st := f.node(in.NodeId)
+	if !st.Ok() {
+		return st
 	}
-	a.Uid, a.Gid = p.fs.cfg.Owner.Uid, p.fs.cfg.Owner.Gid
-	a.Nlink = 1
-	a.Ino = p.StableAttr().Ino
-	a.Size = uint64(len(p.data))
-	setTimes(a, p.born)
-}
-
-func (p *pseudoFile) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	p.fill(&out.Attr)
-	out.SetTimeout(p.fs.cfg.TTL)
-	return 0
-}
-
-// Setattr accepts the truncation that precedes "echo cmd > control" and
-// leaves the rendering as it is; anything else is refused.
-func (p *pseudoFile) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	const truncation = fuse.FATTR_SIZE | fuse.FATTR_FH | fuse.FATTR_LOCKOWNER | fuse.FATTR_MTIME |
 		fuse.FATTR_MTIME_NOW | fuse.FATTR_CTIME | fuse.FATTR_ATIME | fuse.FATTR_ATIME_NOW
 	sz, ok := in.GetSize()
-	if !p.writable || !ok || sz != 0 || in.Valid&^truncation != 0 {
-		return syscall.EPERM
+	if n.dir || !n.writable || !ok || sz != 0 || in.Valid&^truncation != 0 {
+		return fuse.EPERM
 	}
-	p.fill(&out.Attr)
+	f.fillPseudo(in.NodeId, n, &out.Attr)
 	out.Size = 0
 	out.SetTimeout(0)
-	return 0
+	return fuse.OK
 }
 
-func (p *pseudoFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	if flags&syscall.O_ACCMODE != syscall.O_RDONLY && !p.writable {
-		return nil, 0, syscall.EACCES
+func (f *FS) openControl(in *fuse.OpenIn) fuse.Status {
+	n, st := f.node(in.NodeId)
+	if !st.Ok() {
+		return st
 	}
-	return nil, 0, noOpen
+	if in.Flags&syscall.O_ACCMODE != syscall.O_RDONLY && !n.writable {
+		return fuse.EACCES
+	}
+	return noOpen
 }
 
-func (p *pseudoFile) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno { return noOpen }
-
-func (p *pseudoFile) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	if off >= int64(len(p.data)) {
-		return readResult(nil), 0
+func (f *FS) readControl(in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
+	n, st := f.node(in.NodeId)
+	if !st.Ok() {
+		return nil, st
 	}
-	return readResult(p.data[off:min(off+int64(len(dest)), int64(len(p.data)))]), 0
+	off := int64(in.Offset)
+	if n.dir {
+		return nil, fuse.Status(syscall.EISDIR)
+	}
+	if off >= int64(len(n.data)) {
+		return readResult(nil), fuse.OK
+	}
+	return readResult(n.data[off:min(off+int64(in.Size), int64(len(n.data)))]), fuse.OK
 }
 
-func (p *pseudoFile) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
-	if !p.writable {
-		return 0, syscall.EACCES
+func (f *FS) writeControl(in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
+	n, st := f.node(in.NodeId)
+	if !st.Ok() {
+		return 0, st
 	}
-	if err := p.fs.ctl.Write(p.path, data); err != nil {
-		return 0, toErrno(p.fs.log, "write control "+p.path, err)
+	if !n.writable {
+		return 0, fuse.EACCES
 	}
-	return uint32(len(data)), 0
+	if err := f.ctl.Write(n.path, data); err != nil {
+		return 0, fuse.Status(toErrno(f.log, "write control "+n.path, err))
+	}
+	return uint32(len(data)), fuse.OK
+}
+
+// opendirControl lists a control directory as of now.
+func (f *FS) opendirControl(ino uint64) (*dirHandle, fuse.Status) {
+	n, st := f.node(ino)
+	if !st.Ok() {
+		return nil, st
+	}
+	if !n.dir {
+		return nil, fuse.Status(syscall.ENOTDIR)
+	}
+	list, err := f.ctl.List(n.path)
+	if err != nil {
+		return nil, fuse.Status(toErrno(f.log, "readdir control "+n.path, err))
+	}
+	if list == nil {
+		list = []PseudoEntry{}
+	}
+	return &dirHandle{self: ino, parent: ino, pseudo: list}, fuse.OK
 }

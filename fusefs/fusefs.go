@@ -2,24 +2,31 @@
 //
 // # Shape
 //
-// The tree mirrors the catalog: one node per directory, regular file and
-// symlink, with the inode numbers the catalog assigns. A control directory
-// (Config.ControlName, ".dlfs" by default) sits at the root. It never appears
-// in a listing, because torchvision's ImageFolder would turn it into a
-// class, but it resolves by name; its files come from a ControlPlane.
+// The tree mirrors the catalog. FS speaks go-fuse's raw protocol: a node
+// ID is the catalog's inode number, so a request finds its entry by
+// indexing the current snapshot, and the daemon keeps nothing per file the
+// kernel has looked up (go-fuse's node API kept an inode object for each,
+// several hundred bytes, and made one for every child a READDIRPLUS
+// listed). Lookup counts matter only for the control tree below.
 //
-// Each FUSE method is a thin translation: it turns go-fuse arguments into
-// one call on the catalog snapshot, the Reader or the ControlPlane, and
-// turns the error into an errno in one place (errno.go).
+// A control directory (Config.ControlName, ".dlfs" by default) sits at the
+// root. It never appears in a listing, because torchvision's ImageFolder
+// would turn it into a class, but it resolves by name; its files come from
+// a ControlPlane (control.go). Its node IDs lie above the catalog's.
+//
+// Each request is a thin translation: it turns the FUSE arguments into one
+// call on the catalog snapshot, the Dataset or the ControlPlane, and turns
+// the error into an errno in one place (errno.go).
 //
 // # Kernel caching
 //
 // The dataset is immutable while it is mounted (a rescan is explicit, and
 // invalidates what changed), so entries and attributes are cached for
-// Config.TTL, and regular files are never opened (file.go, noOpen): the
-// page cache is kept across opens, and a file read before is read again
-// without any request reaching the daemon. Control files get fresh contents
-// on every open by another route (control.go).
+// Config.TTL, listings are cached (FOPEN_CACHE_DIR), and regular files are
+// never opened (noOpen): the page cache is kept across opens, and a file
+// read before is read again without any request reaching the daemon.
+// Control files get fresh contents on every open by another route
+// (control.go).
 //
 // # Mutations
 //
@@ -28,14 +35,13 @@
 package fusefs
 
 import (
-	"context"
 	"log/slog"
 	"os"
-	"strings"
+	"path"
+	"sync"
 	"syscall"
 	"time"
 
-	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/dlfs/dlfs/catalog"
@@ -102,11 +108,20 @@ type ControlPlane interface {
 
 // FS is the mounted filesystem. Safe for concurrent use.
 type FS struct {
+	fuse.RawFileSystem // ENOSYS for what a read-only view does not answer
+
 	cfg  Config
 	log  *slog.Logger
 	data Dataset
 	ctl  ControlPlane
-	root *dirNode
+	born time.Time // the control tree's times
+
+	server *fuse.Server // set by Init, for notifications
+
+	mu     sync.Mutex
+	pseudo pseudoTable           // the control tree's node IDs (mu)
+	dirs   map[uint64]*dirHandle // open directories by handle (mu)
+	nextFh uint64                // (mu)
 }
 
 // New returns a filesystem over data with the control directory served by
@@ -122,59 +137,83 @@ func New(cfg Config, data Dataset, ctl ControlPlane) *FS {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	f := &FS{cfg: cfg, log: cfg.Logger, data: data, ctl: ctl}
-	f.root = &dirNode{node: node{fs: f, ino: catalog.RootIno}}
-	return f
+	return &FS{
+		RawFileSystem: fuse.NewDefaultRawFileSystem(),
+		cfg:           cfg, log: cfg.Logger, data: data, ctl: ctl, born: time.Now(),
+		pseudo: newPseudoTable(), dirs: map[uint64]*dirHandle{},
+	}
 }
 
-// Root returns the root node, for fs.Mount or fs.NewNodeFS.
-func (f *FS) Root() fs.InodeEmbedder { return f.root }
-
-// Options returns the go-fuse options the filesystem is designed for.
-func (f *FS) Options(fsname string) *fs.Options {
-	// No NegativeTimeout: a name missing now (a job's control directory)
-	// may exist a moment later.
-	return &fs.Options{
-		MountOptions: fuse.MountOptions{
-			FsName:     fsname,
-			Name:       "dlfs",
-			AllowOther: f.cfg.AllowOther,
-			// The kernel checks modes and owners itself, as for any local
-			// file: other users get only what SOURCE's modes allow.
-			Options:      []string{"default_permissions"},
-			DirectMount:  true,
-			MaxReadAhead: 1 << 20,
-			MaxWrite:     1 << 20,
-			// Several readers miss at once: let the kernel queue enough
-			// reads for the PFS to work in parallel.
-			MaxBackground:        64,
-			EnableSymlinkCaching: true,
-			// The kernel otherwise asks for security.capability on every write
-			// and for ACLs on access checks.
-			IgnoreSecurityLabels: true,
-			Debug:                f.cfg.Debug,
-		},
-		RootStableAttr: &fs.StableAttr{Ino: catalog.RootIno},
+// MountOptions returns the go-fuse options the filesystem is designed for.
+func (f *FS) MountOptions(fsname string) *fuse.MountOptions {
+	return &fuse.MountOptions{
+		FsName:     fsname,
+		Name:       "dlfs",
+		AllowOther: f.cfg.AllowOther,
+		// The kernel checks modes and owners itself, as for any local
+		// file: other users get only what SOURCE's modes allow.
+		Options:      []string{"default_permissions"},
+		DirectMount:  true,
+		MaxReadAhead: 1 << 20,
+		MaxWrite:     1 << 20,
+		// Several readers miss at once: let the kernel queue enough
+		// reads for the PFS to work in parallel.
+		MaxBackground:        64,
+		EnableSymlinkCaching: true,
+		// The kernel otherwise asks for security.capability on every write
+		// and for ACLs on access checks.
+		IgnoreSecurityLabels: true,
+		Debug:                f.cfg.Debug,
 	}
 }
 
 // Mount mounts f at dir and starts serving. The caller owns the server:
 // server.Unmount stops it.
 func (f *FS) Mount(dir, fsname string) (*fuse.Server, error) {
-	return fs.Mount(dir, f.root, f.Options(fsname))
+	server, err := fuse.NewServer(f, dir, f.MountOptions(fsname))
+	if err != nil {
+		return nil, err
+	}
+	go server.Serve()
+	if err := server.WaitMount(); err != nil {
+		_ = server.Unmount()
+		return nil, err
+	}
+	return server, nil
 }
 
+// Init implements fuse.RawFileSystem.
+func (f *FS) Init(s *fuse.Server) {
+	f.mu.Lock()
+	f.server = s
+	f.mu.Unlock()
+}
+
+func (f *FS) String() string { return "dlfs" }
+
 // Invalidate tells the kernel to forget what it cached about the entries a
-// catalog refresh changed, so the next access sees the new snapshot.
+// catalog refresh changed, so the next access sees the new snapshot. A
+// notification about something the kernel never cached is refused by it
+// and ignored here.
 func (f *FS) Invalidate(d catalog.Diff) {
+	f.mu.Lock()
+	s := f.server
+	f.mu.Unlock()
+	if s == nil {
+		return
+	}
+	snap := f.data.Snapshot()
 	forget := func(e *catalog.Entry, content bool) {
-		parent, child := f.find(e.Path)
-		if content && child != nil {
-			child.NotifyContent(0, 0) // page cache (a directory's: its listing) and attributes
+		if content {
+			s.InodeNotify(e.Ino, 0, 0) // page cache (a directory's: its listing) and attributes
 		}
-		if parent != nil {
-			parent.NotifyEntry(e.Name)
-			parent.NotifyContent(0, 0) // the cached listing
+		dir := path.Dir(e.Path)
+		if dir == "." {
+			dir = ""
+		}
+		if p := snap.Lookup(dir); p != nil {
+			s.EntryNotify(p.Ino, e.Name)
+			s.InodeNotify(p.Ino, 0, 0) // the cached listing
 		}
 	}
 	for _, e := range d.Changed {
@@ -188,86 +227,24 @@ func (f *FS) Invalidate(d catalog.Diff) {
 	}
 }
 
-// find returns the kernel-known inodes of path's parent and of path itself;
-// either is nil if the kernel never looked it up, and then has nothing
-// cached to forget.
-func (f *FS) find(path string) (parent, child *fs.Inode) {
-	cur := f.root.EmbeddedInode()
-	for _, name := range strings.Split(path, "/") {
-		if cur == nil {
-			return nil, nil
-		}
-		parent, cur = cur, cur.GetChild(name)
+// StatFs reports SOURCE's filesystem.
+func (f *FS) StatFs(cancel <-chan struct{}, in *fuse.InHeader, out *fuse.StatfsOut) fuse.Status {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(f.data.Source(), &st); err != nil {
+		return fuse.Status(toErrno(f.log, "statfs", err))
 	}
-	return parent, cur
+	out.FromStatfsT(&st)
+	return fuse.OK
 }
 
-// node is what every dataset node shares: the filesystem and its inode
-// number in the catalog.
-type node struct {
-	fs.Inode
-	fs  *FS
-	ino uint64
+func setTimes(a *fuse.Attr, t time.Time) {
+	sec, nsec := uint64(t.Unix()), uint32(t.Nanosecond())
+	a.Mtime, a.Ctime, a.Atime = sec, sec, sec
+	a.Mtimensec, a.Ctimensec, a.Atimensec = nsec, nsec, nsec
 }
 
-// entry returns the node's current catalog entry.
-func (n *node) entry() (*catalog.Entry, syscall.Errno) {
-	if e := n.fs.data.Snapshot().ByIno(n.ino); e != nil {
-		return e, 0
-	}
-	return nil, syscall.ESTALE // removed by a refresh
-}
-
-func (n *node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	e, errno := n.entry()
-	if errno != 0 {
-		return errno
-	}
-	fillAttr(e, &out.Attr)
-	out.SetTimeout(n.fs.cfg.TTL)
-	return 0
-}
-
-func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	return syscall.EROFS
-}
-
-func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	return syscall.EROFS
-}
-
-func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno { return syscall.EROFS }
-
-func fillAttr(e *catalog.Entry, a *fuse.Attr) {
-	a.Ino = e.Ino
-	a.Mode = e.Mode
-	a.Size = uint64(e.Size)
-	a.Blocks = (a.Size + 511) / 512
-	a.Blksize = 4096
-	a.Nlink = 1
-	if e.IsDir() {
-		a.Nlink = 2
-	}
-	a.Uid, a.Gid = e.Uid, e.Gid
-	sec, nsec := uint64(e.Mtime/1e9), uint32(e.Mtime%1e9)
-	a.Mtime, a.Mtimensec = sec, nsec
-	a.Ctime, a.Ctimensec = sec, nsec
-	a.Atime, a.Atimensec = sec, nsec
-}
-
-// child makes (or finds) the inode for catalog entry e under parent.
-func (f *FS) child(ctx context.Context, parent *fs.Inode, e *catalog.Entry, out *fuse.EntryOut) *fs.Inode {
-	fillAttr(e, &out.Attr)
-	out.SetEntryTimeout(f.cfg.TTL)
-	out.SetAttrTimeout(f.cfg.TTL)
-	var emb fs.InodeEmbedder
-	switch {
-	case e.IsDir():
-		emb = &dirNode{node{fs: f, ino: e.Ino}}
-	case e.IsSymlink():
-		emb = &linkNode{node{fs: f, ino: e.Ino}}
-	default:
-		emb = &fileNode{node{fs: f, ino: e.Ino}}
-	}
-	return parent.NewInode(ctx, emb, fs.StableAttr{Mode: e.Mode & syscall.S_IFMT, Ino: e.Ino})
-}
+// readResult answers a read with b. go-fuse (v2.12) tries to splice any
+// result that is not a vector: for bytes in memory that costs four wasted
+// system calls per read (growing a pipe, writing the header into it,
+// then draining it), which the vector's single writev avoids.
+func readResult(b []byte) fuse.ReadResult { return fuse.ReadResultVector([][]byte{b}) }

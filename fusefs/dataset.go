@@ -1,0 +1,335 @@
+package fusefs
+
+import (
+	"path"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/dlfs/dlfs/catalog"
+)
+
+// The dataset's requests. A node ID below pseudoBase is a catalog inode
+// number; requests for the control tree go to control.go.
+
+// noOpen is the answer to OPEN and FLUSH of regular files. ENOSYS tells the
+// kernel (FUSE_NO_OPEN_SUPPORT, Linux 4.19+) never to send OPEN, RELEASE or
+// FLUSH again on this mount, and to keep the page cache across opens
+// (FOPEN_KEEP_CACHE is implied). A file whose pages are cached is then read
+// with no round trip to the daemon at all: a second epoch runs at page-cache
+// speed instead of paying three requests per file. The price is that the
+// daemon does not see opens, only reads of uncached pages; an open for
+// writing succeeds, and its writes fail with EROFS.
+const noOpen = fuse.ENOSYS
+
+// entry returns the current catalog entry of node ID ino.
+func (f *FS) entry(ino uint64) (*catalog.Entry, fuse.Status) {
+	if e := f.data.Snapshot().ByIno(ino); e != nil {
+		return e, fuse.OK
+	}
+	return nil, fuse.Status(syscall.ESTALE) // removed by a refresh
+}
+
+func fillAttr(e *catalog.Entry, a *fuse.Attr) {
+	a.Ino = e.Ino
+	a.Mode = e.Mode
+	a.Size = uint64(e.Size)
+	a.Blocks = (a.Size + 511) / 512
+	a.Blksize = 4096
+	a.Nlink = 1
+	if e.IsDir() {
+		a.Nlink = 2
+	}
+	a.Uid, a.Gid = e.Uid, e.Gid
+	sec, nsec := uint64(e.Mtime/1e9), uint32(e.Mtime%1e9)
+	a.Mtime, a.Mtimensec = sec, nsec
+	a.Ctime, a.Ctimensec = sec, nsec
+	a.Atime, a.Atimensec = sec, nsec
+}
+
+// fillEntry answers a lookup of e. The kernel's lookup count is not
+// tracked: the node ID is the catalog's inode number, valid as long as
+// the path exists.
+func (f *FS) fillEntry(e *catalog.Entry, out *fuse.EntryOut) {
+	out.NodeId = e.Ino
+	out.Generation = 0
+	fillAttr(e, &out.Attr)
+	out.SetEntryTimeout(f.cfg.TTL)
+	out.SetAttrTimeout(f.cfg.TTL)
+}
+
+func (f *FS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
+	if isPseudo(h.NodeId) {
+		return f.lookupControl(h.NodeId, name, out)
+	}
+	if h.NodeId == catalog.RootIno && name == f.cfg.ControlName {
+		return f.lookupControlRoot(out)
+	}
+	d, st := f.entry(h.NodeId)
+	if !st.Ok() {
+		return st
+	}
+	if !d.IsDir() {
+		return fuse.Status(syscall.ENOTDIR)
+	}
+	c := d.Child(name)
+	if c == nil {
+		return fuse.ENOENT
+	}
+	f.fillEntry(c, out)
+	return fuse.OK
+}
+
+func (f *FS) Forget(ino, nlookup uint64) {
+	if isPseudo(ino) {
+		f.forgetControl(ino, nlookup)
+	}
+}
+
+func (f *FS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
+	if isPseudo(in.NodeId) {
+		return f.getattrControl(in.NodeId, out)
+	}
+	e, st := f.entry(in.NodeId)
+	if !st.Ok() {
+		return st
+	}
+	fillAttr(e, &out.Attr)
+	out.SetTimeout(f.cfg.TTL)
+	return fuse.OK
+}
+
+func (f *FS) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
+	if isPseudo(in.NodeId) {
+		return f.setattrControl(in, out)
+	}
+	return fuse.EROFS
+}
+
+func (f *FS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	if isPseudo(in.NodeId) {
+		return f.openControl(in)
+	}
+	if in.Flags&syscall.O_ACCMODE != syscall.O_RDONLY || in.Flags&syscall.O_TRUNC != 0 {
+		return fuse.EROFS
+	}
+	return noOpen
+}
+
+func (f *FS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
+	if isPseudo(in.NodeId) {
+		return f.readControl(in, buf)
+	}
+	e, st := f.entry(in.NodeId)
+	if !st.Ok() {
+		return nil, st
+	}
+	if e.IsDir() {
+		return nil, fuse.Status(syscall.EISDIR)
+	}
+	b, err := f.data.ReadAt(e, buf[:min(int(in.Size), len(buf))], int64(in.Offset), in.Caller.Pid)
+	if err != nil {
+		return nil, fuse.Status(toErrno(f.log, "read "+e.Path, err))
+	}
+	return readResult(b), fuse.OK
+}
+
+func (f *FS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
+	if isPseudo(in.NodeId) {
+		return f.writeControl(in, data)
+	}
+	return 0, fuse.EROFS
+}
+
+// Readlink returns a symlink's target. The kernel resolves it, as it
+// would on SOURCE; dlfs itself never follows it.
+func (f *FS) Readlink(cancel <-chan struct{}, h *fuse.InHeader) ([]byte, fuse.Status) {
+	e, st := f.entry(h.NodeId)
+	if !st.Ok() {
+		return nil, st
+	}
+	if !e.IsSymlink() {
+		return nil, fuse.EINVAL
+	}
+	return []byte(e.Target), fuse.OK
+}
+
+// dirHandle is an open directory: its listing as of the open.
+type dirHandle struct {
+	self, parent uint64
+	children     []*catalog.Entry // a catalog directory's
+	pseudo       []PseudoEntry    // a control directory's
+}
+
+// len is the number of entries, "." and ".." included.
+func (d *dirHandle) len() int { return 2 + len(d.children) + len(d.pseudo) }
+
+// at returns entry i of the listing, and the catalog entry behind it if
+// there is one.
+func (d *dirHandle) at(i int) (fuse.DirEntry, *catalog.Entry) {
+	de := fuse.DirEntry{Off: uint64(i + 1), Mode: syscall.S_IFDIR}
+	switch {
+	case i == 0:
+		de.Name, de.Ino = ".", d.self
+	case i == 1:
+		de.Name, de.Ino = "..", d.parent
+	case d.children != nil:
+		c := d.children[i-2]
+		de.Name, de.Ino, de.Mode = c.Name, c.Ino, c.Mode
+		return de, c
+	default:
+		pe := d.pseudo[i-2]
+		de.Name = pe.Name
+		if !pe.Dir {
+			de.Mode = syscall.S_IFREG
+		}
+	}
+	return de, nil
+}
+
+// OpenDir lets the kernel cache a catalog directory's listing
+// (FOPEN_CACHE_DIR): the dataset does not change while mounted, and
+// Invalidate clears the cache of directories a refresh changed. The
+// control directory is deliberately absent from the root's listing: see
+// the package doc.
+func (f *FS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	var h *dirHandle
+	if isPseudo(in.NodeId) {
+		var st fuse.Status
+		if h, st = f.opendirControl(in.NodeId); !st.Ok() {
+			return st
+		}
+	} else {
+		e, st := f.entry(in.NodeId)
+		if !st.Ok() {
+			return st
+		}
+		if !e.IsDir() {
+			return fuse.Status(syscall.ENOTDIR)
+		}
+		h = &dirHandle{self: e.Ino, parent: e.Ino, children: e.Children()}
+		if h.children == nil {
+			h.children = []*catalog.Entry{}
+		}
+		if e.Ino != catalog.RootIno {
+			dir := path.Dir(e.Path)
+			if dir == "." {
+				dir = ""
+			}
+			if p := f.data.Snapshot().Lookup(dir); p != nil {
+				h.parent = p.Ino
+			}
+		}
+		out.OpenFlags = fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE
+	}
+	f.mu.Lock()
+	f.nextFh++
+	out.Fh = f.nextFh
+	f.dirs[out.Fh] = h
+	f.mu.Unlock()
+	return fuse.OK
+}
+
+func (f *FS) handle(fh uint64) (*dirHandle, fuse.Status) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if h := f.dirs[fh]; h != nil {
+		return h, fuse.OK
+	}
+	return nil, fuse.EBADF
+}
+
+func (f *FS) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	h, st := f.handle(in.Fh)
+	if !st.Ok() {
+		return st
+	}
+	for i := int(in.Offset); i < h.len(); i++ {
+		de, _ := h.at(i)
+		if !out.AddDirEntry(de) {
+			break
+		}
+	}
+	return fuse.OK
+}
+
+// ReadDirPlus answers the entries with their attributes, as lookups would;
+// the control tree's and the dot entries come without (node ID 0: the
+// kernel looks them up when asked).
+func (f *FS) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	h, st := f.handle(in.Fh)
+	if !st.Ok() {
+		return st
+	}
+	for i := int(in.Offset); i < h.len(); i++ {
+		de, e := h.at(i)
+		eo := out.AddDirLookupEntry(de)
+		if eo == nil {
+			break
+		}
+		if e != nil {
+			f.fillEntry(e, eo)
+		}
+	}
+	return fuse.OK
+}
+
+func (f *FS) ReleaseDir(in *fuse.ReleaseIn) {
+	f.mu.Lock()
+	delete(f.dirs, in.Fh)
+	f.mu.Unlock()
+}
+
+// The dataset is read-only.
+
+func (f *FS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
+	return fuse.EROFS
+}
+
+func (f *FS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
+	return fuse.EROFS
+}
+
+func (f *FS) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
+	return fuse.EROFS
+}
+
+func (f *FS) Rmdir(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
+	return fuse.EROFS
+}
+
+func (f *FS) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newName string) fuse.Status {
+	return fuse.EROFS
+}
+
+func (f *FS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
+	return fuse.EROFS
+}
+
+func (f *FS) Symlink(cancel <-chan struct{}, h *fuse.InHeader, target, name string, out *fuse.EntryOut) fuse.Status {
+	return fuse.EROFS
+}
+
+func (f *FS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	return fuse.EROFS
+}
+
+func (f *FS) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.CreateOut) fuse.Status {
+	return fuse.EROFS
+}
+
+func (f *FS) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr string, data []byte) fuse.Status {
+	return fuse.EROFS
+}
+
+func (f *FS) RemoveXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr string) fuse.Status {
+	return fuse.EROFS
+}
+
+func (f *FS) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.Status {
+	return fuse.EROFS
+}
+
+func (f *FS) CopyFileRange(cancel <-chan struct{}, in *fuse.CopyFileRangeIn) (uint32, fuse.Status) {
+	return 0, fuse.EROFS
+}

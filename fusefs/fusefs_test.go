@@ -1,0 +1,359 @@
+package fusefs
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"unsafe"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/dlfs/dlfs/catalog"
+)
+
+// tree is a Dataset over a catalog of a temporary directory.
+type tree struct{ cat *catalog.Catalog }
+
+func (t tree) Snapshot() *catalog.Snapshot { return t.cat.Snapshot() }
+func (t tree) Source() string              { return t.cat.Source() }
+func (t tree) ReadAt(e *catalog.Entry, dest []byte, off int64, pid uint32) ([]byte, error) {
+	f, err := os.Open(filepath.Join(t.cat.Source(), e.Path))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	n, err := f.ReadAt(dest, off)
+	if n > 0 || off >= e.Size {
+		err = nil
+	}
+	return dest[:n], err
+}
+
+// plane is a ControlPlane with a stats file that counts its renderings,
+// a writable control file and a jobs directory.
+type plane struct {
+	renders int
+	written []string
+}
+
+func (p *plane) List(dir string) ([]PseudoEntry, error) {
+	switch dir {
+	case "":
+		return []PseudoEntry{{Name: "control", Writable: true}, {Name: "jobs", Dir: true}, {Name: "stats"}}, nil
+	case "jobs":
+		return nil, nil
+	}
+	return nil, fmt.Errorf("control %q: %w", dir, fs.ErrNotExist)
+}
+
+func (p *plane) Read(path string) ([]byte, error) {
+	p.renders++
+	return fmt.Appendf(nil, "%s %d\n", path, p.renders), nil
+}
+
+func (p *plane) Write(path string, data []byte) error {
+	p.written = append(p.written, string(data))
+	return nil
+}
+
+func newTree(t testing.TB, files int) (*FS, *plane) {
+	t.Helper()
+	root := t.TempDir()
+	for i := 0; i < files; i++ {
+		p := filepath.Join(root, fmt.Sprintf("class_%d", i%3), fmt.Sprintf("img_%04d.jpg", i))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(strings.Repeat("x", i)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("class_0/img_0000.jpg", filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+	cfg := catalog.DefaultConfig(root)
+	cfg.Hide = []string{".dlfs"}
+	cat, err := catalog.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &plane{}
+	return New(Config{}, tree{cat}, p), p
+}
+
+func header(ino uint64) fuse.InHeader { return fuse.InHeader{NodeId: ino} }
+
+func lookup(t *testing.T, f *FS, parent uint64, name string) fuse.EntryOut {
+	t.Helper()
+	var out fuse.EntryOut
+	h := header(parent)
+	if st := f.Lookup(nil, &h, name, &out); !st.Ok() {
+		t.Fatalf("lookup %q in %d: %v", name, parent, st)
+	}
+	return out
+}
+
+// listing reads a directory through ReadDir or ReadDirPlus with a buffer
+// of size bytes, resuming at each answer's last offset, as the kernel does.
+func listing(t *testing.T, f *FS, ino uint64, plus bool, size int) (names []string, entries []fuse.EntryOut) {
+	t.Helper()
+	var open fuse.OpenOut
+	if st := f.OpenDir(nil, &fuse.OpenIn{InHeader: header(ino)}, &open); !st.Ok() {
+		t.Fatalf("opendir %d: %v", ino, st)
+	}
+	defer f.ReleaseDir(&fuse.ReleaseIn{Fh: open.Fh})
+	off := uint64(0)
+	for round := 0; ; round++ {
+		if round > 1000 {
+			t.Fatal("readdir never ends")
+		}
+		out := fuse.NewDirEntryList(make([]byte, size), off)
+		in := &fuse.ReadIn{InHeader: header(ino), Fh: open.Fh, Offset: off}
+		var st fuse.Status
+		if plus {
+			st = f.ReadDirPlus(nil, in, out)
+		} else {
+			st = f.ReadDir(nil, in, out)
+		}
+		if !st.Ok() {
+			t.Fatalf("readdir %d: %v", ino, st)
+		}
+		got := parseDirents(t, out.Bytes(), plus)
+		if len(got) == 0 {
+			return names, entries
+		}
+		for _, d := range got {
+			names = append(names, d.name)
+			entries = append(entries, d.entry)
+			off = d.off
+		}
+	}
+}
+
+type dirent struct {
+	name  string
+	off   uint64
+	entry fuse.EntryOut
+}
+
+// parseDirents decodes a READDIR(PLUS) answer as the kernel would.
+func parseDirents(t *testing.T, b []byte, plus bool) []dirent {
+	t.Helper()
+	var out []dirent
+	for len(b) > 0 {
+		var d dirent
+		if plus {
+			d.entry = *(*fuse.EntryOut)(ptr(b))
+			b = b[entryOutSize:]
+		}
+		// struct fuse_dirent: ino, off, namelen, type, name, padding to 8.
+		d.off = le64(b[8:])
+		n := int(le32(b[16:]))
+		d.name = string(b[24 : 24+n])
+		out = append(out, d)
+		b = b[(24+n+7)&^7:]
+	}
+	return out
+}
+
+func TestLookupAndAttr(t *testing.T) {
+	f, _ := newTree(t, 10)
+	dir := lookup(t, f, catalog.RootIno, "class_1")
+	if dir.Mode&syscall.S_IFDIR == 0 || dir.NodeId == 0 {
+		t.Fatalf("class_1: %+v", dir)
+	}
+	file := lookup(t, f, dir.NodeId, "img_0004.jpg")
+	if file.Size != 4 || file.NodeId == dir.NodeId || file.EntryTimeout() == 0 {
+		t.Errorf("img_0004.jpg: %+v", file)
+	}
+	var attr fuse.AttrOut
+	if st := f.GetAttr(nil, &fuse.GetAttrIn{InHeader: header(file.NodeId)}, &attr); !st.Ok() || attr.Size != 4 || attr.Ino != file.NodeId {
+		t.Errorf("getattr: %v %+v", st, attr)
+	}
+	var out fuse.EntryOut
+	h := header(dir.NodeId)
+	if st := f.Lookup(nil, &h, "missing", &out); st != fuse.ENOENT {
+		t.Errorf("missing name: %v, want ENOENT", st)
+	}
+	h = header(file.NodeId)
+	if st := f.Lookup(nil, &h, "x", &out); st != fuse.Status(syscall.ENOTDIR) {
+		t.Errorf("lookup under a file: %v, want ENOTDIR", st)
+	}
+	if st := f.GetAttr(nil, &fuse.GetAttrIn{InHeader: header(1 << 40)}, &attr); st != fuse.Status(syscall.ESTALE) {
+		t.Errorf("unknown node: %v, want ESTALE", st)
+	}
+	link := lookup(t, f, catalog.RootIno, "link")
+	h = header(link.NodeId)
+	if target, st := f.Readlink(nil, &h); !st.Ok() || string(target) != "class_0/img_0000.jpg" {
+		t.Errorf("readlink: %q %v", target, st)
+	}
+	buf := make([]byte, 64)
+	res, st := f.Read(nil, &fuse.ReadIn{InHeader: header(file.NodeId), Offset: 1, Size: 64}, buf)
+	if !st.Ok() {
+		t.Fatal(st)
+	}
+	if b, _ := res.Bytes(nil); string(b) != "xxx" {
+		t.Errorf("read at 1: %q, want xxx", b)
+	}
+	var mk fuse.EntryOut
+	if st := f.Mkdir(nil, &fuse.MkdirIn{InHeader: header(catalog.RootIno)}, "new", &mk); st != fuse.EROFS {
+		t.Errorf("mkdir: %v, want EROFS", st)
+	}
+	if st := f.Open(nil, &fuse.OpenIn{InHeader: header(file.NodeId), Flags: syscall.O_WRONLY}, &fuse.OpenOut{}); st != fuse.EROFS {
+		t.Errorf("open for writing: %v, want EROFS", st)
+	}
+	if st := f.Open(nil, &fuse.OpenIn{InHeader: header(file.NodeId)}, &fuse.OpenOut{}); st != noOpen {
+		t.Errorf("open for reading: %v, want ENOSYS (no opens on this mount)", st)
+	}
+}
+
+// TestListing: a listing read in small pieces, plain or plus, has every
+// child once, in order, without the control directory; READDIRPLUS
+// carries the attributes a lookup would.
+func TestListing(t *testing.T) {
+	f, _ := newTree(t, 300)
+	dir := lookup(t, f, catalog.RootIno, "class_2")
+	for _, plus := range []bool{false, true} {
+		for _, size := range []int{200, 4096} {
+			names, entries := listing(t, f, dir.NodeId, plus, size)
+			if len(names) != 102 || names[0] != "." || names[1] != ".." || names[2] != "img_0002.jpg" || names[101] != "img_0299.jpg" {
+				t.Fatalf("plus=%v size=%d: %d names %v…", plus, size, len(names), names[:min(4, len(names))])
+			}
+			if plus {
+				e := lookup(t, f, dir.NodeId, "img_0299.jpg")
+				if got := entries[101]; got.NodeId != e.NodeId || got.Size != 299 || got.EntryTimeout() == 0 {
+					t.Errorf("size=%d: READDIRPLUS entry %+v, want the lookup's %+v", size, got, e)
+				}
+				if entries[0].NodeId != 0 || entries[1].NodeId != 0 {
+					t.Errorf("dot entries carry node IDs: %d %d", entries[0].NodeId, entries[1].NodeId)
+				}
+			}
+		}
+	}
+	names, _ := listing(t, f, catalog.RootIno, true, 4096)
+	if got := strings.Join(names, ","); got != ".,..,class_0,class_1,class_2,link" {
+		t.Errorf("root: %s", got)
+	}
+}
+
+// TestControlRenderings: each lookup of a control file renders it anew
+// under a new node ID; forgetting it frees it; directories keep their ID.
+func TestControlRenderings(t *testing.T) {
+	f, p := newTree(t, 3)
+	ctl := lookup(t, f, catalog.RootIno, ".dlfs")
+	if again := lookup(t, f, catalog.RootIno, ".dlfs"); again.NodeId != ctl.NodeId {
+		t.Errorf("the control directory changed ID: %d then %d", ctl.NodeId, again.NodeId)
+	}
+	a := lookup(t, f, ctl.NodeId, "stats")
+	b := lookup(t, f, ctl.NodeId, "stats")
+	if a.NodeId == b.NodeId || p.renders != 2 {
+		t.Errorf("two lookups of stats: IDs %d %d, %d renderings", a.NodeId, b.NodeId, p.renders)
+	}
+	buf := make([]byte, 100)
+	res, st := f.Read(nil, &fuse.ReadIn{InHeader: header(a.NodeId), Size: 100}, buf)
+	if got, _ := res.Bytes(buf); !st.Ok() || string(got) != "stats 1\n" {
+		t.Errorf("first rendering: %q %v", got, st)
+	}
+	f.Forget(a.NodeId, 1)
+	var attr fuse.AttrOut
+	if st := f.GetAttr(nil, &fuse.GetAttrIn{InHeader: header(a.NodeId)}, &attr); st.Ok() {
+		t.Errorf("a forgotten rendering still answers")
+	}
+	if len(f.pseudo.byIno) != 2 {
+		t.Errorf("%d control nodes held, want 2 (the directory and one rendering)", len(f.pseudo.byIno))
+	}
+	c := lookup(t, f, ctl.NodeId, "control")
+	if st := f.SetAttr(nil, &fuse.SetAttrIn{SetAttrInCommon: fuse.SetAttrInCommon{InHeader: header(c.NodeId), Valid: fuse.FATTR_SIZE}}, &attr); !st.Ok() {
+		t.Errorf("truncating the control file: %v", st)
+	}
+	if n, st := f.Write(nil, &fuse.WriteIn{InHeader: header(c.NodeId)}, []byte("refresh\n")); !st.Ok() || n != 8 || len(p.written) != 1 {
+		t.Errorf("write: %d %v %v", n, st, p.written)
+	}
+	if _, st := f.Write(nil, &fuse.WriteIn{InHeader: header(b.NodeId)}, []byte("x")); st != fuse.EACCES {
+		t.Errorf("write to stats: %v, want EACCES", st)
+	}
+	names, _ := listing(t, f, ctl.NodeId, true, 4096)
+	if got := strings.Join(names, ","); got != ".,..,control,jobs,stats" {
+		t.Errorf("control listing: %s", got)
+	}
+}
+
+const entryOutSize = int(unsafe.Sizeof(fuse.EntryOut{}))
+
+func ptr(b []byte) unsafe.Pointer { return unsafe.Pointer(&b[0]) }
+func le64(b []byte) uint64        { return binary.LittleEndian.Uint64(b) }
+func le32(b []byte) uint32        { return binary.LittleEndian.Uint32(b) }
+
+// FuzzRequests sends sequences of requests with arbitrary node IDs,
+// handles, offsets, sizes and names: the filesystem answers each with a
+// status, never a panic, and never reads more than was asked.
+func FuzzRequests(f *testing.F) {
+	f.Add([]byte{0, 1, 0, 5, 1, 2, 3, 4, 5, 6, 7, 8})
+	f.Add([]byte("\x00\x01\x00\x05.dlfs\x06\x02\x00\x00\x07\x03\x00\x00\x00"))
+	fsys, _ := newTree(f, 20)
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		known := []uint64{catalog.RootIno, 2, 3, pseudoBase, pseudoBase + 1, 1 << 40, 0}
+		var fhs []uint64
+		buf := make([]byte, 4096)
+		for len(ops) >= 4 {
+			op, ino, arg, n := ops[0]%10, known[int(ops[1])%len(known)], uint64(ops[2]), int(ops[3])
+			ops = ops[4:]
+			name := string(ops[:min(n%16, len(ops))])
+			ops = ops[len(name):]
+			switch op {
+			case 0:
+				var out fuse.EntryOut
+				h := header(ino)
+				if fsys.Lookup(nil, &h, name, &out).Ok() {
+					known = append(known, out.NodeId)
+				}
+			case 1:
+				fsys.GetAttr(nil, &fuse.GetAttrIn{InHeader: header(ino)}, &fuse.AttrOut{})
+			case 2:
+				size := uint32(arg * 37)
+				res, st := fsys.Read(nil, &fuse.ReadIn{InHeader: header(ino), Offset: arg * 1000, Size: size}, buf)
+				if st.Ok() {
+					if b, _ := res.Bytes(buf); len(b) > int(size) {
+						t.Fatalf("read of %d bytes returned %d", size, len(b))
+					}
+				}
+			case 3:
+				var out fuse.OpenOut
+				if fsys.OpenDir(nil, &fuse.OpenIn{InHeader: header(ino)}, &out).Ok() {
+					fhs = append(fhs, out.Fh)
+				}
+			case 4, 5:
+				fh := arg
+				if len(fhs) > 0 {
+					fh = fhs[int(arg)%len(fhs)]
+				}
+				list := fuse.NewDirEntryList(make([]byte, 64+int(arg)*8), arg%7)
+				in := &fuse.ReadIn{InHeader: header(ino), Fh: fh, Offset: arg % 7}
+				if op == 4 {
+					fsys.ReadDir(nil, in, list)
+				} else {
+					fsys.ReadDirPlus(nil, in, list)
+				}
+			case 6:
+				fsys.Forget(ino, arg)
+			case 7:
+				fsys.Write(nil, &fuse.WriteIn{InHeader: header(ino)}, []byte(name))
+			case 8:
+				fsys.SetAttr(nil, &fuse.SetAttrIn{SetAttrInCommon: fuse.SetAttrInCommon{InHeader: header(ino), Valid: uint32(arg), Size: arg}}, &fuse.AttrOut{})
+			case 9:
+				h := header(ino)
+				fsys.Readlink(nil, &h)
+				fsys.Open(nil, &fuse.OpenIn{InHeader: header(ino), Flags: uint32(arg)}, &fuse.OpenOut{})
+			}
+		}
+		for _, fh := range fhs {
+			fsys.ReleaseDir(&fuse.ReleaseIn{Fh: fh})
+		}
+	})
+}
