@@ -2,7 +2,7 @@
 export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 
-.PHONY: all build deps test unit integration fuzz bench demo clean
+.PHONY: all build deps test unit integration fuzz bench bench-scale demo clean
 
 all: build
 
@@ -39,6 +39,12 @@ fuzz:
 
 bench: deps build
 	./bin/dlfsbench
+
+# Issue 13's scale rows, outside make test and make bench: a tree of
+# SCALE_FILES tiny files, generated once under /tmp/dlfsbench and reused.
+SCALE_FILES ?= 1000000
+bench-scale: deps build
+	./bin/dlfsbench -suites scale -scale-files $(SCALE_FILES)
 
 demo: deps build
 	./scripts/demo.sh

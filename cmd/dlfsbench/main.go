@@ -47,6 +47,8 @@ type options struct {
 	busyOpen    time.Duration
 	busyRead    time.Duration
 	simOut      string
+	scaleFiles  int
+	scaleDir    string
 }
 
 func main() {
@@ -64,6 +66,8 @@ func main() {
 	flag.DurationVar(&o.busyOpen, "busy-open-latency", 20*time.Millisecond, "clairvoyance suite: pfssim latency per open")
 	flag.DurationVar(&o.busyRead, "busy-read-latency", time.Millisecond, "clairvoyance suite: pfssim latency per read call")
 	flag.StringVar(&o.simOut, "simulate-out", "docs/simulate", "simulate suite: directory for the plots and CSV files")
+	flag.IntVar(&o.scaleFiles, "scale-files", 1_000_000, "scale suite (make bench-scale; not in the default suites): files in its tree")
+	flag.StringVar(&o.scaleDir, "scale-dir", "", "scale suite: work directory, the tree kept for reuse (default DIR/scale-N)")
 	flag.Parse()
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "dlfsbench:", err)
@@ -85,6 +89,12 @@ func (r row) filesPerSec() float64 { return float64(r.files) / r.elapsed.Seconds
 func (r row) mbPerSec() float64    { return float64(r.bytes) / 1e6 / r.elapsed.Seconds() }
 
 func run(o options) error {
+	if o.suites == "scale" {
+		if o.scaleDir == "" {
+			o.scaleDir = filepath.Join(o.dir, fmt.Sprintf("scale-%d", o.scaleFiles))
+		}
+		return runScale(o)
+	}
 	src := filepath.Join(o.dir, "source")
 	fmt.Fprintf(os.Stderr, "generating %d files under %s ...\n", o.files, src)
 	gen, err := datagen.ImageFolder(src, datagen.Spec{Classes: 100, Files: o.files, MeanSize: 110_000, Spread: 40_000, Seed: 42})

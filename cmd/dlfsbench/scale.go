@@ -1,0 +1,261 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dlfs/dlfs/test/datagen"
+	"github.com/dlfs/dlfs/test/mountproc"
+)
+
+// The scale suite (issue 13, `make bench-scale`, outside `make bench`): a
+// tree of o.scaleFiles tiny files (1,000 classes, 256 B–2 KB), generated
+// once under o.scaleDir and reused, measured natively and through dlfs
+// side by side:
+//   - the first scan (page cache dropped): native find -printf '%s %T@'
+//     against dlfs mount;
+//   - torchvision's ImageFolder(root), first and second;
+//   - the plan of a job of world 8 for rank 0;
+//   - an epoch over the files (4 threads, a shuffled order) from the page
+//     cache, and through dlfs from its RAM tier;
+//   - the daemon's RSS after each step, and per file.
+
+func runScale(o options) error {
+	src := filepath.Join(o.scaleDir, "source")
+	fmt.Fprintf(os.Stderr, "generating %d files under %s (kept for reuse) ...\n", o.scaleFiles, src)
+	start := time.Now()
+	gen, err := datagen.ImageFolder(src, datagen.Spec{Classes: 1000, Files: o.scaleFiles, MeanSize: 1152, Spread: 896, Seed: 13, Ext: ".JPEG"})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "generated in %v\n", time.Since(start).Round(time.Second))
+	files := make([]string, len(gen))
+	var total int64
+	for i, f := range gen {
+		files[i] = f.Path
+		total += f.Size
+	}
+	gen = nil
+	rng := rand.New(rand.NewPCG(13, 13))
+	rng.Shuffle(len(files), func(i, j int) { files[i], files[j] = files[j], files[i] })
+
+	type step struct {
+		name         string
+		native, dlfs float64 // seconds; 0: not applicable
+		rate         bool    // native and dlfs are files/s, not seconds
+		rss          int64   // the daemon's RSS after the step; 0: none
+		nativeNote   string
+		dlfsNote     string
+	}
+	var steps []step
+	note := func(s step) {
+		steps = append(steps, s)
+		fmt.Fprintf(os.Stderr, "%s: native %.2f, dlfs %.2f, RSS %d MB\n", s.name, s.native, s.dlfs, s.rss>>20)
+	}
+
+	// The first scan, cold.
+	if err := dropAllCaches(); err != nil {
+		return err
+	}
+	findSecs, err := timed(func() error { return exec.Command("sh", "-c", "find "+src+" -printf '%s %T@\\n' > /dev/null").Run() })
+	if err != nil {
+		return fmt.Errorf("find: %w", err)
+	}
+	if err := dropAllCaches(); err != nil {
+		return err
+	}
+	mnt, err := freshDir(filepath.Join(o.scaleDir, "mnt"))
+	if err != nil {
+		return err
+	}
+	var p *mountproc.Proc
+	mountSecs, err := timed(func() (err error) {
+		p, err = mountproc.Start(filepath.Join(o.bin, "dlfs"), mnt, 10*time.Minute,
+			"mount", "--log-level", "warn", "--ram-cache", fmt.Sprint(2*total+64<<20), "--max-files", fmt.Sprint(2*o.scaleFiles+1<<20), src, mnt)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	defer p.Stop(time.Minute)
+	note(step{name: "first scan (page cache dropped): native find -printf '%s %T@', dlfs mount", native: findSecs, dlfs: mountSecs, rss: rss(p)})
+
+	// ImageFolder, first and second.
+	if err := dropAllCaches(); err != nil {
+		return err
+	}
+	nativeFirst, _, err := imageFolder(src)
+	if err != nil {
+		return err
+	}
+	dlfsFirst, n, err := imageFolder(p.Mnt)
+	if err != nil {
+		return err
+	}
+	if n != len(files) {
+		return fmt.Errorf("ImageFolder through dlfs found %d samples, want %d", n, len(files))
+	}
+	note(step{name: "torchvision ImageFolder(root), first (native: cold)", native: nativeFirst, dlfs: dlfsFirst, rss: rss(p)})
+	nativeSecond, _, err := imageFolder(src)
+	if err != nil {
+		return err
+	}
+	dlfsSecond, _, err := imageFolder(p.Mnt)
+	if err != nil {
+		return err
+	}
+	note(step{name: "torchvision ImageFolder(root), second", native: nativeSecond, dlfs: dlfsSecond, rss: rss(p)})
+
+	// A plan: world 8, rank 0.
+	planSecs, err := timed(func() error {
+		line := "job=scale root=. seed=0 epoch=0 world=8 ranks=0 batch=256 workers=8\n"
+		if err := os.WriteFile(filepath.Join(p.Mnt, ".dlfs/control"), []byte(line), 0); err != nil {
+			return fmt.Errorf("announce: %w", err)
+		}
+		f, err := os.Open(filepath.Join(p.Mnt, ".dlfs/jobs/scale/rank-0/epoch-0"))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		lines := 0
+		for sc := bufio.NewScanner(f); sc.Scan(); {
+			lines++
+		}
+		if want := (len(files) + 7) / 8; lines != want {
+			return fmt.Errorf("the plan has %d lines, want %d", lines, want)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	note(step{name: "announce a job (world 8) and read rank 0's plan", dlfs: planSecs, rss: rss(p)})
+	if err := os.WriteFile(filepath.Join(p.Mnt, ".dlfs/control"), []byte("end job=scale\n"), 0); err != nil {
+		return fmt.Errorf("end the job: %w", err)
+	}
+
+	// Epochs: from the page cache, natively and through dlfs (a first pass
+	// through dlfs fills its RAM tier and the page cache); then through
+	// dlfs with the page cache dropped, from the RAM tier.
+	epoch := func(root string) (float64, error) {
+		secs, err := timed(func() error { return readInOrder(root, files, 4) })
+		return float64(len(files)) / secs, err
+	}
+	if _, err := epoch(src); err != nil { // warm the page cache
+		return err
+	}
+	nativeCached, err := epoch(src)
+	if err != nil {
+		return err
+	}
+	if _, err := epoch(p.Mnt); err != nil {
+		return err
+	}
+	dlfsCached, err := epoch(p.Mnt)
+	if err != nil {
+		return err
+	}
+	note(step{name: "an epoch from the page cache (files/s)", native: nativeCached, dlfs: dlfsCached, rate: true, rss: rss(p)})
+	if err := dropAllCaches(); err != nil {
+		return err
+	}
+	dlfsRAM, err := epoch(p.Mnt)
+	if err != nil {
+		return err
+	}
+	st, err := readStats(p.Mnt)
+	if err != nil {
+		return err
+	}
+	after := rss(p)
+	note(step{name: "an epoch through dlfs from its RAM tier, page cache dropped (files/s); native: from the page cache", native: nativeCached, dlfs: dlfsRAM, rate: true, rss: after})
+
+	fmt.Printf("\n## Scale: %d files in 1,000 classes, 256 B–2 KB each (%.2f GB)\n\n", len(files), float64(total)/1e9)
+	fmt.Println("Native is the same tree read directly. Times in seconds unless marked files/s; RSS is the daemon's after the step.")
+	fmt.Println()
+	fmt.Println("| step | native | dlfs | dlfs ÷ native (time) or dlfs ÷ native (rate) | daemon RSS |")
+	fmt.Println("|---|---:|---:|---:|---:|")
+	for _, s := range steps {
+		ratio, nat := "—", "—"
+		if s.native > 0 {
+			nat = fmt.Sprintf("%.2f", s.native)
+			ratio = fmt.Sprintf("%.2f×", s.dlfs/s.native)
+		}
+		if s.rate {
+			nat = fmt.Sprintf("%.0f", s.native)
+			fmt.Printf("| %s | %s | %.0f | %s | %d MB |\n", s.name, nat, s.dlfs, ratio, s.rss>>20)
+			continue
+		}
+		fmt.Printf("| %s | %s | %.2f | %s | %d MB |\n", s.name, nat, s.dlfs, ratio, s.rss>>20)
+	}
+	held := st.Cache.RAM.Bytes + st.Prefetch.StagedBytes
+	per := float64(after-held) / float64(len(files))
+	fmt.Println()
+	fmt.Printf("- first scan: %.2f× native find (target ≤ 1.0): %s\n", mountSecs/findSecs, verdict(mountSecs <= findSecs))
+	fmt.Printf("- ImageFolder: %.2f× native first, %.2f× second (target ≤ 1.0): %s\n", dlfsFirst/nativeFirst, dlfsSecond/nativeSecond,
+		verdict(dlfsFirst <= nativeFirst && dlfsSecond <= nativeSecond))
+	fmt.Printf("- daemon RSS after every file was listed, looked up and read, less the RAM tier's %d MB and staging's %d MB: %.0f bytes per file (target ≤ 200): %s\n",
+		st.Cache.RAM.Bytes>>20, st.Prefetch.StagedBytes>>20, per, verdict(per <= 200))
+	fmt.Printf("- epoch of tiny files: %.2f× native from the page cache (target ≥ 0.8): %s; %.2f× from the RAM tier (target ≥ 0.3): %s\n",
+		dlfsCached/nativeCached, verdict(dlfsCached >= 0.8*nativeCached), dlfsRAM/nativeCached, verdict(dlfsRAM >= 0.3*nativeCached))
+	return nil
+}
+
+// timed runs fn and returns how long it took.
+func timed(fn func() error) (float64, error) {
+	start := time.Now()
+	err := fn()
+	return time.Since(start).Seconds(), err
+}
+
+// dropAllCaches drops the kernel's page, dentry and inode caches (root).
+func dropAllCaches() error {
+	exec.Command("sync").Run()
+	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3\n"), 0); err != nil {
+		return fmt.Errorf("drop the page cache (the scale suite runs as root): %w", err)
+	}
+	return nil
+}
+
+// imageFolder times torchvision's ImageFolder(root) (the listing only:
+// the loader is never called) and returns the samples it found.
+func imageFolder(root string) (float64, int, error) {
+	script := `import sys, time, torchvision
+t = time.time()
+ds = torchvision.datasets.ImageFolder(sys.argv[1], loader=lambda p: p)
+print(time.time() - t, len(ds))
+`
+	out, err := exec.Command("/usr/bin/python3", "-c", script, root).Output()
+	if err != nil {
+		return 0, 0, fmt.Errorf("ImageFolder(%s): %w", root, err)
+	}
+	f := strings.Fields(string(out))
+	if len(f) != 2 {
+		return 0, 0, fmt.Errorf("ImageFolder(%s): unexpected output %q", root, out)
+	}
+	secs, err1 := strconv.ParseFloat(f[0], 64)
+	n, err2 := strconv.Atoi(f[1])
+	return secs, n, firstErr(err1, err2)
+}
+
+// rss returns a process's resident set in bytes, or 0.
+func rss(p *mountproc.Proc) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
