@@ -26,6 +26,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -35,6 +36,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -98,20 +100,75 @@ func DefaultConfig(source string) Config {
 
 // Entry is one directory, regular file or symlink. It is immutable and safe
 // for concurrent use.
+//
+// Memory is what bounds a catalog of 10 M files, so an entry holds no
+// path: Path walks up the parents. A directory's children are one array
+// of entries (one allocation per directory, no pointer per child), and
+// their names share one buffer.
 type Entry struct {
 	Name   string // base name; "" for the root
-	Path   string // slash-separated path relative to SOURCE; "" for the root
 	Ino    uint64
-	Mode   uint32 // syscall.S_IF* type bits | permission bits
-	Uid    uint32
-	Gid    uint32
 	Size   int64
 	Mtime  int64  // nanoseconds since the epoch
 	Ctime  int64  // nanoseconds since the epoch; with SrcIno, completes Version
 	SrcIno uint64 // the inode number in SOURCE (Ino is the view's)
-	Target string // symlink target
+	Mode   uint32 // syscall.S_IF* type bits | permission bits
+	Uid    uint32
+	Gid    uint32
 
-	children []*Entry // directories only; sorted by Name
+	parent *Entry
+	more   *more // directories and symlinks
+}
+
+// more is what only directories and symlinks have.
+type more struct {
+	kids   []Entry // a directory's, sorted by Name
+	target string  // a symlink's
+}
+
+// At returns a detached entry like e at path, under directories made for
+// it: for tests and tools that need an entry outside any snapshot.
+func At(path string, e Entry) *Entry {
+	var dir *Entry = &Entry{Mode: syscall.S_IFDIR | 0o755}
+	parts := strings.Split(path, "/")
+	for _, name := range parts[:len(parts)-1] {
+		dir = &Entry{Name: name, Mode: syscall.S_IFDIR | 0o755, parent: dir}
+	}
+	e.Name, e.parent = parts[len(parts)-1], dir
+	return &e
+}
+
+// Path is e's slash-separated path relative to SOURCE; "" for the root.
+func (e *Entry) Path() string {
+	if e.parent == nil {
+		return ""
+	}
+	n := -1
+	for p := e; p.parent != nil; p = p.parent {
+		n += len(p.Name) + 1
+	}
+	b := make([]byte, n)
+	i := n
+	for p := e; p.parent != nil; p = p.parent {
+		i -= len(p.Name)
+		copy(b[i:], p.Name)
+		if i > 0 {
+			i--
+			b[i] = '/'
+		}
+	}
+	return unsafe.String(&b[0], n)
+}
+
+// Parent returns the directory holding e, or nil for the root.
+func (e *Entry) Parent() *Entry { return e.parent }
+
+// Target is a symlink's target; "" for anything else.
+func (e *Entry) Target() string {
+	if e.more == nil {
+		return ""
+	}
+	return e.more.target
 }
 
 // IsDir reports whether e is a directory.
@@ -123,15 +180,34 @@ func (e *Entry) IsRegular() bool { return e.Mode&syscall.S_IFMT == syscall.S_IFR
 // IsSymlink reports whether e is a symlink.
 func (e *Entry) IsSymlink() bool { return e.Mode&syscall.S_IFMT == syscall.S_IFLNK }
 
-// Children returns the entries of a directory sorted by name. The slice must
-// not be modified.
-func (e *Entry) Children() []*Entry { return e.children }
+// NumChildren is how many entries directory e holds.
+func (e *Entry) NumChildren() int {
+	if e.more == nil {
+		return 0
+	}
+	return len(e.more.kids)
+}
+
+// ChildAt returns child i of directory e in name order.
+func (e *Entry) ChildAt(i int) *Entry { return &e.more.kids[i] }
+
+// Children returns the entries of a directory in name order.
+func (e *Entry) Children() iter.Seq[*Entry] {
+	return func(yield func(*Entry) bool) {
+		for i := 0; i < e.NumChildren(); i++ {
+			if !yield(&e.more.kids[i]) {
+				return
+			}
+		}
+	}
+}
 
 // Child returns the entry called name in directory e, or nil.
 func (e *Entry) Child(name string) *Entry {
-	i := sort.Search(len(e.children), func(i int) bool { return e.children[i].Name >= name })
-	if i < len(e.children) && e.children[i].Name == name {
-		return e.children[i]
+	n := e.NumChildren()
+	i := sort.Search(n, func(i int) bool { return e.more.kids[i].Name >= name })
+	if i < n && e.more.kids[i].Name == name {
+		return &e.more.kids[i]
 	}
 	return nil
 }
@@ -180,8 +256,8 @@ func (s *Snapshot) Walk(fn func(*Entry)) {
 	var walk func(*Entry)
 	walk = func(e *Entry) {
 		fn(e)
-		for _, c := range e.children {
-			walk(c)
+		for i := 0; i < e.NumChildren(); i++ {
+			walk(&e.more.kids[i])
 		}
 	}
 	walk(s.Root)
@@ -266,17 +342,18 @@ func diff(old, cur *Snapshot) Diff {
 	var walk func(o, n *Entry)
 	walk = func(o, n *Entry) {
 		// Both lists are sorted by name: merge them.
+		no, nn := o.NumChildren(), n.NumChildren()
 		i, j := 0, 0
-		for i < len(o.children) || j < len(n.children) {
+		for i < no || j < nn {
 			switch {
-			case j == len(n.children) || (i < len(o.children) && o.children[i].Name < n.children[j].Name):
-				d.Removed = append(d.Removed, o.children[i])
+			case j == nn || (i < no && o.ChildAt(i).Name < n.ChildAt(j).Name):
+				d.Removed = append(d.Removed, o.ChildAt(i))
 				i++
-			case i == len(o.children) || n.children[j].Name < o.children[i].Name:
-				d.Added = append(d.Added, n.children[j])
+			case i == no || n.ChildAt(j).Name < o.ChildAt(i).Name:
+				d.Added = append(d.Added, n.ChildAt(j))
 				j++
 			default:
-				oc, nc := o.children[i], n.children[j]
+				oc, nc := o.ChildAt(i), n.ChildAt(j)
 				switch {
 				case oc.Ino != nc.Ino:
 					d.Removed = append(d.Removed, oc)
@@ -286,7 +363,7 @@ func diff(old, cur *Snapshot) Diff {
 						d.Changed = append(d.Changed, oc)
 					}
 					walk(oc, nc)
-				case oc.Version() != nc.Version() || oc.Mode != nc.Mode || oc.Target != nc.Target ||
+				case oc.Version() != nc.Version() || oc.Mode != nc.Mode || oc.Target() != nc.Target() ||
 					oc.Uid != nc.Uid || oc.Gid != nc.Gid:
 					d.Changed = append(d.Changed, oc)
 				}
@@ -355,34 +432,41 @@ func (c *Catalog) scan(ctx context.Context, old *Snapshot) (*Snapshot, error) {
 // build makes the tree under root from a Lister's files, keeping the
 // inode numbers of paths whose type matches old. It returns how many
 // files it left out (bad paths, repeats, a file under a non-directory).
+// The tree is first made of nodes, then frozen into entries, each
+// directory's children in one array.
 func (c *Catalog) build(root, old *Entry, files []File) int {
 	sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
+	type node struct {
+		e      Entry
+		target string
+		kids   map[string]*node // directories
+		prev   *Entry           // a directory's entry in old
+	}
+	top := &node{e: *root, kids: map[string]*node{}, prev: old}
 	skipped := 0
-	kids := map[*Entry]map[string]*Entry{root: {}}
-	olds := map[*Entry]*Entry{root: old}
-	// child returns the entry name in dir, making it (as mode) if missing.
-	child := func(dir *Entry, name string, f File) *Entry {
-		if e := kids[dir][name]; e != nil {
-			return e
+	// child returns the node name in dir, making it (as f) if missing.
+	child := func(dir *node, name string, f File) *node {
+		if n := dir.kids[name]; n != nil {
+			return n
 		}
-		e := &Entry{Name: name, Path: join(dir.Path, name), Mode: f.Mode, Uid: root.Uid, Gid: root.Gid,
-			Size: f.Size, Mtime: f.Mtime, Ctime: f.Ctime, SrcIno: f.Ino, Target: f.Target}
+		n := &node{e: Entry{Name: name, Mode: f.Mode, Uid: root.Uid, Gid: root.Gid,
+			Size: f.Size, Mtime: f.Mtime, Ctime: f.Ctime, SrcIno: f.Ino}, target: f.Target}
 		var prev *Entry
-		if o := olds[dir]; o != nil {
-			if p := o.Child(name); p != nil && p.Mode&syscall.S_IFMT == e.Mode&syscall.S_IFMT {
+		if dir.prev != nil {
+			if p := dir.prev.Child(name); p != nil && p.Mode&syscall.S_IFMT == n.e.Mode&syscall.S_IFMT {
 				prev = p
 			}
 		}
 		if prev != nil {
-			e.Ino = prev.Ino
+			n.e.Ino = prev.Ino
 		} else {
-			e.Ino = c.nextIno.Add(1) - 1
+			n.e.Ino = c.nextIno.Add(1) - 1
 		}
-		if e.IsDir() {
-			kids[e], olds[e] = map[string]*Entry{}, prev
+		if n.e.IsDir() {
+			n.kids, n.prev = map[string]*node{}, prev
 		}
-		kids[dir][name] = e
-		return e
+		dir.kids[name] = n
+		return n
 	}
 	for _, f := range files {
 		names := strings.Split(f.Path, "/")
@@ -390,21 +474,21 @@ func (c *Catalog) build(root, old *Entry, files []File) int {
 			skipped++
 			continue
 		}
-		d := root
+		d := top
 		for _, name := range names[:len(names)-1] {
 			d = child(d, name, File{Mode: syscall.S_IFDIR | 0o755, Mtime: root.Mtime})
-			if !d.IsDir() {
+			if !d.e.IsDir() {
 				break
 			}
 		}
-		if !d.IsDir() {
+		if !d.e.IsDir() {
 			skipped++
 			continue
 		}
 		last := names[len(names)-1]
-		if e := kids[d][last]; e != nil {
-			if e.IsDir() && f.Mode&syscall.S_IFMT == syscall.S_IFDIR {
-				e.Mode, e.Mtime = f.Mode, f.Mtime // a directory listed twice: the last line wins
+		if n := d.kids[last]; n != nil {
+			if n.e.IsDir() && f.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+				n.e.Mode, n.e.Mtime = f.Mode, f.Mtime // a directory listed twice: the last line wins
 			} else {
 				skipped++
 			}
@@ -412,18 +496,57 @@ func (c *Catalog) build(root, old *Entry, files []File) int {
 		}
 		child(d, last, f)
 	}
-	var link func(d *Entry)
-	link = func(d *Entry) {
-		for _, e := range kids[d] {
-			d.children = append(d.children, e)
-			if e.IsDir() {
-				link(e)
+	var freeze func(d *Entry, n *node)
+	freeze = func(d *Entry, n *node) {
+		if len(n.kids) == 0 {
+			return
+		}
+		names := make([]string, 0, len(n.kids))
+		for name := range n.kids {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		kids := make([]Entry, len(names))
+		arena := newNames(names)
+		for i, name := range names {
+			k := n.kids[name]
+			kids[i] = k.e
+			kids[i].Name, kids[i].parent = arena.intern(name), d
+			if k.target != "" {
+				kids[i].more = &more{target: k.target}
 			}
 		}
-		sort.Slice(d.children, func(i, j int) bool { return d.children[i].Name < d.children[j].Name })
+		d.more = &more{kids: kids}
+		for i, name := range names {
+			if kids[i].IsDir() {
+				freeze(&kids[i], n.kids[name])
+			}
+		}
 	}
-	link(root)
+	freeze(root, top)
 	return skipped
+}
+
+// names is one buffer holding a directory's names.
+type names struct{ buf []byte }
+
+func newNames(list []string) *names {
+	n := 0
+	for _, s := range list {
+		n += len(s)
+	}
+	return &names{buf: make([]byte, 0, n)}
+}
+
+// intern copies s into the buffer, which never grows past the capacity
+// newNames gave it, so the strings it returned stay valid.
+func (a *names) intern(s string) string {
+	if s == "" || len(a.buf)+len(s) > cap(a.buf) {
+		return s
+	}
+	off := len(a.buf)
+	a.buf = append(a.buf, s...)
+	return unsafe.String(&a.buf[off], len(s))
 }
 
 func (c *Catalog) tooMany() error {
@@ -450,27 +573,33 @@ type scanner struct {
 	rootErr error // set only by the root directory's goroutine
 }
 
-// dir fills d.children, then scans subdirectories in new goroutines. The
-// semaphore is held only during I/O, so recursion cannot deadlock.
+// dir fills d's children, then scans subdirectories in new goroutines.
+// The semaphore is held only during I/O, so recursion cannot deadlock.
 func (sc *scanner) dir(d, old *Entry) {
 	defer sc.wg.Done()
 	if sc.ctx.Err() != nil || sc.entries.Load() > int64(sc.c.cfg.MaxEntries) {
 		return
 	}
 	sc.sem <- struct{}{}
-	children, err := sc.read(d)
+	kids, err := sc.read(d)
 	<-sc.sem
 	if err != nil {
 		if d.Ino == RootIno {
 			sc.rootErr = err
 			return
 		}
-		sc.c.cfg.Logger.Warn("catalog: skipping unreadable directory", "path", d.Path, "err", err)
+		sc.c.cfg.Logger.Warn("catalog: skipping unreadable directory", "path", d.Path(), "err", err)
 		sc.skipped.Add(1)
 		return
 	}
-	sc.entries.Add(int64(len(children)))
-	for _, e := range children {
+	sc.entries.Add(int64(len(kids)))
+	if len(kids) == 0 {
+		return
+	}
+	d.more = &more{kids: kids}
+	for i := range kids {
+		e := &kids[i]
+		e.parent = d
 		var prev *Entry
 		if old != nil {
 			if p := old.Child(e.Name); p != nil && p.Mode&syscall.S_IFMT == e.Mode&syscall.S_IFMT {
@@ -487,26 +616,28 @@ func (sc *scanner) dir(d, old *Entry) {
 			go sc.dir(e, prev)
 		}
 	}
-	d.children = children
 }
 
 // read lists directory d and lstats its entries relative to the directory's
-// descriptor, which is one lookup per entry instead of one per path component.
-func (sc *scanner) read(d *Entry) ([]*Entry, error) {
-	full := filepath.Join(sc.c.cfg.Source, filepath.FromSlash(d.Path))
+// descriptor, which is one lookup per entry instead of one per path
+// component. The entries come in name order, in one array, their names in
+// one buffer.
+func (sc *scanner) read(d *Entry) ([]Entry, error) {
+	full := filepath.Join(sc.c.cfg.Source, filepath.FromSlash(d.Path()))
 	f, err := os.Open(full)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	names, err := f.Readdirnames(-1)
+	list, err := f.Readdirnames(-1)
 	if err != nil {
 		return nil, fmt.Errorf("readdir %s: %w", full, err)
 	}
-	sort.Strings(names)
+	sort.Strings(list)
 	fd := int(f.Fd())
-	out := make([]*Entry, 0, len(names))
-	for _, name := range names {
+	out := make([]Entry, 0, len(list))
+	arena := newNames(list)
+	for _, name := range list {
 		if d.Ino == RootIno && sc.c.hidden(name) {
 			sc.c.cfg.Logger.Warn("catalog: SOURCE entry shadowed by the control directory", "name", name)
 			sc.skipped.Add(1)
@@ -515,13 +646,13 @@ func (sc *scanner) read(d *Entry) ([]*Entry, error) {
 		var st unix.Stat_t
 		if err := source.IgnoringEINTR(func() error { return unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
 			if !errors.Is(err, unix.ENOENT) { // vanished since readdir: not an error
-				sc.c.cfg.Logger.Warn("catalog: skipping entry", "path", join(d.Path, name), "err", err)
+				sc.c.cfg.Logger.Warn("catalog: skipping entry", "path", join(d.Path(), name), "err", err)
 			}
 			sc.skipped.Add(1)
 			continue
 		}
-		e := &Entry{Name: name, Path: join(d.Path, name)}
-		fill(e, &st)
+		e := Entry{Name: arena.intern(name)}
+		fill(&e, &st)
 		switch {
 		case e.IsDir(), e.IsRegular():
 		case e.IsSymlink():
@@ -532,7 +663,7 @@ func (sc *scanner) read(d *Entry) ([]*Entry, error) {
 				sc.skipped.Add(1)
 				continue
 			}
-			e.Target = string(buf[:n])
+			e.more = &more{target: string(buf[:n])}
 		default:
 			sc.skipped.Add(1)
 			continue

@@ -50,20 +50,20 @@ func TestScan(t *testing.T) {
 		t.Errorf("files %d dirs %d bytes %d, want 4, 4 (root, a x, b, .hidden), 4", s.Files, s.Dirs, s.Bytes)
 	}
 	var names []string
-	for _, e := range s.Root.Children() {
+	for e := range s.Root.Children() {
 		names = append(names, e.Name)
 	}
 	if got := strings.Join(names, ","); got != ".hidden,a x,b,link" {
 		t.Errorf("root children %q: want sorted, without .dlfs and the fifo", got)
 	}
 	e := s.Lookup("b/2.jpg")
-	if e == nil || e.Size != 2 || !e.IsRegular() || e.Path != "b/2.jpg" {
+	if e == nil || e.Size != 2 || !e.IsRegular() || e.Path() != "b/2.jpg" {
 		t.Fatalf("Lookup(b/2.jpg) = %+v", e)
 	}
 	if s.ByIno(e.Ino) != e {
 		t.Error("ByIno does not find the entry")
 	}
-	if l := s.Lookup("link"); l == nil || !l.IsSymlink() || l.Target != "b/1.jpg" {
+	if l := s.Lookup("link"); l == nil || !l.IsSymlink() || l.Target() != "b/1.jpg" {
 		t.Errorf("symlink: %+v", l)
 	}
 	for _, p := range []string{"nope", "b/nope", "b/2.jpg/x", ".dlfs"} {
@@ -97,7 +97,7 @@ func TestRefresh(t *testing.T) {
 	paths := func(es []*Entry) string {
 		var s []string
 		for _, e := range es {
-			s = append(s, e.Path)
+			s = append(s, e.Path())
 		}
 		return strings.Join(s, ",")
 	}
@@ -162,7 +162,7 @@ func TestLister(t *testing.T) {
 		t.Fatalf("files %d dirs %d skipped %d bytes %d", s.Files, s.Dirs, s.Skipped, s.Bytes)
 	}
 	tr := s.Lookup("train")
-	if tr.Mode != syscall.S_IFDIR|0o750 || tr.Mtime != 9 || len(tr.Children()) != 2 {
+	if tr.Mode != syscall.S_IFDIR|0o750 || tr.Mtime != 9 || tr.NumChildren() != 2 {
 		t.Errorf("train: %+v", tr)
 	}
 	if a := s.Lookup("train/a"); a == nil || a.Mode != syscall.S_IFDIR|0o755 {
@@ -171,7 +171,7 @@ func TestLister(t *testing.T) {
 	if e := s.Lookup("train/a/1.jpg"); e == nil || e.Size != 1 || s.ByIno(e.Ino) != e {
 		t.Errorf("train/a/1.jpg: %+v", e)
 	}
-	if l := s.Lookup("link"); l == nil || l.Target != "train" {
+	if l := s.Lookup("link"); l == nil || l.Target() != "train" {
 		t.Errorf("link: %+v", l)
 	}
 	ino := s.Lookup("train/b/2.jpg").Ino

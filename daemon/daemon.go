@@ -545,7 +545,7 @@ func (n *Node) readWhole(e *catalog.Entry) ([]byte, error) {
 		return nil, err
 	}
 	if len(got) != len(buf) {
-		return nil, fmt.Errorf("read %s: %d of %d bytes", e.Path, len(got), len(buf))
+		return nil, fmt.Errorf("read %s: %d of %d bytes", e.Path(), len(got), len(buf))
 	}
 	copy(buf, got)
 	return buf, nil

@@ -366,8 +366,8 @@ func TestTwoNodesSeeEachOther(t *testing.T) {
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		differ := ""
 		a.cat.Snapshot().Walk(func(e *catalog.Entry) {
-			if e.IsRegular() && differ == "" && ownerName(a, e.Path) != ownerName(b, e.Path) {
-				differ = fmt.Sprintf("%s: a says %q, b says %q", e.Path, ownerName(a, e.Path), ownerName(b, e.Path))
+			if e.IsRegular() && differ == "" && ownerName(a, e.Path()) != ownerName(b, e.Path()) {
+				differ = fmt.Sprintf("%s: a says %q, b says %q", e.Path(), ownerName(a, e.Path()), ownerName(b, e.Path()))
 			}
 		})
 		if differ == "" {

@@ -155,7 +155,7 @@ func (n *Node) demand(alive []cluster.Member) []placement.Sample {
 				slot[i] = -1 // a symlink to nothing in the dataset: nothing to place
 				continue
 			}
-			p := s.Entry.Path
+			p := s.Entry.Path()
 			k, ok := at[p]
 			if !ok {
 				k = len(out)
@@ -253,7 +253,7 @@ func (n *Node) computeLayout(j *jobs.Job, t *placement.Table, placed []cluster.M
 	}
 	return jobs.Layout{RankNode: rankNode, Cached: cached, ID: h.Sum64(), Owner: func(i int) int {
 		if e := j.Samples[i].Entry; e != nil {
-			return t.Owner(e.Path)
+			return t.Owner(e.Path())
 		}
 		return -1
 	}}

@@ -67,11 +67,11 @@ func TestDemandPlacement(t *testing.T) {
 			n.tableMu.Unlock()
 			n.cat.Snapshot().Walk(func(e *catalog.Entry) {
 				if e.IsRegular() {
-					o := tab.Members()[tab.Owner(e.Path)].Name
+					o := tab.Members()[tab.Owner(e.Path())].Name
 					if i == 0 {
-						out[e.Path] = o
-					} else if out[e.Path] != o {
-						t.Fatalf("%s: node a says %s owns it, node b %s", e.Path, out[e.Path], o)
+						out[e.Path()] = o
+					} else if out[e.Path()] != o {
+						t.Fatalf("%s: node a says %s owns it, node b %s", e.Path(), out[e.Path()], o)
 					}
 				}
 			})

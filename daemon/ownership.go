@@ -77,7 +77,7 @@ func (o *ownership) compute(snap *catalog.Snapshot, t *placement.Table, plan Pla
 	if t != nil {
 		snap.Walk(func(e *catalog.Entry) {
 			if e.IsRegular() {
-				name := t.Members()[t.Owner(e.Path)].Name
+				name := t.Members()[t.Owner(e.Path())].Name
 				c := counts[name]
 				counts[name] = [2]int64{c[0] + 1, c[1] + e.Size}
 			}

@@ -35,7 +35,7 @@ func (n *Node) Block(it peer.Item) ([]byte, uint32, byte) {
 	}
 	b, sum, err := n.load.Serve(e, it.Block)
 	if err != nil {
-		n.log.Warn("peer: serving a block failed", "path", e.Path, "err", err)
+		n.log.Warn("peer: serving a block failed", "path", e.Path(), "err", err)
 		return nil, 0, peer.StatusError
 	}
 	n.peerServed.Add(1)
@@ -66,7 +66,7 @@ func (n *Node) servable(it peer.Item) *catalog.Entry {
 	if e == nil || !e.IsRegular() || it.Block < 0 || it.Block > (max(e.Size, 1)-1)/n.load.BlockSize() {
 		return nil
 	}
-	if it.Tag != n.load.Tag(e, loader.BlockKey(e.Path, it.Block)) {
+	if it.Tag != n.load.Tag(e, loader.BlockKey(e.Path(), it.Block)) {
 		return nil // another dataset, or another version of the file
 	}
 	return e
@@ -74,7 +74,7 @@ func (n *Node) servable(it peer.Item) *catalog.Entry {
 
 // item names block i of e for a peer, with this node's tag for it.
 func (n *Node) item(e *catalog.Entry, i int64) peer.Item {
-	return peer.Item{Path: e.Path, Block: i, Tag: n.load.Tag(e, loader.BlockKey(e.Path, i))}
+	return peer.Item{Path: e.Path(), Block: i, Tag: n.load.Tag(e, loader.BlockKey(e.Path(), i))}
 }
 
 // cachedTimeout bounds a cached request to a previous owner: it is a
@@ -86,7 +86,7 @@ const cachedTimeout = 2 * time.Second
 type remote struct{ n *Node }
 
 func (r remote) Owner(e *catalog.Entry) (string, bool) {
-	m, ok := r.n.owner(e.Path)
+	m, ok := r.n.owner(e.Path())
 	return m.Name, ok
 }
 
@@ -117,10 +117,10 @@ func (r remote) Previous(e *catalog.Entry) (string, bool) {
 	n.tableMu.Unlock()
 	name := ""
 	if prev != nil {
-		name = prevPlaced[prev.Owner(e.Path)].Name
+		name = prevPlaced[prev.Owner(e.Path())].Name
 	}
 	if (name == "" || name == n.cfg.NodeName) && others != nil {
-		name = othersPlaced[others.Owner(e.Path)].Name
+		name = othersPlaced[others.Owner(e.Path())].Name
 	}
 	if name == "" || name == n.cfg.NodeName {
 		return "", false

@@ -20,7 +20,7 @@ func (s warmSource) RunLimits() (gap, run int64)                 { return s.n.lo
 // kept by that peer, not here (loader.Offer).
 func (s warmSource) Warm(first *catalog.Entry, neighbours []*catalog.Entry) error {
 	keep := func(e *catalog.Entry, i int64, b ramcache.Block) bool {
-		return s.n.load.Offer(loader.BlockKey(e.Path, i), b)
+		return s.n.load.Offer(loader.BlockKey(e.Path(), i), b)
 	}
 	if len(neighbours) > 0 {
 		_, err := s.n.load.PrefetchRun(first, neighbours, keep)
@@ -40,7 +40,7 @@ func (n *Node) filesUnder(paths []string) ([]*catalog.Entry, error) {
 	walk = func(e *catalog.Entry) {
 		switch {
 		case e.IsDir():
-			for _, c := range e.Children() {
+			for c := range e.Children() {
 				walk(c)
 			}
 		case e.IsRegular() && !seen[e.Ino]:
@@ -107,7 +107,7 @@ func (n *Node) check(path string) (CheckResult, error) {
 		case n.ssd != nil && n.load.OnSSD(e):
 			ssd += e.Size
 		default:
-			if _, ok := n.owner(e.Path); ok {
+			if _, ok := n.owner(e.Path()); ok {
 				peer += e.Size
 			} else {
 				none += e.Size

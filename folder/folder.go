@@ -80,7 +80,7 @@ func Build(snap *catalog.Snapshot, root string, exts []string) (*Index, error) {
 		return nil, fmt.Errorf("%w: %q is not a directory of the dataset", ErrRoot, root)
 	}
 	idx := &Index{}
-	for _, c := range dir.Children() {
+	for c := range dir.Children() {
 		if t, err := resolve(snap, join(root, c.Name)); err == nil && t.IsDir() {
 			idx.Classes = append(idx.Classes, c.Name)
 		}
@@ -147,7 +147,7 @@ func (w *walker) walk(dirPath string) error {
 	}
 	cur := dir{path: dirPath}
 	var subdirs []string
-	for _, c := range d.Children() {
+	for c := range d.Children() {
 		p := join(dirPath, c.Name)
 		t := c
 		if c.IsSymlink() {
@@ -220,10 +220,10 @@ func resolve(snap *catalog.Snapshot, p string) (*catalog.Entry, error) {
 			if hops++; hops > maxLinks {
 				return nil, errLoop
 			}
-			if strings.HasPrefix(next.Target, "/") {
+			if strings.HasPrefix(next.Target(), "/") {
 				return nil, errOutside // absolute: somewhere on the host
 			}
-			parts = append(strings.Split(next.Target, "/"), parts...)
+			parts = append(strings.Split(next.Target(), "/"), parts...)
 			continue
 		}
 		stack = append(stack, cur)

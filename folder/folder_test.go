@@ -97,8 +97,8 @@ func TestOrder(t *testing.T) {
 		t.Errorf("unresolved %d, want 40", idx.Unresolved)
 	}
 	for _, s := range idx.Samples {
-		if s.Path == "data/b/alias.jpeg" && s.Entry.Path != "data/b/2.jpg" {
-			t.Errorf("alias resolves to %s", s.Entry.Path)
+		if s.Path == "data/b/alias.jpeg" && s.Entry.Path() != "data/b/2.jpg" {
+			t.Errorf("alias resolves to %s", s.Entry.Path())
 		}
 	}
 	if _, err := Build(snap, "data/b/2.jpg", nil); err == nil {

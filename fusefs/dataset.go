@@ -1,7 +1,6 @@
 package fusefs
 
 import (
-	"path"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -129,7 +128,7 @@ func (f *FS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.Rea
 	}
 	b, err := f.data.ReadAt(e, buf[:min(int(in.Size), len(buf))], int64(in.Offset), in.Caller.Pid)
 	if err != nil {
-		return nil, fuse.Status(toErrno(f.log, "read "+e.Path, err))
+		return nil, fuse.Status(toErrno(f.log, "read "+e.Path(), err))
 	}
 	return readResult(b), fuse.OK
 }
@@ -151,18 +150,23 @@ func (f *FS) Readlink(cancel <-chan struct{}, h *fuse.InHeader) ([]byte, fuse.St
 	if !e.IsSymlink() {
 		return nil, fuse.EINVAL
 	}
-	return []byte(e.Target), fuse.OK
+	return []byte(e.Target()), fuse.OK
 }
 
 // dirHandle is an open directory: its listing as of the open.
 type dirHandle struct {
 	self, parent uint64
-	children     []*catalog.Entry // a catalog directory's
-	pseudo       []PseudoEntry    // a control directory's
+	dir          *catalog.Entry // a catalog directory (immutable)
+	pseudo       []PseudoEntry  // a control directory's listing
 }
 
 // len is the number of entries, "." and ".." included.
-func (d *dirHandle) len() int { return 2 + len(d.children) + len(d.pseudo) }
+func (d *dirHandle) len() int {
+	if d.dir != nil {
+		return 2 + d.dir.NumChildren()
+	}
+	return 2 + len(d.pseudo)
+}
 
 // at returns entry i of the listing, and the catalog entry behind it if
 // there is one.
@@ -173,8 +177,8 @@ func (d *dirHandle) at(i int) (fuse.DirEntry, *catalog.Entry) {
 		de.Name, de.Ino = ".", d.self
 	case i == 1:
 		de.Name, de.Ino = "..", d.parent
-	case d.children != nil:
-		c := d.children[i-2]
+	case d.dir != nil:
+		c := d.dir.ChildAt(i - 2)
 		de.Name, de.Ino, de.Mode = c.Name, c.Ino, c.Mode
 		return de, c
 	default:
@@ -207,18 +211,9 @@ func (f *FS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut)
 		if !e.IsDir() {
 			return fuse.Status(syscall.ENOTDIR)
 		}
-		h = &dirHandle{self: e.Ino, parent: e.Ino, children: e.Children()}
-		if h.children == nil {
-			h.children = []*catalog.Entry{}
-		}
-		if e.Ino != catalog.RootIno {
-			dir := path.Dir(e.Path)
-			if dir == "." {
-				dir = ""
-			}
-			if p := f.data.Snapshot().Lookup(dir); p != nil {
-				h.parent = p.Ino
-			}
+		h = &dirHandle{self: e.Ino, parent: e.Ino, dir: e}
+		if p := e.Parent(); p != nil {
+			h.parent = p.Ino
 		}
 		out.OpenFlags = fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE
 	}

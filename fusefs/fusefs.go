@@ -37,7 +37,6 @@ package fusefs
 import (
 	"log/slog"
 	"os"
-	"path"
 	"sync"
 	"syscall"
 	"time"
@@ -202,16 +201,13 @@ func (f *FS) Invalidate(d catalog.Diff) {
 	if s == nil {
 		return
 	}
-	snap := f.data.Snapshot()
 	forget := func(e *catalog.Entry, content bool) {
 		if content {
 			s.InodeNotify(e.Ino, 0, 0) // page cache (a directory's: its listing) and attributes
 		}
-		dir := path.Dir(e.Path)
-		if dir == "." {
-			dir = ""
-		}
-		if p := snap.Lookup(dir); p != nil {
+		// A directory keeps its inode number across refreshes: the
+		// parent's, old or new, is the one the kernel knows.
+		if p := e.Parent(); p != nil {
 			s.EntryNotify(p.Ino, e.Name)
 			s.InodeNotify(p.Ino, 0, 0) // the cached listing
 		}

@@ -23,7 +23,7 @@ type tree struct{ cat *catalog.Catalog }
 func (t tree) Snapshot() *catalog.Snapshot { return t.cat.Snapshot() }
 func (t tree) Source() string              { return t.cat.Source() }
 func (t tree) ReadAt(e *catalog.Entry, dest []byte, off int64, pid uint32) ([]byte, error) {
-	f, err := os.Open(filepath.Join(t.cat.Source(), e.Path))
+	f, err := os.Open(filepath.Join(t.cat.Source(), e.Path()))
 	if err != nil {
 		return nil, err
 	}

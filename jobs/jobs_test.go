@@ -30,7 +30,7 @@ func registry(t *testing.T, files map[string]string) *Registry {
 		t.Fatal(err)
 	}
 	return New(Config{Snapshot: cat.Snapshot, ReadFile: func(e *catalog.Entry) ([]byte, error) {
-		return os.ReadFile(filepath.Join(root, e.Path))
+		return os.ReadFile(filepath.Join(root, e.Path()))
 	}})
 }
 

@@ -33,7 +33,7 @@ func (l *Loader) Locate(e *catalog.Entry) (Span, bool) {
 	if !l.Coalesces() || e.Size > l.cfg.BlockSize {
 		return Span{}, false
 	}
-	return l.pfs.(Coalescer).Locate(e.Path)
+	return l.pfs.(Coalescer).Locate(e.Path())
 }
 
 // RunLimits are the thresholds for reading neighbouring samples in one
@@ -66,9 +66,9 @@ func (l *Loader) PrefetchRun(first *catalog.Entry, neighbours []*catalog.Entry, 
 	es := append([]*catalog.Entry{first}, neighbours...)
 	offs := make(map[uint64]int64, len(es))
 	for _, e := range es {
-		sp, ok := c.Locate(e.Path)
+		sp, ok := c.Locate(e.Path())
 		if !ok {
-			return nil, fmt.Errorf("loader: %s is not in a packed container", e.Path)
+			return nil, fmt.Errorf("loader: %s is not in a packed container", e.Path())
 		}
 		offs[e.Ino] = sp.Off
 	}
@@ -76,7 +76,7 @@ func (l *Loader) PrefetchRun(first *catalog.Entry, neighbours []*catalog.Entry, 
 	r := l.remote.Load()
 	var pick []*catalog.Entry
 	for _, e := range es {
-		key := BlockKey(e.Path, 0)
+		key := BlockKey(e.Path(), 0)
 		if e.Size > l.cfg.BlockSize || l.ram.Contains(key) || l.flight.held(key) {
 			continue
 		}
@@ -92,7 +92,7 @@ func (l *Loader) PrefetchRun(first *catalog.Entry, neighbours []*catalog.Entry, 
 	}
 	keys := make([]string, len(pick))
 	for i, e := range pick {
-		keys[i] = BlockKey(e.Path, 0)
+		keys[i] = BlockKey(e.Path(), 0)
 	}
 	calls := l.flight.claim(keys)
 	var (
@@ -102,7 +102,7 @@ func (l *Loader) PrefetchRun(first *catalog.Entry, neighbours []*catalog.Entry, 
 	)
 	for i, e := range pick {
 		if calls[i] != nil {
-			paths = append(paths, e.Path)
+			paths = append(paths, e.Path())
 			wants = append(wants, e.Version())
 			mine = append(mine, i)
 		}

@@ -122,7 +122,7 @@ func (l *Loader) serveBatch(c Coalescer, batch []*demandRead) {
 			paths := make([]string, len(part))
 			wants := make([]source.Version, len(part))
 			for i, r := range part {
-				paths[i], wants[i] = r.e.Path, r.e.Version()
+				paths[i], wants[i] = r.e.Path(), r.e.Version()
 			}
 			start := time.Now()
 			bufs, err := c.ReadRun(paths, wants)

@@ -346,7 +346,7 @@ func (l *Loader) count(t tier, n int64) {
 // end. A block it has to fetch (or wait for) is added to held: the read
 // holds it until it is reported to the stage.
 func (l *Loader) block(e *catalog.Entry, i int64, done bool, held *[]string) ([]byte, tier, time.Duration, error) {
-	key := BlockKey(e.Path, i)
+	key := BlockKey(e.Path(), i)
 	tag := l.Tag(e, key)
 	if b, ok := l.ram.Get(key, tag); ok {
 		return b.Data, tierRAM, 0, nil
@@ -417,7 +417,7 @@ func (l *Loader) fromStage(key string, tag uint64, e *catalog.Entry, done bool) 
 		return ramcache.Block{}, false
 	}
 	if !integrity.Check(tag, b.Sum, b.Data) {
-		l.log.Warn("loader: a staged block fails its checksum; reading it again", "path", e.Path)
+		l.log.Warn("loader: a staged block fails its checksum; reading it again", "path", e.Path())
 		s.s.Take(key, tag, true)
 		return ramcache.Block{}, false
 	}
@@ -432,13 +432,13 @@ func (l *Loader) OnSSD(e *catalog.Entry) bool {
 	if l.ssd == nil {
 		return false
 	}
-	key := BlockKey(e.Path, 0)
+	key := BlockKey(e.Path(), 0)
 	_, ok, _ := l.ssd.Get(key, l.Tag(e, key))
 	return ok
 }
 
 // InRAM reports whether RAM holds e's first block.
-func (l *Loader) InRAM(e *catalog.Entry) bool { return l.ram.Contains(BlockKey(e.Path, 0)) }
+func (l *Loader) InRAM(e *catalog.Entry) bool { return l.ram.Contains(BlockKey(e.Path(), 0)) }
 
 // Offer hands RAM a block the stage gives up, and reports whether RAM
 // kept it. A peer's block is not kept (RAM holds this node's share).
@@ -461,7 +461,7 @@ func (l *Loader) Prefetch(e *catalog.Entry, keep Keep) (int, error) {
 	n := max((e.Size+l.cfg.BlockSize-1)/l.cfg.BlockSize, 1)
 	staged := 0
 	for i := int64(0); i < n; i++ {
-		key := BlockKey(e.Path, i)
+		key := BlockKey(e.Path(), i)
 		if l.ram.Contains(key) || l.flight.held(key) {
 			continue // cached, or a demand read has it
 		}
@@ -494,7 +494,7 @@ func (l *Loader) Prefetch(e *catalog.Entry, keep Keep) (int, error) {
 //
 // It returns the bytes with their sum under the block's tag.
 func (l *Loader) Serve(e *catalog.Entry, i int64) ([]byte, uint32, error) {
-	key := BlockKey(e.Path, i)
+	key := BlockKey(e.Path(), i)
 	tag := l.Tag(e, key)
 	if b, ok := l.ram.Get(key, tag); ok {
 		return b.Data, b.Sum, nil
@@ -528,7 +528,7 @@ func (l *Loader) staged(key string, tag uint64, e *catalog.Entry) (ramcache.Bloc
 // stage or the SSD. It never reads the PFS or asks a peer: it answers a
 // peer that took over a sample this node owned before.
 func (l *Loader) Cached(e *catalog.Entry, i int64) ([]byte, uint32, bool) {
-	key := BlockKey(e.Path, i)
+	key := BlockKey(e.Path(), i)
 	tag := l.Tag(e, key)
 	if b, ok := l.ram.Get(key, tag); ok {
 		return b.Data, b.Sum, true
@@ -578,7 +578,7 @@ func (l *Loader) load(e *catalog.Entry, i int64, tag uint64, why purpose) (fetch
 }
 
 func (l *Loader) loadFrom(e *catalog.Entry, i int64, tag uint64, why purpose) (fetch, error) {
-	key := BlockKey(e.Path, i)
+	key := BlockKey(e.Path(), i)
 	bs := l.cfg.BlockSize
 	n := min(bs, e.Size-i*bs)
 	sources := make([]string, 0, 3)
@@ -638,7 +638,7 @@ func (l *Loader) loadFrom(e *catalog.Entry, i int64, tag uint64, why purpose) (f
 		case srcSSD:
 			b, ok, err := l.ssd.Get(key, tag)
 			if err != nil && !errors.Is(err, ssdstore.ErrClosed) {
-				l.log.Warn("loader: SSD read failed; trying the next source", "path", e.Path, "err", err)
+				l.log.Warn("loader: SSD read failed; trying the next source", "path", e.Path(), "err", err)
 				l.model.Fail(src)
 			}
 			if ok {
@@ -649,7 +649,7 @@ func (l *Loader) loadFrom(e *catalog.Entry, i int64, tag uint64, why purpose) (f
 			var buf []byte
 			var err error
 			if c, ok := l.pfs.(Coalescer); ok && why == forReader && !l.cfg.NoCoalesce && e.Size <= bs {
-				if span, ok := c.Locate(e.Path); ok {
+				if span, ok := c.Locate(e.Path()); ok {
 					buf, err = l.readDemand(c, e, span)
 				} else {
 					buf, err = l.readPFS(e, i, n)
@@ -671,8 +671,8 @@ func (l *Loader) loadFrom(e *catalog.Entry, i int64, tag uint64, why purpose) (f
 			}
 			b, sum, err := l.remote.Load().r.FetchCached(previous, e, i)
 			if err == nil && !integrity.Check(tag, sum, b) {
-				err = fmt.Errorf("peer %s sent %s block %d failing its checksum", previous, e.Path, i)
-				l.log.Warn("loader: a peer's block fails its checksum; not using it", "peer", previous, "path", e.Path, "block", i)
+				err = fmt.Errorf("peer %s sent %s block %d failing its checksum", previous, e.Path(), i)
+				l.log.Warn("loader: a peer's block fails its checksum; not using it", "peer", previous, "path", e.Path(), "block", i)
 			}
 			if err != nil && !errors.Is(err, ErrNoBlock) {
 				l.model.Fail("peer:" + previous)
@@ -689,11 +689,11 @@ func (l *Loader) loadFrom(e *catalog.Entry, i int64, tag uint64, why purpose) (f
 				err = fmt.Errorf("peer %s sent %d bytes of %d", owner, len(b), n)
 			}
 			if err == nil && !integrity.Check(tag, sum, b) {
-				err = fmt.Errorf("peer %s sent %s block %d failing its checksum", owner, e.Path, i)
-				l.log.Warn("loader: a peer's block fails its checksum; not using it", "peer", owner, "path", e.Path, "block", i)
+				err = fmt.Errorf("peer %s sent %s block %d failing its checksum", owner, e.Path(), i)
+				l.log.Warn("loader: a peer's block fails its checksum; not using it", "peer", owner, "path", e.Path(), "block", i)
 			}
 			if err != nil {
-				l.log.Debug("loader: peer fetch failed; trying the next source", "path", e.Path, "peer", owner, "err", err)
+				l.log.Debug("loader: peer fetch failed; trying the next source", "path", e.Path(), "peer", owner, "err", err)
 				if !errors.Is(err, ErrNoBlock) {
 					l.model.Fail(src)
 				}
@@ -725,13 +725,13 @@ func (l *Loader) toSSD(key string, tag uint64, f fetch) {
 func (l *Loader) readPFS(e *catalog.Entry, i, n int64) ([]byte, error) {
 	buf := make([]byte, n)
 	off := i * l.cfg.BlockSize
-	got, err := l.pfs.ReadAt(e.Path, e.Version(), buf, off)
+	got, err := l.pfs.ReadAt(e.Path(), e.Version(), buf, off)
 	if err != nil {
 		return nil, err
 	}
 	if int64(got) != n {
 		return nil, fmt.Errorf("loader: %s: short read at %d: got %d of %d bytes; the file shrank, write 'refresh' to the control file",
-			e.Path, off, got, n)
+			e.Path(), off, got, n)
 	}
 	return buf, nil
 }
@@ -744,7 +744,7 @@ func (l *Loader) Invalidate(e *catalog.Entry) {
 	}
 	blocks := max((e.Size+l.cfg.BlockSize-1)/l.cfg.BlockSize, 1)
 	for i := int64(0); i < blocks; i++ {
-		key := BlockKey(e.Path, i)
+		key := BlockKey(e.Path(), i)
 		l.ram.Delete(key)
 		if l.ssd != nil {
 			l.ssd.Delete(key)

@@ -70,7 +70,7 @@ func (s *fakeSSD) Delete(key string) {
 }
 
 func entry(path string, size int64) *catalog.Entry {
-	return &catalog.Entry{Path: path, Size: size, Mtime: 7, Mode: syscall.S_IFREG | 0o644}
+	return catalog.At(path, catalog.Entry{Size: size, Mtime: 7, Mode: syscall.S_IFREG | 0o644})
 }
 
 func data(n int) []byte {
@@ -207,8 +207,8 @@ func (r *fakeRemote) Fetch(peer string, e *catalog.Entry, i int64) ([]byte, uint
 	if r.err != nil {
 		return nil, 0, r.err
 	}
-	b := append([]byte(nil), r.files[e.Path][i*r.bs:min((i+1)*r.bs, int64(len(r.files[e.Path])))]...)
-	sum := integrity.Sum(integrity.Tag(0, BlockKey(e.Path, i), e.Version()), b)
+	b := append([]byte(nil), r.files[e.Path()][i*r.bs:min((i+1)*r.bs, int64(len(r.files[e.Path()])))]...)
+	sum := integrity.Sum(integrity.Tag(0, BlockKey(e.Path(), i), e.Version()), b)
 	if r.damage {
 		b[len(b)/2] ^= 1
 	}
@@ -277,14 +277,14 @@ func TestSourceChoice(t *testing.T) {
 				if c.prefetch {
 					var got []byte
 					keep := func(_ *catalog.Entry, _ int64, b ramcache.Block) bool { got = b.Data; return true }
-					if _, err := l.Prefetch(e, keep); err != nil || !bytes.Equal(got, files[e.Path]) {
-						t.Fatalf("prefetch %s: %v", e.Path, err)
+					if _, err := l.Prefetch(e, keep); err != nil || !bytes.Equal(got, files[e.Path()]) {
+						t.Fatalf("prefetch %s: %v", e.Path(), err)
 					}
 					continue
 				}
 				got, err := l.ReadAt(e, make([]byte, e.Size), 0)
-				if err != nil || !bytes.Equal(got, files[e.Path]) {
-					t.Fatalf("read %s: %v", e.Path, err)
+				if err != nil || !bytes.Equal(got, files[e.Path()]) {
+					t.Fatalf("read %s: %v", e.Path(), err)
 				}
 			}
 			peer, pfsReads := r.fetches.Load(), pfs.reads.Load()
@@ -391,7 +391,7 @@ type fakeStage struct {
 func (s *fakeStage) keep(e *catalog.Entry, i int64, b ramcache.Block) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.m[BlockKey(e.Path, i)] = b
+	s.m[BlockKey(e.Path(), i)] = b
 	return true
 }
 

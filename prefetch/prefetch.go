@@ -625,7 +625,7 @@ func (p *Prefetcher) Observe(e *catalog.Entry, off int64, waited time.Duration) 
 	if best == nil {
 		if len(p.streams) > 0 && off == 0 {
 			p.totals.Unpredicted++
-			p.log.Debug("prefetch: read of a sample no plan expects now", "path", e.Path)
+			p.log.Debug("prefetch: read of a sample no plan expects now", "path", e.Path())
 			for _, s := range p.streams {
 				if _, ok := s.first[e.Ino]; ok {
 					s.stats.Misses++ // planned, but read again
@@ -750,7 +750,7 @@ func (p *Prefetcher) dropIfUnneededLocked(e *catalog.Entry) {
 	}
 	n := max((e.Size+p.cfg.BlockSize-1)/p.cfg.BlockSize, 1)
 	for i := int64(0); i < n; i++ {
-		key := loader.BlockKey(e.Path, i)
+		key := loader.BlockKey(e.Path(), i)
 		if b, ok := p.staged[key]; ok {
 			p.unstageLocked(key, b)
 			p.totals.WastedBytes += int64(len(b.Data))
@@ -940,7 +940,7 @@ func (p *Prefetcher) work(ctx context.Context) {
 		case group = <-p.tasks:
 		}
 		keep := func(e *catalog.Entry, i int64, b ramcache.Block) bool {
-			return p.stage(e, loader.BlockKey(e.Path, i), b, e != group[0])
+			return p.stage(e, loader.BlockKey(e.Path(), i), b, e != group[0])
 		}
 		var run map[uint64]bool
 		if len(group) > 1 {
@@ -996,7 +996,7 @@ func (p *Prefetcher) finish(e *catalog.Entry, staged int, err error) {
 	switch {
 	case err != nil:
 		p.totals.Errors++
-		p.log.Warn("prefetch: fetch failed; the read will try again", "path", e.Path, "err", err)
+		p.log.Warn("prefetch: fetch failed; the read will try again", "path", e.Path(), "err", err)
 	case staged > 0:
 		p.totals.Fetched++
 	}

@@ -39,7 +39,7 @@ func (f *fakeLoader) Locate(e *catalog.Entry) (loader.Span, bool) {
 		return loader.Span{}, false
 	}
 	var i int
-	fmt.Sscanf(filepath.Base(e.Path), "%04d.jpg", &i)
+	fmt.Sscanf(filepath.Base(e.Path()), "%04d.jpg", &i)
 	return loader.Span{Container: "c", Off: int64(i) * 1000, Len: e.Size}, true
 }
 
@@ -49,7 +49,7 @@ func (f *fakeLoader) PrefetchRun(first *catalog.Entry, rest []*catalog.Entry, ke
 	out := map[uint64]bool{}
 	for _, e := range es {
 		f.mu.Lock()
-		f.fetches[e.Path]++
+		f.fetches[e.Path()]++
 		f.mu.Unlock()
 		f.total.Add(1)
 		out[e.Ino] = keep(e, 0, ramcache.Block{ID: e.Ino, Data: make([]byte, e.Size)})
@@ -79,7 +79,7 @@ func (f *fakeLoader) Prefetch(e *catalog.Entry, keep loader.Keep) (int, error) {
 		return 0, nil
 	}
 	f.mu.Lock()
-	f.fetches[e.Path]++
+	f.fetches[e.Path()]++
 	f.mu.Unlock()
 	f.total.Add(1)
 	f.requests.Add(1)
@@ -145,11 +145,11 @@ func TestFollowsThePlan(t *testing.T) {
 	}
 	for _, i := range order {
 		e := j.Samples[i].Entry
-		if _, ok := p.Take(loader.BlockKey(e.Path, 0), 0, false); !ok {
-			t.Fatalf("%s was not staged", e.Path)
+		if _, ok := p.Take(loader.BlockKey(e.Path(), 0), 0, false); !ok {
+			t.Fatalf("%s was not staged", e.Path())
 		}
-		if _, ok := p.Take(loader.BlockKey(e.Path, 0), 0, true); !ok {
-			t.Fatalf("%s was not staged", e.Path)
+		if _, ok := p.Take(loader.BlockKey(e.Path(), 0), 0, true); !ok {
+			t.Fatalf("%s was not staged", e.Path())
 		}
 		p.Observe(e, 0, 0)
 	}
@@ -291,7 +291,7 @@ func TestReplanFreesTheStage(t *testing.T) {
 	first := j.Order(0, 5)[:20]
 	staged := func(i int) bool {
 		e := j.Samples[i].Entry
-		_, ok := p.Take(loader.BlockKey(e.Path, 0), 0, false)
+		_, ok := p.Take(loader.BlockKey(e.Path(), 0), 0, false)
 		return ok
 	}
 	waitFor(t, "epoch 5's first 20 samples to be staged", func() bool {

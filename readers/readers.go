@@ -781,10 +781,10 @@ func (t *Tracker) place(files []*catalog.Entry) (*indexed, []int) {
 		return nil, nil
 	}
 	extSet := map[string]bool{}
-	dir := path.Dir(files[0].Path)
+	dir := path.Dir(files[0].Path())
 	for _, e := range files {
 		extSet[strings.ToLower(path.Ext(e.Name))] = true
-		for dir != "." && !strings.HasPrefix(e.Path, dir+"/") {
+		for dir != "." && !strings.HasPrefix(e.Path(), dir+"/") {
 			dir = path.Dir(dir)
 		}
 	}

@@ -120,7 +120,7 @@ func (w *Warmer) run(ctx context.Context, units [][]*catalog.Entry, done chan st
 			for u := range next {
 				if err := w.src.Warm(u[0], u[1:]); err != nil {
 					w.errs.Add(1)
-					w.log.Debug("warm-up: fetch failed", "path", u[0].Path, "err", err)
+					w.log.Debug("warm-up: fetch failed", "path", u[0].Path(), "err", err)
 					continue
 				}
 				var b int64
@@ -218,7 +218,7 @@ func plan(src Source, entries []*catalog.Entry, capacity int64) ([][]*catalog.En
 			}
 			return a.span.Off < b.span.Off
 		}
-		return a.e.Path < b.e.Path
+		return a.e.Path() < b.e.Path()
 	})
 	// What fits: the first items, in that order, up to capacity.
 	n := 0

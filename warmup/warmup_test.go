@@ -20,7 +20,7 @@ type fakeSource struct {
 
 func (f *fakeSource) Locate(e *catalog.Entry) (loader.Span, bool) {
 	var k, off int64
-	if _, err := fmt.Sscanf(e.Path, "c%d/%d", &k, &off); err != nil {
+	if _, err := fmt.Sscanf(e.Path(), "c%d/%d", &k, &off); err != nil {
 		return loader.Span{}, false
 	}
 	return loader.Span{Container: fmt.Sprint(k), Off: off, Len: 10}, true
@@ -30,9 +30,9 @@ func (f *fakeSource) Warm(first *catalog.Entry, ns []*catalog.Entry) error {
 	if f.hold != nil {
 		<-f.hold
 	}
-	u := []string{first.Path}
+	u := []string{first.Path()}
 	for _, e := range ns {
-		u = append(u, e.Path)
+		u = append(u, e.Path())
 	}
 	f.mu.Lock()
 	f.units = append(f.units, u)
@@ -43,7 +43,7 @@ func (f *fakeSource) Warm(first *catalog.Entry, ns []*catalog.Entry) error {
 func entries(paths ...string) []*catalog.Entry {
 	var out []*catalog.Entry
 	for i, p := range paths {
-		out = append(out, &catalog.Entry{Path: p, Ino: uint64(i + 1), Size: 10})
+		out = append(out, catalog.At(p, catalog.Entry{Ino: uint64(i + 1), Size: 10}))
 	}
 	return out
 }
@@ -82,7 +82,7 @@ func unitPaths(units [][]*catalog.Entry) [][]string {
 	for _, u := range units {
 		var ps []string
 		for _, e := range u {
-			ps = append(ps, e.Path)
+			ps = append(ps, e.Path())
 		}
 		out = append(out, ps)
 	}
