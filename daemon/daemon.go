@@ -274,6 +274,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		rc.NextUse = nil
 	}
 	n.ram = ramcache.New(rc)
+	n.onClose("heap governor", governHeap(n.ram))
 	var ssd loader.SSD
 	if cfg.SSDDir != "" {
 		sc := cfg.SSD

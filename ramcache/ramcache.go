@@ -21,7 +21,7 @@
 package ramcache
 
 import (
-	"container/list"
+	"hash/maphash"
 	"sync"
 
 	"github.com/dlfs/dlfs/integrity"
@@ -51,9 +51,10 @@ type Block struct {
 	Peer bool
 }
 
-// overhead approximates the bookkeeping bytes per entry, so that many tiny
-// blocks cannot blow the memory bound.
-const overhead = 128
+// overhead approximates the bookkeeping bytes per entry (an item, 80
+// bytes, and its slot in the map), so that many tiny blocks cannot blow
+// the memory bound.
+const overhead = 104
 
 // Stats describe the tier's contents.
 type Stats struct {
@@ -63,49 +64,74 @@ type Stats struct {
 }
 
 // Cache is safe for concurrent use; no method blocks on I/O.
+//
+// Entries are found by a 64-bit hash of their key, which is not kept: at
+// 10 M small blocks the keys would cost more than the bookkeeping. Two
+// keys with one hash would share an entry; the block's tag, which binds
+// the key, then does not match, and Get reports a miss.
 type Cache struct {
 	capacity int64 // read-only after New
 	nextUse  func(uint64) int64
+	seed     maphash.Seed
 
 	mu sync.Mutex
 	// mu guards the following.
 	// INVARIANT: bytes == sum of len(Data)+overhead over items, and bytes <= capacity.
-	items map[string]*list.Element
-	lru   *list.List // front: most recently used; values are *item
+	items map[uint64]*item
+	lru   item // sentinel of the recency ring: lru.next is the most recently used
 	bytes int64
 }
 
+// item is one entry, on the recency ring.
 type item struct {
-	key string
-	b   Block
+	prev, next *item
+	hash       uint64
+	b          Block
 }
 
 // New returns an empty cache.
 func New(cfg Config) *Cache {
-	return &Cache{capacity: cfg.Capacity, nextUse: cfg.NextUse, items: make(map[string]*list.Element), lru: list.New()}
+	c := &Cache{capacity: cfg.Capacity, nextUse: cfg.NextUse, seed: maphash.MakeSeed(), items: make(map[uint64]*item)}
+	c.lru.next, c.lru.prev = &c.lru, &c.lru
+	return c
+}
+
+func (c *Cache) hash(key string) uint64 { return maphash.String(c.seed, key) }
+
+// front puts it at the most recent end of the ring.
+func (c *Cache) front(it *item) {
+	it.prev, it.next = &c.lru, c.lru.next
+	c.lru.next.prev = it
+	c.lru.next = it
+}
+
+func unlink(it *item) {
+	it.prev.next, it.next.prev = it.next, it.prev
+	it.prev, it.next = nil, nil
 }
 
 // Get returns the block for key if it is cached with tag and intact.
 func (c *Cache) Get(key string, tag uint64) (Block, bool) {
+	h := c.hash(key)
 	c.mu.Lock()
-	el, ok := c.items[key]
+	it, ok := c.items[h]
 	if !ok {
 		c.mu.Unlock()
 		return Block{}, false
 	}
-	it := el.Value.(*item)
 	if it.b.Tag != tag {
-		c.removeLocked(el)
+		c.removeLocked(it)
 		c.mu.Unlock()
 		return Block{}, false
 	}
-	c.lru.MoveToFront(el)
+	unlink(it)
+	c.front(it)
 	b := it.b
 	c.mu.Unlock()
 	if !integrity.Check(tag, b.Sum, b.Data) {
 		c.mu.Lock()
-		if cur, ok := c.items[key]; ok && cur == el {
-			c.removeLocked(el)
+		if cur, ok := c.items[h]; ok && cur == it {
+			c.removeLocked(it)
 		}
 		c.mu.Unlock()
 		return Block{}, false
@@ -115,9 +141,10 @@ func (c *Cache) Get(key string, tag uint64) (Block, bool) {
 
 // Contains reports whether key is cached, without touching recency.
 func (c *Cache) Contains(key string) bool {
+	h := c.hash(key)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	_, ok := c.items[key]
+	_, ok := c.items[h]
 	return ok
 }
 
@@ -125,32 +152,36 @@ func (c *Cache) Contains(key string) bool {
 // It reports whether the block was kept.
 func (c *Cache) Put(key string, b Block) bool {
 	cost := int64(len(b.Data)) + overhead
+	h := c.hash(key)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if el, ok := c.items[key]; ok {
-		c.removeLocked(el)
+	if it, ok := c.items[h]; ok {
+		c.removeLocked(it)
 	}
 	if cost > c.capacity {
 		return false
 	}
 	for c.bytes+cost > c.capacity {
 		victim := c.victimLocked()
-		if c.nextUse != nil && c.nextUse(b.ID) > c.nextUse(victim.Value.(*item).b.ID) {
+		if c.nextUse != nil && c.nextUse(b.ID) > c.nextUse(victim.b.ID) {
 			return false // needed later than anything here: Belady would not keep it
 		}
 		c.removeLocked(victim)
 	}
-	c.items[key] = c.lru.PushFront(&item{key: key, b: b})
+	it := &item{hash: h, b: b}
+	c.front(it)
+	c.items[h] = it
 	c.bytes += cost
 	return true
 }
 
 // Delete drops key if present.
 func (c *Cache) Delete(key string) {
+	h := c.hash(key)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if el, ok := c.items[key]; ok {
-		c.removeLocked(el)
+	if it, ok := c.items[h]; ok {
+		c.removeLocked(it)
 	}
 }
 
@@ -158,36 +189,36 @@ func (c *Cache) Delete(key string) {
 // the Belady approximation compares.
 const candidates = 16
 
-// victimLocked picks the block to evict.
-func (c *Cache) victimLocked() *list.Element {
-	tail := c.lru.Back()
+// victimLocked picks the block to evict. The cache is not empty.
+func (c *Cache) victimLocked() *item {
+	tail := c.lru.prev
 	if c.nextUse == nil {
 		return tail
 	}
-	best, bestUse := tail, c.nextUse(tail.Value.(*item).b.ID)
-	consider := func(el *list.Element) {
-		if u := c.nextUse(el.Value.(*item).b.ID); u > bestUse {
-			best, bestUse = el, u
+	best, bestUse := tail, c.nextUse(tail.b.ID)
+	consider := func(it *item) {
+		if u := c.nextUse(it.b.ID); u > bestUse {
+			best, bestUse = it, u
 		}
 	}
-	el := tail.Prev()
-	for i := 1; i < candidates && el != nil; i++ {
-		consider(el)
-		el = el.Prev()
+	it := tail.prev
+	for i := 1; i < candidates && it != &c.lru; i++ {
+		consider(it)
+		it = it.prev
 	}
 	i := 0
-	for _, el := range c.items { // map order is random
+	for _, it := range c.items { // map order is random
 		if i++; i > candidates {
 			break
 		}
-		consider(el)
+		consider(it)
 	}
 	return best
 }
 
-func (c *Cache) removeLocked(el *list.Element) {
-	it := c.lru.Remove(el).(*item)
-	delete(c.items, it.key)
+func (c *Cache) removeLocked(it *item) {
+	unlink(it)
+	delete(c.items, it.hash)
 	c.bytes -= int64(len(it.b.Data)) + overhead
 }
 

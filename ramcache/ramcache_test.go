@@ -21,11 +21,18 @@ func checkInvariant(t *testing.T, c *Cache) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var sum int64
-	for _, el := range c.items {
-		sum += int64(len(el.Value.(*item).b.Data)) + overhead
+	for h, it := range c.items {
+		sum += int64(len(it.b.Data)) + overhead
+		if it.hash != h || it.next.prev != it || it.prev.next != it {
+			t.Fatalf("INVARIANT broken: item under %x has hash %x, or is off the ring", h, it.hash)
+		}
 	}
-	if sum != c.bytes || c.bytes > c.capacity || c.lru.Len() != len(c.items) {
-		t.Fatalf("INVARIANT broken: sum %d bytes %d capacity %d lru %d items %d", sum, c.bytes, c.capacity, c.lru.Len(), len(c.items))
+	ring := 0
+	for it := c.lru.next; it != &c.lru; it = it.next {
+		ring++
+	}
+	if sum != c.bytes || c.bytes > c.capacity || ring != len(c.items) {
+		t.Fatalf("INVARIANT broken: sum %d bytes %d capacity %d ring %d items %d", sum, c.bytes, c.capacity, ring, len(c.items))
 	}
 }
 

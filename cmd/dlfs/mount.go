@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
+	_ "net/http/pprof" // --pprof-addr
 	"os"
 	"os/signal"
 	"os/user"
-	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -28,6 +29,7 @@ type mountOptions struct {
 	ssdCache     string
 	ssdCacheSize sizeValue
 	allowOther   bool
+	listingAttrs bool
 	controlGroup string
 	maxFiles     int
 	logLevel     string
@@ -37,6 +39,7 @@ type mountOptions struct {
 	ttl          time.Duration
 	debugFUSE    bool
 	cpuProfile   string
+	pprofAddr    string
 	pfWorkers    int
 	ramEviction  string
 	bind         string
@@ -82,6 +85,7 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 			cfg.SSDDir = o.ssdCache
 			cfg.SSDCapacity = int64(o.ssdCacheSize)
 			cfg.FUSE.AllowOther = o.allowOther
+			cfg.FUSE.ListingAttrs = o.listingAttrs
 			if o.maxFiles <= 0 {
 				return fmt.Errorf("--max-files %d: want a positive number", o.maxFiles)
 			}
@@ -163,6 +167,7 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 	f.StringVar(&o.ssdCache, "ssd-cache", "", "directory of the persistent SSD tier (off when empty)")
 	f.Var(&o.ssdCacheSize, "ssd-cache-size", "SSD tier size")
 	f.BoolVar(&o.allowOther, "allow-other", false, "let other users access the mount, as SOURCE's modes and owners allow")
+	f.BoolVar(&o.listingAttrs, "listing-attrs", false, "answer every directory listing with attributes (READDIRPLUS): faster ls -l, find and du, slower plain listings such as ImageFolder's")
 	f.IntVar(&o.maxFiles, "max-files", catalog.DefaultMaxEntries, "the most files and directories (or packed samples) SOURCE may hold; each costs a few hundred bytes of RAM")
 	f.StringVar(&o.controlGroup, "control-group", "", "a group (name or id) whose members may write the control file too; by default only the mounting user may")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -188,6 +193,8 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 	f.BoolVar(&o.debugFUSE, "debug-fuse", false, "log every FUSE request")
 	f.StringVar(&o.cpuProfile, "cpu-profile", "", "write a Go CPU profile to this file until unmount")
 	_ = f.MarkHidden("cpu-profile")
+	f.StringVar(&o.pprofAddr, "pprof-addr", "", "serve Go's net/http/pprof profiles on this loopback HOST:PORT, for finding where memory and CPU go")
+	_ = f.MarkHidden("pprof-addr")
 	return cmd
 }
 
@@ -214,11 +221,19 @@ func runMount(cmd *cobra.Command, cfg daemon.Config, o *mountOptions) error {
 	if _, err := os.Stat(cfg.Source); err != nil {
 		return fmt.Errorf("source %s: %w", cfg.Source, unwrapPath(err))
 	}
-	// Keep the heap near the RAM tier and the stage: their blocks are most
-	// of it, and the collector would otherwise let garbage grow as large
-	// again.
-	debug.SetMemoryLimit(cfg.RAMCache + cfg.Prefetch.Staging + 192<<20)
-
+	if o.pprofAddr != "" {
+		ln, err := net.Listen("tcp", o.pprofAddr)
+		if err != nil {
+			return fmt.Errorf("--pprof-addr: %w", err)
+		}
+		if a, ok := ln.Addr().(*net.TCPAddr); !ok || !a.IP.IsLoopback() {
+			ln.Close()
+			return fmt.Errorf("--pprof-addr %s: profiles are served on loopback only (127.0.0.1:PORT)", o.pprofAddr)
+		}
+		srv := &http.Server{Handler: http.DefaultServeMux}
+		go srv.Serve(ln) // ends when the process does
+		defer srv.Close()
+	}
 	if o.cpuProfile != "" {
 		f, err := os.Create(o.cpuProfile)
 		if err != nil {

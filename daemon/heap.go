@@ -1,0 +1,113 @@
+package daemon
+
+import (
+	"runtime/debug"
+	"runtime/metrics"
+	"sync"
+	"time"
+
+	"github.com/dlfs/dlfs/ramcache"
+)
+
+// The heap's slack
+//
+// Most of the daemon's heap is the RAM tier's blocks: bytes that live
+// until evicted and hold no pointers. Go's collector lets the heap grow by
+// GOGC percent of everything live before it collects, so a 3 GB tier would
+// let 3 GB of garbage pile up beside it: the daemon's memory would be
+// twice its cache. The governor instead collects when the heap reaches
+// what is live plus half of what is live outside the tier (at least
+// headroom): GOGC 50 on the catalog, plans and buffers, none on the
+// tier's blocks. It turns GOGC off and moves the soft memory limit, every
+// tick, to that figure with the tier's current bytes. The limit is never
+// below what is live, so the collector cannot be driven to run without
+// end (and the runtime caps it at half the CPU if it were).
+
+const (
+	heapTick     = 100 * time.Millisecond
+	heapHeadroom = 64 << 20
+)
+
+// The governor is the process's: nodes in one process (tests, tools)
+// register their tiers with it, and it runs while any is registered.
+var governor struct {
+	mu    sync.Mutex
+	tiers map[*ramcache.Cache]bool
+	stop  chan struct{}
+	done  sync.WaitGroup
+}
+
+// governHeap registers ram's blocks with the governor, starting it if it
+// is not running; the returned function unregisters them, and stops the
+// governor and restores the collector's settings after the last.
+func governHeap(ram *ramcache.Cache) (release func() error) {
+	governor.mu.Lock()
+	defer governor.mu.Unlock()
+	if governor.tiers == nil {
+		governor.tiers = map[*ramcache.Cache]bool{}
+		governor.stop = make(chan struct{})
+		governor.done.Add(1)
+		go runGovernor(governor.stop)
+	}
+	governor.tiers[ram] = true
+	return func() error {
+		governor.mu.Lock()
+		delete(governor.tiers, ram)
+		var stop chan struct{}
+		if len(governor.tiers) == 0 {
+			stop, governor.tiers = governor.stop, nil
+		}
+		governor.mu.Unlock()
+		if stop != nil {
+			close(stop)
+			governor.done.Wait()
+		}
+		return nil
+	}
+}
+
+// held is the bytes of every registered tier.
+func held() int64 {
+	governor.mu.Lock()
+	defer governor.mu.Unlock()
+	var n int64
+	for c := range governor.tiers {
+		n += c.Stats().Bytes
+	}
+	return n
+}
+
+// limit is the soft memory limit for live bytes of heap of which held are
+// the tiers' now.
+func limit(live, held int64) int64 {
+	other := max(live-held, 0)
+	return held + other + max(other/2, heapHeadroom)
+}
+
+func runGovernor(stop <-chan struct{}) {
+	defer governor.done.Done()
+	oldPercent := debug.SetGCPercent(-1)
+	oldLimit := debug.SetMemoryLimit(-1)
+	defer func() {
+		debug.SetMemoryLimit(oldLimit)
+		debug.SetGCPercent(oldPercent)
+	}()
+	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	t := time.NewTicker(heapTick)
+	defer t.Stop()
+	for {
+		metrics.Read(sample)
+		var live int64
+		if sample[0].Value.Kind() == metrics.KindUint64 {
+			live = int64(sample[0].Value.Uint64())
+		}
+		h := held()
+		// Blocks added since the last collection are live too.
+		debug.SetMemoryLimit(limit(max(live, h), h))
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+	}
+}
