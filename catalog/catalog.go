@@ -550,7 +550,7 @@ func (a *names) intern(s string) string {
 }
 
 func (c *Catalog) tooMany() error {
-	return fmt.Errorf("%w: %s holds more than %d files and directories; dlfs keeps a few hundred bytes of RAM for each: raise --max-files if the memory is there",
+	return fmt.Errorf("%w: %s holds more than %d files and directories; the catalog keeps about 120 bytes of RAM for each: raise --max-files if the memory is there",
 		ErrTooMany, c.cfg.Source, c.cfg.MaxEntries)
 }
 

@@ -56,7 +56,7 @@ var ErrFormat = errors.New("packed: bad container")
 
 // tooMany is the error of a dataset that lists more than max samples.
 func tooMany(what string, n uint64, max int) error {
-	return fmt.Errorf("%w: %s lists %d samples, more than %d; dlfs keeps a few hundred bytes of RAM for each: raise --max-files if the memory is there",
+	return fmt.Errorf("%w: %s lists %d samples, more than %d; the catalog keeps about 120 bytes of RAM for each: raise --max-files if the memory is there",
 		catalog.ErrTooMany, what, n, max)
 }
 
