@@ -402,7 +402,9 @@ func (c *Catalog) scan(ctx context.Context, old *Snapshot) (*Snapshot, error) {
 		sc := &scanner{c: c, ctx: ctx, sem: make(chan struct{}, c.cfg.ScanWorkers)}
 		sc.wg.Add(1)
 		go sc.dir(root, oldRoot)
+		stop := c.progress(&sc.entries, start)
 		sc.wg.Wait()
+		stop()
 		if sc.entries.Load() > int64(c.cfg.MaxEntries) {
 			return nil, c.tooMany()
 		}
@@ -547,6 +549,38 @@ func (a *names) intern(s string) string {
 	off := len(a.buf)
 	a.buf = append(a.buf, s...)
 	return unsafe.String(&a.buf[off], len(s))
+}
+
+// progressEvery is how often a long scan logs its progress, once past
+// progressFrom entries.
+const (
+	progressEvery = 5 * time.Second
+	progressFrom  = 1 << 20
+)
+
+// progress logs how many entries a scan has read, every progressEvery once
+// past progressFrom, until the returned function is called.
+func (c *Catalog) progress(entries *atomic.Int64, start time.Time) (stop func()) {
+	done := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		t := time.NewTicker(progressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			if n := entries.Load(); n >= progressFrom {
+				secs := time.Since(start).Seconds()
+				c.cfg.Logger.Info("catalog: scanning SOURCE", "source", c.cfg.Source, "entries", n,
+					"seconds", int(secs), "per_second", int(float64(n)/secs))
+			}
+		}
+	}()
+	return func() { close(done); <-ended }
 }
 
 func (c *Catalog) tooMany() error {

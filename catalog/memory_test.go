@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"syscall"
 	"testing"
+
+	"github.com/dlfs/dlfs/test/memstat"
 )
 
 // manyFiles is a Lister of n files under n/1000 class directories, named as
@@ -24,13 +26,6 @@ func (l manyFiles) List(ctx context.Context) ([]File, error) {
 }
 
 // heap returns the live heap after a collection.
-func heap() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
-}
 
 // TestMemoryPerEntry measures what the catalog keeps per file at scale
 // (issue 13: 10 M files must fit in a few bytes each).
@@ -41,12 +36,12 @@ func TestMemoryPerEntry(t *testing.T) {
 	const n = 1_000_000
 	cfg := DefaultConfig(t.TempDir())
 	cfg.Lister = manyFiles(n)
-	before := heap()
+	before := memstat.Heap()
 	c, err := Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	per := float64(heap()-before) / n
+	per := float64(memstat.Heap()-before) / n
 	if c.Snapshot().Files != n {
 		t.Fatalf("%d files, want %d", c.Snapshot().Files, n)
 	}

@@ -59,9 +59,9 @@ type Config struct {
 	// MaxJobs bounds the jobs registered at once.
 	MaxJobs int // default 64
 	// MaxPositions bounds the sample positions all jobs plan on this node
-	// (see Positions). Each costs about 40 bytes in the plans and the
+	// (see Positions). Each costs about 24 bytes in the plans and the
 	// prefetcher's streams.
-	MaxPositions int64 // default 8 Mi (about 320 MiB)
+	MaxPositions int64 // default 32 Mi (about 768 MiB)
 	// AllRanks says this node plans every rank of a job, not only its
 	// own (a cluster node keeps samples for ranks on other nodes).
 	AllRanks bool
@@ -75,7 +75,7 @@ type Config struct {
 // Defaults of Config.
 const (
 	DefaultMaxJobs      = 64
-	DefaultMaxPositions = 8 << 20
+	DefaultMaxPositions = 32 << 20
 )
 
 // Job is a registered job. Its fields do not change; an update replaces
@@ -96,7 +96,7 @@ type Job struct {
 	ahead  *atomic.Int64       // how far its readers may be fetched ahead of; shared by the job's versions
 
 	mu       sync.Mutex
-	plans    map[[2]int][]int       // (rank, epoch) -> sample indices
+	plans    map[[2]int][]int32     // (rank, epoch) -> sample indices
 	balanced map[int]*balancedEpoch // epoch -> every rank's plan (balance=)
 	blocks   map[int][]int          // epochorder: block -> which epoch's permutation each epoch of it uses
 
@@ -130,7 +130,7 @@ func (l Layout) complete() bool {
 type balancedEpoch struct {
 	id      uint64 // of the layout it was made from
 	pinned  bool   // kept whatever the layout does from now on
-	orders  [][]int
+	orders  [][]int32
 	batches [][]int
 	stats   PlanStats
 }
@@ -189,23 +189,24 @@ func (j *Job) Planned(rank, epoch int) bool {
 }
 
 // Order returns the sample indices rank reads in epoch, in order. The
-// slice is shared and must not be modified.
-func (j *Job) Order(rank, epoch int) []int {
+// slice is shared and must not be modified. Indices are 4 bytes: a plan
+// position costs that much here (a dataset holds fewer than 2^31 samples).
+func (j *Job) Order(rank, epoch int) []int32 {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.orderLocked(rank, epoch)
 }
 
-func (j *Job) orderLocked(rank, epoch int) []int {
+func (j *Job) orderLocked(rank, epoch int) []int32 {
 	if j.Spec.Balance != "" {
 		return j.balancedLocked(epoch).orders[rank]
 	}
 	if p, ok := j.plans[[2]int{rank, epoch}]; ok {
 		return p
 	}
-	p := draw(j.Spec, j.N(), rank, epoch)
+	p := narrow(draw(j.Spec, j.N(), rank, epoch))
 	if j.plans == nil {
-		j.plans = map[[2]int][]int{}
+		j.plans = map[[2]int][]int32{}
 	}
 	// Keep only the planned windows.
 	for k := range j.plans {
@@ -290,7 +291,7 @@ func (j *Job) PlanStats() map[int]PlanStats {
 func (j *Job) makeBalanced(epoch int, lay Layout) *balancedEpoch {
 	d := j.distributed()
 	perm := d.Global(j.permutationLocked(epoch, lay.Cached))
-	p := &balancedEpoch{id: lay.ID, orders: make([][]int, j.Spec.World), batches: make([][]int, j.Spec.World)}
+	p := &balancedEpoch{id: lay.ID, orders: make([][]int32, j.Spec.World), batches: make([][]int, j.Spec.World)}
 	p.stats.Layout = fmt.Sprintf("%016x", lay.ID)
 	p.stats.MinBatch = math.MaxInt
 	var imb []float64
@@ -306,7 +307,9 @@ func (j *Job) makeBalanced(epoch int, lay Layout) *balancedEpoch {
 		}
 		p.stats.Moved += int64(plan.Moved)
 		for r, ss := range plan.Ranks {
-			p.orders[r] = append(p.orders[r], ss...)
+			for _, s := range ss {
+				p.orders[r] = append(p.orders[r], int32(s))
+			}
 			p.batches[r] = append(p.batches[r], len(ss))
 			p.stats.MinBatch = min(p.stats.MinBatch, len(ss))
 			p.stats.MaxBatch = max(p.stats.MaxBatch, len(ss))
@@ -421,6 +424,15 @@ func version(s control.Job) sampler.Version {
 
 // draw returns the sample indices rank of a job with spec over n samples
 // reads in epoch.
+// narrow copies sample indices into 4-byte ones.
+func narrow(xs []int) []int32 {
+	out := make([]int32, len(xs))
+	for i, x := range xs {
+		out[i] = int32(x)
+	}
+	return out
+}
+
 func draw(s control.Job, n, rank, epoch int) []int {
 	switch s.Sampler {
 	case "distributed":

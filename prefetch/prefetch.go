@@ -51,6 +51,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -147,11 +148,10 @@ type stream struct {
 	job      *jobs.Job // for its Ahead bound
 	plan     planKey   // what the order was drawn from: a stream is reused only for the same
 	epochs   []int
-	starts   []int // position where each epoch begins
-	entries  []*catalog.Entry
-	first    map[uint64]int32 // inode -> its first position
-	next     []int32          // next[pos]: the following position of the same file, or -1
-	consumed []bool
+	starts   []int    // position where each epoch begins
+	samples  []int32  // samples[pos]: the index in job.Samples of the sample at pos
+	index    []uint64 // ino<<32 | pos for every position, sorted: each file's positions in order
+	consumed bitset
 	cursor   int                // first position not consumed
 	maxSeen  int                // furthest position consumed by a read; -1 before any
 	spans    []loader.Span      // where each position's sample lies in a packed container
@@ -361,7 +361,7 @@ func (p *Prefetcher) trimStage() []stagedBlock {
 	p.mu.Lock()
 	var views []view
 	for _, s := range p.streams {
-		if s.cursor < len(s.entries) {
+		if s.cursor < s.len() {
 			views = append(views, view{s, int(s.sched[s.cursor])})
 		}
 	}
@@ -378,7 +378,7 @@ func (p *Prefetcher) trimStage() []stagedBlock {
 		var bytes int64
 		seen := 0 // staged samples met: once all are, the rest cannot matter
 		for k := v.from; k < len(v.s.order) && bytes < 2*p.cfg.Staging && seen < len(staged); k++ {
-			e := v.s.entries[v.s.order[k]]
+			e := v.s.entry(int(v.s.order[k]))
 			if window[e.Ino] || p.load.InRAM(e) {
 				continue
 			}
@@ -435,32 +435,31 @@ func keyOf(j *jobs.Job, rank int, epochs []int) planKey {
 }
 
 func build(j *jobs.Job, rank int, epochs []int) *stream {
-	s := &stream{id: streamID{j.Spec.Name, rank}, job: j, plan: keyOf(j, rank, epochs), epochs: epochs, first: map[uint64]int32{}, maxSeen: -1}
-	last := map[uint64]int32{}
+	s := &stream{id: streamID{j.Spec.Name, rank}, job: j, plan: keyOf(j, rank, epochs), epochs: epochs, maxSeen: -1}
 	var sizes [][]int // each epoch's batch sizes
+	n := 0
+	for _, e := range s.epochs {
+		n += len(j.Order(rank, e))
+	}
+	s.samples, s.index = make([]int32, 0, n), make([]uint64, 0, n)
 	for _, e := range s.epochs {
 		sizes = append(sizes, j.Batches(rank, e))
-		s.starts = append(s.starts, len(s.entries))
+		s.starts = append(s.starts, len(s.samples))
 		for _, i := range j.Order(rank, e) {
 			ent := j.Samples[i].Entry
-			if ent == nil {
+			if ent == nil || ent.Ino >= 1<<32 {
 				// A dangling symlink, or one leaving the dataset: torchvision
 				// lists it, but there is nothing to fetch, and its read fails.
+				// (No catalog numbers 2^32 inodes.)
 				continue
 			}
-			p := int32(len(s.entries))
-			if q, ok := last[ent.Ino]; ok {
-				s.next[q] = p
-			} else {
-				s.first[ent.Ino] = p
-			}
-			last[ent.Ino] = p
-			s.entries = append(s.entries, ent)
-			s.next = append(s.next, -1)
+			s.index = append(s.index, ent.Ino<<32|uint64(len(s.samples)))
+			s.samples = append(s.samples, i)
 		}
 	}
-	s.starts = append(s.starts, len(s.entries))
-	s.consumed = make([]bool, len(s.entries))
+	slices.Sort(s.index)
+	s.starts = append(s.starts, len(s.samples))
+	s.consumed = newBitset(len(s.samples))
 	s.order, s.sched = schedule(s.starts, max(j.Spec.Workers, 1), sizes)
 	// The DataLoader has up to prefetch_factor (2) batches per worker in
 	// flight; reads arrive out of order within that window.
@@ -469,16 +468,40 @@ func build(j *jobs.Job, rank int, epochs []int) *stream {
 	return s
 }
 
+// entry returns the file at position pos.
+func (s *stream) entry(pos int) *catalog.Entry { return s.job.Samples[s.samples[pos]].Entry }
+
+// len is the number of positions.
+func (s *stream) len() int { return len(s.samples) }
+
+// positions returns ino's entries of the index, in position order.
+func (s *stream) positions(ino uint64) []uint64 {
+	lo, _ := slices.BinarySearch(s.index, ino<<32)
+	hi, _ := slices.BinarySearch(s.index, (ino+1)<<32)
+	return s.index[lo:hi]
+}
+
+// has reports whether ino is planned at all.
+func (s *stream) has(ino uint64) bool { return len(s.positions(ino)) > 0 }
+
+// bitset is one bit per position.
+type bitset []uint64
+
+func newBitset(n int) bitset    { return make(bitset, (n+63)/64) }
+func (b bitset) get(i int) bool { return b[i/64]&(1<<(i%64)) != 0 }
+func (b bitset) set(i int)      { b[i/64] |= 1 << (i % 64) }
+
 // locate records where each sample of s lies, when SOURCE is packed, so
 // that next can coalesce neighbours without calling out under mu.
 func (p *Prefetcher) locate(s *stream) {
 	if !p.load.Coalesces() {
 		return // not a packed dataset: nothing to hold
 	}
-	s.spans, s.packed = make([]loader.Span, len(s.entries)), make([]bool, len(s.entries))
-	s.runs, s.runIdx = map[string][]int32{}, make([]int32, len(s.entries))
+	s.spans, s.packed = make([]loader.Span, s.len()), make([]bool, s.len())
+	s.runs, s.runIdx = map[string][]int32{}, make([]int32, s.len())
 	spans := map[uint64]int{} // ino -> first position located
-	for pos, e := range s.entries {
+	for pos := range s.samples {
+		e := s.entry(pos)
 		if q, ok := spans[e.Ino]; ok {
 			s.spans[pos], s.packed[pos] = s.spans[q], s.packed[q]
 			continue
@@ -493,7 +516,8 @@ func (p *Prefetcher) locate(s *stream) {
 	for _, list := range s.runs {
 		sort.Slice(list, func(i, j int) bool { return s.spans[list[i]].Off < s.spans[list[j]].Off })
 	}
-	for pos, e := range s.entries {
+	for pos := range s.samples {
+		e := s.entry(pos)
 		if s.packed[pos] {
 			list := s.runs[s.spans[pos].Container]
 			first := spans[e.Ino]
@@ -546,7 +570,7 @@ func schedule(starts []int, workers int, sizes [][]int) (order, sched []int32) {
 // ahead is how far the scheduler has gone past the cursor, in schedule
 // steps.
 func (s *stream) ahead() int {
-	if s.cursor >= len(s.entries) {
+	if s.cursor >= s.len() {
 		return s.frontier
 	}
 	return s.frontier - int(s.sched[s.cursor])
@@ -574,13 +598,11 @@ func (s *stream) epochOf(pos int) int {
 // pending returns the first unconsumed position of ino at or after the
 // cursor, or -1.
 func (s *stream) pending(ino uint64) int {
-	q, ok := s.first[ino]
-	if !ok {
-		return -1
-	}
-	for ; q >= 0; q = s.next[q] {
-		if int(q) >= s.cursor && !s.consumed[q] {
-			return int(q)
+	list := s.positions(ino)
+	i, _ := slices.BinarySearch(list, ino<<32|uint64(s.cursor))
+	for ; i < len(list); i++ {
+		if q := int(uint32(list[i])); !s.consumed.get(q) {
+			return q
 		}
 	}
 	return -1
@@ -590,9 +612,8 @@ func (s *stream) pending(ino uint64) int {
 // the cursor is in.
 func (s *stream) consumedThisEpoch(ino uint64) bool {
 	ep := s.epochOf(s.cursor)
-	q, ok := s.first[ino]
-	for ; ok && q >= 0; q = s.next[q] {
-		if s.epochOf(int(q)) == ep && s.consumed[q] {
+	for _, k := range s.positions(ino) {
+		if q := int(uint32(k)); s.epochOf(q) == ep && s.consumed.get(q) {
 			return true
 		}
 	}
@@ -627,7 +648,7 @@ func (p *Prefetcher) Observe(e *catalog.Entry, off int64, waited time.Duration) 
 			p.totals.Unpredicted++
 			p.log.Debug("prefetch: read of a sample no plan expects now", "path", e.Path())
 			for _, s := range p.streams {
-				if _, ok := s.first[e.Ino]; ok {
+				if s.has(e.Ino) {
 					s.stats.Misses++ // planned, but read again
 					break
 				}
@@ -640,7 +661,7 @@ func (p *Prefetcher) Observe(e *catalog.Entry, off int64, waited time.Duration) 
 	if off != 0 {
 		return // later blocks of a sample whose first block counted
 	}
-	best.consumed[bestPos] = true
+	best.consumed.set(bestPos)
 	st.Consumed++
 	if waited > 0 {
 		st.Late++
@@ -662,11 +683,11 @@ func (p *Prefetcher) Observe(e *catalog.Entry, off int64, waited time.Duration) 
 // positions so far behind the furthest read that the kernel must have
 // served them from its page cache.
 func (p *Prefetcher) advanceLocked(s *stream) {
-	for s.cursor < len(s.entries) {
+	for s.cursor < s.len() {
 		switch {
-		case s.consumed[s.cursor]:
+		case s.consumed.get(s.cursor):
 		case s.cursor < s.maxSeen-s.slack:
-			s.consumed[s.cursor] = true
+			s.consumed.set(s.cursor)
 			s.stats.Inferred++
 		default:
 			s.stats.Cursor = s.cursor
@@ -677,7 +698,7 @@ func (p *Prefetcher) advanceLocked(s *stream) {
 		// unread blocks of a read sample, or a sample the page cache
 		// served) will not be read now.
 		if old := s.cursor - s.slack; old >= 0 {
-			p.dropIfUnneededLocked(s.entries[old])
+			p.dropIfUnneededLocked(s.entry(old))
 		}
 	}
 	s.stats.Cursor = s.cursor
@@ -758,7 +779,7 @@ func (p *Prefetcher) dropIfUnneededLocked(e *catalog.Entry) {
 	}
 	p.totals.Wasted++
 	for _, s := range p.streams {
-		if _, ok := s.first[e.Ino]; ok {
+		if s.has(e.Ino) {
 			s.stats.Wasted++
 			break
 		}
@@ -825,8 +846,8 @@ func (p *Prefetcher) next(gap, run int64) []*catalog.Entry {
 			return nil
 		}
 		pos := s.order[s.frontier]
-		e := s.entries[pos]
-		if s.consumed[pos] || p.stagedIno[e.Ino] > 0 || p.inflight[e.Ino] > 0 {
+		e := s.entry(int(pos))
+		if s.consumed.get(int(pos)) || p.stagedIno[e.Ino] > 0 || p.inflight[e.Ino] > 0 {
 			s.frontier++
 			continue
 		}
@@ -856,13 +877,13 @@ func (p *Prefetcher) neighboursLocked(s *stream, pos int, gap, run int64) []*cat
 	list := s.runs[s.spans[pos].Container]
 	k := int(s.runIdx[pos])
 	lo, hi := s.spans[pos].Off, s.spans[pos].Off+s.spans[pos].Len
-	group := []*catalog.Entry{s.entries[pos]}
+	group := []*catalog.Entry{s.entry(int(pos))}
 	// Neighbours mostly go to RAM, not the stage, so they may borrow an
 	// eighth of staging beyond what is free; one that RAM refuses is
 	// staged only if the stage has room (finish).
-	budget := p.cfg.Staging + p.cfg.Staging/8 - p.stagedBytes - p.inflightBytes - s.entries[pos].Size
+	budget := p.cfg.Staging + p.cfg.Staging/8 - p.stagedBytes - p.inflightBytes - s.entry(int(pos)).Size
 	wanted := func(q int32) bool {
-		e := s.entries[q]
+		e := s.entry(int(q))
 		return p.stagedIno[e.Ino] == 0 && p.inflight[e.Ino] == 0 && p.neededLocked(e.Ino, false)
 	}
 	// extend walks one way from k, adding wanted neighbours while the run
@@ -886,11 +907,11 @@ func (p *Prefetcher) neighboursLocked(s *stream, pos int, gap, run int64) []*cat
 			if !wanted(q) {
 				continue // read through it if the next wanted one is near enough
 			}
-			if s.entries[q].Size > budget {
+			if s.entry(int(q)).Size > budget {
 				break
 			}
-			budget -= s.entries[q].Size
-			out = append(out, s.entries[q])
+			budget -= s.entry(int(q)).Size
+			out = append(out, s.entry(int(q)))
 			lo, hi = min(lo, sp.Off), max(hi, sp.Off+sp.Len)
 			edge = hi
 			if step < 0 {

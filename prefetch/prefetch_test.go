@@ -255,7 +255,7 @@ func TestAllRanks(t *testing.T) {
 		j := reg.Get("j")
 		waitFor(t, "the plan", func() bool { _, per := p.Stats(); return per["j"] != nil })
 		other := j.Order(1, 0) // rank 1 runs on another node
-		mine := map[int]bool{}
+		mine := map[int32]bool{}
 		for _, i := range j.Order(0, 0) {
 			mine[i] = true
 		}
@@ -289,7 +289,7 @@ func TestReplanFreesTheStage(t *testing.T) {
 	}
 	j := reg.Get("j")
 	first := j.Order(0, 5)[:20]
-	staged := func(i int) bool {
+	staged := func(i int32) bool {
 		e := j.Samples[i].Entry
 		_, ok := p.Take(loader.BlockKey(e.Path(), 0), 0, false)
 		return ok

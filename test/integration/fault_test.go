@@ -438,7 +438,9 @@ func TestFault09PeerPort(t *testing.T) {
 func TestFault11ControlBounds(t *testing.T) {
 	src := t.TempDir()
 	os.MkdirAll(filepath.Join(src, "data", "cls"), 0o755)
-	for i := 0; i < 10; i++ {
+	// 40 samples: world 65536 × lookahead 16 plans 42 M positions, over
+	// the default bound of 32 Mi.
+	for i := 0; i < 40; i++ {
 		os.WriteFile(filepath.Join(src, "data", "cls", fmt.Sprintf("%d.jpg", i)), randomBytes(3000, uint64(i)), 0o644)
 	}
 	os.MkdirAll(filepath.Join(src, "cyc", "loop", "c"), 0o755)

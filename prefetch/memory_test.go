@@ -1,0 +1,55 @@
+package prefetch
+
+import (
+	"github.com/dlfs/dlfs/test/memstat"
+	"runtime"
+	"syscall"
+	"testing"
+
+	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/control"
+	"github.com/dlfs/dlfs/folder"
+	"github.com/dlfs/dlfs/jobs"
+)
+
+// TestPlanMemory measures what a planned position costs (issue 13: 16
+// bytes or so, so that 14.2 M samples, lookahead 2 and 8 local ranks fit
+// well under 2 GB): a DistributedSampler job over 1 M samples, world 8,
+// every rank local, two epochs, its orders and the prefetcher's streams.
+func TestPlanMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("plans 2 M positions")
+	}
+	const n, world = 1 << 20, 8
+	files := make([]catalog.Entry, n)
+	samples := make([]folder.Sample, n)
+	for i := range files {
+		files[i] = catalog.Entry{Ino: uint64(i + 2), Size: 1000, Mode: syscall.S_IFREG | 0o644}
+		samples[i] = folder.Sample{Entry: &files[i]}
+	}
+	spec := control.DefaultJob()
+	spec.Name, spec.World, spec.Lookahead, spec.Batch, spec.Workers = "j", world, 2, 256, 8
+	spec.Ranks = []int{0, 1, 2, 3, 4, 5, 6, 7}
+	j := &jobs.Job{Spec: spec, Samples: samples, RankEpoch: map[int]int{}}
+	for _, r := range spec.Ranks {
+		j.RankEpoch[r] = 0
+	}
+	before := memstat.Heap()
+	var streams []*stream
+	positions := 0
+	for _, r := range spec.Ranks {
+		s := build(j, r, j.Epochs(r))
+		streams = append(streams, s)
+		positions += s.len()
+	}
+	per := float64(memstat.Heap()-before) / float64(positions)
+	t.Logf("%d positions: %.1f bytes each (the job's orders and the streams)", positions, per)
+	if positions != 2*n {
+		t.Fatalf("%d positions, want %d", positions, 2*n)
+	}
+	if per > 26 {
+		t.Errorf("a planned position costs %.1f bytes, want at most 26", per)
+	}
+	runtime.KeepAlive(streams)
+	runtime.KeepAlive(j)
+}
