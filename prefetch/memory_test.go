@@ -1,7 +1,6 @@
 package prefetch
 
 import (
-	"github.com/dlfs/dlfs/test/memstat"
 	"runtime"
 	"syscall"
 	"testing"
@@ -10,6 +9,7 @@ import (
 	"github.com/dlfs/dlfs/control"
 	"github.com/dlfs/dlfs/folder"
 	"github.com/dlfs/dlfs/jobs"
+	"github.com/dlfs/dlfs/test/memstat"
 )
 
 // TestPlanMemory measures what a planned position costs (issue 13: 16
