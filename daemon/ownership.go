@@ -9,12 +9,17 @@ import (
 )
 
 // ownership counts the samples and bytes placement gives each alive member.
-// It is recomputed in the background when the view or the catalog changes,
-// since it hashes every file once per member.
+// It is recomputed in the background when the view or the catalog changes.
+// The files and bytes in each placement bucket are counted once per
+// catalog snapshot; a new table then costs a pass over the buckets and
+// the keys demand assigned, not a hash of every file.
 type ownership struct {
 	mu     sync.Mutex
 	counts map[string][2]int64 // mu guards counts and plan: member -> {samples, bytes}
 	plan   PlacementStats
+
+	snap    *catalog.Snapshot // the snapshot buckets counts (the watcher's only)
+	buckets [][2]int64        // files and bytes per placement bucket
 }
 
 // PlacementStats tells how placement follows the jobs' plans.
@@ -75,13 +80,35 @@ func placeAlive(alive []cluster.Member) (*placement.Table, error) {
 func (o *ownership) compute(snap *catalog.Snapshot, t *placement.Table, plan PlacementStats) {
 	counts := map[string][2]int64{}
 	if t != nil {
-		snap.Walk(func(e *catalog.Entry) {
-			if e.IsRegular() {
-				name := t.Members()[t.Owner(e.Path())].Name
-				c := counts[name]
-				counts[name] = [2]int64{c[0] + 1, c[1] + e.Size}
+		if o.snap != snap {
+			o.snap, o.buckets = snap, make([][2]int64, placement.Buckets)
+			snap.Walk(func(e *catalog.Entry) {
+				if e.IsRegular() {
+					c := &o.buckets[placement.Bucket(e.Path())]
+					c[0]++
+					c[1] += e.Size
+				}
+			})
+		}
+		ms := t.Members()
+		per := make([][2]int64, len(ms))
+		for b, c := range o.buckets {
+			m := &per[t.BucketOwner(b)]
+			m[0] += c[0]
+			m[1] += c[1]
+		}
+		t.Assigned(func(key string, owner int) {
+			if e := snap.Lookup(key); e != nil && e.IsRegular() {
+				from := &per[t.BucketOwner(placement.Bucket(key))]
+				from[0]--
+				from[1] -= e.Size
+				per[owner][0]++
+				per[owner][1] += e.Size
 			}
 		})
+		for i, m := range ms {
+			counts[m.Name] = per[i]
+		}
 	}
 	o.mu.Lock()
 	o.counts, o.plan = counts, plan

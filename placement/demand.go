@@ -28,7 +28,7 @@ type Sample struct {
 // only on the members and the set of samples, not on their order: every
 // node computes the same table from the same gossip.
 func (t *Table) Assign(samples []Sample) *Table {
-	out := &Table{members: t.members, weights: t.weights, assigned: make(map[string]int32), print: t.print, seeds: t.seeds, uniform: t.uniform}
+	out := &Table{members: t.members, weights: t.weights, assigned: make(map[string]int32), print: t.print, seeds: t.seeds, uniform: t.uniform, buckets: t.buckets}
 	if len(samples) == 0 {
 		return out
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlfs/dlfs/placement"
 	"github.com/dlfs/dlfs/test/datagen"
 	"github.com/dlfs/dlfs/test/mountproc"
 )
@@ -28,6 +29,10 @@ import (
 //   - the daemon's RSS after each step, and per file.
 
 func runScale(o options) error {
+	place, err := placementScale(14_200_000, 64)
+	if err != nil {
+		return err
+	}
 	src := filepath.Join(o.scaleDir, "source")
 	fmt.Fprintf(os.Stderr, "generating %d files under %s (kept for reuse) ...\n", o.scaleFiles, src)
 	start := time.Now()
@@ -195,6 +200,8 @@ func runScale(o options) error {
 		}
 		fmt.Printf("| %s | %s | %.2f | %s | %d MB |\n", s.name, nat, s.dlfs, ratio, s.rss>>20)
 	}
+	fmt.Println()
+	fmt.Println(place)
 	held := st.Cache.RAM.Bytes + st.Prefetch.StagedBytes
 	per := float64(after-held) / float64(len(files))
 	fmt.Println()
@@ -206,6 +213,54 @@ func runScale(o options) error {
 	fmt.Printf("- epoch of tiny files: %.2f× native from the page cache (target ≥ 0.8): %s; %.2f× from the RAM tier (target ≥ 0.3): %s\n",
 		dlfsCached/nativeCached, verdict(dlfsCached >= 0.8*nativeCached), dlfsRAM/nativeCached, verdict(dlfsRAM >= 0.3*nativeCached))
 	return nil
+}
+
+// placementScale times placement of n keys (ImageNet-22k's paths, made on
+// the fly) over members of unequal capacity, and the change when one
+// leaves; it returns the lines to print.
+func placementScale(n, members int) (string, error) {
+	ms := make([]placement.Member, members)
+	for i := range ms {
+		ms[i] = placement.Member{Name: fmt.Sprintf("node-%04d", i), Capacity: int64(64+i%7) << 30}
+	}
+	fmt.Fprintf(os.Stderr, "placing %d keys over %d members ...\n", n, members)
+	var t, t2 *placement.Table
+	buildSecs, err := timed(func() (err error) { t, err = placement.New(ms); return err })
+	if err != nil {
+		return "", err
+	}
+	owners := make([]uint16, n)
+	key := make([]byte, 0, 64)
+	ownSecs, _ := timed(func() error {
+		for i := range owners {
+			key = fmt.Appendf(key[:0], "train/n%08d/n%08d_%d.JPEG", i/650, i/650, i)
+			owners[i] = uint16(t.Owner(string(key)))
+		}
+		return nil
+	})
+	leaving := members / 2
+	rest := append(append([]placement.Member(nil), ms[:leaving]...), ms[leaving+1:]...)
+	rebuildSecs, err := timed(func() (err error) { t2, err = placement.New(rest); return err })
+	if err != nil {
+		return "", err
+	}
+	moved, wrong := 0, 0
+	for b := 0; b < placement.Buckets; b++ {
+		before := t.BucketOwner(b)
+		after := t2.BucketOwner(b)
+		if after >= leaving {
+			after++ // t2's indices skip the member that left
+		}
+		if before != after {
+			moved++
+			if before != leaving {
+				wrong++
+			}
+		}
+	}
+	return fmt.Sprintf("- placement of %.1f M keys over %d members of unequal capacity: table %.2f s, every key's owner %.2f s (key formatting included; target ≤ 3 s): %s. "+
+		"One member leaves: the new table takes %.2f s and moves %.2f%% of the buckets (1/%d = %.2f%%), %d of them from members that stayed (target 0): %s; no key is hashed again.",
+		float64(n)/1e6, members, buildSecs, ownSecs, verdict(buildSecs+ownSecs <= 3), rebuildSecs, 100*float64(moved)/placement.Buckets, members, 100/float64(members), wrong, verdict(wrong == 0)), nil
 }
 
 // timed runs fn and returns how long it took.
