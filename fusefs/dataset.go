@@ -251,12 +251,22 @@ func (f *FS) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntry
 // ReadDirPlus answers the entries with their attributes, as lookups would;
 // the control tree's and the dot entries come without (node ID 0: the
 // kernel looks them up when asked).
+//
+// Without Config.ListingAttrs the kernel asks for attributes with a
+// directory's first chunk only (READDIRPLUS_AUTO), and makes an inode for
+// each entry in it. That first answer is then the dot entries alone: the
+// kernel reads on with plain READDIR, unless lookups came between, when it
+// asks for attributes again and gets them all.
 func (f *FS) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
 	h, st := f.handle(in.Fh)
 	if !st.Ok() {
 		return st
 	}
-	for i := int(in.Offset); i < h.len(); i++ {
+	end := h.len()
+	if !f.cfg.ListingAttrs && in.Offset == 0 {
+		end = min(end, 2)
+	}
+	for i := int(in.Offset); i < end; i++ {
 		de, e := h.at(i)
 		eo := out.AddDirLookupEntry(de)
 		if eo == nil {

@@ -64,9 +64,10 @@ type Config struct {
 	// (READDIRPLUS), so that a walk that stats every file (ls -l, find,
 	// du) needs no lookup per file. The kernel makes an inode for every
 	// entry listed, which makes a plain listing (os.scandir, and so
-	// torchvision's ImageFolder) 2–3× slower. Off, the kernel asks for
-	// attributes with a directory's first chunk only, and with later
-	// chunks when lookups came between (READDIRPLUS_AUTO).
+	// torchvision's ImageFolder) several times slower. Off, the kernel asks
+	// for attributes with a directory's first chunk only, and with later
+	// chunks when lookups came between (READDIRPLUS_AUTO); ReadDirPlus
+	// answers that first chunk with the dot entries alone.
 	ListingAttrs bool
 	// Debug logs every FUSE request (very verbose).
 	Debug  bool

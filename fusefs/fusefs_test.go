@@ -357,3 +357,25 @@ func FuzzRequests(f *testing.F) {
 		}
 	})
 }
+
+// TestFirstPlusChunk: without ListingAttrs, a directory's first
+// READDIRPLUS answer is the dot entries alone (the kernel then lists on
+// with plain READDIR and makes no inode per entry); with it, the answer
+// is as full as the buffer allows.
+func TestFirstPlusChunk(t *testing.T) {
+	for _, attrs := range []bool{false, true} {
+		f, _ := newTree(t, 30)
+		f.cfg.ListingAttrs = attrs
+		dir := lookup(t, f, catalog.RootIno, "class_0")
+		var open fuse.OpenOut
+		if st := f.OpenDir(nil, &fuse.OpenIn{InHeader: header(dir.NodeId)}, &open); !st.Ok() {
+			t.Fatal(st)
+		}
+		out := fuse.NewDirEntryList(make([]byte, 1<<16), 0)
+		f.ReadDirPlus(nil, &fuse.ReadIn{InHeader: header(dir.NodeId), Fh: open.Fh}, out)
+		got := parseDirents(t, out.Bytes(), true)
+		if want := map[bool]int{false: 2, true: 12}[attrs]; len(got) != want {
+			t.Errorf("ListingAttrs=%v: first answer has %d entries, want %d", attrs, len(got), want)
+		}
+	}
+}
