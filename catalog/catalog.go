@@ -62,6 +62,11 @@ type Config struct {
 	// MaxEntries bounds the entries the catalog holds: each costs a few
 	// hundred bytes of RAM, and a crafted container can claim billions.
 	MaxEntries int // default DefaultMaxEntries
+	// Saved, if set, is where the snapshot is saved (Save), and where Open
+	// looks first: a saved snapshot of the same Identity, intact, is used
+	// instead of a scan. Not for a Lister's datasets.
+	Saved    string
+	Identity string // the dataset's identity, bound into the saved file
 	// Logger receives warnings about entries that could not be scanned.
 	Logger *slog.Logger // nil: discard
 }
@@ -263,13 +268,27 @@ func (s *Snapshot) Walk(fn func(*Entry)) {
 	walk(s.Root)
 }
 
+// count sets Files, Dirs and Bytes.
+func (s *Snapshot) count() {
+	s.Walk(func(e *Entry) {
+		switch {
+		case e.IsDir():
+			s.Dirs++
+		case e.IsRegular():
+			s.Files++
+			s.Bytes += e.Size
+		}
+	})
+}
+
 // Catalog is the current Snapshot of SOURCE. Safe for concurrent use.
 type Catalog struct {
 	cfg Config // read-only after Open
 
 	cur     atomic.Pointer[Snapshot]
 	nextIno atomic.Uint64
-	scanMu  sync.Mutex // serializes Refresh
+	scanMu  sync.Mutex // serializes Refresh and Save
+	loaded  bool       // the first snapshot came from Config.Saved
 }
 
 // ErrSource means SOURCE itself cannot be used as a dataset.
@@ -300,12 +319,58 @@ func Open(ctx context.Context, cfg Config) (*Catalog, error) {
 	}
 	c := &Catalog{cfg: cfg}
 	c.nextIno.Store(RootIno + 1)
+	if snap := c.loadSaved(); snap != nil {
+		c.cur.Store(snap)
+		return c, nil
+	}
 	snap, err := c.scan(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
 	c.cur.Store(snap)
 	return c, nil
+}
+
+// loadSaved returns the saved snapshot, or nil (with one log line if there
+// was one and it is unusable).
+func (c *Catalog) loadSaved() *Snapshot {
+	if c.cfg.Saved == "" || c.cfg.Lister != nil {
+		return nil
+	}
+	start := time.Now()
+	f, err := os.Open(c.cfg.Saved)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			c.cfg.Logger.Warn("catalog: ignoring the saved snapshot; scanning SOURCE", "file", c.cfg.Saved, "err", err)
+		}
+		return nil
+	}
+	defer f.Close()
+	snap, next, err := load(f, c.cfg.Identity, c.cfg.MaxEntries)
+	if err != nil {
+		c.cfg.Logger.Warn("catalog: ignoring the saved snapshot; scanning SOURCE", "file", c.cfg.Saved, "err", err)
+		return nil
+	}
+	snap.ScanTime = time.Since(start)
+	c.nextIno.Store(next)
+	c.loaded = true
+	c.cfg.Logger.Info("catalog: loaded the saved snapshot; SOURCE is rescanned in the background", "file", c.cfg.Saved,
+		"files", snap.Files, "seconds", snap.ScanTime.Seconds())
+	return snap
+}
+
+// Loaded reports whether the first snapshot came from the saved file (and
+// so may be behind SOURCE until a Refresh).
+func (c *Catalog) Loaded() bool { return c.loaded }
+
+// Save writes the current snapshot to Config.Saved, if set.
+func (c *Catalog) Save() error {
+	if c.cfg.Saved == "" || c.cfg.Lister != nil {
+		return nil
+	}
+	c.scanMu.Lock()
+	defer c.scanMu.Unlock()
+	return Save(c.cfg.Saved, c.cur.Load(), c.cfg.Identity, c.nextIno.Load())
 }
 
 // Source returns the absolute path of SOURCE.
@@ -418,16 +483,8 @@ func (c *Catalog) scan(ctx context.Context, old *Snapshot) (*Snapshot, error) {
 	}
 	snap := &Snapshot{Root: root, ScanTime: time.Since(start), Skipped: skipped}
 	snap.byIno = make([]*Entry, c.nextIno.Load())
-	snap.Walk(func(e *Entry) {
-		snap.byIno[e.Ino] = e
-		switch {
-		case e.IsDir():
-			snap.Dirs++
-		case e.IsRegular():
-			snap.Files++
-			snap.Bytes += e.Size
-		}
-	})
+	snap.Walk(func(e *Entry) { snap.byIno[e.Ino] = e })
+	snap.count()
 	return snap, nil
 }
 

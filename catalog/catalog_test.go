@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-func write(t *testing.T, root, rel, data string) {
+func write(t testing.TB, root, rel, data string) {
 	t.Helper()
 	p := filepath.Join(root, rel)
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {

@@ -248,15 +248,6 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.packed != nil {
 		n.onClose("packed", n.packed.Close)
 	}
-	cc := cfg.Catalog
-	cc.Source, cc.Hide, cc.Logger = cfg.Source, []string{cfg.FUSE.ControlName}, cfg.Logger
-	if n.packed != nil {
-		cc.Lister, pfs = n.packed, n.packed
-	}
-	if n.cat, err = catalog.Open(ctx, cc); err != nil {
-		return nil, err
-	}
-	snap := n.cat.Snapshot()
 	format := "directory"
 	if n.packed != nil {
 		format = n.packed.Kind()
@@ -264,6 +255,20 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.dataset, err = integrity.DatasetOf(cfg.Source, format); err != nil {
 		return nil, err
 	}
+	cc := cfg.Catalog
+	cc.Source, cc.Hide, cc.Logger = cfg.Source, []string{cfg.FUSE.ControlName}, cfg.Logger
+	if n.packed != nil {
+		cc.Lister, pfs = n.packed, n.packed
+	} else if cfg.SSDDir != "" {
+		// The catalog is saved beside the SSD tier, bound to the dataset
+		// and the path it is mounted from.
+		cc.Saved = filepath.Join(cfg.SSDDir, "catalog.snap")
+		cc.Identity = n.dataset.String() + " " + cfg.Source
+	}
+	if n.cat, err = catalog.Open(ctx, cc); err != nil {
+		return nil, err
+	}
+	snap := n.cat.Snapshot()
 	n.log.Info("scanned SOURCE", "source", n.cat.Source(), "format", format, "files", snap.Files, "dirs", snap.Dirs,
 		"bytes", snap.Bytes, "seconds", snap.ScanTime.Seconds())
 	// The RAM tier evicts by next use once the prefetcher knows the future.
@@ -404,10 +409,38 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.server, err = n.fs.Mount(cfg.Mountpoint, "dlfs:"+n.cat.Source()); err != nil {
 		return nil, fmt.Errorf("mount %s: %w", cfg.Mountpoint, err)
 	}
+	n.keepCatalog()
 	if cfg.Warmup {
 		n.warmAll()
 	}
 	return n, nil
+}
+
+// keepCatalog, in the background, brings a catalog loaded from its saved
+// snapshot up to date with SOURCE (a refresh: what changed is invalidated
+// in every tier and in the kernel), and saves the catalog for the next
+// mount.
+func (n *Node) keepCatalog() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if n.cat.Loaded() {
+			if _, err := n.Refresh(ctx); err != nil {
+				n.log.Warn("catalog: the rescan after loading the saved snapshot failed; write 'refresh' to the control file to retry", "err", err)
+				return
+			}
+		}
+		if err := n.cat.Save(); err != nil {
+			n.log.Warn("catalog: saving the snapshot failed; the next mount scans SOURCE", "err", err)
+		}
+	}()
+	n.onClose("catalog keeper", func() error {
+		cancel()
+		<-done
+		return nil
+	})
+	n.closeFirst("catalog keeper")
 }
 
 // warmAll warms the whole dataset when the caches can hold it (mount

@@ -1,0 +1,339 @@
+package catalog
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// A saved catalog
+//
+// With Config.Saved set, every scan's snapshot is written there, and Open
+// starts from the saved one when it is intact and of the same dataset and
+// format: a remount of 10 M files is usable at once, while the caller
+// rescans in the background (Refresh) and applies what changed.
+//
+// The file is a stream, written depth first: a header (magic, format
+// version, the dataset's identity, the number of entries, the next inode
+// number), the root's record, then for each directory the number of its
+// children, the bytes of their names, and their records in name order,
+// each directory's children following its record. A CRC-32C of everything
+// before it ends the file. A reader trusts nothing: counts, lengths,
+// depth, inode numbers, name order and types are checked against bounds as
+// they are read, and the snapshot is used only if the checksum holds at
+// the end. Anything else is a miss: the caller scans.
+
+const (
+	savedMagic   = "dlfs-catalog\n"
+	savedVersion = 1
+	maxSavedName = 4096 // bytes of a name or a symlink's target
+	maxSavedDeep = 4096 // directory depth
+)
+
+// ErrSaved means a saved catalog cannot be used.
+var ErrSaved = errors.New("catalog: saved snapshot unusable")
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Save writes snap to path atomically (a temporary file renamed over it),
+// under the dataset identity id.
+func Save(path string, snap *Snapshot, id string, nextIno uint64) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".catalog-*")
+	if err != nil {
+		return fmt.Errorf("catalog: save %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	crc := crc32.New(castagnoli)
+	w := bufio.NewWriterSize(io.MultiWriter(tmp, crc), 1<<20)
+	enc := encoder{w: w}
+	enc.bytes([]byte(savedMagic))
+	enc.u32(savedVersion)
+	enc.str32(id)
+	enc.u64(uint64(snap.Files + snap.Dirs + symlinks(snap)))
+	enc.u64(nextIno)
+	enc.entry(snap.Root)
+	if err := w.Flush(); err == nil {
+		err = binary.Write(tmp, binary.LittleEndian, crc.Sum32())
+	}
+	if enc.err == nil {
+		enc.err = err
+	}
+	if enc.err == nil {
+		enc.err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); enc.err == nil {
+		enc.err = cerr
+	}
+	if enc.err == nil {
+		enc.err = os.Rename(tmp.Name(), path)
+	}
+	if enc.err != nil {
+		return fmt.Errorf("catalog: save %s: %w", path, enc.err)
+	}
+	return nil
+}
+
+func symlinks(s *Snapshot) int {
+	n := 0
+	s.Walk(func(e *Entry) {
+		if e.IsSymlink() {
+			n++
+		}
+	})
+	return n
+}
+
+type encoder struct {
+	w   *bufio.Writer
+	buf [8]byte
+	err error
+}
+
+func (e *encoder) bytes(b []byte) {
+	if e.err == nil {
+		_, e.err = e.w.Write(b)
+	}
+}
+func (e *encoder) u16(v uint16) { binary.LittleEndian.PutUint16(e.buf[:], v); e.bytes(e.buf[:2]) }
+func (e *encoder) u32(v uint32) { binary.LittleEndian.PutUint32(e.buf[:], v); e.bytes(e.buf[:4]) }
+func (e *encoder) u64(v uint64) { binary.LittleEndian.PutUint64(e.buf[:], v); e.bytes(e.buf[:8]) }
+func (e *encoder) str16(s string) {
+	e.u16(uint16(len(s)))
+	e.bytes([]byte(s))
+}
+func (e *encoder) str32(s string) {
+	e.u32(uint32(len(s)))
+	e.bytes([]byte(s))
+}
+
+// entry writes e's record and, for a directory, its children.
+func (e *encoder) entry(x *Entry) {
+	e.str16(x.Name)
+	e.u32(x.Mode)
+	e.u32(x.Uid)
+	e.u32(x.Gid)
+	e.u64(uint64(x.Size))
+	e.u64(uint64(x.Mtime))
+	e.u64(uint64(x.Ctime))
+	e.u64(x.SrcIno)
+	e.u64(x.Ino)
+	switch {
+	case x.IsSymlink():
+		e.str16(x.Target())
+	case x.IsDir():
+		n, names := x.NumChildren(), 0
+		for c := range x.Children() {
+			names += len(c.Name)
+		}
+		e.u32(uint32(n))
+		e.u32(uint32(names))
+		for c := range x.Children() {
+			e.entry(c)
+		}
+	}
+}
+
+// load reads a saved snapshot of dataset id with at most maxEntries
+// entries. It returns the snapshot and the next inode number to give.
+func load(r io.Reader, id string, maxEntries int) (*Snapshot, uint64, error) {
+	crc := crc32.New(castagnoli)
+	d := &decoder{r: bufio.NewReaderSize(r, 1<<20), crc: crc}
+	if string(d.bytes(len(savedMagic))) != savedMagic {
+		return nil, 0, d.fail("not a saved catalog")
+	}
+	if v := d.u32(); v != savedVersion {
+		return nil, 0, d.fail(fmt.Sprintf("format version %d, this dlfs reads %d", v, savedVersion))
+	}
+	if got := d.str(d.u32(), 1<<12); got != id {
+		return nil, 0, d.fail(fmt.Sprintf("another dataset (%q, this is %q)", got, id))
+	}
+	total := d.u64()
+	next := d.u64()
+	if d.err != nil {
+		return nil, 0, d.err
+	}
+	if total == 0 || total > uint64(maxEntries)+1 {
+		return nil, 0, d.fail(fmt.Sprintf("%d entries, at most %d allowed", total, maxEntries))
+	}
+	// Inode numbers lie below next, which may run ahead of the entries
+	// (refreshes retire numbers), but not without bound.
+	if next < 2 || next > 4*total+1<<20 {
+		return nil, 0, d.fail(fmt.Sprintf("next inode number %d for %d entries", next, total))
+	}
+	d.left, d.byIno = total, make([]*Entry, next)
+	root := &Entry{}
+	d.entry(root, nil, 0)
+	if d.err == nil && root.Ino != RootIno {
+		d.err = d.fail("the root is not inode 1")
+	}
+	if d.err == nil && d.left != 0 {
+		d.err = d.fail(fmt.Sprintf("%d entries announced, %d read", total, total-d.left))
+	}
+	if d.err != nil {
+		return nil, 0, d.err
+	}
+	sum := crc.Sum32()
+	var stored uint32
+	if err := binary.Read(d.r, binary.LittleEndian, &stored); err != nil || stored != sum {
+		return nil, 0, fmt.Errorf("%w: checksum mismatch", ErrSaved)
+	}
+	if _, err := d.r.ReadByte(); err != io.EOF {
+		return nil, 0, fmt.Errorf("%w: bytes after the checksum", ErrSaved)
+	}
+	snap := &Snapshot{Root: root, byIno: d.byIno}
+	snap.count()
+	return snap, next, nil
+}
+
+type decoder struct {
+	r     *bufio.Reader
+	crc   hash.Hash32
+	buf   [8]byte
+	err   error
+	left  uint64   // entries still to read
+	byIno []*Entry // every entry read, by inode number
+}
+
+func (d *decoder) fail(why string) error {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: %s", ErrSaved, why)
+	}
+	return d.err
+}
+
+func (d *decoder) bytes(n int) []byte {
+	if d.err != nil {
+		return nil
+	}
+	b := d.buf[:0]
+	if n > len(d.buf) {
+		b = make([]byte, n)
+	} else {
+		b = d.buf[:n]
+	}
+	if _, err := io.ReadFull(d.r, b); err != nil {
+		d.fail("truncated")
+		return nil
+	}
+	d.crc.Write(b)
+	return b
+}
+
+func (d *decoder) u16() uint16 {
+	if b := d.bytes(2); b != nil {
+		return binary.LittleEndian.Uint16(b)
+	}
+	return 0
+}
+
+func (d *decoder) u32() uint32 {
+	if b := d.bytes(4); b != nil {
+		return binary.LittleEndian.Uint32(b)
+	}
+	return 0
+}
+
+func (d *decoder) u64() uint64 {
+	if b := d.bytes(8); b != nil {
+		return binary.LittleEndian.Uint64(b)
+	}
+	return 0
+}
+
+// str reads n bytes as a string, n at most limit.
+func (d *decoder) str(n uint32, limit int) string {
+	if int(n) > limit {
+		d.fail(fmt.Sprintf("a string of %d bytes, at most %d allowed", n, limit))
+		return ""
+	}
+	return string(d.bytes(int(n)))
+}
+
+// entry reads x's record (its name interned in names, when a directory's
+// child) and, for a directory, its children.
+func (d *decoder) entry(x *Entry, arena *names, depth int) {
+	if d.left == 0 {
+		d.fail("more entries than announced")
+		return
+	}
+	d.left--
+	n := d.u16()
+	if arena != nil {
+		name := d.bytes(int(n))
+		if d.err != nil {
+			return
+		}
+		s := string(name)
+		if s == "" || s == "." || s == ".." || strings.ContainsAny(s, "/\x00") {
+			d.fail(fmt.Sprintf("bad name %q", s))
+			return
+		}
+		x.Name = arena.intern(s)
+	} else if n != 0 {
+		d.fail("the root has a name")
+		return
+	}
+	x.Mode, x.Uid, x.Gid = d.u32(), d.u32(), d.u32()
+	x.Size, x.Mtime, x.Ctime = int64(d.u64()), int64(d.u64()), int64(d.u64())
+	x.SrcIno, x.Ino = d.u64(), d.u64()
+	if d.err != nil {
+		return
+	}
+	if x.Ino == 0 || x.Ino >= uint64(len(d.byIno)) || d.byIno[x.Ino] != nil {
+		d.fail(fmt.Sprintf("inode number %d out of range or repeated", x.Ino))
+		return
+	}
+	if x.Size < 0 {
+		d.fail(fmt.Sprintf("size %d", x.Size))
+		return
+	}
+	d.byIno[x.Ino] = x
+	switch x.Mode & syscall.S_IFMT {
+	case syscall.S_IFREG:
+	case syscall.S_IFLNK:
+		t := d.str(uint32(d.u16()), maxSavedName)
+		if d.err == nil {
+			x.more = &more{target: t}
+		}
+	case syscall.S_IFDIR:
+		if depth >= maxSavedDeep {
+			d.fail("directories nested too deep")
+			return
+		}
+		count, nameBytes := d.u32(), d.u32()
+		if d.err != nil {
+			return
+		}
+		if uint64(count) > d.left || uint64(nameBytes) > uint64(count)*maxSavedName {
+			d.fail(fmt.Sprintf("a directory of %d entries and %d bytes of names", count, nameBytes))
+			return
+		}
+		if count == 0 {
+			return
+		}
+		kids := make([]Entry, count)
+		kidNames := &names{buf: make([]byte, 0, nameBytes)}
+		for i := range kids {
+			kids[i].parent = x
+			d.entry(&kids[i], kidNames, depth+1)
+			if d.err != nil {
+				return
+			}
+			if i > 0 && kids[i-1].Name >= kids[i].Name {
+				d.fail(fmt.Sprintf("names out of order: %q after %q", kids[i].Name, kids[i-1].Name))
+				return
+			}
+		}
+		x.more = &more{kids: kids}
+	default:
+		d.fail(fmt.Sprintf("mode %o", x.Mode))
+	}
+}
