@@ -182,7 +182,16 @@ func (n *Node) layout(j *jobs.Job) jobs.Layout {
 	t, placed := n.placement, n.placed
 	n.tableMu.Unlock()
 	if t == nil {
-		return jobs.Layout{}
+		if n.cl != nil {
+			// A cluster node before its first table: nothing is known of
+			// where the ranks run, and no plan may be pinned yet.
+			unknown := make([]int, j.Spec.World)
+			for r := range unknown {
+				unknown[r] = -1
+			}
+			return jobs.Layout{RankNode: unknown, Owner: func(int) int { return -1 }}
+		}
+		return jobs.Layout{} // one node, caching all
 	}
 	// A rebuild of the prefetch streams asks once per rank and epoch:
 	// answer from the last computation while the table (replaced on every

@@ -86,6 +86,18 @@ func TestJobPlans(t *testing.T) {
 	}
 }
 
+// pinnedNow says how the nodes' plans of epoch 0 stand, for a failure.
+func pinnedNow(t *testing.T, mnts ...string) string {
+	var out []string
+	for _, mnt := range mnts {
+		var st ControlStatus
+		readJSON(t, filepath.Join(mnt, ".dlfs/control"), &st)
+		p := st.Jobs["bj"].Plans["epoch-0"]
+		out = append(out, fmt.Sprintf("layout %s pinned %v", p.Layout, p.Pinned))
+	}
+	return strings.Join(out, "; ")
+}
+
 // TestBalancedPair: two nodes, one rank each, announce a job with
 // balance=locality. Once gossip has settled, the plan files of the two
 // ranks split every global batch of torch's exactly, each rank's batches
@@ -147,7 +159,7 @@ func TestBalancedPair(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	for why := agree(); why != ""; why = agree() {
 		if time.Now().After(deadline) {
-			t.Fatalf("the two ranks' plans never split torch's global batches: %s", why)
+			t.Fatalf("the two ranks' plans never split torch's global batches: %s; %s", why, pinnedNow(t, mntA, mntB))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
