@@ -183,6 +183,41 @@ func runScale(o options) error {
 	after := rss(p)
 	note(step{name: "an epoch through dlfs from its RAM tier, page cache dropped (files/s); native: from the page cache", native: nativeCached, dlfs: dlfsRAM, rate: true, rss: after})
 
+	p.Stop(time.Minute)
+
+	// A remount with the catalog saved beside the SSD tier.
+	ssd := filepath.Join(o.scaleDir, "ssd")
+	if err := os.RemoveAll(ssd); err != nil {
+		return err
+	}
+	withSSD := func() (*mountproc.Proc, error) {
+		return mountproc.Start(filepath.Join(o.bin, "dlfs"), mnt, 10*time.Minute,
+			"mount", "--log-level", "warn", "--ram-cache", "64MiB", "--ssd-cache", ssd, "--max-files", fmt.Sprint(2*o.scaleFiles+1<<20), src, mnt)
+	}
+	first, err := withSSD()
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(10 * time.Minute)
+	for {
+		if _, err := os.Stat(filepath.Join(ssd, "catalog.snap")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			first.Stop(time.Minute)
+			return fmt.Errorf("the catalog was not saved under %s within 10 minutes", ssd)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	first.Stop(time.Minute)
+	var again *mountproc.Proc
+	remountSecs, err := timed(func() (err error) { again, err = withSSD(); return err })
+	if err != nil {
+		return err
+	}
+	again.Stop(time.Minute)
+	note(step{name: "remount with the catalog saved by --ssd-cache (native: nothing to do; the scan it replaces above)", native: mountSecs, dlfs: remountSecs})
+
 	fmt.Printf("\n## Scale: %d files in 1,000 classes, 256 B–2 KB each (%.2f GB)\n\n", len(files), float64(total)/1e9)
 	fmt.Println("Native is the same tree read directly. Times in seconds unless marked files/s; RSS is the daemon's after the step.")
 	fmt.Println()
@@ -207,6 +242,7 @@ func runScale(o options) error {
 	per := float64(after-held) / float64(len(files))
 	fmt.Println()
 	fmt.Printf("- first scan: %.2f× native find (target ≤ 1.0): %s\n", mountSecs/findSecs, verdict(mountSecs <= findSecs))
+	fmt.Printf("- remount with a saved catalog of %d files: usable in %.2f s (target ≤ 3 s at 10 M files)\n", len(files), remountSecs)
 	fmt.Printf("- ImageFolder: %.2f× native first, %.2f× second (target ≤ 1.0): %s\n", dlfsFirst/nativeFirst, dlfsSecond/nativeSecond,
 		verdict(dlfsFirst <= nativeFirst && dlfsSecond <= nativeSecond))
 	fmt.Printf("- daemon RSS after every file was listed, looked up and read, less the RAM tier's %d MB and staging's %d MB: %.0f bytes per file (target ≤ 200): %s\n",
