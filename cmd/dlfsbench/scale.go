@@ -57,8 +57,6 @@ func runScale(o options) error {
 		native, dlfs float64 // seconds; 0: not applicable
 		rate         bool    // native and dlfs are files/s, not seconds
 		rss          int64   // the daemon's RSS after the step; 0: none
-		nativeNote   string
-		dlfsNote     string
 	}
 	var steps []step
 	note := func(s step) {
