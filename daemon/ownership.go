@@ -178,10 +178,11 @@ func (n *Node) watchOwnership(changes <-chan struct{}, stop <-chan struct{}) {
 		n.placement, n.placed = t, alive
 		n.othersPlacement, n.othersPlaced = tOthers, rest
 		n.tableMu.Unlock()
-		n.own.compute(n.cat.Snapshot(), t, plan)
 		// balance= plans not yet pinned follow the new layout (which also
 		// takes the ranks from the members' gossiped job lines).
 		n.jobs.Relayout()
+		n.own.compute(n.cat.Snapshot(), t, plan) // places every bucket: after the plans
+
 		select {
 		case <-stop:
 			return

@@ -21,8 +21,10 @@
 //
 // Rendezvous costs a score per member per key: 14.2 M samples over 64
 // members of unequal capacity took 13 s. So keys are hashed into a fixed
-// 2^18 buckets, and rendezvous places the buckets, once per table: a key's
-// owner is its bucket's, a hash and an index. The properties above hold
+// 2^18 buckets, and rendezvous places each bucket the first time a key
+// of it is asked about, once per table (a table is made on every change of
+// the view, so New stays cheap): a key's owner is its bucket's, a hash and
+// an index. The properties above hold
 // for buckets, so for keys: a member that leaves gives up its buckets
 // only, one that joins takes buckets only, and shares follow capacities
 // within the granularity of 2^18 buckets (256 a member at 1,024 members).
@@ -41,9 +43,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
 	"sort"
-	"sync"
+	"sync/atomic"
 )
 
 // HashVersion names the placement hash: nodes that hash differently must
@@ -66,7 +67,7 @@ type Table struct {
 	print    uint64           // Fingerprint
 	seeds    []uint64         // a hash of each member's name
 	uniform  bool             // every weight equal: the highest hash wins, no logarithm needed
-	buckets  []uint16         // the owner of each bucket of keys
+	buckets  []atomic.Uint32  // the owner of each bucket of keys, plus 1; 0: not placed yet
 }
 
 // bucketBits sets how many buckets keys are hashed into.
@@ -98,25 +99,8 @@ func New(members []Member) (*Table, error) {
 		t.uniform = t.uniform && m.Capacity == ms[0].Capacity
 		t.print = mix(t.print ^ fnv64a(m.Name, fmt.Sprint(m.Capacity)))
 	}
-	t.placeBuckets()
+	t.buckets = make([]atomic.Uint32, 1<<bucketBits)
 	return t, nil
-}
-
-// placeBuckets gives every bucket its rendezvous owner, in parallel.
-func (t *Table) placeBuckets() {
-	t.buckets = make([]uint16, 1<<bucketBits)
-	workers := min(runtime.GOMAXPROCS(0), 8)
-	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for b := w; b < len(t.buckets); b += workers {
-				t.buckets[b] = uint16(t.rendezvous(mix(uint64(b) + 0x9e3779b97f4a7c15)))
-			}
-		}()
-	}
-	wg.Wait()
 }
 
 // Fingerprint identifies what t says: two tables with the same members,
@@ -177,7 +161,15 @@ func Bucket(key string) int { return int(fnv64a("", key) >> (64 - bucketBits)) }
 
 // BucketOwner returns the owner of bucket b's keys, except those Assigned
 // elsewhere.
-func (t *Table) BucketOwner(b int) int { return int(t.buckets[b]) }
+func (t *Table) BucketOwner(b int) int {
+	if o := t.buckets[b].Load(); o != 0 {
+		return int(o - 1)
+	}
+	// Racing callers compute the same owner.
+	o := t.rendezvous(mix(uint64(b) + 0x9e3779b97f4a7c15))
+	t.buckets[b].Store(uint32(o) + 1)
+	return o
+}
 
 // Assigned calls fn for each key that demand placed away from its
 // bucket's owner.
@@ -188,7 +180,7 @@ func (t *Table) Assigned(fn func(key string, owner int)) {
 }
 
 // hashOwner is the owner of key's bucket.
-func (t *Table) hashOwner(key string) int { return int(t.buckets[Bucket(key)]) }
+func (t *Table) hashOwner(key string) int { return t.BucketOwner(Bucket(key)) }
 
 // rendezvous is the owner of a bucket whose hash is kh: the member with
 // the highest score weight / −ln(u), u a hash of (member, bucket) in
