@@ -346,7 +346,11 @@ func (c *Catalog) loadSaved() *Snapshot {
 		return nil
 	}
 	defer f.Close()
-	snap, next, err := load(f, c.cfg.Identity, c.cfg.MaxEntries)
+	var size int64
+	if fi, err := f.Stat(); err == nil {
+		size = fi.Size()
+	}
+	snap, next, err := load(f, size, c.cfg.Identity, c.cfg.MaxEntries)
 	if err != nil {
 		c.cfg.Logger.Warn("catalog: ignoring the saved snapshot; scanning SOURCE", "file", c.cfg.Saved, "err", err)
 		return nil

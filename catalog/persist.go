@@ -141,9 +141,14 @@ func (e *encoder) entry(x *Entry) {
 	}
 }
 
-// load reads a saved snapshot of dataset id with at most maxEntries
-// entries. It returns the snapshot and the next inode number to give.
-func load(r io.Reader, id string, maxEntries int) (*Snapshot, uint64, error) {
+// minRecord is the fewest bytes an entry's record takes: what a file of n
+// bytes can hold bounds what a reader allocates for it.
+const minRecord = 2 + 3*4 + 5*8
+
+// load reads a saved snapshot of dataset id, size bytes long, with at most
+// maxEntries entries. It returns the snapshot and the next inode number to
+// give.
+func load(r io.Reader, size int64, id string, maxEntries int) (*Snapshot, uint64, error) {
 	crc := crc32.New(castagnoli)
 	d := &decoder{r: bufio.NewReaderSize(r, 1<<20), crc: crc}
 	if string(d.bytes(len(savedMagic))) != savedMagic {
@@ -160,12 +165,12 @@ func load(r io.Reader, id string, maxEntries int) (*Snapshot, uint64, error) {
 	if d.err != nil {
 		return nil, 0, d.err
 	}
-	if total == 0 || total > uint64(maxEntries)+1 {
-		return nil, 0, d.fail(fmt.Sprintf("%d entries, at most %d allowed", total, maxEntries))
+	if total == 0 || total > uint64(maxEntries)+1 || total > uint64(max(size, 0))/minRecord {
+		return nil, 0, d.fail(fmt.Sprintf("%d entries in %d bytes, at most %d allowed", total, size, maxEntries))
 	}
 	// Inode numbers lie below next, which may run ahead of the entries
 	// (refreshes retire numbers), but not without bound.
-	if next < 2 || next > 4*total+1<<20 {
+	if next < 2 || next > 2*total+1024 {
 		return nil, 0, d.fail(fmt.Sprintf("next inode number %d for %d entries", next, total))
 	}
 	d.left, d.byIno = total, make([]*Entry, next)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -128,7 +129,7 @@ func FuzzLoad(f *testing.F) {
 	f.Add(good)
 	f.Add(good[:40])
 	f.Fuzz(func(t *testing.T, data []byte) {
-		snap, next, err := load(bytes.NewReader(data), "dataset-1", 1000)
+		snap, next, err := load(bytes.NewReader(data), int64(len(data)), "dataset-1", 1000)
 		if err != nil {
 			return
 		}
@@ -146,4 +147,24 @@ func FuzzLoad(f *testing.F) {
 			t.Fatalf("%d entries loaded, at most 1001", n)
 		}
 	})
+}
+
+// TestSavedClaimsBounded: a file that claims more entries than its bytes
+// can hold is refused before anything is allocated for them.
+func TestSavedClaimsBounded(t *testing.T) {
+	var b bytes.Buffer
+	b.WriteString(savedMagic)
+	for _, v := range []uint32{savedVersion, uint32(len("dataset-1"))} {
+		b.Write([]byte{byte(v), byte(v >> 8), byte(v >> 16), byte(v >> 24)})
+	}
+	b.WriteString("dataset-1")
+	for _, v := range []uint64{20_000_000, 20_000_001} { // entries, next inode
+		for i := 0; i < 8; i++ {
+			b.WriteByte(byte(v >> (8 * i)))
+		}
+	}
+	data := b.Bytes()
+	if _, _, err := load(bytes.NewReader(data), int64(len(data)), "dataset-1", 1<<30); err == nil || !strings.Contains(err.Error(), "entries in") {
+		t.Errorf("20 M entries claimed in %d bytes: %v, want refused", len(data), err)
+	}
 }
