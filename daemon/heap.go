@@ -33,8 +33,8 @@ const (
 var governor struct {
 	mu    sync.Mutex
 	tiers map[*ramcache.Cache]bool
-	stop  chan struct{}
-	done  sync.WaitGroup
+	stop  chan struct{} // closes the running governor
+	done  chan struct{} // closed when it has restored the settings
 }
 
 // governHeap registers ram's blocks with the governor, starting it if it
@@ -45,22 +45,22 @@ func governHeap(ram *ramcache.Cache) (release func() error) {
 	defer governor.mu.Unlock()
 	if governor.tiers == nil {
 		governor.tiers = map[*ramcache.Cache]bool{}
-		governor.stop = make(chan struct{})
-		governor.done.Add(1)
-		go runGovernor(governor.stop)
+		prev := governor.done // a run still restoring the settings, or nil
+		governor.stop, governor.done = make(chan struct{}), make(chan struct{})
+		go runGovernor(prev, governor.stop, governor.done)
 	}
 	governor.tiers[ram] = true
 	return func() error {
 		governor.mu.Lock()
 		delete(governor.tiers, ram)
-		var stop chan struct{}
+		var stop, done chan struct{}
 		if len(governor.tiers) == 0 {
-			stop, governor.tiers = governor.stop, nil
+			stop, done, governor.tiers = governor.stop, governor.done, nil
 		}
 		governor.mu.Unlock()
 		if stop != nil {
 			close(stop)
-			governor.done.Wait()
+			<-done
 		}
 		return nil
 	}
@@ -84,8 +84,11 @@ func limit(live, held int64) int64 {
 	return held + other + max(other/2, heapHeadroom)
 }
 
-func runGovernor(stop <-chan struct{}) {
-	defer governor.done.Done()
+func runGovernor(prev <-chan struct{}, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	if prev != nil {
+		<-prev // its restore must not undo this run's settings
+	}
 	oldPercent := debug.SetGCPercent(-1)
 	oldLimit := debug.SetMemoryLimit(-1)
 	defer func() {
