@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"unsafe"
 )
 
 // A saved catalog
@@ -199,12 +200,12 @@ func load(r io.Reader, size int64, id string, maxEntries int) (*Snapshot, uint64
 }
 
 type decoder struct {
-	r     *bufio.Reader
-	crc   hash.Hash32
-	buf   [8]byte
-	err   error
-	left  uint64   // entries still to read
-	byIno []*Entry // every entry read, by inode number
+	r       *bufio.Reader
+	crc     hash.Hash32
+	scratch []byte // bytes' buffer
+	err     error
+	left    uint64   // entries still to read
+	byIno   []*Entry // every entry read, by inode number
 }
 
 func (d *decoder) fail(why string) error {
@@ -214,16 +215,15 @@ func (d *decoder) fail(why string) error {
 	return d.err
 }
 
+// bytes reads n bytes into a scratch buffer, valid until the next read.
 func (d *decoder) bytes(n int) []byte {
 	if d.err != nil {
 		return nil
 	}
-	b := d.buf[:0]
-	if n > len(d.buf) {
-		b = make([]byte, n)
-	} else {
-		b = d.buf[:n]
+	if n > cap(d.scratch) {
+		d.scratch = make([]byte, n)
 	}
+	b := d.scratch[:n]
 	if _, err := io.ReadFull(d.r, b); err != nil {
 		d.fail("truncated")
 		return nil
@@ -276,12 +276,14 @@ func (d *decoder) entry(x *Entry, arena *names, depth int) {
 		if d.err != nil {
 			return
 		}
-		s := string(name)
+		s := unsafe.String(unsafe.SliceData(name), len(name)) // the scratch buffer's: copied below
 		if s == "" || s == "." || s == ".." || strings.ContainsAny(s, "/\x00") {
 			d.fail(fmt.Sprintf("bad name %q", s))
 			return
 		}
-		x.Name = arena.intern(s)
+		if x.Name = arena.intern(s); x.Name == s && len(s) > 0 && unsafe.StringData(x.Name) == unsafe.SliceData(name) {
+			x.Name = strings.Clone(s) // no room in the directory's buffer (a lying name count)
+		}
 	} else if n != 0 {
 		d.fail("the root has a name")
 		return

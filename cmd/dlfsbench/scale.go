@@ -213,8 +213,9 @@ func runScale(o options) error {
 	if err != nil {
 		return err
 	}
+	remountRSS := rss(again)
 	again.Stop(time.Minute)
-	note(step{name: "remount with the catalog saved by --ssd-cache (native: nothing to do; the scan it replaces above)", native: mountSecs, dlfs: remountSecs})
+	note(step{name: "remount with the catalog saved by --ssd-cache (native: nothing to do; the scan it replaces above)", native: mountSecs, dlfs: remountSecs, rss: remountRSS})
 
 	fmt.Printf("\n## Scale: %d files in 1,000 classes, 256 B–2 KB each (%.2f GB)\n\n", len(files), float64(total)/1e9)
 	fmt.Println("Native is the same tree read directly. Times in seconds unless marked files/s; RSS is the daemon's after the step.")
