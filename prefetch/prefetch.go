@@ -148,19 +148,18 @@ type stream struct {
 	job      *jobs.Job // for its Ahead bound
 	plan     planKey   // what the order was drawn from: a stream is reused only for the same
 	epochs   []int
-	starts   []int    // position where each epoch begins
-	samples  []int32  // samples[pos]: the index in job.Samples of the sample at pos
-	index    []uint64 // ino<<32 | pos for every position, sorted: each file's positions in order
-	consumed bitset
+	starts   []int              // position where each epoch begins
+	orders   [][]int32          // each epoch's order, shared with the job: the index in job.Samples of the sample at each position
+	index    []uint64           // ino<<32 | pos for every position with a file, sorted: each file's positions in order
+	consumed bitset             // a position without a file (a dangling link) is consumed from the start
 	cursor   int                // first position not consumed
 	maxSeen  int                // furthest position consumed by a read; -1 before any
 	spans    []loader.Span      // where each position's sample lies in a packed container
 	packed   []bool             // whether spans[pos] is known
 	runs     map[string][]int32 // container -> one position per file in it, by offset
 	runIdx   []int32            // runIdx[pos]: the index of pos's file in runs[its container]
-	order    []int32            // positions in the order the DataLoader will ask for them
-	sched    []int32            // sched[pos] is pos's index in order
-	frontier int                // next index into order to consider fetching
+	order    *schedule          // the order the DataLoader will ask for positions in
+	frontier int                // next step of order to consider fetching
 	slack    int
 	stats    *Stats
 }
@@ -356,13 +355,13 @@ type stagedBlock struct {
 func (p *Prefetcher) trimStage() []stagedBlock {
 	type view struct {
 		s    *stream
-		from int // index into s.order of the cursor
+		from int // the cursor's step
 	}
 	p.mu.Lock()
 	var views []view
 	for _, s := range p.streams {
 		if s.cursor < s.len() {
-			views = append(views, view{s, int(s.sched[s.cursor])})
+			views = append(views, view{s, s.order.step(s.cursor)})
 		}
 	}
 	staged := make(map[uint64]bool, len(p.stagedIno))
@@ -377,9 +376,9 @@ func (p *Prefetcher) trimStage() []stagedBlock {
 	for _, v := range views {
 		var bytes int64
 		seen := 0 // staged samples met: once all are, the rest cannot matter
-		for k := v.from; k < len(v.s.order) && bytes < 2*p.cfg.Staging && seen < len(staged); k++ {
-			e := v.s.entry(int(v.s.order[k]))
-			if window[e.Ino] || p.load.InRAM(e) {
+		for k := v.from; k < v.s.len() && bytes < 2*p.cfg.Staging && seen < len(staged); k++ {
+			e := v.s.entry(v.s.order.at(k))
+			if e == nil || window[e.Ino] || p.load.InRAM(e) {
 				continue
 			}
 			window[e.Ino] = true
@@ -441,26 +440,33 @@ func build(j *jobs.Job, rank int, epochs []int) *stream {
 	for _, e := range s.epochs {
 		n += len(j.Order(rank, e))
 	}
-	s.samples, s.index = make([]int32, 0, n), make([]uint64, 0, n)
+	s.index = make([]uint64, 0, n)
+	s.consumed = newBitset(n)
+	pos := 0
 	for _, e := range s.epochs {
-		sizes = append(sizes, j.Batches(rank, e))
-		s.starts = append(s.starts, len(s.samples))
-		for _, i := range j.Order(rank, e) {
-			ent := j.Samples[i].Entry
-			if ent == nil || ent.Ino >= 1<<32 {
+		if j.Spec.Balance != "" {
+			sizes = append(sizes, j.Batches(rank, e))
+		} else {
+			sizes = append(sizes, nil) // every batch full but the last
+		}
+		s.starts = append(s.starts, pos)
+		order := j.Order(rank, e)
+		s.orders = append(s.orders, order)
+		for _, i := range order {
+			if ent := j.Samples[i].Entry; ent != nil && ent.Ino < 1<<32 {
+				s.index = append(s.index, ent.Ino<<32|uint64(pos))
+			} else {
 				// A dangling symlink, or one leaving the dataset: torchvision
 				// lists it, but there is nothing to fetch, and its read fails.
 				// (No catalog numbers 2^32 inodes.)
-				continue
+				s.consumed.set(pos)
 			}
-			s.index = append(s.index, ent.Ino<<32|uint64(len(s.samples)))
-			s.samples = append(s.samples, i)
+			pos++
 		}
 	}
 	slices.Sort(s.index)
-	s.starts = append(s.starts, len(s.samples))
-	s.consumed = newBitset(len(s.samples))
-	s.order, s.sched = schedule(s.starts, max(j.Spec.Workers, 1), sizes)
+	s.starts = append(s.starts, pos)
+	s.order = newSchedule(s.starts, j.Spec.Workers, j.Spec.Batch, sizes)
 	// The DataLoader has up to prefetch_factor (2) batches per worker in
 	// flight; reads arrive out of order within that window.
 	window := 2 * max(j.Spec.Workers, 1) * j.Spec.Batch
@@ -469,10 +475,14 @@ func build(j *jobs.Job, rank int, epochs []int) *stream {
 }
 
 // entry returns the file at position pos.
-func (s *stream) entry(pos int) *catalog.Entry { return s.job.Samples[s.samples[pos]].Entry }
+// (nil for a dangling link: such a position is consumed from the start).
+func (s *stream) entry(pos int) *catalog.Entry {
+	e := s.epochOf(pos)
+	return s.job.Samples[s.orders[e][pos-s.starts[e]]].Entry
+}
 
 // len is the number of positions.
-func (s *stream) len() int { return len(s.samples) }
+func (s *stream) len() int { return s.starts[len(s.starts)-1] }
 
 // positions returns ino's entries of the index, in position order.
 func (s *stream) positions(ino uint64) []uint64 {
@@ -503,8 +513,11 @@ func (p *Prefetcher) locate(s *stream) {
 	s.spans, s.packed = make([]loader.Span, s.len()), make([]bool, s.len())
 	s.runs, s.runIdx = map[string][]int32{}, make([]int32, s.len())
 	spans := map[uint64]int{} // ino -> first position located
-	for pos := range s.samples {
+	for pos := range s.len() {
 		e := s.entry(pos)
+		if e == nil || s.consumed.get(pos) {
+			continue // a dangling link: nothing to locate
+		}
 		if q, ok := spans[e.Ino]; ok {
 			s.spans[pos], s.packed[pos] = s.spans[q], s.packed[q]
 			continue
@@ -519,55 +532,14 @@ func (p *Prefetcher) locate(s *stream) {
 	for _, list := range s.runs {
 		sort.Slice(list, func(i, j int) bool { return s.spans[list[i]].Off < s.spans[list[j]].Off })
 	}
-	for pos := range s.samples {
-		e := s.entry(pos)
+	for pos := range s.len() {
 		if s.packed[pos] {
+			e := s.entry(pos)
 			list := s.runs[s.spans[pos].Container]
 			first := spans[e.Ino]
 			s.runIdx[pos] = int32(sort.Search(len(list), func(i int) bool { return s.spans[list[i]].Off >= s.spans[first].Off }))
 		}
 	}
-}
-
-// schedule returns the positions of each epoch (starts delimits them) in
-// the order a DataLoader with workers processes reads them, given each
-// epoch's batch sizes (sizes[e]; balance=solar makes them uneven): batch k goes to worker k % workers, the workers run side by side
-// and each reads its batch in order, so within a round of workers batches
-// the i-th samples of all of them come before the (i+1)-th. Prefetching in
-// this order serves the first batches of an epoch, which every worker asks
-// for at once, in time.
-func schedule(starts []int, workers int, sizes [][]int) (order, sched []int32) {
-	n := starts[len(starts)-1]
-	order = make([]int32, 0, n)
-	sched = make([]int32, n)
-	type run struct{ at, n int } // one batch: its first position and size
-	round := make([]run, 0, workers)
-	for e := 0; e+1 < len(starts); e++ {
-		lo, hi := starts[e], starts[e+1]
-		for k, pos := 0, lo; pos < hi; k += workers {
-			// A round: batches k..k+workers−1, one per worker, read side
-			// by side.
-			round, longest := round[:0], 0
-			for w := 0; w < workers && pos < hi; w++ {
-				z := hi - pos // the rest, if the sizes run out
-				if k+w < len(sizes[e]) {
-					z = min(sizes[e][k+w], z)
-				}
-				round = append(round, run{pos, z})
-				pos += z
-				longest = max(longest, z)
-			}
-			for i := 0; i < longest; i++ {
-				for _, b := range round {
-					if i < b.n {
-						sched[b.at+i] = int32(len(order))
-						order = append(order, int32(b.at+i))
-					}
-				}
-			}
-		}
-	}
-	return order, sched
 }
 
 // ahead is how far the scheduler has gone past the cursor, in schedule
@@ -576,7 +548,7 @@ func (s *stream) ahead() int {
 	if s.cursor >= s.len() {
 		return s.frontier
 	}
-	return s.frontier - int(s.sched[s.cursor])
+	return s.frontier - s.order.step(s.cursor)
 }
 
 // bounded reports whether s is as far ahead of its reader's furthest read
@@ -588,7 +560,7 @@ func (s *stream) bounded() bool {
 	}
 	from := 0
 	if s.maxSeen >= 0 {
-		from = int(s.sched[s.maxSeen])
+		from = s.order.step(s.maxSeen)
 	}
 	return s.frontier-from >= a
 }
@@ -675,7 +647,7 @@ func (p *Prefetcher) Observe(e *catalog.Entry, off int64, waited time.Duration) 
 	// The frontier never lags far behind the furthest read: a stream
 	// built while its reader was already under way (an inferred job)
 	// must not fetch what the reader has passed.
-	if f := int(best.sched[best.maxSeen]) - best.slack; best.frontier < f {
+	if f := best.order.step(best.maxSeen) - best.slack; best.frontier < f {
 		best.frontier = f
 	}
 	p.advanceLocked(best)
@@ -759,7 +731,7 @@ func (p *Prefetcher) unstageLocked(key string, b ramcache.Block) {
 // within what the scheduler has reached (or anywhere, if !soon).
 func (p *Prefetcher) neededLocked(ino uint64, soon bool) bool {
 	for _, s := range p.streams {
-		if q := s.pending(ino); q >= 0 && (!soon || int(s.sched[q]) < s.frontier) {
+		if q := s.pending(ino); q >= 0 && (!soon || s.order.step(q) < s.frontier) {
 			return true
 		}
 	}
@@ -769,7 +741,7 @@ func (p *Prefetcher) neededLocked(ino uint64, soon bool) bool {
 // dropIfUnneededLocked drops e's staged blocks if no stream will read them
 // soon; they count as wasted.
 func (p *Prefetcher) dropIfUnneededLocked(e *catalog.Entry) {
-	if p.stagedIno[e.Ino] == 0 || p.neededLocked(e.Ino, true) {
+	if e == nil || p.stagedIno[e.Ino] == 0 || p.neededLocked(e.Ino, true) {
 		return
 	}
 	n := max((e.Size+p.cfg.BlockSize-1)/p.cfg.BlockSize, 1)
@@ -841,16 +813,20 @@ func (p *Prefetcher) next(gap, run int64) []*catalog.Entry {
 	for {
 		var s *stream
 		for _, c := range p.streams {
-			if c.frontier < len(c.order) && !c.bounded() && (s == nil || c.ahead() < s.ahead()) {
+			if c.frontier < c.len() && !c.bounded() && (s == nil || c.ahead() < s.ahead()) {
 				s = c
 			}
 		}
 		if s == nil {
 			return nil
 		}
-		pos := s.order[s.frontier]
-		e := s.entry(int(pos))
-		if s.consumed.get(int(pos)) || p.stagedIno[e.Ino] > 0 || p.inflight[e.Ino] > 0 {
+		pos := s.order.at(s.frontier)
+		if s.consumed.get(pos) {
+			s.frontier++
+			continue
+		}
+		e := s.entry(pos)
+		if p.stagedIno[e.Ino] > 0 || p.inflight[e.Ino] > 0 {
 			s.frontier++
 			continue
 		}
@@ -860,7 +836,7 @@ func (p *Prefetcher) next(gap, run int64) []*catalog.Entry {
 		s.frontier++
 		group := []*catalog.Entry{e}
 		if s.packed != nil && s.packed[pos] {
-			group = p.neighboursLocked(s, int(pos), gap, run)
+			group = p.neighboursLocked(s, pos, gap, run)
 		}
 		for _, g := range group {
 			p.inflight[g.Ino] = g.Size

@@ -188,28 +188,6 @@ func TestCoalescing(t *testing.T) {
 	}
 }
 
-func TestSchedule(t *testing.T) {
-	// Two epochs of 10 and 7 samples, 2 workers, batches of 3: worker 0
-	// reads batch 0 (0,1,2) while worker 1 reads batch 1 (3,4,5).
-	check := func(order, sched, want []int32) {
-		t.Helper()
-		if fmt.Sprint(order) != fmt.Sprint(want) {
-			t.Errorf("order %v, want %v", order, want)
-		}
-		for i, p := range order {
-			if sched[p] != int32(i) {
-				t.Errorf("sched[%d] = %d, want %d", p, sched[p], i)
-			}
-		}
-	}
-	order, sched := schedule([]int{0, 10, 17}, 2, [][]int{{3, 3, 3, 1}, {3, 3, 1}})
-	check(order, sched, []int32{0, 3, 1, 4, 2, 5, 6, 9, 7, 8, 10, 13, 11, 14, 12, 15, 16})
-	// Uneven batches (balance=solar): 2, 4, 0, 3 in one epoch of 9; then
-	// sizes that run out (the rest is one batch).
-	order, sched = schedule([]int{0, 9, 13}, 2, [][]int{{2, 4, 0, 3}, {1}})
-	check(order, sched, []int32{0, 2, 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12})
-}
-
 // TestConsumptionTracking pins the rules that follow a DataLoader's reads:
 // out-of-order reads within the window, samples the page cache served
 // (never seen, inferred once far enough behind), a second read of a sample
