@@ -121,7 +121,7 @@ func (c *controlPlane) plan(p string) ([]byte, error) {
 		return b.Bytes(), nil
 	}
 	for _, i := range j.Order(rank, epoch) {
-		b.WriteString(j.Samples[i].Path)
+		b.WriteString(j.Samples[i].Path())
 		b.WriteByte('\n')
 	}
 	return b.Bytes(), nil

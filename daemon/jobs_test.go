@@ -146,7 +146,7 @@ func TestBalancedPair(t *testing.T) {
 			offA, offB = offA+sa[k], offB+sb[k]
 			var want []string
 			for _, i := range gb {
-				want = append(want, j.Samples[i].Path)
+				want = append(want, j.Samples[i].Path())
 			}
 			slices.Sort(got)
 			slices.Sort(want)

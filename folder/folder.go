@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 
@@ -41,11 +42,31 @@ import (
 // IMGExtensions is torchvision's IMG_EXTENSIONS.
 var IMGExtensions = []string{".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp"}
 
-// Sample is one item of the dataset.
+// Sample is one item of the dataset, in 24 bytes: its path is its
+// catalog entry's own (Entry.Path walks up the parents) unless the walk
+// reached it through a symlink.
 type Sample struct {
-	Path   string         // as the script opens it, relative to the mount
-	Entry  *catalog.Entry // the regular file it resolves to
-	Target int            // class index
+	Entry  *catalog.Entry // the regular file it resolves to; nil for a dangling link
+	link   *string        // the path as the script opens it, where it is not Entry's
+	Target int32          // class index
+}
+
+// NewSample returns the sample the script opens at p (relative to the
+// mount), which resolves to e (nil if it resolves to no regular file).
+func NewSample(p string, e *catalog.Entry, target int) Sample {
+	s := Sample{Entry: e, Target: int32(target)}
+	if e == nil || e.Path() != p {
+		s.link = &p
+	}
+	return s
+}
+
+// Path is the sample's path as the script opens it, relative to the mount.
+func (s Sample) Path() string {
+	if s.link != nil {
+		return *s.link
+	}
+	return s.Entry.Path()
 }
 
 // Index is a dataset's sample list.
@@ -95,11 +116,26 @@ func Build(snap *catalog.Snapshot, root string, exts []string) (*Index, error) {
 		}
 		seen += w.seen
 		sort.Slice(w.dirs, func(i, j int) bool { return w.dirs[i].path < w.dirs[j].path })
+		n := 0
 		for _, d := range w.dirs {
 			for _, f := range d.files {
 				if valid(f.name, exts) {
-					idx.Samples = append(idx.Samples, Sample{Path: join(d.path, f.name), Entry: f.entry, Target: target})
+					n++
 				}
+			}
+		}
+		idx.Samples = slices.Grow(idx.Samples, n)
+		for _, d := range w.dirs {
+			for _, f := range d.files {
+				if !valid(f.name, exts) {
+					continue
+				}
+				s := Sample{Entry: f.entry, Target: int32(target)}
+				if f.linked || !d.direct {
+					p := join(d.path, f.name)
+					s.link = &p
+				}
+				idx.Samples = append(idx.Samples, s)
 			}
 		}
 	}
@@ -117,13 +153,15 @@ func valid(name string, exts []string) bool {
 }
 
 type file struct {
-	name  string
-	entry *catalog.Entry // nil for a dangling link (never a sample: not a regular file)
+	name   string
+	entry  *catalog.Entry // nil for a dangling link (never a sample: not a regular file)
+	linked bool           // a symlink: its path is not entry's
 }
 
 type dir struct {
-	path  string
-	files []file // sorted by name
+	path   string
+	direct bool   // path is the directory's own (no symlink on the way)
+	files  []file // sorted by name
 }
 
 type walker struct {
@@ -145,29 +183,28 @@ func (w *walker) walk(dirPath string) error {
 	if w.seen++; w.seen > w.budget {
 		return ErrTooLarge
 	}
-	cur := dir{path: dirPath}
+	cur := dir{path: dirPath, direct: d.Path() == dirPath}
 	var subdirs []string
 	for c := range d.Children() {
-		p := join(dirPath, c.Name)
 		t := c
 		if c.IsSymlink() {
-			if t, err = resolve(w.snap, p); err != nil {
+			if t, err = resolve(w.snap, join(dirPath, c.Name)); err != nil {
 				if errors.Is(err, errOutside) {
 					w.idx.Unresolved++
 				}
-				cur.files = append(cur.files, file{name: c.Name})
+				cur.files = append(cur.files, file{name: c.Name, linked: true})
 				continue
 			}
 		}
 		if t.IsDir() {
-			subdirs = append(subdirs, p)
+			subdirs = append(subdirs, join(dirPath, c.Name))
 			continue
 		}
 		var e *catalog.Entry
 		if t.IsRegular() {
 			e = t
 		}
-		cur.files = append(cur.files, file{name: c.Name, entry: e})
+		cur.files = append(cur.files, file{name: c.Name, entry: e, linked: c.IsSymlink()})
 	}
 	w.dirs = append(w.dirs, cur)
 	for _, s := range subdirs {

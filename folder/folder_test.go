@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/dlfs/dlfs/catalog"
 )
@@ -66,9 +67,9 @@ func TestOrder(t *testing.T) {
 	}
 	var got []string
 	for _, s := range idx.Samples {
-		got = append(got, s.Path+"="+string(rune('0'+s.Target)))
+		got = append(got, s.Path()+"="+string(rune('0'+s.Target)))
 		if s.Entry == nil || !s.Entry.IsRegular() {
-			t.Errorf("%s resolves to %+v", s.Path, s.Entry)
+			t.Errorf("%s resolves to %+v", s.Path(), s.Entry)
 		}
 	}
 	want := []string{
@@ -97,9 +98,16 @@ func TestOrder(t *testing.T) {
 		t.Errorf("unresolved %d, want 40", idx.Unresolved)
 	}
 	for _, s := range idx.Samples {
-		if s.Path == "data/b/alias.jpeg" && s.Entry.Path() != "data/b/2.jpg" {
+		if s.Path() == "data/b/alias.jpeg" && s.Entry.Path() != "data/b/2.jpg" {
 			t.Errorf("alias resolves to %s", s.Entry.Path())
 		}
+		// Only a path through a link is stored: the rest cost 24 bytes.
+		if direct := s.Path() == s.Entry.Path(); direct != (s.link == nil) {
+			t.Errorf("%s: stored path %v, want it stored only through a link", s.Path(), s.link != nil)
+		}
+	}
+	if z := unsafe.Sizeof(Sample{}); z != 24 {
+		t.Errorf("a sample is %d bytes, want 24", z)
 	}
 	if _, err := Build(snap, "data/b/2.jpg", nil); err == nil {
 		t.Error("a file accepted as root")

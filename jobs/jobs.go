@@ -94,6 +94,7 @@ type Job struct {
 
 	layout func(j *Job) Layout // read-only after Apply; nil: one node
 	ahead  *atomic.Int64       // how far its readers may be fetched ahead of; shared by the job's versions
+	snap   *catalog.Snapshot   // what Samples index
 
 	mu       sync.Mutex
 	plans    map[[2]int][]int32     // (rank, epoch) -> sample indices
@@ -523,7 +524,7 @@ func Reads(spec control.Job, n, from, count int, fn func(rank, i int)) {
 // Index builds the dataset index of spec from the current snapshot, as a
 // job line with spec would, without registering a job.
 func (r *Registry) Index(spec control.Job) ([]folder.Sample, error) {
-	s, _, err := r.index(spec)
+	s, _, _, err := r.index(spec)
 	return s, err
 }
 
@@ -641,10 +642,10 @@ func (r *Registry) apply(line control.Job, inferred bool) error {
 		return err
 	}
 	if prev != nil && sameDataset(prev.Spec, spec) {
-		j.Samples, j.Classes = prev.Samples, prev.Classes
+		j.Samples, j.Classes, j.snap = prev.Samples, prev.Classes, prev.snap
 	} else {
 		var err error
-		if j.Samples, j.Classes, err = r.index(spec); err != nil {
+		if j.Samples, j.Classes, j.snap, err = r.index(spec); err != nil {
 			return err
 		}
 	}
@@ -705,23 +706,35 @@ func sameDataset(a, b control.Job) bool {
 		strings.Join(a.Extensions, ",") == strings.Join(b.Extensions, ",")
 }
 
-// index builds the dataset index of spec from the current snapshot.
-func (r *Registry) index(spec control.Job) ([]folder.Sample, int, error) {
+// index builds the dataset index of spec from the current snapshot, or
+// shares the index of a registered job over the same dataset and snapshot:
+// the jobs of a sweep, and the inferred jobs of several reading
+// processes, read one dataset, whose index is 24 bytes a sample.
+func (r *Registry) index(spec control.Job) ([]folder.Sample, int, *catalog.Snapshot, error) {
 	snap := r.cfg.Snapshot()
+	r.mu.Lock()
+	for _, j := range r.jobs {
+		if j.snap == snap && sameDataset(j.Spec, spec) {
+			r.mu.Unlock()
+			return j.Samples, j.Classes, snap, nil
+		}
+	}
+	r.mu.Unlock()
 	if spec.Dataset == "list" {
-		return r.list(snap, spec)
+		samples, classes, err := r.list(snap, spec)
+		return samples, classes, snap, err
 	}
 	idx, err := folder.Build(snap, spec.Root, spec.Extensions)
 	if errors.Is(err, folder.ErrTooLarge) {
-		return nil, 0, fmt.Errorf("%w: root=%s: %v", ErrJob, spec.Root, err)
+		return nil, 0, nil, fmt.Errorf("%w: root=%s: %v", ErrJob, spec.Root, err)
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("%w: root=%s: not a directory of the mount", ErrJob, spec.Root)
+		return nil, 0, nil, fmt.Errorf("%w: root=%s: not a directory of the mount", ErrJob, spec.Root)
 	}
 	if len(idx.Samples) == 0 {
-		return nil, 0, fmt.Errorf("%w: root=%s holds no samples with extensions %v", ErrJob, spec.Root, exts(spec))
+		return nil, 0, nil, fmt.Errorf("%w: root=%s holds no samples with extensions %v", ErrJob, spec.Root, exts(spec))
 	}
-	return idx.Samples, len(idx.Classes), nil
+	return idx.Samples, len(idx.Classes), snap, nil
 }
 
 func exts(spec control.Job) []string {
@@ -757,7 +770,7 @@ func (r *Registry) list(snap *catalog.Snapshot, spec control.Job) ([]folder.Samp
 		if err != nil || !f.IsRegular() {
 			return nil, 0, fmt.Errorf("%w: dataset=list:%s line %d: %q is not a file of the mount", ErrJob, spec.ListPath, i+1, p)
 		}
-		out = append(out, folder.Sample{Path: full, Entry: f})
+		out = append(out, folder.NewSample(full, f, 0))
 	}
 	if len(out) == 0 {
 		return nil, 0, fmt.Errorf("%w: dataset=list:%s lists no samples", ErrJob, spec.ListPath)
@@ -770,7 +783,7 @@ func (r *Registry) list(snap *catalog.Snapshot, spec control.Job) ([]folder.Samp
 // gone) is dropped, with a warning.
 func (r *Registry) Reindex() {
 	for _, old := range r.All() {
-		samples, classes, err := r.index(old.Spec)
+		samples, classes, snap, err := r.index(old.Spec)
 		r.mu.Lock()
 		if r.jobs[old.Spec.Name] != old {
 			r.mu.Unlock()
@@ -781,7 +794,7 @@ func (r *Registry) Reindex() {
 			r.cfg.Logger.Warn("job dropped: its dataset is gone after the refresh", "job", old.Spec.Name, "err", err)
 		} else {
 			r.jobs[old.Spec.Name] = &Job{Spec: old.Spec, Samples: samples, Classes: classes, RankEpoch: old.RankEpoch, layout: r.cfg.Layout,
-				Inferred: old.Inferred, ahead: old.ahead}
+				Inferred: old.Inferred, ahead: old.ahead, snap: snap}
 		}
 		r.notifyLocked()
 		r.mu.Unlock()

@@ -54,7 +54,7 @@ func TestListDataset(t *testing.T) {
 	j := r.Get("l")
 	var got []string
 	for _, i := range j.Order(0, 0) {
-		got = append(got, j.Samples[i].Path)
+		got = append(got, j.Samples[i].Path())
 	}
 	if strings.Join(got, ",") != "d/b.bin,d/sub/c.bin,d/a.bin" {
 		t.Errorf("order %v", got)
@@ -115,6 +115,17 @@ func TestReindexAfterRefresh(t *testing.T) {
 	r.Reindex()
 	if n := r.Get("j").N(); n != 3 {
 		t.Errorf("after a refresh that added a file, the job has %d samples, want 3", n)
+	}
+	// A second job over the same dataset shares the index; one over another
+	// extension list does not.
+	if err := apply(r, "job=k epoch=0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := apply(r, "job=m epoch=0 extensions=.jpg"); err != nil {
+		t.Fatal(err)
+	}
+	if j, k, m := r.Get("j"), r.Get("k"), r.Get("m"); &j.Samples[0] != &k.Samples[0] || &j.Samples[0] == &m.Samples[0] {
+		t.Error("jobs over one dataset and snapshot should share its index, and only they")
 	}
 	os.RemoveAll(filepath.Join(root, "c"))
 	cat.Refresh(context.Background())
