@@ -2,6 +2,7 @@ package ramcache
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 
@@ -22,7 +23,7 @@ func checkInvariant(t *testing.T, c *Cache) {
 	defer c.mu.Unlock()
 	var sum int64
 	for h, it := range c.items {
-		sum += int64(len(it.b.Data)) + overhead
+		sum += cost(it.b)
 		if it.hash != h || it.next.prev != it || it.prev.next != it {
 			t.Fatalf("INVARIANT broken: item under %x has hash %x, or is off the ring", h, it.hash)
 		}
@@ -37,7 +38,7 @@ func checkInvariant(t *testing.T, c *Cache) {
 }
 
 func TestLRU(t *testing.T) {
-	c := New(Config{Capacity: 3 * (100 + overhead)})
+	c := New(Config{Capacity: 3 * cost(blk(100))})
 	for _, k := range []string{"a", "b", "c"} {
 		c.Put(k, blk(100))
 	}
@@ -84,7 +85,7 @@ func TestDamagedBlockIsMiss(t *testing.T) {
 }
 
 func TestConcurrent(t *testing.T) {
-	c := New(Config{Capacity: 50 * (64 + overhead)})
+	c := New(Config{Capacity: 50 * cost(blk(64))})
 	var wg sync.WaitGroup
 	for g := 0; g < 8; g++ {
 		wg.Add(1)
@@ -111,7 +112,7 @@ func TestConcurrent(t *testing.T) {
 // first, and a block needed later than everything cached is not admitted.
 func TestBelady(t *testing.T) {
 	next := map[uint64]int64{1: 10, 2: 1000, 3: 5, 4: 7, 5: 2000}
-	c := New(Config{Capacity: 3 * (100 + overhead), NextUse: func(id uint64) int64 { return next[id] }})
+	c := New(Config{Capacity: 3 * cost(blk(100)), NextUse: func(id uint64) int64 { return next[id] }})
 	put := func(id uint64) bool {
 		b := blk(100)
 		b.ID = id
@@ -127,4 +128,43 @@ func TestBelady(t *testing.T) {
 		t.Error("admitted a block needed later than everything cached")
 	}
 	checkInvariant(t, c)
+}
+
+// TestAllocSize checks AllocSize against what the runtime counts.
+func TestAllocSize(t *testing.T) {
+	const count = 4000
+	keep := make([][]byte, count)
+	for _, n := range []int{100, 1100, 2000, 4097, 20000, 32 << 10, 33 << 10, 100 << 10} {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for i := range keep {
+			keep[i] = make([]byte, n)
+		}
+		runtime.ReadMemStats(&after)
+		got := (after.TotalAlloc - before.TotalAlloc) / count
+		// Anything else the process allocates meanwhile adds a little.
+		if want := AllocSize(n); int(got) < want || float64(got) > 1.01*float64(want) {
+			t.Errorf("a %d-byte buffer: the runtime allocated %d bytes, AllocSize says %d", n, got, want)
+		}
+	}
+	runtime.KeepAlive(keep)
+}
+
+// TestSliceOfALargerBuffer: a block that is a slice of a larger buffer
+// (a coalesced read) is copied, so the tier does not hold the buffer.
+func TestSliceOfALargerBuffer(t *testing.T) {
+	c := New(Config{Capacity: 1 << 20})
+	run := make([]byte, 64<<10)
+	d := run[:100]
+	b := Block{Data: d, Tag: tagOf(100), Sum: integrity.Sum(tagOf(100), d)}
+	if !c.Put("k", b) {
+		t.Fatal("not kept")
+	}
+	got, ok := c.Get("k", tagOf(100))
+	if !ok || &got.Data[0] == &run[0] || cap(got.Data) != AllocSize(100) {
+		t.Errorf("kept the larger buffer (cap %d)", cap(got.Data))
+	}
+	if st := c.Stats(); st.Bytes != int64(AllocSize(100))+overhead {
+		t.Errorf("costs %d bytes, want %d", st.Bytes, AllocSize(100)+overhead)
+	}
 }
