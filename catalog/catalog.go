@@ -30,6 +30,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -229,7 +230,9 @@ type Snapshot struct {
 	Dirs     int
 	Bytes    int64 // total size of regular files
 	ScanTime time.Duration
-	Skipped  int // entries that could not be scanned or are not mirrored
+	Skipped  int       // entries that could not be scanned or are not mirrored
+	Reused   int       // directories kept unread from the previous snapshot (Revalidate)
+	Scanned  time.Time // when the scan that made it began
 
 	byIno []*Entry // indexed by Ino; holes are nil
 }
@@ -323,7 +326,7 @@ func Open(ctx context.Context, cfg Config) (*Catalog, error) {
 		c.cur.Store(snap)
 		return c, nil
 	}
-	snap, err := c.scan(ctx, nil)
+	snap, err := c.scan(ctx, nil, false)
 	if err != nil {
 		return nil, err
 	}
@@ -389,20 +392,42 @@ type Diff struct {
 	Changed []*Entry // same path and type, different size, mtime, mode or target
 	Removed []*Entry // path gone, or its type changed
 	Added   []*Entry // path new, or its type changed
+
+	// How the rescan went.
+	ScanTime time.Duration
+	Reused   int // directories kept unread (Revalidate)
 }
 
 // Refresh rescans SOURCE, swaps in the new snapshot and reports what changed.
-// On error the current snapshot stays in place.
-func (c *Catalog) Refresh(ctx context.Context) (Diff, error) {
+// On error the current snapshot stays in place, and so it does when
+// nothing changed (holders of it, the jobs' indexes, then keep the only
+// copy).
+func (c *Catalog) Refresh(ctx context.Context) (Diff, error) { return c.rescan(ctx, false) }
+
+// Revalidate is Refresh by directories: a directory whose mtime, ctime and
+// inode in SOURCE are the snapshot's keeps its entries without a readdir
+// or an lstat of each, and only its subdirectories are stat'ed and
+// followed. It finds every entry added, removed or renamed (each changes
+// its directory's mtime and ctime), at the cost of a stat per directory;
+// a file rewritten in place under its old name is not seen (Refresh sees
+// it, and a read that reaches SOURCE finds it changed: source.ErrChanged).
+// It is the background pass after a mount from a saved snapshot.
+func (c *Catalog) Revalidate(ctx context.Context) (Diff, error) { return c.rescan(ctx, true) }
+
+func (c *Catalog) rescan(ctx context.Context, byDir bool) (Diff, error) {
 	c.scanMu.Lock()
 	defer c.scanMu.Unlock()
 	old := c.cur.Load()
-	snap, err := c.scan(ctx, old)
+	snap, err := c.scan(ctx, old, byDir)
 	if err != nil {
 		return Diff{}, err
 	}
 	d := diff(old, snap)
-	c.cur.Store(snap)
+	d.ScanTime, d.Reused = snap.ScanTime, snap.Reused
+	if len(d.Changed)+len(d.Removed)+len(d.Added) > 0 || old.Root.Mode != snap.Root.Mode ||
+		old.Root.Mtime != snap.Root.Mtime || old.Root.Uid != snap.Root.Uid || old.Root.Gid != snap.Root.Gid {
+		c.cur.Store(snap)
+	}
 	return d, nil
 }
 
@@ -446,8 +471,9 @@ func diff(old, cur *Snapshot) Diff {
 }
 
 // scan builds a snapshot of SOURCE. Entries whose path and type match old
-// keep their inode number.
-func (c *Catalog) scan(ctx context.Context, old *Snapshot) (*Snapshot, error) {
+// keep their inode number; with byDir, directories unchanged since old
+// keep their entries (Revalidate).
+func (c *Catalog) scan(ctx context.Context, old *Snapshot, byDir bool) (*Snapshot, error) {
 	start := time.Now()
 	root := &Entry{Ino: RootIno}
 	if err := c.stat(c.cfg.Source, root); err != nil {
@@ -457,7 +483,7 @@ func (c *Catalog) scan(ctx context.Context, old *Snapshot) (*Snapshot, error) {
 	if old != nil {
 		oldRoot = old.Root
 	}
-	var skipped int
+	var skipped, reused int
 	if c.cfg.Lister != nil {
 		files, err := c.cfg.Lister.List(ctx)
 		if err != nil {
@@ -468,7 +494,10 @@ func (c *Catalog) scan(ctx context.Context, old *Snapshot) (*Snapshot, error) {
 		}
 		skipped = c.build(root, oldRoot, files)
 	} else {
-		sc := &scanner{c: c, ctx: ctx, sem: make(chan struct{}, c.cfg.ScanWorkers)}
+		sc := &scanner{c: c, ctx: ctx, sem: make(chan struct{}, c.cfg.ScanWorkers), byDir: byDir}
+		if old != nil {
+			sc.trusted = old.Scanned.Add(-racy).UnixNano()
+		}
 		sc.wg.Add(1)
 		go sc.dir(root, oldRoot)
 		stop := c.progress(&sc.entries, start)
@@ -483,9 +512,9 @@ func (c *Catalog) scan(ctx context.Context, old *Snapshot) (*Snapshot, error) {
 		if sc.rootErr != nil {
 			return nil, fmt.Errorf("%w: %v", ErrSource, sc.rootErr)
 		}
-		skipped = int(sc.skipped.Load())
+		skipped, reused = int(sc.skipped.Load()), int(sc.reused.Load())
 	}
-	snap := &Snapshot{Root: root, ScanTime: time.Since(start), Skipped: skipped}
+	snap := &Snapshot{Root: root, ScanTime: time.Since(start), Skipped: skipped, Reused: reused, Scanned: start}
 	snap.byIno = make([]*Entry, c.nextIno.Load())
 	snap.Walk(func(e *Entry) { snap.byIno[e.Ino] = e })
 	snap.count()
@@ -666,6 +695,61 @@ type scanner struct {
 	wg      sync.WaitGroup
 	skipped atomic.Int64
 	rootErr error // set only by the root directory's goroutine
+	byDir   bool  // keep the entries of directories unchanged since the old snapshot
+	trusted int64 // a directory's times say it is unchanged only if they are before this (ns)
+	reused  atomic.Int64
+}
+
+// racy is how long before a scan a directory must have last changed for
+// its times to be trusted (git's "racy" entries): a change in the same
+// timestamp granule as the scan's readdir, or on a server whose clock runs
+// behind, can leave them as they were.
+const racy = time.Minute
+
+// unchanged reports whether directory d, as SOURCE has it now, is old:
+// no entry was added, removed or renamed in it since.
+func (sc *scanner) unchanged(d, old *Entry) bool {
+	return old != nil && old.IsDir() && d.IsDir() && d.SrcIno == old.SrcIno && d.Mtime == old.Mtime && d.Ctime == old.Ctime &&
+		d.Mtime < sc.trusted && d.Ctime < sc.trusted
+}
+
+// reuse gives d a copy of old's entries (d is unchanged), with its
+// subdirectories stat'ed afresh and followed. It reports false, having
+// changed nothing, if a subdirectory cannot be stat'ed as one: d must then
+// be read.
+func (sc *scanner) reuse(d, old *Entry) bool {
+	var kids []Entry
+	if old.more != nil {
+		kids = slices.Clone(old.more.kids)
+	}
+	full := filepath.Join(sc.c.cfg.Source, filepath.FromSlash(d.Path()))
+	for i := range kids {
+		e := &kids[i]
+		e.parent = d
+		if !e.IsDir() {
+			continue // a symlink's more (its target) is immutable: shared
+		}
+		e.more = nil
+		var st unix.Stat_t
+		if err := source.IgnoringEINTR(func() error { return unix.Lstat(filepath.Join(full, e.Name), &st) }); err != nil ||
+			st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+			return false // changed under the scan: read d instead
+		}
+		fill(e, &st)
+	}
+	sc.reused.Add(1)
+	sc.entries.Add(int64(len(kids)))
+	if len(kids) == 0 {
+		return true
+	}
+	d.more = &more{kids: kids}
+	for i := range kids {
+		if kids[i].IsDir() {
+			sc.wg.Add(1)
+			go sc.dir(&kids[i], old.Child(kids[i].Name))
+		}
+	}
+	return true
 }
 
 // dir fills d's children, then scans subdirectories in new goroutines.
@@ -674,6 +758,14 @@ func (sc *scanner) dir(d, old *Entry) {
 	defer sc.wg.Done()
 	if sc.ctx.Err() != nil || sc.entries.Load() > int64(sc.c.cfg.MaxEntries) {
 		return
+	}
+	if sc.byDir && sc.unchanged(d, old) {
+		sc.sem <- struct{}{}
+		ok := sc.reuse(d, old)
+		<-sc.sem
+		if ok {
+			return
+		}
 	}
 	sc.sem <- struct{}{}
 	kids, err := sc.read(d)

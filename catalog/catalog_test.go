@@ -2,11 +2,13 @@ package catalog
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 func write(t testing.TB, root, rel, data string) {
@@ -119,6 +121,66 @@ func TestRefresh(t *testing.T) {
 	}
 	if old.Lookup("gone") == nil || cur.Lookup("gone") != nil {
 		t.Error("the old snapshot must stay intact and the new one must lack the removed file")
+	}
+}
+
+// TestRevalidate: a rescan by directories finds what was added, removed
+// and renamed, reads only the directories that changed, trusts no
+// directory that changed shortly before the previous scan, and keeps the
+// snapshot when nothing changed.
+func TestRevalidate(t *testing.T) {
+	root := t.TempDir()
+	for _, p := range []string{"a/1", "a/2", "b/1", "b/deep/1", "c/1", "d/1", "e/1"} {
+		write(t, root, p, p)
+	}
+	c := open(t, root)
+	// The tree was made just now: nothing in it is trusted yet.
+	if d, err := c.Revalidate(context.Background()); err != nil || d.Reused != 0 {
+		t.Fatalf("revalidated a fresh tree: %d directories unread, %v; want 0", d.Reused, err)
+	}
+	// As if the last scan were long after the tree was made.
+	snap := c.Snapshot()
+	snap.Scanned = time.Now().Add(time.Hour)
+	d, err := c.Revalidate(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Reused != 7 || c.Snapshot() != snap || len(d.Added)+len(d.Removed)+len(d.Changed) != 0 {
+		t.Fatalf("unchanged tree: %d of 7 directories unread, snapshot kept %v, diff %+v", d.Reused, c.Snapshot() == snap, d)
+	}
+	write(t, root, "a/3", "new")
+	os.Remove(filepath.Join(root, "b/deep/1"))
+	os.Rename(filepath.Join(root, "c/1"), filepath.Join(root, "c/one"))
+	write(t, root, "d/1", "rewritten in place") // its directory does not change
+	d, err = c.Revalidate(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	paths := func(es []*Entry) (s []string) {
+		for _, e := range es {
+			s = append(s, e.Path())
+		}
+		return s
+	}
+	if got := fmt.Sprint(paths(d.Added), paths(d.Removed), paths(d.Changed)); got != "[a/3 c/one] [b/deep/1 c/1] [a b/deep c]" {
+		t.Errorf("added, removed, changed: %s", got)
+	}
+	// root, b, d, e are unchanged; a, b/deep and c were read.
+	if d.Reused != 4 {
+		t.Errorf("%d directories unread, want 4", d.Reused)
+	}
+	cur := c.Snapshot()
+	if e := cur.Lookup("e/1"); e == nil || e.Ino != snap.Lookup("e/1").Ino || e.Parent() != cur.Lookup("e") {
+		t.Error("an unread directory's entry lost its inode number or its parent")
+	}
+	cur.Walk(func(e *Entry) {
+		if e != cur.Root && cur.Lookup(e.Path()) != e || cur.ByIno(e.Ino) != e {
+			t.Errorf("%s is not where its path and inode number say", e.Path())
+		}
+	})
+	// A full refresh sees the file rewritten in place.
+	if d, err := c.Refresh(context.Background()); err != nil || fmt.Sprint(paths(d.Changed)) != "[d/1]" {
+		t.Errorf("refresh after a rewrite in place: changed %v, %v", paths(d.Changed), err)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -24,7 +25,7 @@ import (
 //
 // The file is a stream, written depth first: a header (magic, format
 // version, the dataset's identity, the number of entries, the next inode
-// number), the root's record, then for each directory the number of its
+// number, when the scan began), the root's record, then for each directory the number of its
 // children, the bytes of their names, and their records in name order,
 // each directory's children following its record. A CRC-32C of everything
 // before it ends the file. A reader trusts nothing: counts, lengths,
@@ -34,7 +35,7 @@ import (
 
 const (
 	savedMagic   = "dlfs-catalog\n"
-	savedVersion = 1
+	savedVersion = 2    // 2: the scan's start time
 	maxSavedName = 4096 // bytes of a name or a symlink's target
 	maxSavedDeep = 4096 // directory depth
 )
@@ -60,6 +61,7 @@ func Save(path string, snap *Snapshot, id string, nextIno uint64) error {
 	enc.str32(id)
 	enc.u64(uint64(snap.Files + snap.Dirs + symlinks(snap)))
 	enc.u64(nextIno)
+	enc.u64(uint64(snap.Scanned.UnixNano()))
 	enc.entry(snap.Root)
 	if err := w.Flush(); err == nil {
 		err = binary.Write(tmp, binary.LittleEndian, crc.Sum32())
@@ -163,6 +165,7 @@ func load(r io.Reader, size int64, id string, maxEntries int) (*Snapshot, uint64
 	}
 	total := d.u64()
 	next := d.u64()
+	scanned := time.Unix(0, int64(d.u64()))
 	if d.err != nil {
 		return nil, 0, d.err
 	}
@@ -194,7 +197,7 @@ func load(r io.Reader, size int64, id string, maxEntries int) (*Snapshot, uint64
 	if _, err := d.r.ReadByte(); err != io.EOF {
 		return nil, 0, fmt.Errorf("%w: bytes after the checksum", ErrSaved)
 	}
-	snap := &Snapshot{Root: root, byIno: d.byIno}
+	snap := &Snapshot{Root: root, byIno: d.byIno, Scanned: scanned}
 	snap.count()
 	return snap, next, nil
 }

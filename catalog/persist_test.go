@@ -158,7 +158,7 @@ func TestSavedClaimsBounded(t *testing.T) {
 		b.Write([]byte{byte(v), byte(v >> 8), byte(v >> 16), byte(v >> 24)})
 	}
 	b.WriteString("dataset-1")
-	for _, v := range []uint64{20_000_000, 20_000_001} { // entries, next inode
+	for _, v := range []uint64{20_000_000, 20_000_001, 0} { // entries, next inode, scan time
 		for i := 0; i < 8; i++ {
 			b.WriteByte(byte(v >> (8 * i)))
 		}

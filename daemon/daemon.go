@@ -426,7 +426,7 @@ func (n *Node) keepCatalog() {
 	go func() {
 		defer close(done)
 		if n.cat.Loaded() {
-			if _, err := n.Refresh(ctx); err != nil {
+			if _, err := n.refresh(ctx, n.cat.Revalidate); err != nil {
 				n.log.Warn("catalog: the rescan after loading the saved snapshot failed; write 'refresh' to the control file to retry", "err", err)
 				return
 			}
@@ -587,8 +587,11 @@ func (n *Node) readWhole(e *catalog.Entry) ([]byte, error) {
 
 // Refresh rescans SOURCE and invalidates what changed in every tier and in
 // the kernel.
-func (n *Node) Refresh(ctx context.Context) (catalog.Diff, error) {
-	d, err := n.cat.Refresh(ctx)
+func (n *Node) Refresh(ctx context.Context) (catalog.Diff, error) { return n.refresh(ctx, n.cat.Refresh) }
+
+// refresh applies what scan (a full rescan, or one by directories) finds.
+func (n *Node) refresh(ctx context.Context, scan func(context.Context) (catalog.Diff, error)) (catalog.Diff, error) {
+	d, err := scan(ctx)
 	if err != nil {
 		return d, err
 	}
@@ -606,6 +609,7 @@ func (n *Node) Refresh(ctx context.Context) (catalog.Diff, error) {
 		default:
 		}
 	}
-	n.log.Info("refreshed catalog", "changed", len(d.Changed), "removed", len(d.Removed), "added", len(d.Added))
+	n.log.Info("refreshed catalog", "changed", len(d.Changed), "removed", len(d.Removed), "added", len(d.Added),
+		"dirs_unread", d.Reused, "seconds", d.ScanTime.Seconds())
 	return d, nil
 }
