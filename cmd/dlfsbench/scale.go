@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -79,10 +80,18 @@ func runScale(o options) error {
 	if err != nil {
 		return err
 	}
+	// The RAM tier holds the whole tree where the machine can spare it (a
+	// third of its memory); at 10 M files it holds part, and the epoch
+	// "from the RAM tier" reads the rest from SOURCE.
+	ram := 2*total + 64<<20
+	var si syscall.Sysinfo_t
+	if syscall.Sysinfo(&si) == nil {
+		ram = min(ram, int64(si.Totalram)*int64(si.Unit)/3)
+	}
 	var p *mountproc.Proc
 	mountSecs, err := timed(func() (err error) {
 		p, err = mountproc.Start(filepath.Join(o.bin, "dlfs"), mnt, 10*time.Minute,
-			"mount", "--log-level", "warn", "--ram-cache", fmt.Sprint(2*total+64<<20), "--max-files", fmt.Sprint(2*o.scaleFiles+1<<20), src, mnt)
+			"mount", "--log-level", "warn", "--ram-cache", fmt.Sprint(ram), "--max-files", fmt.Sprint(2*o.scaleFiles+1<<20), src, mnt)
 		return err
 	})
 	if err != nil {
