@@ -418,6 +418,14 @@ func (c *Catalog) rescan(ctx context.Context, byDir bool) (Diff, error) {
 	c.scanMu.Lock()
 	defer c.scanMu.Unlock()
 	old := c.cur.Load()
+	if byDir && c.cfg.Lister == nil {
+		// Most often nothing changed: a stat of every directory shows it
+		// without copying the snapshot.
+		start := time.Now()
+		if dirs, same := c.unchangedDirs(ctx, old); same {
+			return Diff{ScanTime: time.Since(start), Reused: dirs}, nil
+		}
+	}
 	snap, err := c.scan(ctx, old, byDir)
 	if err != nil {
 		return Diff{}, err
@@ -698,6 +706,49 @@ type scanner struct {
 	byDir   bool  // keep the entries of directories unchanged since the old snapshot
 	trusted int64 // a directory's times say it is unchanged only if they are before this (ns)
 	reused  atomic.Int64
+}
+
+// unchangedDirs stats every directory of snap in SOURCE, ScanWorkers at
+// once, and reports whether all are as snap has them (and trusted: see
+// racy), with how many there are.
+func (c *Catalog) unchangedDirs(ctx context.Context, snap *Snapshot) (int, bool) {
+	var dirs []*Entry
+	snap.Walk(func(e *Entry) {
+		if e.IsDir() {
+			dirs = append(dirs, e)
+		}
+	})
+	sc := &scanner{c: c, trusted: snap.Scanned.Add(-racy).UnixNano()}
+	var next atomic.Int64
+	var changed atomic.Bool
+	var wg sync.WaitGroup
+	for range min(c.cfg.ScanWorkers, len(dirs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil && !changed.Load() {
+				i := int(next.Add(1) - 1)
+				if i >= len(dirs) {
+					return
+				}
+				old := dirs[i]
+				var st unix.Stat_t
+				err := source.IgnoringEINTR(func() error {
+					if old == snap.Root {
+						return unix.Stat(c.cfg.Source, &st) // SOURCE may be a link, followed as scan does
+					}
+					return unix.Lstat(filepath.Join(c.cfg.Source, filepath.FromSlash(old.Path())), &st)
+				})
+				now := Entry{}
+				fill(&now, &st)
+				if err != nil || !sc.unchanged(&now, old) {
+					changed.Store(true)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return len(dirs), ctx.Err() == nil && !changed.Load()
 }
 
 // racy is how long before a scan a directory must have last changed for

@@ -144,9 +144,14 @@ func (e *encoder) entry(x *Entry) {
 	}
 }
 
-// minRecord is the fewest bytes an entry's record takes: what a file of n
-// bytes can hold bounds what a reader allocates for it.
-const minRecord = 2 + 3*4 + 5*8
+// fixedRecord is the bytes of a record's fixed fields (mode, uid, gid,
+// size, mtime, ctime, source inode, inode); minRecord is the fewest bytes a
+// record takes (with its name's length): what a file of n bytes can hold
+// bounds what a reader allocates for it.
+const (
+	fixedRecord = 3*4 + 5*8
+	minRecord   = 2 + fixedRecord
+)
 
 // load reads a saved snapshot of dataset id, size bytes long, with at most
 // maxEntries entries. It returns the snapshot and the next inode number to
@@ -273,30 +278,32 @@ func (d *decoder) entry(x *Entry, arena *names, depth int) {
 		return
 	}
 	d.left--
-	n := d.u16()
+	// The name and the fixed fields in one read: a call per field was most
+	// of the time a load took.
+	n := int(d.u16())
+	rec := d.bytes(n + fixedRecord)
+	if d.err != nil {
+		return
+	}
 	if arena != nil {
-		name := d.bytes(int(n))
-		if d.err != nil {
-			return
-		}
+		name := rec[:n]
 		s := unsafe.String(unsafe.SliceData(name), len(name)) // the scratch buffer's: copied below
-		if s == "" || s == "." || s == ".." || strings.ContainsAny(s, "/\x00") {
+		if s == "" || s == "." || s == ".." || strings.IndexByte(s, '/') >= 0 || strings.IndexByte(s, 0) >= 0 {
 			d.fail(fmt.Sprintf("bad name %q", s))
 			return
 		}
-		if x.Name = arena.intern(s); x.Name == s && len(s) > 0 && unsafe.StringData(x.Name) == unsafe.SliceData(name) {
+		if x.Name = arena.intern(s); x.Name == s && unsafe.StringData(x.Name) == unsafe.SliceData(name) {
 			x.Name = strings.Clone(s) // no room in the directory's buffer (a lying name count)
 		}
 	} else if n != 0 {
 		d.fail("the root has a name")
 		return
 	}
-	x.Mode, x.Uid, x.Gid = d.u32(), d.u32(), d.u32()
-	x.Size, x.Mtime, x.Ctime = int64(d.u64()), int64(d.u64()), int64(d.u64())
-	x.SrcIno, x.Ino = d.u64(), d.u64()
-	if d.err != nil {
-		return
-	}
+	f := rec[n:]
+	le := binary.LittleEndian
+	x.Mode, x.Uid, x.Gid = le.Uint32(f), le.Uint32(f[4:]), le.Uint32(f[8:])
+	x.Size, x.Mtime, x.Ctime = int64(le.Uint64(f[12:])), int64(le.Uint64(f[20:])), int64(le.Uint64(f[28:]))
+	x.SrcIno, x.Ino = le.Uint64(f[36:]), le.Uint64(f[44:])
 	if x.Ino == 0 || x.Ino >= uint64(len(d.byIno)) || d.byIno[x.Ino] != nil {
 		d.fail(fmt.Sprintf("inode number %d out of range or repeated", x.Ino))
 		return
