@@ -587,7 +587,9 @@ func (n *Node) readWhole(e *catalog.Entry) ([]byte, error) {
 
 // Refresh rescans SOURCE and invalidates what changed in every tier and in
 // the kernel.
-func (n *Node) Refresh(ctx context.Context) (catalog.Diff, error) { return n.refresh(ctx, n.cat.Refresh) }
+func (n *Node) Refresh(ctx context.Context) (catalog.Diff, error) {
+	return n.refresh(ctx, n.cat.Refresh)
+}
 
 // refresh applies what scan (a full rescan, or one by directories) finds.
 func (n *Node) refresh(ctx context.Context, scan func(context.Context) (catalog.Diff, error)) (catalog.Diff, error) {
