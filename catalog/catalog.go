@@ -718,7 +718,7 @@ func (c *Catalog) unchangedDirs(ctx context.Context, snap *Snapshot) (int, bool)
 			dirs = append(dirs, e)
 		}
 	})
-	sc := &scanner{c: c, trusted: snap.Scanned.Add(-racy).UnixNano()}
+	trusted := snap.Scanned.Add(-racy).UnixNano()
 	var next atomic.Int64
 	var changed atomic.Bool
 	var wg sync.WaitGroup
@@ -741,7 +741,7 @@ func (c *Catalog) unchangedDirs(ctx context.Context, snap *Snapshot) (int, bool)
 				})
 				now := Entry{}
 				fill(&now, &st)
-				if err != nil || !sc.unchanged(&now, old) {
+				if err != nil || !unchanged(&now, old, trusted) {
 					changed.Store(true)
 				}
 			}
@@ -758,10 +758,11 @@ func (c *Catalog) unchangedDirs(ctx context.Context, snap *Snapshot) (int, bool)
 const racy = time.Minute
 
 // unchanged reports whether directory d, as SOURCE has it now, is old:
-// no entry was added, removed or renamed in it since.
-func (sc *scanner) unchanged(d, old *Entry) bool {
+// no entry was added, removed or renamed in it since, and its times are
+// before trusted (ns).
+func unchanged(d, old *Entry, trusted int64) bool {
 	return old != nil && old.IsDir() && d.IsDir() && d.SrcIno == old.SrcIno && d.Mtime == old.Mtime && d.Ctime == old.Ctime &&
-		d.Mtime < sc.trusted && d.Ctime < sc.trusted
+		d.Mtime < trusted && d.Ctime < trusted
 }
 
 // reuse gives d a copy of old's entries (d is unchanged), with its
@@ -810,7 +811,7 @@ func (sc *scanner) dir(d, old *Entry) {
 	if sc.ctx.Err() != nil || sc.entries.Load() > int64(sc.c.cfg.MaxEntries) {
 		return
 	}
-	if sc.byDir && sc.unchanged(d, old) {
+	if sc.byDir && unchanged(d, old, sc.trusted) {
 		sc.sem <- struct{}{}
 		ok := sc.reuse(d, old)
 		<-sc.sem

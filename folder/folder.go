@@ -109,7 +109,7 @@ func Build(snap *catalog.Snapshot, root string, exts []string) (*Index, error) {
 	budget := max(MinWalkDirs, 16*snap.Dirs)
 	seen := 0
 	for target, class := range idx.Classes {
-		w := walker{snap: snap, idx: idx, budget: budget - seen}
+		w := walker{snap: snap, idx: idx, exts: exts, budget: budget - seen}
 		if err := w.walk(join(root, class)); err != nil {
 			return nil, fmt.Errorf("%w: walking %q as os.walk(followlinks=True) would visit more than %d directories; is there a symlink cycle? (a link to a parent directory)",
 				err, join(root, class), budget)
@@ -118,18 +118,11 @@ func Build(snap *catalog.Snapshot, root string, exts []string) (*Index, error) {
 		sort.Slice(w.dirs, func(i, j int) bool { return w.dirs[i].path < w.dirs[j].path })
 		n := 0
 		for _, d := range w.dirs {
-			for _, f := range d.files {
-				if valid(f.name, exts) {
-					n++
-				}
-			}
+			n += len(d.files)
 		}
 		idx.Samples = slices.Grow(idx.Samples, n)
 		for _, d := range w.dirs {
 			for _, f := range d.files {
-				if !valid(f.name, exts) {
-					continue
-				}
 				s := Sample{Entry: f.entry, Target: int32(target)}
 				if f.linked || !d.direct {
 					p := join(d.path, f.name)
@@ -161,12 +154,13 @@ type file struct {
 type dir struct {
 	path   string
 	direct bool   // path is the directory's own (no symlink on the way)
-	files  []file // sorted by name
+	files  []file // its samples, sorted by name
 }
 
 type walker struct {
 	snap   *catalog.Snapshot
 	idx    *Index
+	exts   []string // a file is a sample if valid with these
 	dirs   []dir
 	seen   int // directories walked
 	budget int // directories it may walk
@@ -192,12 +186,17 @@ func (w *walker) walk(dirPath string) error {
 				if errors.Is(err, errOutside) {
 					w.idx.Unresolved++
 				}
-				cur.files = append(cur.files, file{name: c.Name, linked: true})
+				if valid(c.Name, w.exts) {
+					cur.files = append(cur.files, file{name: c.Name, linked: true})
+				}
 				continue
 			}
 		}
 		if t.IsDir() {
 			subdirs = append(subdirs, join(dirPath, c.Name))
+			continue
+		}
+		if !valid(c.Name, w.exts) {
 			continue
 		}
 		var e *catalog.Entry
