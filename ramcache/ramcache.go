@@ -11,15 +11,17 @@
 // block needed later than every candidate is not admitted at all. A block
 // larger than the whole capacity is never cached. Values are shared, not
 // copied (callers must not modify a slice they put or got), except a slice
-// of a larger buffer (a coalesced read), which is copied so that it does
-// not hold the rest of the buffer.
+// of a larger buffer (a coalesced read) and a small block, which are
+// copied: the first so that it does not hold the rest of the buffer, the
+// second into a chunk.
 //
 // # Memory
 //
-// A block costs what it holds: its data as Go's allocator sized it (a
-// 1,100-byte sample takes 1,152, a 33 KiB one 40 KiB: AllocSize) and the
-// bookkeeping. So the capacity bounds the tier's real share of the heap,
-// even over millions of tiny samples.
+// The capacity bounds the tier's real share of the heap, even over
+// millions of tiny samples. Small blocks are packed into chunks (see
+// slab.go), which the tier counts whole, dead bytes included; a block
+// allocated on its own costs its data as Go's allocator sized it (a
+// 33 KiB one takes 40 KiB: AllocSize). Every block adds its bookkeeping.
 //
 // # Integrity
 //
@@ -66,8 +68,8 @@ type Block struct {
 // the memory bound.
 const overhead = 104
 
-// cost is what b holds in memory: its data, as the allocator sized it, and
-// the bookkeeping.
+// cost is what a block allocated on its own holds in memory: its data, as
+// the allocator sized it, and the bookkeeping.
 func cost(b Block) int64 { return int64(AllocSize(cap(b.Data))) + overhead }
 
 // AllocSize is how many bytes Go's allocator gives a buffer of n bytes:
@@ -100,6 +102,12 @@ type Stats struct {
 	Entries  int64 `json:"entries"`
 	Bytes    int64 `json:"bytes"`
 	Capacity int64 `json:"capacity_bytes"`
+	// Chunks and DeadBytes describe the slabs: chunks held, and bytes in
+	// them that no cached block uses (counted in Bytes).
+	Chunks    int64 `json:"chunks"`
+	DeadBytes int64 `json:"dead_bytes"`
+	// Compactions counts chunks compacted since start.
+	Compactions int64 `json:"compactions"`
 }
 
 // Cache is safe for concurrent use; no method blocks on I/O.
@@ -115,22 +123,27 @@ type Cache struct {
 
 	mu sync.Mutex
 	// mu guards the following.
-	// INVARIANT: bytes == sum of cost(b) over items, and bytes <= capacity.
-	items map[uint64]*item
-	lru   item // sentinel of the recency ring: lru.next is the most recently used
-	bytes int64
+	// INVARIANT: bytes == overhead per item + cost(b) of every item
+	// allocated on its own + every chunk's size, and bytes <= capacity.
+	items     map[uint64]*item
+	lru       item // sentinel of the recency ring: lru.next is the most recently used
+	bytes     int64
+	slabs     slabs
+	compacted int64
 }
 
 // item is one entry, on the recency ring.
 type item struct {
 	prev, next *item
 	hash       uint64
+	ch         *chunk // where b.Data is; nil if allocated on its own
 	b          Block
 }
 
 // New returns an empty cache.
 func New(cfg Config) *Cache {
-	c := &Cache{capacity: cfg.Capacity, nextUse: cfg.NextUse, seed: maphash.MakeSeed(), items: make(map[uint64]*item)}
+	c := &Cache{capacity: cfg.Capacity, nextUse: cfg.NextUse, seed: maphash.MakeSeed(), items: make(map[uint64]*item),
+		slabs: newSlabs(cfg.Capacity)}
 	c.lru.next, c.lru.prev = &c.lru, &c.lru
 	return c
 }
@@ -190,20 +203,34 @@ func (c *Cache) Contains(key string) bool {
 // Put caches b under key, replacing any older block, and evicts as needed.
 // It reports whether the block was kept.
 func (c *Cache) Put(key string, b Block) bool {
-	if cap(b.Data) > AllocSize(len(b.Data)) {
+	packed := c.slabs.packs(len(b.Data))
+	if !packed && cap(b.Data) > AllocSize(len(b.Data)) {
 		b.Data = append([]byte(nil), b.Data...) // its own allocation, sized to it
 	}
-	cost := cost(b)
 	h := c.hash(key)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if it, ok := c.items[h]; ok {
 		c.removeLocked(it)
 	}
-	if cost > c.capacity {
+	// need is what admitting b adds to bytes.
+	need := func() int64 {
+		switch {
+		case !packed:
+			return cost(b)
+		case c.slabs.grows(len(b.Data)):
+			return overhead + int64(c.slabs.size)
+		}
+		return overhead
+	}
+	if need() > c.capacity {
 		return false
 	}
-	for c.bytes+cost > c.capacity {
+	for c.bytes+need() > c.capacity {
+		if ch := c.slabs.sparse(c.capacity); ch != nil {
+			c.compactLocked(ch)
+			continue
+		}
 		victim := c.victimLocked()
 		if c.nextUse != nil && c.nextUse(b.ID) > c.nextUse(victim.b.ID) {
 			return false // needed later than anything here: Belady would not keep it
@@ -211,10 +238,28 @@ func (c *Cache) Put(key string, b Block) bool {
 		c.removeLocked(victim)
 	}
 	it := &item{hash: h, b: b}
+	c.bytes += need()
+	if packed {
+		it.ch, it.b.Data, _ = c.slabs.add(h, b.Data) // need counted a new chunk
+	}
 	c.front(it)
 	c.items[h] = it
-	c.bytes += cost
 	return true
+}
+
+// compactLocked moves ch's live blocks to the open chunk and drops ch.
+func (c *Cache) compactLocked(ch *chunk) {
+	ch.blocks(func(h uint64, block []byte) {
+		it, ok := c.items[h]
+		if !ok || it.ch != ch || &it.b.Data[0] != &block[0] {
+			return // dead
+		}
+		c.bytes -= c.slabs.remove(ch, len(block))
+		var grew int64
+		it.ch, it.b.Data, grew = c.slabs.add(h, block)
+		c.bytes += grew
+	}) // its last live block dropped it
+	c.compacted++
 }
 
 // Delete drops key if present.
@@ -261,12 +306,18 @@ func (c *Cache) victimLocked() *item {
 func (c *Cache) removeLocked(it *item) {
 	unlink(it)
 	delete(c.items, it.hash)
-	c.bytes -= cost(it.b)
+	if it.ch == nil {
+		c.bytes -= cost(it.b)
+		return
+	}
+	c.bytes -= overhead + c.slabs.remove(it.ch, len(it.b.Data))
+	it.ch = nil
 }
 
 // Stats returns the current contents.
 func (c *Cache) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return Stats{Entries: int64(len(c.items)), Bytes: c.bytes, Capacity: c.capacity}
+	return Stats{Entries: int64(len(c.items)), Bytes: c.bytes, Capacity: c.capacity,
+		Chunks: int64(len(c.slabs.chunks)), DeadBytes: c.slabs.dead, Compactions: c.compacted}
 }

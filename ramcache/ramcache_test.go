@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/dlfs/dlfs/integrity"
 )
@@ -22,11 +23,33 @@ func checkInvariant(t *testing.T, c *Cache) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var sum int64
+	live := map[*chunk]int{}
 	for h, it := range c.items {
-		sum += cost(it.b)
+		if it.ch == nil {
+			sum += cost(it.b)
+		} else {
+			sum += overhead
+			live[it.ch] += hdrSize + len(it.b.Data)
+			start := it.ch.buf[:cap(it.ch.buf)]
+			if cap(it.b.Data) != len(it.b.Data) || len(it.b.Data) == 0 || !inside(start, it.b.Data) {
+				t.Fatalf("INVARIANT broken: a packed block is not a capped slice of its chunk")
+			}
+		}
 		if it.hash != h || it.next.prev != it || it.prev.next != it {
 			t.Fatalf("INVARIANT broken: item under %x has hash %x, or is off the ring", h, it.hash)
 		}
+	}
+	var dead int64
+	for i, ch := range c.slabs.chunks {
+		sum += int64(c.slabs.size)
+		dead += int64(ch.used - ch.live)
+		if ch.idx != i || ch.live != live[ch] || (ch.live == 0 && ch != c.slabs.open) {
+			t.Fatalf("INVARIANT broken: chunk %d (idx %d) counts %d live bytes, its items hold %d", i, ch.idx, ch.live, live[ch])
+		}
+		delete(live, ch)
+	}
+	if len(live) != 0 || dead != c.slabs.dead {
+		t.Fatalf("INVARIANT broken: %d items in dropped chunks; dead %d, counted %d", len(live), dead, c.slabs.dead)
 	}
 	ring := 0
 	for it := c.lru.next; it != &c.lru; it = it.next {
@@ -35,6 +58,13 @@ func checkInvariant(t *testing.T, c *Cache) {
 	if sum != c.bytes || c.bytes > c.capacity || ring != len(c.items) {
 		t.Fatalf("INVARIANT broken: sum %d bytes %d capacity %d ring %d items %d", sum, c.bytes, c.capacity, ring, len(c.items))
 	}
+}
+
+// inside reports whether b lies within buf.
+func inside(buf, b []byte) bool {
+	lo, hi := &buf[0], &buf[len(buf)-1]
+	p, q := &b[0], &b[len(b)-1]
+	return uintptr(unsafe.Pointer(p)) >= uintptr(unsafe.Pointer(lo)) && uintptr(unsafe.Pointer(q)) <= uintptr(unsafe.Pointer(hi))
 }
 
 func TestLRU(t *testing.T) {
