@@ -119,8 +119,7 @@ type Entry struct {
 	Ctime  int64  // nanoseconds since the epoch; with SrcIno, completes Version
 	SrcIno uint64 // the inode number in SOURCE (Ino is the view's)
 	Mode   uint32 // syscall.S_IF* type bits | permission bits
-	Uid    uint32
-	Gid    uint32
+	owner  uint32 // an index into owners: Uid, Gid
 
 	parent *Entry
 	more   *more // directories and symlinks
@@ -433,7 +432,7 @@ func (c *Catalog) rescan(ctx context.Context, byDir bool) (Diff, error) {
 	d := diff(old, snap)
 	d.ScanTime, d.Reused = snap.ScanTime, snap.Reused
 	if len(d.Changed)+len(d.Removed)+len(d.Added) > 0 || old.Root.Mode != snap.Root.Mode ||
-		old.Root.Mtime != snap.Root.Mtime || old.Root.Uid != snap.Root.Uid || old.Root.Gid != snap.Root.Gid {
+		old.Root.Mtime != snap.Root.Mtime || old.Root.owner != snap.Root.owner {
 		c.cur.Store(snap)
 	}
 	return d, nil
@@ -461,12 +460,12 @@ func diff(old, cur *Snapshot) Diff {
 					d.Removed = append(d.Removed, oc)
 					d.Added = append(d.Added, nc)
 				case oc.IsDir():
-					if oc.Mode != nc.Mode || oc.Mtime != nc.Mtime || oc.Uid != nc.Uid || oc.Gid != nc.Gid {
+					if oc.Mode != nc.Mode || oc.Mtime != nc.Mtime || oc.owner != nc.owner {
 						d.Changed = append(d.Changed, oc)
 					}
 					walk(oc, nc)
 				case oc.Version() != nc.Version() || oc.Mode != nc.Mode || oc.Target() != nc.Target() ||
-					oc.Uid != nc.Uid || oc.Gid != nc.Gid:
+					oc.owner != nc.owner:
 					d.Changed = append(d.Changed, oc)
 				}
 				i++
@@ -549,7 +548,7 @@ func (c *Catalog) build(root, old *Entry, files []File) int {
 		if n := dir.kids[name]; n != nil {
 			return n
 		}
-		n := &node{e: Entry{Name: name, Mode: f.Mode, Uid: root.Uid, Gid: root.Gid,
+		n := &node{e: Entry{Name: name, Mode: f.Mode, owner: root.owner,
 			Size: f.Size, Mtime: f.Mtime, Ctime: f.Ctime, SrcIno: f.Ino}, target: f.Target}
 		var prev *Entry
 		if dir.prev != nil {
@@ -740,7 +739,7 @@ func (c *Catalog) unchangedDirs(ctx context.Context, snap *Snapshot) (int, bool)
 					return unix.Lstat(filepath.Join(c.cfg.Source, filepath.FromSlash(old.Path())), &st)
 				})
 				now := Entry{}
-				fill(&now, &st)
+				_ = fill(&now, &st) // the owner is not compared
 				if err != nil || !unchanged(&now, old, trusted) {
 					changed.Store(true)
 				}
@@ -784,10 +783,9 @@ func (sc *scanner) reuse(d, old *Entry) bool {
 		e.more = nil
 		var st unix.Stat_t
 		if err := source.IgnoringEINTR(func() error { return unix.Lstat(filepath.Join(full, e.Name), &st) }); err != nil ||
-			st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+			st.Mode&syscall.S_IFMT != syscall.S_IFDIR || fill(e, &st) != nil {
 			return false // changed under the scan: read d instead
 		}
-		fill(e, &st)
 	}
 	sc.reused.Add(1)
 	sc.entries.Add(int64(len(kids)))
@@ -891,7 +889,11 @@ func (sc *scanner) read(d *Entry) ([]Entry, error) {
 			continue
 		}
 		e := Entry{Name: arena.intern(name)}
-		fill(&e, &st)
+		if err := fill(&e, &st); err != nil {
+			sc.c.cfg.Logger.Warn("catalog: skipping entry", "path", join(d.Path(), name), "err", err)
+			sc.skipped.Add(1)
+			continue
+		}
 		switch {
 		case e.IsDir(), e.IsRegular():
 		case e.IsSymlink():
@@ -917,17 +919,21 @@ func (c *Catalog) stat(path string, e *Entry) error {
 	if err := unix.Stat(path, &st); err != nil {
 		return fmt.Errorf("stat %s: %w", path, err)
 	}
-	fill(e, &st)
+	if err := fill(e, &st); err != nil {
+		return fmt.Errorf("stat %s: %w", path, err)
+	}
 	return nil
 }
 
-func fill(e *Entry, st *unix.Stat_t) {
+// fill sets e's metadata from st. It fails only if the process has run
+// out of owner indexes (owner.go), with everything else set.
+func fill(e *Entry, st *unix.Stat_t) error {
 	e.Mode = st.Mode
-	e.Uid, e.Gid = st.Uid, st.Gid
 	e.Size = st.Size
 	e.Mtime = st.Mtim.Nano()
 	e.Ctime = st.Ctim.Nano()
 	e.SrcIno = st.Ino
+	return e.setOwner(st.Uid, st.Gid)
 }
 
 func join(dir, name string) string {

@@ -121,8 +121,8 @@ func (e *encoder) str32(s string) {
 func (e *encoder) entry(x *Entry) {
 	e.str16(x.Name)
 	e.u32(x.Mode)
-	e.u32(x.Uid)
-	e.u32(x.Gid)
+	e.u32(x.Uid())
+	e.u32(x.Gid())
 	e.u64(uint64(x.Size))
 	e.u64(uint64(x.Mtime))
 	e.u64(uint64(x.Ctime))
@@ -301,7 +301,11 @@ func (d *decoder) entry(x *Entry, arena *names, depth int) {
 	}
 	f := rec[n:]
 	le := binary.LittleEndian
-	x.Mode, x.Uid, x.Gid = le.Uint32(f), le.Uint32(f[4:]), le.Uint32(f[8:])
+	x.Mode = le.Uint32(f)
+	if err := x.setOwner(le.Uint32(f[4:]), le.Uint32(f[8:])); err != nil {
+		d.fail(err.Error())
+		return
+	}
 	x.Size, x.Mtime, x.Ctime = int64(le.Uint64(f[12:])), int64(le.Uint64(f[20:])), int64(le.Uint64(f[28:]))
 	x.SrcIno, x.Ino = le.Uint64(f[36:]), le.Uint64(f[44:])
 	if x.Ino == 0 || x.Ino >= uint64(len(d.byIno)) || d.byIno[x.Ino] != nil {

@@ -39,7 +39,7 @@ func fillAttr(e *catalog.Entry, a *fuse.Attr) {
 	if e.IsDir() {
 		a.Nlink = 2
 	}
-	a.Uid, a.Gid = e.Uid, e.Gid
+	a.Uid, a.Gid = e.Uid(), e.Gid()
 	sec, nsec := uint64(e.Mtime/1e9), uint32(e.Mtime%1e9)
 	a.Mtime, a.Mtimensec = sec, nsec
 	a.Ctime, a.Ctimensec = sec, nsec
