@@ -222,15 +222,15 @@ func (n *Node) computeLayout(j *jobs.Job, t *placement.Table, placed []cluster.M
 	for r := range rankNode {
 		rankNode[r] = -1
 	}
+	// Every rank's node comes from the job lines in the table's members,
+	// this node's own included: a local rank counts only once this node's
+	// line is in the table, so the demand placed by the table includes it.
+	// (Taken from the local job instead, a rank was known before the
+	// table had this node's line, and the two nodes of a pair could pin
+	// plans under different tables.)
 	var capacity int64
 	for mi, m := range placed {
 		capacity += m.Meta.RAM + m.Meta.SSD
-		if m.Name == n.cfg.NodeName {
-			for _, r := range j.Spec.Ranks {
-				rankNode[r] = mi
-			}
-			continue
-		}
 		for _, line := range m.Meta.Jobs {
 			cmds, err := control.Parse([]byte(line))
 			if err != nil || len(cmds) != 1 {
