@@ -238,9 +238,12 @@ func (c *Cache) Put(key string, b Block) bool {
 		c.removeLocked(victim)
 	}
 	it := &item{hash: h, b: b}
-	c.bytes += need()
 	if packed {
-		it.ch, it.b.Data, _ = c.slabs.add(h, b.Data) // need counted a new chunk
+		var grew int64
+		it.ch, it.b.Data, grew = c.slabs.add(h, b.Data)
+		c.bytes += overhead + grew
+	} else {
+		c.bytes += cost(b)
 	}
 	c.front(it)
 	c.items[h] = it

@@ -72,13 +72,18 @@ func (s *slabs) grows(n int) bool {
 // (grows) and adds the returned growth to its bytes.
 func (s *slabs) add(hash uint64, data []byte) (ch *chunk, block []byte, grew int64) {
 	if s.grows(len(data)) {
-		if s.open != nil { // close it: its tail is dead
-			s.dead += int64(len(s.open.buf) - s.open.used)
-			s.open.used = len(s.open.buf)
+		switch old := s.open; {
+		case old == nil:
+		case old.live == 0: // nothing in it lives: drop it
+			s.drop(old)
+			grew -= int64(s.size)
+		default: // close it: its tail is dead
+			s.dead += int64(len(old.buf) - old.used)
+			old.used = len(old.buf)
 		}
 		s.open = &chunk{buf: make([]byte, s.size), idx: len(s.chunks)}
 		s.chunks = append(s.chunks, s.open)
-		grew = int64(s.size)
+		grew += int64(s.size)
 	}
 	ch = s.open
 	o := ch.used

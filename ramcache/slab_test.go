@@ -173,3 +173,20 @@ func TestConcurrentPacked(t *testing.T) {
 	wg.Wait()
 	checkInvariant(t, c)
 }
+
+// TestEmptyOpenChunkIsDropped: an open chunk whose blocks were all
+// dropped is let go, not closed, when the next block does not fit.
+func TestEmptyOpenChunkIsDropped(t *testing.T) {
+	c := New(Config{Capacity: 64 << 20})
+	for i := range 34 { // 34 blocks of 30 KiB and their headers fill one chunk
+		c.Put(fmt.Sprint(i), keyed(fmt.Sprint(i), 30<<10))
+	}
+	for i := range 34 {
+		c.Delete(fmt.Sprint(i))
+	}
+	c.Put("next", keyed("next", 30<<10))
+	if st := c.Stats(); st.Chunks != 1 || st.Bytes != overhead+maxChunk {
+		t.Errorf("%d chunks, %d bytes", st.Chunks, st.Bytes)
+	}
+	checkInvariant(t, c)
+}
