@@ -190,3 +190,33 @@ func TestEmptyOpenChunkIsDropped(t *testing.T) {
 	}
 	checkInvariant(t, c)
 }
+
+// BenchmarkPutChurn puts random 256 B–2 KB blocks over a key space twice
+// the tier's size, so that blocks are evicted at random and chunks are
+// compacted: the cost of a Put in a full tier, compaction included.
+func BenchmarkPutChurn(b *testing.B) {
+	const capacity = 64 << 20
+	c := New(Config{Capacity: capacity})
+	keys := 2 * capacity / 1200
+	blocks := make([]Block, 1024)
+	for i := range blocks {
+		blocks[i] = keyed(fmt.Sprint(i), 256+i*1792/len(blocks))
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for i := range keys { // fill first
+		c.Put(fmt.Sprint(i), blocks[i%len(blocks)])
+	}
+	names := make([]string, keys)
+	for i := range names {
+		names[i] = fmt.Sprint(i)
+	}
+	before := c.Stats().Compactions
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		k := rng.IntN(keys)
+		c.Put(names[k], blocks[k%len(blocks)])
+	}
+	st := c.Stats()
+	b.ReportMetric(float64(st.Compactions-before)*1000/float64(b.N), "compactions/1kput")
+	b.ReportMetric(float64(st.DeadBytes)/capacity*100, "dead%")
+}
