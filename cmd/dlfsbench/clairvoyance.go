@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dlfs/dlfs/test/mountproc"
@@ -27,8 +31,9 @@ type epochRun struct {
 	seconds  float64
 	samples  int
 	pfsBytes int64
-	hits     int64 // reads served without waiting on the PFS
-	planned  int64 // hits + late + misses
+	hits     int64   // reads served without waiting on the PFS
+	planned  int64   // hits + late + misses
+	cpu      cpuTime // the daemon's CPU during the epoch; zero for direct runs
 }
 
 func runClairvoyance(o options, src string, total int64) error {
@@ -45,16 +50,25 @@ func runClairvoyance(o options, src string, total int64) error {
 	var runs []epochRun
 	slowest := map[string]float64{} // per label, the slowest of the epoch-0 runs
 	fastest := map[string]float64{}
-	// train runs one epoch of the example script over data.
-	train := func(label, data string, epoch int, mnt string, extra ...string) error {
+	// train runs one epoch of the example script over data, through the
+	// daemon d (nil: directly).
+	train := func(label, data string, epoch int, d *mountproc.Proc, extra ...string) error {
+		mnt := ""
+		if d != nil {
+			mnt = d.Mnt
+		}
 		fmt.Fprintf(os.Stderr, "measuring: %s, epoch %d\n", label, epoch)
 		before, err := pfsBytes()
 		if err != nil {
 			return fmt.Errorf("%s: %w", label, err)
 		}
 		var h0, p0 int64
-		if mnt != "" {
+		var cpu0 cpuTime
+		if d != nil {
 			h0, p0 = jobReads(mnt)
+			if cpu0, err = cpuOf(d.Cmd.Process.Pid); err != nil {
+				return fmt.Errorf("%s: %w", label, err)
+			}
 		}
 		seconds, samples, err := trainOnce(o, data, epoch, extra...)
 		if err != nil {
@@ -65,9 +79,14 @@ func runClairvoyance(o options, src string, total int64) error {
 			return fmt.Errorf("%s: %w", label, err)
 		}
 		run := epochRun{label: label, epoch: epoch, seconds: seconds, samples: samples, pfsBytes: after - before}
-		if mnt != "" {
+		if d != nil {
 			h1, p1 := jobReads(mnt)
 			run.hits, run.planned = h1-h0, p1-p0
+			cpu1, err := cpuOf(d.Cmd.Process.Pid)
+			if err != nil {
+				return fmt.Errorf("%s: %w", label, err)
+			}
+			run.cpu = cpuTime{user: cpu1.user - cpu0.user, sys: cpu1.sys - cpu0.sys}
 		}
 		runs = append(runs, run)
 		return nil
@@ -75,7 +94,7 @@ func runClairvoyance(o options, src string, total int64) error {
 
 	// Direct: every worker waits on the PFS for every sample.
 	for epoch := 0; epoch < 2; epoch++ {
-		if err := train("DataLoader on pfssim directly", pfsMnt, epoch, ""); err != nil {
+		if err := train("DataLoader on pfssim directly", pfsMnt, epoch, nil); err != nil {
 			return err
 		}
 	}
@@ -116,7 +135,7 @@ func runClairvoyance(o options, src string, total int64) error {
 			if err != nil {
 				return err
 			}
-			err = train(c.label, mnt, 0, mnt, c.extra...)
+			err = train(c.label, mnt, 0, d, c.extra...)
 			if err == nil {
 				firsts = append(firsts, runs[len(runs)-1])
 				runs = runs[:len(runs)-1]
@@ -129,7 +148,7 @@ func runClairvoyance(o options, src string, total int64) error {
 					err = dropPageCache(mnt, listFiles(mnt))
 				}
 				if err == nil && c.epochs > 1 {
-					err = train(c.label, mnt, 1, mnt, c.extra...)
+					err = train(c.label, mnt, 1, d, c.extra...)
 				}
 			}
 			if serr := d.Stop(30 * time.Second); err == nil {
@@ -195,12 +214,43 @@ func runClairvoyance(o options, src string, total int64) error {
 	fmt.Printf("- prefetch hits in epoch 0 with a 12 ms training step: %.1f%% of reads (target ≥ 99%%): %s "+
 		"(%.1fs, %.0f%% of the bandwidth bound; without the step, %.1f%%)\n", 100*hitRate(step), verdict(hitRate(step) >= 0.99),
 		step.seconds, 100*bound/step.seconds, 100*hitRate(full))
-	e1 := find("dlfs, RAM tier ≥ dataset", 1).pfsBytes
+	gb := float64(total) / 1e9
+	perGB := func(r epochRun) string {
+		return fmt.Sprintf("%.2f CPU s per GB (%.2f user, %.2f system)", (r.cpu.user+r.cpu.sys)/gb, r.cpu.user/gb, r.cpu.sys/gb)
+	}
+	warm := find("dlfs, RAM tier ≥ dataset", 1)
+	fmt.Printf("- dlfs's own CPU: announced cold epoch 0 (the median run) %s; epoch 1 from the RAM tier and the page cache %s\n",
+		perGB(full), perGB(warm))
+	e1 := warm.pfsBytes
 	fmt.Printf("- PFS bytes in epoch 1, RAM tier ≥ dataset: %d (target 0): %s\n", e1, verdict(e1 == 0))
 	ratio := float64(half.pfsBytes) / float64(total)
 	fmt.Printf("- PFS bytes in epoch 1, RAM tier = ½ dataset: %.2f× the dataset (target ≤ 0.55×): %s; with LRU eviction %.2f×\n",
 		ratio, verdict(ratio <= 0.55), float64(halfLRU.pfsBytes)/float64(total))
 	return nil
+}
+
+// cpuTime is a process's CPU seconds.
+type cpuTime struct{ user, sys float64 }
+
+// cpuOf reads the user and system CPU seconds process pid has used so far
+// (/proc/PID/stat, fields 14 and 15, in clock ticks of 1/100 s on Linux).
+func cpuOf(pid int) (cpuTime, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return cpuTime{}, fmt.Errorf("the daemon's CPU time: %w", err)
+	}
+	// The command name (field 2) is in parentheses and may hold spaces.
+	i := bytes.LastIndexByte(b, ')')
+	f := strings.Fields(string(b[i+1:])) // from field 3
+	if i < 0 || len(f) < 13 {
+		return cpuTime{}, fmt.Errorf("the daemon's CPU time: /proc/%d/stat has %d fields", pid, len(f)+2)
+	}
+	user, err1 := strconv.ParseFloat(f[11], 64)
+	sys, err2 := strconv.ParseFloat(f[12], 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return cpuTime{}, fmt.Errorf("the daemon's CPU time: %w", err)
+	}
+	return cpuTime{user: user / 100, sys: sys / 100}, nil
 }
 
 // epoch0Runs is how many fresh mounts measure each configuration's epoch 0.
