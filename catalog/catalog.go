@@ -739,7 +739,7 @@ func (c *Catalog) unchangedDirs(ctx context.Context, snap *Snapshot) (int, bool)
 					return unix.Lstat(filepath.Join(c.cfg.Source, filepath.FromSlash(old.Path())), &st)
 				})
 				now := Entry{}
-				_ = fill(&now, &st) // the owner is not compared
+				_ = fill(&now, &st, nil) // the owner is not compared
 				if err != nil || !unchanged(&now, old, trusted) {
 					changed.Store(true)
 				}
@@ -774,6 +774,7 @@ func (sc *scanner) reuse(d, old *Entry) bool {
 		kids = slices.Clone(old.more.kids)
 	}
 	full := filepath.Join(sc.c.cfg.Source, filepath.FromSlash(d.Path()))
+	var last lastOwner
 	for i := range kids {
 		e := &kids[i]
 		e.parent = d
@@ -783,7 +784,7 @@ func (sc *scanner) reuse(d, old *Entry) bool {
 		e.more = nil
 		var st unix.Stat_t
 		if err := source.IgnoringEINTR(func() error { return unix.Lstat(filepath.Join(full, e.Name), &st) }); err != nil ||
-			st.Mode&syscall.S_IFMT != syscall.S_IFDIR || fill(e, &st) != nil {
+			st.Mode&syscall.S_IFMT != syscall.S_IFDIR || fill(e, &st, &last) != nil {
 			return false // changed under the scan: read d instead
 		}
 	}
@@ -874,6 +875,7 @@ func (sc *scanner) read(d *Entry) ([]Entry, error) {
 	fd := int(f.Fd())
 	out := make([]Entry, 0, len(list))
 	arena := newNames(list)
+	var last lastOwner
 	for _, name := range list {
 		if d.Ino == RootIno && sc.c.hidden(name) {
 			sc.c.cfg.Logger.Warn("catalog: SOURCE entry shadowed by the control directory", "name", name)
@@ -889,7 +891,7 @@ func (sc *scanner) read(d *Entry) ([]Entry, error) {
 			continue
 		}
 		e := Entry{Name: arena.intern(name)}
-		if err := fill(&e, &st); err != nil {
+		if err := fill(&e, &st, &last); err != nil {
 			sc.c.cfg.Logger.Warn("catalog: skipping entry", "path", join(d.Path(), name), "err", err)
 			sc.skipped.Add(1)
 			continue
@@ -919,21 +921,22 @@ func (c *Catalog) stat(path string, e *Entry) error {
 	if err := unix.Stat(path, &st); err != nil {
 		return fmt.Errorf("stat %s: %w", path, err)
 	}
-	if err := fill(e, &st); err != nil {
+	if err := fill(e, &st, nil); err != nil {
 		return fmt.Errorf("stat %s: %w", path, err)
 	}
 	return nil
 }
 
-// fill sets e's metadata from st. It fails only if the process has run
-// out of owner indexes (owner.go), with everything else set.
-func fill(e *Entry, st *unix.Stat_t) error {
+// fill sets e's metadata from st, its owner through last (setOwner). It
+// fails only if the process has run out of owner indexes (owner.go), with
+// everything else set.
+func fill(e *Entry, st *unix.Stat_t, last *lastOwner) error {
 	e.Mode = st.Mode
 	e.Size = st.Size
 	e.Mtime = st.Mtim.Nano()
 	e.Ctime = st.Ctim.Nano()
 	e.SrcIno = st.Ino
-	return e.setOwner(st.Uid, st.Gid)
+	return e.setOwner(st.Uid, st.Gid, last)
 }
 
 func join(dir, name string) string {

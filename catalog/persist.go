@@ -214,6 +214,7 @@ type decoder struct {
 	err     error
 	left    uint64   // entries still to read
 	byIno   []*Entry // every entry read, by inode number
+	owner   lastOwner
 }
 
 func (d *decoder) fail(why string) error {
@@ -302,7 +303,7 @@ func (d *decoder) entry(x *Entry, arena *names, depth int) {
 	f := rec[n:]
 	le := binary.LittleEndian
 	x.Mode = le.Uint32(f)
-	if err := x.setOwner(le.Uint32(f[4:]), le.Uint32(f[8:])); err != nil {
+	if err := x.setOwner(le.Uint32(f[4:]), le.Uint32(f[8:]), &d.owner); err != nil {
 		d.fail(err.Error())
 		return
 	}
