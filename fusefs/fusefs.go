@@ -124,7 +124,8 @@ type FS struct {
 	ctl  ControlPlane
 	born time.Time // the control tree's times
 
-	server *fuse.Server // set by Init, for notifications
+	server *fuse.Server // set by Init, for notifications (mu)
+	mnt    string       // where Mount mounted it, for Push (mu)
 
 	mu     sync.Mutex
 	pseudo pseudoTable           // the control tree's node IDs (mu)
@@ -186,6 +187,9 @@ func (f *FS) Mount(dir, fsname string) (*fuse.Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	f.mu.Lock()
+	f.mnt = dir
+	f.mu.Unlock()
 	go server.Serve()
 	if err := server.WaitMount(); err != nil {
 		_ = server.Unmount()

@@ -1,0 +1,186 @@
+package fusefs
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dlfs/dlfs/catalog"
+)
+
+// countingTree is a tree that counts the reads reaching the daemon, per
+// inode number.
+type countingTree struct {
+	tree
+	mu    sync.Mutex
+	reads map[uint64]int
+}
+
+func (c *countingTree) ReadAt(e *catalog.Entry, dest []byte, off int64, pid uint32) ([]byte, error) {
+	c.mu.Lock()
+	c.reads[e.Ino]++
+	c.mu.Unlock()
+	return c.tree.ReadAt(e, dest, off, pid)
+}
+
+func (c *countingTree) readsOf(ino uint64) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.reads[ino]
+}
+
+// mountTree mounts a tree of files of the given sizes (file i holds byte
+// 'a'+i%26 repeated) and returns the filesystem, its dataset and the
+// mountpoint.
+func mountTree(t *testing.T, sizes ...int) (*FS, *countingTree, string) {
+	t.Helper()
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skip("no /dev/fuse")
+	}
+	root := t.TempDir()
+	for i, n := range sizes {
+		p := filepath.Join(root, "c", fileName(i))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, bytes.Repeat([]byte{byte('a' + i%26)}, n), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cat, err := catalog.Open(context.Background(), catalog.DefaultConfig(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := &countingTree{tree: tree{cat}, reads: map[uint64]int{}}
+	f := New(Config{}, data, &plane{})
+	mnt := t.TempDir()
+	server, err := f.Mount(mnt, "dlfs-test")
+	if err != nil {
+		t.Skipf("cannot mount: %v", err)
+	}
+	t.Cleanup(func() { _ = server.Unmount() })
+	return f, data, mnt
+}
+
+func fileName(i int) string { return string(rune('a'+i%26)) + ".jpg" }
+
+// blocksOf serves e's bytes from SOURCE, as the tiers would.
+func blocksOf(t *testing.T, data *countingTree, e *catalog.Entry, bs int64) func(int64) ([]byte, bool) {
+	b, err := os.ReadFile(filepath.Join(data.Source(), e.Path()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(i int64) ([]byte, bool) {
+		if i*bs >= int64(len(b)) {
+			return nil, false
+		}
+		return b[i*bs : min(int64(len(b)), (i+1)*bs)], true
+	}
+}
+
+// A pushed file is read from the page cache: no read reaches the daemon,
+// although the kernel had never looked the file up before the push.
+func TestPushServesFromThePageCache(t *testing.T) {
+	sizes := []int{110_000, 5000, 300_000}
+	f, data, mnt := mountTree(t, sizes...)
+	const bs = 128 << 10 // several blocks for the last file
+	for i, n := range sizes {
+		e := data.Snapshot().Lookup("c/" + fileName(i))
+		stored, err := f.Push(e, bs, blocksOf(t, data, e, bs))
+		if err != nil || stored != int64(n) {
+			t.Fatalf("push %s: stored %d of %d, err %v", e.Path(), stored, n, err)
+		}
+		got, err := os.ReadFile(filepath.Join(mnt, e.Path()))
+		if err != nil || !bytes.Equal(got, bytes.Repeat([]byte{byte('a' + i)}, n)) {
+			t.Fatalf("read %s after the push: %d bytes, err %v", e.Path(), len(got), err)
+		}
+		if r := data.readsOf(e.Ino); r != 0 {
+			t.Fatalf("%s: %d reads reached the daemon after the push, want 0", e.Path(), r)
+		}
+		// Cached whole: a second push stores nothing.
+		if stored, err := f.Push(e, bs, blocksOf(t, data, e, bs)); err != nil || stored != 0 {
+			t.Fatalf("second push of %s: stored %d, err %v; want 0, nil", e.Path(), stored, err)
+		}
+	}
+
+	// Evicted by the kernel: the read falls back to the daemon.
+	e := data.Snapshot().Lookup("c/" + fileName(0))
+	evict(t, filepath.Join(mnt, e.Path()))
+	if got, err := os.ReadFile(filepath.Join(mnt, e.Path())); err != nil || len(got) != sizes[0] {
+		t.Fatalf("read after eviction: %d bytes, err %v", len(got), err)
+	}
+	if data.readsOf(e.Ino) == 0 {
+		t.Fatal("no read reached the daemon after the page cache dropped the file")
+	}
+}
+
+// A block the tiers cannot supply, or of the wrong length, fails the push
+// and stores nothing wrong: the read goes to the daemon.
+func TestPushRefusesShortBlocks(t *testing.T) {
+	f, data, mnt := mountTree(t, 10_000)
+	e := data.Snapshot().Lookup("c/" + fileName(0))
+	if _, err := f.Push(e, 1<<20, func(int64) ([]byte, bool) { return nil, false }); err == nil {
+		t.Fatal("push without bytes succeeded")
+	}
+	if _, err := f.Push(e, 1<<20, func(int64) ([]byte, bool) { return make([]byte, 100), true }); err == nil {
+		t.Fatal("push of a short block succeeded")
+	}
+	got, err := os.ReadFile(filepath.Join(mnt, e.Path()))
+	if err != nil || !bytes.Equal(got, bytes.Repeat([]byte{'a'}, 10_000)) {
+		t.Fatalf("read: %d bytes, err %v", len(got), err)
+	}
+	if data.readsOf(e.Ino) == 0 {
+		t.Fatal("the read did not reach the daemon")
+	}
+	unmounted := New(Config{}, data, &plane{})
+	if _, err := unmounted.Push(e, 1<<20, blocksOf(t, data, e, 1<<20)); err != ErrNoMount {
+		t.Fatalf("push on an unmounted filesystem: %v, want ErrNoMount", err)
+	}
+}
+
+// A push of bytes a refresh has since replaced is dropped again: the
+// reader gets the new bytes.
+func TestPushRacingARefresh(t *testing.T) {
+	f, data, mnt := mountTree(t, 4000)
+	old := data.Snapshot().Lookup("c/" + fileName(0))
+	oldBytes := blocksOf(t, data, old, 1<<20)
+	src := filepath.Join(data.Source(), old.Path())
+	if err := os.WriteFile(src, bytes.Repeat([]byte{'z'}, 4000), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	future := time.Now().Add(time.Hour)
+	if err := os.Chtimes(src, future, future); err != nil {
+		t.Fatal(err)
+	}
+	d, err := data.cat.Refresh(context.Background())
+	if err != nil || len(d.Changed) != 1 {
+		t.Fatalf("refresh: %+v, %v", d, err)
+	}
+	f.Invalidate(d)
+	if _, err := f.Push(old, 1<<20, oldBytes); err == nil {
+		t.Fatal("a push of the old version succeeded")
+	}
+	got, err := os.ReadFile(filepath.Join(mnt, old.Path()))
+	if err != nil || !bytes.Equal(got, bytes.Repeat([]byte{'z'}, 4000)) {
+		t.Fatalf("read after the refresh: %q..., err %v", got[:min(8, len(got))], err)
+	}
+}
+
+// evict drops path's pages from the page cache.
+func evict(t *testing.T, path string) {
+	t.Helper()
+	fd, err := unix.Open(path, unix.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Fadvise(fd, 0, 0, unix.FADV_DONTNEED); err != nil {
+		t.Fatal(err)
+	}
+}
