@@ -92,6 +92,11 @@ type Config struct {
 	// readers that announce none (streams are still shown).
 	NoInfer bool
 
+	// NoPush keeps the prefetcher from pushing what it holds into the
+	// kernel's page cache ahead of the reads (see package prefetch): every
+	// read then goes through the daemon, as before issue 14.
+	NoPush bool
+
 	// MetricsAddr serves Prometheus /metrics on HOST:PORT; "" is off.
 	MetricsAddr string
 	// Registry collects the node's metrics; nil makes a fresh one.
@@ -408,6 +413,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 
 	if n.server, err = n.fs.Mount(cfg.Mountpoint, "dlfs:"+n.cat.Source()); err != nil {
 		return nil, fmt.Errorf("mount %s: %w", cfg.Mountpoint, err)
+	}
+	if !cfg.NoPush {
+		n.pf.SetPusher(n.fs)
 	}
 	n.keepCatalog()
 	if cfg.Warmup {

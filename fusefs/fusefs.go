@@ -26,7 +26,8 @@
 // never opened (noOpen): the page cache is kept across opens, and a file
 // read before is read again without any request reaching the daemon.
 // Control files get fresh contents on every open by another route
-// (control.go).
+// (control.go). Push (push.go) stores a file's bytes in the page cache
+// before it is read (FUSE_NOTIFY_STORE).
 //
 // # Mutations
 //

@@ -39,6 +39,12 @@
 // window, prefetch_factor × workers × batch, plus a batch) behind the
 // furthest read is taken as consumed.
 //
+// # Pushing
+//
+// With a Pusher (the mounted filesystem), samples near their read are
+// written into the kernel's page cache, and one in pushTrip is left for a
+// read to reach dlfs and move the cursor: see push.go.
+//
 // # Locking
 //
 // mu guards all state. Lock order: the RAM tier's lock before mu (the RAM
@@ -55,6 +61,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlfs/dlfs/catalog"
@@ -102,6 +109,9 @@ type Loader interface {
 	Locate(e *catalog.Entry) (loader.Span, bool)
 	PrefetchRun(first *catalog.Entry, neighbours []*catalog.Entry, keep loader.Keep) (map[uint64]bool, error)
 	RunLimits() (gap, run int64)
+	// Cached returns block i of e if RAM, the stage or the SSD holds it
+	// intact (for pushing).
+	Cached(e *catalog.Entry, i int64) ([]byte, uint32, bool)
 }
 
 // Plans is where jobs come from.
@@ -118,10 +128,12 @@ type Prefetcher struct {
 	load  Loader
 	plans Plans
 
-	tasks  chan []*catalog.Entry
-	wake   chan struct{} // capacity 1
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	tasks    chan []*catalog.Entry
+	wake     chan struct{} // capacity 1
+	pushWake chan struct{} // capacity 1
+	pusher   atomic.Pointer[pusherBox]
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
 
 	mu sync.Mutex
 	// mu guards the following.
@@ -134,7 +146,11 @@ type Prefetcher struct {
 	stagedBytes   int64
 	inflight      map[uint64]int64
 	inflightBytes int64
-	totals        Totals
+	// INVARIANT: pushedBytes == sum of pushedIno + sum of pushing.
+	pushedIno   map[uint64]int64 // pushed samples not yet behind their cursor: bytes each
+	pushing     map[uint64]int64 // pushes under way: bytes reserved (0 if staged)
+	pushedBytes int64
+	totals      Totals
 }
 
 type streamID struct {
@@ -160,6 +176,7 @@ type stream struct {
 	runIdx   []int32            // runIdx[pos]: the index of pos's file in runs[its container]
 	order    *schedule          // the order the DataLoader will ask for positions in
 	frontier int                // next step of order to consider fetching
+	pushStep int                // next step of order to consider pushing
 	slack    int
 	stats    *Stats
 }
@@ -177,6 +194,7 @@ type Stats struct {
 	Misses       int64   `json:"misses"`
 	StallSeconds float64 `json:"stall_seconds"`
 	Wasted       int64   `json:"wasted"`
+	Pushed       int64   `json:"pushed"`
 	Cursor       int     `json:"cursor"`
 }
 
@@ -193,6 +211,16 @@ type Totals struct {
 	WastedBytes     int64 `json:"wasted_bytes"`
 	Unpredicted     int64 `json:"unpredicted_reads"`
 	Errors          int64 `json:"errors"`
+	// Pushing into the page cache: samples pushed and their bytes, samples
+	// found cached already, pushes that failed, reads that reached dlfs
+	// for a sample pushed (the kernel had evicted it), and the bytes
+	// pushed and not yet behind their cursor (counted in Staging).
+	Pushed         int64 `json:"pushed"`
+	PushedBytes    int64 `json:"pushed_bytes"`
+	PushCached     int64 `json:"push_cached"`
+	PushFailed     int64 `json:"push_failed"`
+	PushedThenRead int64 `json:"pushed_then_read"`
+	PushedHeld     int64 `json:"pushed_held_bytes"`
 }
 
 // New starts a prefetcher over plans.
@@ -213,14 +241,17 @@ func New(cfg Config, load Loader, plans Plans) *Prefetcher {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Prefetcher{
 		cfg: cfg, log: cfg.Logger, load: load, plans: plans,
-		tasks: make(chan []*catalog.Entry), wake: make(chan struct{}, 1), cancel: cancel,
+		tasks: make(chan []*catalog.Entry), wake: make(chan struct{}, 1), pushWake: make(chan struct{}, 1), cancel: cancel,
 		history: map[streamID]*Stats{}, staged: map[string]ramcache.Block{}, stagedIno: map[uint64]int{},
-		inflight: map[uint64]int64{},
+		inflight: map[uint64]int64{}, pushedIno: map[uint64]int64{}, pushing: map[uint64]int64{},
 	}
 	changes := plans.Subscribe()
-	p.wg.Add(2 + cfg.Workers)
+	p.wg.Add(2 + pushWorkers + cfg.Workers)
 	go p.watch(ctx, changes)
 	go p.schedule(ctx)
+	for i := 0; i < pushWorkers; i++ {
+		go p.push(ctx)
+	}
 	for i := 0; i < cfg.Workers; i++ {
 		go p.work(ctx)
 	}
@@ -236,9 +267,14 @@ func (p *Prefetcher) Close() {
 	p.staged, p.stagedIno, p.stagedBytes = map[string]ramcache.Block{}, map[uint64]int{}, 0
 }
 
+// kick wakes the scheduler and the push loop.
 func (p *Prefetcher) kick() {
 	select {
 	case p.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case p.pushWake <- struct{}{}:
 	default:
 	}
 }
@@ -331,6 +367,7 @@ func (p *Prefetcher) swap() {
 		}
 	}
 	p.streams = fresh
+	p.forgetPushedLocked()
 	p.dropUnneededLocked()
 	p.kick()
 }
@@ -638,6 +675,9 @@ func (p *Prefetcher) Observe(e *catalog.Entry, off int64, waited time.Duration) 
 	}
 	best.consumed.set(bestPos)
 	st.Consumed++
+	if _, ok := p.pushedIno[e.Ino]; ok {
+		p.totals.PushedThenRead++
+	}
 	if waited > 0 {
 		st.Late++
 	} else {
@@ -668,6 +708,7 @@ func (p *Prefetcher) advanceLocked(s *stream) {
 			s.stats.Cursor = s.cursor
 			return
 		}
+		p.releasePushedLocked(s.entry(s.cursor))
 		s.cursor++
 		// What is still staged for a sample well behind the cursor (the
 		// unread blocks of a read sample, or a sample the page cache
@@ -830,7 +871,7 @@ func (p *Prefetcher) next(gap, run int64) []*catalog.Entry {
 			s.frontier++
 			continue
 		}
-		if p.stagedBytes+p.inflightBytes+e.Size > p.cfg.Staging && p.stagedBytes+p.inflightBytes > 0 {
+		if held := p.stagedBytes + p.inflightBytes + p.pushedBytes; held+e.Size > p.cfg.Staging && held > 0 {
 			return nil // the stage is full: wait for reads
 		}
 		s.frontier++
@@ -860,7 +901,7 @@ func (p *Prefetcher) neighboursLocked(s *stream, pos int, gap, run int64) []*cat
 	// Neighbours mostly go to RAM, not the stage, so they may borrow an
 	// eighth of staging beyond what is free; one that RAM refuses is
 	// staged only if the stage has room (finish).
-	budget := p.cfg.Staging + p.cfg.Staging/8 - p.stagedBytes - p.inflightBytes - s.entry(int(pos)).Size
+	budget := p.cfg.Staging + p.cfg.Staging/8 - p.stagedBytes - p.inflightBytes - p.pushedBytes - s.entry(int(pos)).Size
 	wanted := func(q int32) bool {
 		e := s.entry(int(q))
 		return p.stagedIno[e.Ino] == 0 && p.inflight[e.Ino] == 0 && p.neededLocked(e.Ino, false)
@@ -1010,6 +1051,7 @@ func (p *Prefetcher) Stats() (Totals, map[string]map[string]Stats) {
 	t := p.totals
 	t.Workers, t.StagingCapacity = p.cfg.Workers, p.cfg.Staging
 	t.StagedBytes, t.StagedBlocks, t.InFlight = p.stagedBytes, len(p.staged), len(p.inflight)
+	t.PushedHeld = p.pushedBytes
 	per := map[string]map[string]Stats{}
 	for id, st := range p.history {
 		if per[id.job] == nil {

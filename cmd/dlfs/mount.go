@@ -54,6 +54,7 @@ type mountOptions struct {
 	coalesce     bool
 	pfsMargin    float64
 	infer        bool
+	push         bool
 	warmup       bool
 }
 
@@ -140,6 +141,7 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 			}
 			cfg.PlacementEpochs = o.placeEpochs
 			cfg.NoInfer = !o.infer
+			cfg.NoPush = !o.push
 			cfg.Warmup = o.warmup
 			cfg.Loader.NoCoalesce = !o.coalesce
 			if o.pfsMargin < 0 {
@@ -189,6 +191,7 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 	f.StringVar(&o.placement, "placement", "demand", "cluster placement: demand (each sample on the node whose ranks read it most, from the gossiped jobs) or hash")
 	f.IntVar(&o.placeEpochs, "placement-epochs", 4, "epochs of each job, from its first, that demand placement counts reads over")
 	f.Float64Var(&o.pfsMargin, "pfs-margin", 0, "read the PFS instead of a peer's copy that the model expects to be this many times slower; 0 never")
+	f.BoolVar(&o.push, "push", true, "write prefetched samples into the kernel's page cache ahead of their reads, so a read costs no round trip to dlfs")
 	f.BoolVar(&o.coalesce, "coalesce", true, "read neighbouring samples of a packed SOURCE in one request when the PFS model says it is cheaper")
 	f.BoolVar(&o.debugFUSE, "debug-fuse", false, "log every FUSE request")
 	f.StringVar(&o.cpuProfile, "cpu-profile", "", "write a Go CPU profile to this file until unmount")

@@ -1,0 +1,213 @@
+package prefetch
+
+import (
+	"context"
+
+	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/loader"
+)
+
+// # Pushing
+//
+// With a Pusher set (the mounted filesystem), the prefetcher writes the
+// samples it holds into the kernel's page cache ahead of their reads, in
+// the order the reader will ask for them: a pushed sample is read at
+// page-cache speed, with no round trip to the daemon. A pushed sample
+// leaves the stage (the kernel has its bytes; RAM keeps it if its next use
+// warrants), but its bytes stay counted against Config.Staging until the
+// stream's cursor passes it, so the stage and what was pushed ahead of the
+// reader together never exceed Staging. Samples the RAM tier holds are
+// pushed too, under the same bound.
+//
+// Only announced jobs are pushed for: package readers infers a job, and
+// keeps following it, from the reads that reach dlfs.
+//
+// Reads the page cache serves never reach the daemon, so the cursor would
+// stall and, with it, the bound. One sample in every pushTrip steps is
+// therefore never pushed: the reader's read of it reaches the daemon (it is
+// staged, so it is fast), and moves the stream's furthest read, from which
+// the cursor follows (see Tracking consumption).
+//
+// If the kernel evicts a pushed sample before it is read, or refuses a
+// store, the read finds the RAM tier, the SSD or the PFS as it would
+// without pushing.
+
+// pushTrip: every pushTrip-th step of a stream's schedule is not pushed.
+const pushTrip = 32
+
+// pushBatch is how many samples a push loop takes per round.
+const pushBatch = 64
+
+// pushWorkers is how many push loops run: a store copies the sample into
+// freshly allocated pages, and one loop on one core falls behind a reader
+// of the page cache.
+const pushWorkers = 2
+
+// Pusher writes a file's bytes into the kernel's page cache (fusefs.FS).
+type Pusher interface {
+	// Push stores e's bytes: block i (of blockSize bytes) comes from
+	// block(i). It returns the bytes stored, 0 if the page cache held e
+	// whole already; an error if the kernel refused.
+	Push(e *catalog.Entry, blockSize int64, block func(i int64) ([]byte, bool)) (int64, error)
+}
+
+type pusherBox struct{ p Pusher }
+
+// SetPusher starts pushing through pu (nil stops it). Safe to call while
+// the prefetcher runs.
+func (p *Prefetcher) SetPusher(pu Pusher) {
+	if pu == nil {
+		p.pusher.Store(nil)
+		return
+	}
+	p.pusher.Store(&pusherBox{pu})
+	p.kick()
+}
+
+// push runs a push loop until ctx ends.
+func (p *Prefetcher) push(ctx context.Context) {
+	defer p.wg.Done()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.pushWake:
+		}
+		for ctx.Err() == nil {
+			box := p.pusher.Load()
+			if box == nil {
+				break
+			}
+			batch := p.pushable(pushBatch)
+			if len(batch) == 0 {
+				break
+			}
+			if len(batch) == pushBatch {
+				select { // there may be more: wake another loop
+				case p.pushWake <- struct{}{}:
+				default:
+				}
+			}
+			for _, e := range batch {
+				block := func(i int64) ([]byte, bool) {
+					b, _, ok := p.load.Cached(e, i)
+					return b, ok
+				}
+				n, err := box.p.Push(e, p.cfg.BlockSize, block)
+				for _, b := range p.pushed(e, n, err) {
+					p.load.Offer(b.key, b.Block)
+				}
+			}
+		}
+	}
+}
+
+// pushable returns up to limit samples to push next, in each stream's
+// schedule order from its cursor, and reserves their bytes. A stream stops
+// at a sample still being fetched, and at the staging bound.
+func (p *Prefetcher) pushable(limit int) []*catalog.Entry {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []*catalog.Entry
+	for _, s := range p.streams {
+		if s.cursor >= s.len() || s.job.Inferred {
+			continue // an inferred job is followed by the reads it makes: they must reach dlfs
+		}
+		s.pushStep = max(s.pushStep, s.order.step(s.cursor))
+		for ; s.pushStep < s.frontier && len(out) < limit; s.pushStep++ {
+			pos := s.order.at(s.pushStep)
+			if s.pushStep%pushTrip == pushTrip-1 || s.consumed.get(pos) {
+				continue
+			}
+			e := s.entry(pos)
+			if e == nil || e.Size <= 0 || p.pushedIno[e.Ino] > 0 || s.pending(e.Ino) != pos {
+				// Nothing to push; pushed; or read earlier at a position
+				// still to come, perhaps a trip (the window reaches into
+				// the next epoch).
+				continue
+			}
+			if _, busy := p.pushing[e.Ino]; busy {
+				continue
+			}
+			if p.inflight[e.Ino] > 0 {
+				break // wait for its fetch
+			}
+			var reserve int64
+			if p.stagedIno[e.Ino] == 0 { // from RAM or the SSD: new bytes against the bound
+				if p.stagedBytes+p.inflightBytes+p.pushedBytes+e.Size > p.cfg.Staging {
+					break
+				}
+				reserve = e.Size
+			}
+			p.pushing[e.Ino] = reserve
+			p.pushedBytes += reserve
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// pushed records the outcome of pushing e (n bytes stored, or err) and
+// returns the blocks it took off the stage, for the caller to offer RAM
+// without mu.
+func (p *Prefetcher) pushed(e *catalog.Entry, n int64, err error) []stagedBlock {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pushedBytes -= p.pushing[e.Ino]
+	delete(p.pushing, e.Ino)
+	if err != nil {
+		if p.totals.PushFailed++; p.totals.PushFailed == 1 {
+			p.log.Info("prefetch: a push into the page cache failed; its read goes through dlfs (logged once)", "err", err)
+		}
+		return nil
+	}
+	if !p.neededLocked(e.Ino, false) {
+		return nil // read meanwhile
+	}
+	if n == 0 {
+		p.totals.PushCached++
+	} else {
+		p.totals.Pushed++
+		p.totals.PushedBytes += n
+	}
+	var out []stagedBlock
+	blocks := max((e.Size+p.cfg.BlockSize-1)/p.cfg.BlockSize, 1)
+	for i := int64(0); i < blocks && p.stagedIno[e.Ino] > 0; i++ {
+		key := loader.BlockKey(e.Path(), i)
+		if b, ok := p.staged[key]; ok {
+			p.unstageLocked(key, b)
+			out = append(out, stagedBlock{key, b})
+		}
+	}
+	p.pushedIno[e.Ino] = e.Size
+	p.pushedBytes += e.Size
+	for _, s := range p.streams {
+		if s.has(e.Ino) {
+			s.stats.Pushed++
+			break
+		}
+	}
+	return out
+}
+
+// releasePushedLocked stops counting e's pushed bytes: its read is behind
+// the cursor.
+func (p *Prefetcher) releasePushedLocked(e *catalog.Entry) {
+	if e == nil {
+		return
+	}
+	if n, ok := p.pushedIno[e.Ino]; ok {
+		delete(p.pushedIno, e.Ino)
+		p.pushedBytes -= n
+	}
+}
+
+// forgetPushedLocked stops counting everything pushed (the plans changed:
+// their cursors say nothing of it any more). The kernel's page cache may
+// hold it a while longer; it is the kernel's to reclaim.
+func (p *Prefetcher) forgetPushedLocked() {
+	for ino, n := range p.pushedIno {
+		p.pushedBytes -= n
+		delete(p.pushedIno, ino)
+	}
+}

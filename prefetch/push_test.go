@@ -1,0 +1,97 @@
+package prefetch
+
+import (
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/dlfs/dlfs/catalog"
+)
+
+// fakePusher stands in for the kernel's page cache: it records what was
+// pushed, and refuses everything while fail is set.
+type fakePusher struct {
+	mu     sync.Mutex
+	pushed map[uint64]int
+	fail   bool
+}
+
+func (f *fakePusher) Push(e *catalog.Entry, bs int64, block func(int64) ([]byte, bool)) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail {
+		return 0, errors.New("refused")
+	}
+	b, ok := block(0)
+	if !ok || int64(len(b)) != e.Size {
+		return 0, errors.New("no bytes")
+	}
+	f.pushed[e.Ino]++
+	return e.Size, nil
+}
+
+func (f *fakePusher) has(ino uint64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.pushed[ino] > 0
+}
+
+// A reader that reaches dlfs only for the samples not pushed (the page
+// cache serves the rest) still moves the pushes along, through the whole
+// epoch: every sample but one in pushTrip is pushed, in order, and no trip
+// sample before its read, not even for its occurrence in the next epoch;
+// the stage and what was pushed ahead never exceed Staging.
+func TestPushAheadOfAPageCacheReader(t *testing.T) {
+	const files, staging = 400, 300 // files of 1 byte: the window reaches into epoch 1
+	p, reg, _ := setup(t, files, "job=j root=data seed=3 epoch=0 batch=4 workers=1 lookahead=2", Config{Workers: 2, Staging: staging})
+	fp := &fakePusher{pushed: map[uint64]int{}}
+	p.SetPusher(fp)
+	j := reg.Get("j")
+	order := j.Order(0, 0)
+	stats := func() Stats { _, per := p.Stats(); return per["j"]["rank-0"] }
+	waitFor(t, "the stream", func() bool { return stats().Predicted == files })
+	var s *stream
+	p.mu.Lock()
+	s = p.streams[0]
+	p.mu.Unlock()
+
+	reads := 0
+	for step := 0; step < files; step++ {
+		pos := s.order.at(step)
+		e := j.Samples[order[pos]].Entry
+		if step%pushTrip == pushTrip-1 {
+			if fp.has(e.Ino) {
+				t.Fatalf("step %d: a trip sample was pushed", step)
+			}
+			p.Observe(e, 0, 0) // a read through dlfs
+			reads++
+		} else {
+			waitFor(t, "the push of step "+e.Path(), func() bool { return fp.has(e.Ino) })
+		}
+		tot, _ := p.Stats()
+		if held := tot.PushedHeld + tot.StagedBytes; held > staging {
+			t.Fatalf("step %d: %d bytes pushed ahead and %d staged, beyond staging %d", step, tot.PushedHeld, tot.StagedBytes, staging)
+		}
+	}
+	tot, _ := p.Stats()
+	// Epoch 1 (lookahead 2) may have begun: its pushes come on top.
+	if want := int64(files - files/pushTrip); tot.Pushed < want {
+		t.Errorf("pushed %d samples, want at least %d", tot.Pushed, want)
+	}
+	if reads != files/pushTrip {
+		t.Errorf("%d reads reached dlfs, want %d", reads, files/pushTrip)
+	}
+}
+
+// A pushed sample leaves the stage; a refused push leaves it there for
+// the read, and is counted.
+func TestPushRefused(t *testing.T) {
+	p, _, _ := setup(t, 50, "job=j root=data seed=3 epoch=0 batch=4 workers=1", Config{Workers: 2, Staging: 1 << 20})
+	waitFor(t, "the stage", func() bool { tot, _ := p.Stats(); return tot.StagedBlocks == 50 })
+	fp := &fakePusher{pushed: map[uint64]int{}, fail: true}
+	p.SetPusher(fp)
+	waitFor(t, "the refusals", func() bool { tot, _ := p.Stats(); return tot.PushFailed >= 48 })
+	if tot, _ := p.Stats(); tot.StagedBlocks != 50 || tot.Pushed != 0 || tot.PushedHeld != 0 {
+		t.Fatalf("after refused pushes: %+v", tot)
+	}
+}
