@@ -61,7 +61,7 @@ func main() {
 	flag.DurationVar(&o.readLatency, "pfs-read-latency", 200*time.Microsecond, "pfssim latency per read call")
 	flag.Float64Var(&o.bandwidth, "pfs-bandwidth-mbps", 300, "pfssim aggregate bandwidth in MB/s")
 	flag.BoolVar(&o.genOnly, "gen-only", false, "only generate the dataset under DIR/source")
-	flag.StringVar(&o.suites, "suites", "mount,clairvoyance,untold,cluster,balance,packed,sealing,simulate", "which tables to measure")
+	flag.StringVar(&o.suites, "suites", "mount,push,clairvoyance,untold,cluster,balance,packed,sealing,simulate", "which tables to measure")
 	flag.StringVar(&o.examples, "examples", "examples", "directory of train_imagefolder.py")
 	flag.DurationVar(&o.busyOpen, "busy-open-latency", 20*time.Millisecond, "clairvoyance suite: pfssim latency per open")
 	flag.DurationVar(&o.busyRead, "busy-read-latency", time.Millisecond, "clairvoyance suite: pfssim latency per read call")
@@ -112,6 +112,11 @@ func run(o options) error {
 	}
 	if strings.Contains(o.suites, "mount") {
 		if err := runMount(o, src, files, total); err != nil {
+			return err
+		}
+	}
+	if strings.Contains(o.suites, "push") {
+		if err := runPush(o, src, files, total); err != nil {
 			return err
 		}
 	}
@@ -376,6 +381,12 @@ func kernel() string {
 func readAll(root string, files []string, workers int, seed uint64) (row, error) {
 	order := append([]string(nil), files...)
 	rand.New(rand.NewPCG(seed, 7)).Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	return readOrdered(root, order, workers)
+}
+
+// readOrdered reads the files in order with workers threads, each taking
+// the next file not yet taken.
+func readOrdered(root string, order []string, workers int) (row, error) {
 	var (
 		next  atomic.Int64
 		bytes atomic.Int64
