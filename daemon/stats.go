@@ -32,6 +32,7 @@ type Stats struct {
 	Fetched       map[string]loader.Served             `json:"fetched"`
 	Sources       map[string]perfmodel.Source          `json:"sources"`
 	Coalescing    CoalescingStats                      `json:"coalescing"`
+	Copies        CopyStats                            `json:"copies"`
 	PFS           source.Stats                         `json:"pfs"`
 	Cache         CacheStats                           `json:"cache"`
 	Catalog       CatalogStats                         `json:"catalog"`
@@ -45,6 +46,15 @@ type Stats struct {
 	Warmup warmup.Status `json:"warmup"`
 	// Plans are the balance= plans by job and "epoch-E".
 	Plans map[string]map[string]jobs.PlanStats `json:"plans,omitempty"`
+}
+
+// CopyStats count the bytes dlfs copies in its own memory, outside the
+// system calls that bring bytes in and hand them to the kernel: reads
+// assembled from several blocks, and small blocks packed into the RAM
+// tier's chunks. Every other read is answered from the block it lies in.
+type CopyStats struct {
+	ReadBytes int64 `json:"read_bytes"`
+	RAMBytes  int64 `json:"ram_bytes"`
 }
 
 // CoalescingStats tell how packed samples were read from the PFS.
@@ -113,6 +123,7 @@ func (n *Node) Stats() Stats {
 		Catalog: CatalogStats{Files: snap.Files, Dirs: snap.Dirs, Bytes: snap.Bytes, Skipped: snap.Skipped,
 			ScanSeconds: snap.ScanTime.Seconds()},
 	}
+	s.Copies = CopyStats{ReadBytes: ls.CopiedBytes, RAMBytes: s.Cache.RAM.CopiedBytes}
 	if n.ssd != nil {
 		s.Cache.SSD = n.ssd.Stats()
 	}
@@ -199,6 +210,8 @@ var (
 	descPFFetched   = prometheus.NewDesc("dlfs_prefetch_fetched_bytes_total", "Bytes fetched ahead of reads.", nil, nil)
 	descPFWasted    = prometheus.NewDesc("dlfs_prefetch_wasted_bytes_total", "Prefetched bytes dropped unread.", nil, nil)
 	descPFStaged    = prometheus.NewDesc("dlfs_prefetch_staged_bytes", "Prefetched bytes waiting for their read.", nil, nil)
+	descPFPushed    = prometheus.NewDesc("dlfs_prefetch_pushed_bytes_total", "Bytes pushed into the kernel's page cache ahead of their reads.", nil, nil)
+	descPFPushFail  = prometheus.NewDesc("dlfs_prefetch_push_failures_total", "Pushes into the page cache that failed.", nil, nil)
 	descJobReads    = prometheus.NewDesc("dlfs_job_reads_total", "Planned reads by outcome: hit (no PFS wait), late (waited), miss.", []string{"job", "rank", "outcome"}, nil)
 	descJobStall    = prometheus.NewDesc("dlfs_job_stall_seconds_total", "Seconds reads of a rank waited on the PFS this epoch.", []string{"job", "rank"}, nil)
 	descMembers     = prometheus.NewDesc("dlfs_cluster_members", "Members in this node's view, by state.", []string{"state"}, nil)
@@ -215,7 +228,7 @@ var (
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descServedReads, descServedBytes, descPFSOpens, descPFSReads, descPFSBytes,
 		descEntries, descBytes, descCapacity, descFiles, descFileBytes, descUptime, descPFFetched, descPFWasted,
-		descPFStaged, descJobReads, descJobStall, descMembers, descOwned, descPeerServed, descPeerReqs, descLocalReads,
+		descPFStaged, descPFPushed, descPFPushFail, descJobReads, descJobStall, descMembers, descOwned, descPeerServed, descPeerReqs, descLocalReads,
 		descPlanReads, descPlanMoved, descPlanImb, descPlanBatch} {
 		ch <- d
 	}
@@ -244,6 +257,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descPFFetched, prometheus.CounterValue, float64(s.Prefetch.FetchedBytes))
 	ch <- prometheus.MustNewConstMetric(descPFWasted, prometheus.CounterValue, float64(s.Prefetch.WastedBytes))
 	ch <- prometheus.MustNewConstMetric(descPFStaged, prometheus.GaugeValue, float64(s.Prefetch.StagedBytes))
+	ch <- prometheus.MustNewConstMetric(descPFPushed, prometheus.CounterValue, float64(s.Prefetch.PushedBytes))
+	ch <- prometheus.MustNewConstMetric(descPFPushFail, prometheus.CounterValue, float64(s.Prefetch.PushFailed))
 	states := map[string]int{}
 	for _, m := range s.Cluster.Members {
 		states[m.State]++

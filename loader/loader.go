@@ -140,6 +140,10 @@ type Stats struct {
 	// brought in (part of fetched.pfs).
 	Runs       int64 `json:"coalesced_reads"`
 	RunSamples int64 `json:"coalesced_samples"`
+	// CopiedBytes counts bytes of reads assembled from several blocks: the
+	// only reads dlfs copies in its own memory (one that lies in one block
+	// is answered from the block itself).
+	CopiedBytes int64 `json:"copied_bytes"`
 }
 
 // Dependencies the loader reads through; small interfaces where used.
@@ -229,6 +233,7 @@ type Loader struct {
 	fetched [numTiers]atomic.Int64
 	// runs and runSamples count coalesced PFS reads and the samples in them.
 	runs, runSamples atomic.Int64
+	copied           atomic.Int64 // bytes of reads assembled from several blocks
 	combine          combiner
 }
 
@@ -328,6 +333,7 @@ func (l *Loader) ReadAtWaited(e *catalog.Entry, dest []byte, off int64) ([]byte,
 			n += copy(dest[n:], b[lo:hi])
 		}
 		out = dest[:n]
+		l.copied.Add(int64(n))
 	}
 	l.count(from, int64(len(out)))
 	if s := l.stage.Load(); s != nil {
@@ -755,7 +761,7 @@ func (l *Loader) Invalidate(e *catalog.Entry) {
 // Stats returns the per-tier counters.
 func (l *Loader) Stats() Stats {
 	s := Stats{Served: make(map[string]Served, numTiers), Fetched: make(map[string]Served, numTiers-1),
-		Sources: l.model.Stats(), Runs: l.runs.Load(), RunSamples: l.runSamples.Load()}
+		Sources: l.model.Stats(), Runs: l.runs.Load(), RunSamples: l.runSamples.Load(), CopiedBytes: l.copied.Load()}
 	for t := tier(0); t < numTiers; t++ {
 		s.Served[tierNames[t]] = Served{Reads: l.reads[t].Load(), Bytes: l.bytes[t].Load()}
 		if t != tierRAM {

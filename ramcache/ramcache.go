@@ -108,6 +108,10 @@ type Stats struct {
 	DeadBytes int64 `json:"dead_bytes"`
 	// Compactions counts chunks compacted since start.
 	Compactions int64 `json:"compactions"`
+	// CopiedBytes counts bytes copied into chunks since start (a packed
+	// block is copied once when put, and again when its chunk is
+	// compacted); larger blocks are kept as they came, uncopied.
+	CopiedBytes int64 `json:"copied_bytes"`
 }
 
 // Cache is safe for concurrent use; no method blocks on I/O.
@@ -322,5 +326,6 @@ func (c *Cache) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return Stats{Entries: int64(len(c.items)), Bytes: c.bytes, Capacity: c.capacity,
-		Chunks: int64(len(c.slabs.chunks)), DeadBytes: c.slabs.dead, Compactions: c.compacted}
+		Chunks: int64(len(c.slabs.chunks)), DeadBytes: c.slabs.dead, Compactions: c.compacted,
+		CopiedBytes: c.slabs.copied}
 }

@@ -49,6 +49,7 @@ type slabs struct {
 	chunks []*chunk // every chunk, open or closed
 	open   *chunk   // where blocks are appended; nil before the first
 	dead   int64    // bytes in chunks that hold no live block
+	copied int64    // bytes copied into chunks, by puts and compactions
 }
 
 func newSlabs(capacity int64) slabs {
@@ -92,6 +93,7 @@ func (s *slabs) add(hash uint64, data []byte) (ch *chunk, block []byte, grew int
 	end := o + hdrSize + len(data)
 	block = ch.buf[o+hdrSize : end : end]
 	copy(block, data)
+	s.copied += int64(len(data))
 	ch.used = end
 	ch.live += hdrSize + len(data)
 	return ch, block, grew
