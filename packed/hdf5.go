@@ -201,6 +201,11 @@ func (hf *h5File) walk(g *hdf5.CommonFG, dir string) error {
 				ds.Close()
 				continue
 			}
+			if !storageSane(ds) {
+				hf.log.Warn("packed: not showing a dataset whose stored data is shorter than its shape says (a damaged or crafted file)", "dataset", "/"+p)
+				ds.Close()
+				continue
+			}
 			if set := describe(ds); set != nil {
 				hf.sets[p] = set
 			} else {

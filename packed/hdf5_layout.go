@@ -22,6 +22,31 @@ package packed
 // 	return ok;
 // }
 //
+// // Whether a dataset's storage holds its whole dataspace: 1 yes, 0 no, -1
+// // on an error. The library copies a compact dataset's data (kept in its
+// // object header) for the whole dataspace without checking that the
+// // header holds that much: a crafted file with a short one makes H5Dread
+// // read past it and crash the process (found by FuzzHDF5Listing).
+// // Contiguous and chunked data are read through the file, where the
+// // library checks addresses against its end.
+// static int dlfs_storage_sane(hid_t ds) {
+// 	hid_t dcpl = H5Dget_create_plist(ds);
+// 	if (dcpl < 0) return -1;
+// 	H5D_layout_t l = H5Pget_layout(dcpl);
+// 	H5Pclose(dcpl);
+// 	if (l != H5D_COMPACT) return l < 0 ? -1 : 1;
+// 	hid_t sp = H5Dget_space(ds);
+// 	if (sp < 0) return -1;
+// 	hssize_t n = H5Sget_simple_extent_npoints(sp);
+// 	H5Sclose(sp);
+// 	hid_t t = H5Dget_type(ds);
+// 	if (t < 0) return -1;
+// 	size_t size = H5Tget_size(t);
+// 	H5Tclose(t);
+// 	if (n < 0 || size == 0 || (hsize_t)n > ((hsize_t)-1) / size) return 0;
+// 	return H5Dget_storage_size(ds) >= (hsize_t)n * size;
+// }
+//
 // // Whether the link name in group g is a hard link: 1 yes, 0 no (an
 // // external or user-defined link, which points into another file; a soft
 // // link, which may lead to one), -1 on an error.
@@ -40,6 +65,10 @@ import (
 
 // storedInside reports whether ds's raw data lies in its own file.
 func storedInside(ds *hdf5.Dataset) bool { return C.dlfs_stored_inside(C.hid_t(ds.ID())) == 1 }
+
+// storageSane reports whether ds's storage holds its whole dataspace (see
+// dlfs_storage_sane).
+func storageSane(ds *hdf5.Dataset) bool { return C.dlfs_storage_sane(C.hid_t(ds.ID())) == 1 }
 
 // hardLink reports whether name in g is a hard link, whose object lies in
 // g's file.
