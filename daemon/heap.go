@@ -17,7 +17,7 @@ import (
 // let 3 GB of garbage pile up beside it: the daemon's memory would be
 // twice its cache. The governor instead collects when the heap reaches
 // what is live plus half of what is live outside the tier (at least
-// headroom, and at least the tier's unfilled capacity): GOGC 50 on the catalog, plans and buffers, none on the
+// headroom): GOGC 50 on the catalog, plans and buffers, none on the
 // tier's blocks. It turns GOGC off and moves the soft memory limit, every
 // tick, to that figure with the tier's current bytes. The limit is never
 // below what is live, so the collector cannot be driven to run without
@@ -26,8 +26,6 @@ import (
 const (
 	heapTick     = 100 * time.Millisecond
 	heapHeadroom = 64 << 20
-	// heapFillHeadroom is the garbage allowed in a filling tier's room.
-	heapFillHeadroom = 128 << 20
 )
 
 // The governor is the process's: nodes in one process (tests, tools)
@@ -68,29 +66,22 @@ func governHeap(ram *ramcache.Cache) (release func() error) {
 	}
 }
 
-// held is the bytes every registered tier holds, and their capacity.
-func held() (bytes, capacity int64) {
+// held is the bytes of every registered tier.
+func held() int64 {
 	governor.mu.Lock()
 	defer governor.mu.Unlock()
+	var n int64
 	for c := range governor.tiers {
-		st := c.Stats()
-		bytes += st.Bytes
-		capacity += st.Capacity
+		n += c.Stats().Bytes
 	}
-	return bytes, capacity
+	return n
 }
 
 // limit is the soft memory limit for live bytes of heap of which held are
-// the tiers' now, out of capacity. The tiers' unfilled capacity is part of
-// the daemon's documented bound: while they fill, garbage may use up to
-// heapFillHeadroom of it, and the collector runs less often as they take
-// blocks in (a cold epoch into an empty tier collected about every
-// 200 ms). Not all of it: a tier that never fills (a dataset smaller than
-// it) would otherwise leave the daemon as large as its tier, with
-// garbage, in the page cache's place.
-func limit(live, held, capacity int64) int64 {
+// the tiers' now.
+func limit(live, held int64) int64 {
 	other := max(live-held, 0)
-	return held + other + max(other/2, heapHeadroom, min(capacity-held, heapFillHeadroom))
+	return held + other + max(other/2, heapHeadroom)
 }
 
 func runGovernor(prev <-chan struct{}, stop <-chan struct{}, done chan<- struct{}) {
@@ -113,9 +104,9 @@ func runGovernor(prev <-chan struct{}, stop <-chan struct{}, done chan<- struct{
 		if sample[0].Value.Kind() == metrics.KindUint64 {
 			live = int64(sample[0].Value.Uint64())
 		}
-		h, capacity := held()
+		h := held()
 		// Blocks added since the last collection are live too.
-		debug.SetMemoryLimit(limit(max(live, h), h, capacity))
+		debug.SetMemoryLimit(limit(max(live, h), h))
 		select {
 		case <-stop:
 			return
