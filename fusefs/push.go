@@ -51,6 +51,10 @@ func (f *FS) Push(e *catalog.Entry, blockSize int64, block func(i int64) ([]byte
 		return 0, fmt.Errorf("fusefs: push %s: not a regular file", e.Path())
 	}
 	path := filepath.Join(mnt, e.Path())
+	// A raw open, not os.Open: os.Open registers the descriptor with the
+	// runtime's poller, whose epoll_ctl asks the file for POLL while
+	// holding a P; the request comes to this process, and with every P so
+	// held nothing would answer it.
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return 0, fmt.Errorf("fusefs: push %s: open through the mount: %w", e.Path(), err)
