@@ -3,12 +3,15 @@ package fusefs
 import (
 	"bytes"
 	"context"
+	"log"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
 	"github.com/dlfs/dlfs/catalog"
@@ -183,4 +186,53 @@ func evict(t *testing.T, path string) {
 	if err := unix.Fadvise(fd, 0, 0, unix.FADV_DONTNEED); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A close costs no round trip: FLUSH is answered ENOSYS once, and the
+// kernel never sends it again (it sent one per close before).
+func TestNoFlushOnClose(t *testing.T) {
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skip("no /dev/fuse")
+	}
+	_, data, _ := mountTree(t, 1000) // for the tree; mounted again below with a request log
+	f := New(Config{}, data, &plane{})
+	var logged syncBuffer
+	opts := f.MountOptions("dlfs-test")
+	opts.Debug, opts.Logger = true, log.New(&logged, "", 0)
+	mnt := t.TempDir()
+	server, err := fuse.NewServer(f, mnt, opts)
+	if err != nil {
+		t.Skipf("cannot mount: %v", err)
+	}
+	go server.Serve()
+	t.Cleanup(func() { _ = server.Unmount() })
+	if err := server.WaitMount(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		if _, err := os.ReadFile(filepath.Join(mnt, "c", fileName(0))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := strings.Count(logged.String(), "FLUSH"); n > 2 { // the request and its answer, once
+		t.Errorf("%d FLUSH lines in the request log for 5 closes, want at most 2 (one request)", n)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the server's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
