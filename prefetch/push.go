@@ -25,8 +25,8 @@ import (
 // Reads the page cache serves never reach the daemon, so the cursor would
 // stall and, with it, the bound. One sample in every pushTrip steps is
 // therefore never pushed: the reader's read of it reaches the daemon (it is
-// staged, so it is fast), and moves the stream's furthest read, from which
-// the cursor follows (see Tracking consumption).
+// staged or in RAM, so it is fast), and moves the stream's furthest read,
+// from which the cursor follows (see Tracking consumption).
 //
 // If the kernel evicts a pushed sample before it is read, or refuses a
 // store, the read finds the RAM tier, the SSD or the PFS as it would
