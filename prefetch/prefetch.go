@@ -367,7 +367,7 @@ func (p *Prefetcher) swap() {
 		}
 	}
 	p.streams = fresh
-	p.forgetPushedLocked()
+	p.dropUnneededPushedLocked()
 	p.dropUnneededLocked()
 	p.kick()
 }

@@ -202,12 +202,16 @@ func (p *Prefetcher) releasePushedLocked(e *catalog.Entry) {
 	}
 }
 
-// forgetPushedLocked stops counting everything pushed (the plans changed:
-// their cursors say nothing of it any more). The kernel's page cache may
-// hold it a while longer; it is the kernel's to reclaim.
-func (p *Prefetcher) forgetPushedLocked() {
+// dropUnneededPushedLocked stops counting what was pushed for samples no
+// stream will read soon (the plans changed): a stream that kept its plan
+// keeps its pushes counted until its cursor passes them; a new plan, which
+// may need a sample only late, does not inherit them. The kernel's page
+// cache may hold them a while longer; it is the kernel's to reclaim.
+func (p *Prefetcher) dropUnneededPushedLocked() {
 	for ino, n := range p.pushedIno {
-		p.pushedBytes -= n
-		delete(p.pushedIno, ino)
+		if !p.neededLocked(ino, true) {
+			p.pushedBytes -= n
+			delete(p.pushedIno, ino)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/control"
 )
 
 // fakePusher stands in for the kernel's page cache: it records what was
@@ -94,4 +95,48 @@ func TestPushRefused(t *testing.T) {
 	if tot, _ := p.Stats(); tot.StagedBlocks != 50 || tot.Pushed != 0 || tot.PushedHeld != 0 {
 		t.Fatalf("after refused pushes: %+v", tot)
 	}
+}
+
+// A plan change keeps counting the pushes of a stream that kept its plan,
+// and stops counting those a new plan has not reached.
+func TestPushedAcrossPlanChanges(t *testing.T) {
+	p, reg, _ := setup(t, 100, "job=j root=data seed=3 epoch=0 batch=4 workers=1", Config{Workers: 2, Staging: 1 << 20})
+	fp := &fakePusher{pushed: map[uint64]int{}}
+	p.SetPusher(fp)
+	held := func() int64 { tot, _ := p.Stats(); return tot.PushedHeld }
+	waitFor(t, "the pushes", func() bool { return held() >= 100-100/pushTrip })
+	fp.mu.Lock()
+	fp.fail = true // nothing new is pushed: what is counted below was pushed for j
+	fp.mu.Unlock()
+	waitFor(t, "the pushes under way", func() bool { p.mu.Lock(); defer p.mu.Unlock(); return len(p.pushing) == 0 })
+	before := held()
+	announce := func(line string) {
+		cmds, err := control.Parse([]byte(line))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := reg.Apply(cmds[0].(control.Job)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.mu.Lock()
+	kept := p.streams[0]
+	p.mu.Unlock()
+	announce("job=k root=data seed=4 epoch=0 batch=4 workers=1") // j keeps its plan
+	waitFor(t, "the second job's stream", func() bool { p.mu.Lock(); defer p.mu.Unlock(); return len(p.streams) == 2 })
+	p.mu.Lock()
+	same := p.streams[0] == kept || p.streams[1] == kept
+	p.mu.Unlock()
+	if !same {
+		t.Fatal("job j's stream was rebuilt")
+	}
+	if h := held(); h != before {
+		t.Errorf("after another job was announced: %d bytes pushed ahead counted, want %d", h, before)
+	}
+	for _, name := range []string{"j", "k"} {
+		if err := reg.End(name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the pushes no plan needs to be let go", func() bool { return held() == 0 })
 }
