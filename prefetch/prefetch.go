@@ -659,11 +659,8 @@ func (p *Prefetcher) Observe(e *catalog.Entry, off int64, waited time.Duration) 
 		if len(p.streams) > 0 && off == 0 {
 			p.totals.Unpredicted++
 			p.log.Debug("prefetch: read of a sample no plan expects now", "path", e.Path())
-			for _, s := range p.streams {
-				if s.has(e.Ino) {
-					s.stats.Misses++ // planned, but read again
-					break
-				}
+			if st := p.statsOfLocked(e.Ino); st != nil {
+				st.Misses++ // planned, but read again
 			}
 		}
 		return
@@ -785,21 +782,39 @@ func (p *Prefetcher) dropIfUnneededLocked(e *catalog.Entry) {
 	if e == nil || p.stagedIno[e.Ino] == 0 || p.neededLocked(e.Ino, true) {
 		return
 	}
+	for _, b := range p.unstageFileLocked(e) {
+		p.totals.WastedBytes += int64(len(b.Data))
+	}
+	p.totals.Wasted++
+	if st := p.statsOfLocked(e.Ino); st != nil {
+		st.Wasted++
+	}
+}
+
+// unstageFileLocked takes every staged block of e off the stage and
+// returns them.
+func (p *Prefetcher) unstageFileLocked(e *catalog.Entry) []stagedBlock {
+	var out []stagedBlock
 	n := max((e.Size+p.cfg.BlockSize-1)/p.cfg.BlockSize, 1)
-	for i := int64(0); i < n; i++ {
+	for i := int64(0); i < n && p.stagedIno[e.Ino] > 0; i++ {
 		key := loader.BlockKey(e.Path(), i)
 		if b, ok := p.staged[key]; ok {
 			p.unstageLocked(key, b)
-			p.totals.WastedBytes += int64(len(b.Data))
+			out = append(out, stagedBlock{key, b})
 		}
 	}
-	p.totals.Wasted++
+	return out
+}
+
+// statsOfLocked returns the figures of the first stream that plans ino, or
+// nil.
+func (p *Prefetcher) statsOfLocked(ino uint64) *Stats {
 	for _, s := range p.streams {
-		if s.has(e.Ino) {
-			s.stats.Wasted++
-			break
+		if s.has(ino) {
+			return s.stats
 		}
 	}
+	return nil
 }
 
 // dropUnneededLocked drops every staged block that no stream will read

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/dlfs/dlfs/catalog"
-	"github.com/dlfs/dlfs/loader"
 )
 
 // # Pushing
@@ -170,22 +169,11 @@ func (p *Prefetcher) pushed(e *catalog.Entry, n int64, err error) []stagedBlock 
 		p.totals.Pushed++
 		p.totals.PushedBytes += n
 	}
-	var out []stagedBlock
-	blocks := max((e.Size+p.cfg.BlockSize-1)/p.cfg.BlockSize, 1)
-	for i := int64(0); i < blocks && p.stagedIno[e.Ino] > 0; i++ {
-		key := loader.BlockKey(e.Path(), i)
-		if b, ok := p.staged[key]; ok {
-			p.unstageLocked(key, b)
-			out = append(out, stagedBlock{key, b})
-		}
-	}
+	out := p.unstageFileLocked(e)
 	p.pushedIno[e.Ino] = e.Size
 	p.pushedBytes += e.Size
-	for _, s := range p.streams {
-		if s.has(e.Ino) {
-			s.stats.Pushed++
-			break
-		}
+	if st := p.statsOfLocked(e.Ino); st != nil {
+		st.Pushed++
 	}
 	return out
 }

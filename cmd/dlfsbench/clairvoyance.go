@@ -91,7 +91,7 @@ func runClairvoyance(o options, src string, total int64) error {
 			if err != nil {
 				return fmt.Errorf("%s: %w", label, err)
 			}
-			run.cpu = cpuTime{user: cpu1.user - cpu0.user, sys: cpu1.sys - cpu0.sys}
+			run.cpu = cpu1.minus(cpu0)
 		}
 		runs = append(runs, run)
 		return nil
@@ -133,7 +133,7 @@ func runClairvoyance(o options, src string, total int64) error {
 	if err != nil {
 		return err
 	}
-	pfsClient := cpuTime{user: self1.user - self0.user, sys: self1.sys - self0.sys}
+	pfsClient := self1.minus(self0)
 
 	// The same loader on SOURCE's local files, page cache warm: its own
 	// cost, the ceiling for a later epoch through dlfs.
@@ -304,6 +304,11 @@ func runClairvoyance(o options, src string, total int64) error {
 // cpuTime is a process's CPU seconds.
 type cpuTime struct{ user, sys float64 }
 
+// minus is the CPU used since an earlier reading.
+func (c cpuTime) minus(earlier cpuTime) cpuTime {
+	return cpuTime{user: c.user - earlier.user, sys: c.sys - earlier.sys}
+}
+
 // cpuOf reads the user and system CPU seconds process pid has used so far
 // (/proc/PID/stat, fields 14 and 15, in clock ticks of 1/100 s on Linux).
 func cpuOf(pid int) (cpuTime, error) {
@@ -313,8 +318,11 @@ func cpuOf(pid int) (cpuTime, error) {
 	}
 	// The command name (field 2) is in parentheses and may hold spaces.
 	i := bytes.LastIndexByte(b, ')')
-	f := strings.Fields(string(b[i+1:])) // from field 3
-	if i < 0 || len(f) < 13 {
+	var f []string
+	if i >= 0 {
+		f = strings.Fields(string(b[i+1:])) // from field 3
+	}
+	if len(f) < 13 {
 		return cpuTime{}, fmt.Errorf("the daemon's CPU time: /proc/%d/stat has %d fields", pid, len(f)+2)
 	}
 	user, err1 := strconv.ParseFloat(f[11], 64)

@@ -101,7 +101,7 @@ func runPush(o options, src string, files []string, total int64) error {
 				}
 				job := after.Jobs["push"]["rank-0"]
 				per = append(per, pushRun{label: c.label, rate: r.filesPerSec(),
-					cpu:     cpuTime{user: cpu1.user - cpu0.user, sys: cpu1.sys - cpu0.sys},
+					cpu:     cpu1.minus(cpu0),
 					pushed:  job.Pushed - pushedBefore,
 					reached: servedReads(after) - servedReads(before)})
 			}
