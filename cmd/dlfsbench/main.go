@@ -49,6 +49,8 @@ type options struct {
 	simOut      string
 	scaleFiles  int
 	scaleDir    string
+	floorMnt    string
+	floorSrc    string
 }
 
 func main() {
@@ -68,7 +70,16 @@ func main() {
 	flag.StringVar(&o.simOut, "simulate-out", "docs/simulate", "simulate suite: directory for the plots and CSV files")
 	flag.IntVar(&o.scaleFiles, "scale-files", 1_000_000, "scale suite (make bench-scale; not in the default suites): files in its tree")
 	flag.StringVar(&o.scaleDir, "scale-dir", "", "scale suite: work directory, the tree kept for reuse (default DIR/scale-N)")
+	flag.StringVar(&o.floorMnt, "serve-floor", "", "serve the scale suite's FUSE floor over this mountpoint until SIGTERM (used by the scale suite)")
+	flag.StringVar(&o.floorSrc, "floor-src", "", "with -serve-floor: the tree whose names and sizes it shows")
 	flag.Parse()
+	if o.floorMnt != "" {
+		if err := serveFloor(o.floorSrc, o.floorMnt); err != nil {
+			fmt.Fprintln(os.Stderr, "dlfsbench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "dlfsbench:", err)
 		os.Exit(1)
