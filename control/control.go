@@ -18,6 +18,7 @@
 //	warmup stop         stop the warm-up under way
 //	evict PATH...       drop what lies under the paths from this node's caches
 //	check PATH...       report how much of each path the caches hold
+//	report key=value... a rank's loader figures (see Report)
 //
 // PATHs are relative to the mount, separated by spaces (a path with a space
 // cannot be named), and may not climb out of it.
@@ -111,13 +112,15 @@ func parseLine(line string) (Command, error) {
 			return Evict{Paths: paths}, nil
 		}
 		return Check{Paths: paths}, nil
+	case "report":
+		return parseReport(fields[1:])
 	case "refresh":
 		if len(fields) > 1 {
 			return nil, fmt.Errorf("%w: refresh takes no arguments, got %q", ErrSyntax, strings.Join(fields[1:], " "))
 		}
 		return Refresh{}, nil
 	}
-	return nil, fmt.Errorf("%w: unknown command %q; known: refresh, end job=NAME, warmup, evict, check, or key=value pairs", ErrSyntax, clip(fields[0]))
+	return nil, fmt.Errorf("%w: unknown command %q; known: refresh, end job=NAME, warmup, evict, check, report, or key=value pairs", ErrSyntax, clip(fields[0]))
 }
 
 // MaxPaths bounds the paths of one warmup, evict or check line.

@@ -64,7 +64,7 @@ func TestParsePaths(t *testing.T) {
 }
 
 func FuzzParse(f *testing.F) {
-	for _, s := range []string{"warmup a b\n", "evict ../x", "check /", "refresh\n", "", "# x\nrefresh", "bogus", "refresh x", "\x00\xff", "job=a epoch=1 world=4 ranks=0,1 seed=-5", "end job=a", "epoch=1 dataset=list:x/y torch=2.7"} {
+	for _, s := range []string{"warmup a b\n", "evict ../x", "check /", "refresh\n", "", "# x\nrefresh", "bogus", "refresh x", "\x00\xff", "job=a epoch=1 world=4 ranks=0,1 seed=-5", "end job=a", "epoch=1 dataset=list:x/y torch=2.7", goodReport, "report job=a rank=0 step=nan"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -80,6 +80,16 @@ func FuzzParse(f *testing.F) {
 		for _, c := range cmds {
 			if j, ok := c.(Job); ok {
 				checkLine(t, j.Merge(DefaultJob()))
+			}
+			if r, ok := c.(Report); ok {
+				for _, v := range []float64{r.Step, r.Wait, r.Decode, r.CPU} {
+					if !(v >= 0 && v <= MaxReportSeconds) {
+						t.Fatalf("report %q accepted a figure %v", r.Line(), v)
+					}
+				}
+				if r.Workers < 0 || r.Workers > MaxReportWorkers || r.Batch < 1 || r.Samples < 1 || r.Prefetch < 1 {
+					t.Fatalf("report %q accepted out-of-range counts", r.Line())
+				}
 			}
 		}
 	})

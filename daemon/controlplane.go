@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/dlfs/dlfs/allocator"
 	"github.com/dlfs/dlfs/control"
 	"github.com/dlfs/dlfs/fusefs"
 	"github.com/dlfs/dlfs/jobs"
@@ -41,6 +43,7 @@ type ControlStatus struct {
 //	control, stats, stats.prom
 //	jobs/JOB/rank-R/epoch-E          the predicted read order, one path per line
 //	jobs/JOB/rank-R/epoch-E.batches  its batch sizes, one per line
+//	jobs/JOB/rank-R/advice           the rank's DataLoader settings (JSON), once it reports
 func (c *controlPlane) List(dir string) ([]fusefs.PseudoEntry, error) {
 	parts := strings.Split(dir, "/")
 	switch {
@@ -53,28 +56,42 @@ func (c *controlPlane) List(dir string) ([]fusefs.PseudoEntry, error) {
 		}, nil
 	case dir == "jobs":
 		var out []fusefs.PseudoEntry
-		for _, j := range c.n.jobs.All() {
-			out = append(out, fusefs.PseudoEntry{Name: j.Spec.Name, Dir: true})
+		for _, name := range c.jobNames() {
+			out = append(out, fusefs.PseudoEntry{Name: name, Dir: true})
 		}
 		return out, nil
 	case len(parts) == 3 && parts[0] == "jobs":
-		j, rank, ok := c.jobRank(parts[1], parts[2])
+		rank, ok := parseRankDir(parts[2])
 		if !ok {
 			break
 		}
-		var out []fusefs.PseudoEntry
-		for _, e := range j.Epochs(rank) {
-			out = append(out, fusefs.PseudoEntry{Name: fmt.Sprintf("epoch-%d", e)},
-				fusefs.PseudoEntry{Name: fmt.Sprintf("epoch-%d.batches", e)})
-		}
-		return out, nil
-	case len(parts) == 2 && parts[0] == "jobs":
-		j := c.n.jobs.Get(parts[1])
-		if j == nil {
+		j, _, planned := c.jobRank(parts[1], parts[2])
+		_, advised := c.n.alloc.Advice(allocator.Key{Job: parts[1], Rank: rank})
+		if !planned && !advised {
 			break
 		}
 		var out []fusefs.PseudoEntry
-		for _, r := range j.Spec.Ranks {
+		if advised {
+			out = append(out, fusefs.PseudoEntry{Name: "advice"})
+		}
+		if planned {
+			for _, e := range j.Epochs(rank) {
+				out = append(out, fusefs.PseudoEntry{Name: fmt.Sprintf("epoch-%d", e)},
+					fusefs.PseudoEntry{Name: fmt.Sprintf("epoch-%d.batches", e)})
+			}
+		}
+		return out, nil
+	case len(parts) == 2 && parts[0] == "jobs":
+		ranks := c.n.alloc.Ranks(parts[1])
+		if j := c.n.jobs.Get(parts[1]); j != nil {
+			ranks = append(ranks, j.Spec.Ranks...)
+		}
+		if len(ranks) == 0 {
+			break
+		}
+		slices.Sort(ranks)
+		var out []fusefs.PseudoEntry
+		for _, r := range slices.Compact(ranks) {
 			out = append(out, fusefs.PseudoEntry{Name: fmt.Sprintf("rank-%d", r), Dir: true})
 		}
 		return out, nil
@@ -82,14 +99,31 @@ func (c *controlPlane) List(dir string) ([]fusefs.PseudoEntry, error) {
 	return nil, fmt.Errorf("control: %s: %w", dir, fs.ErrNotExist)
 }
 
-// jobRank finds job name and its local rank called "rank-R".
-func (c *controlPlane) jobRank(name, rankDir string) (*jobs.Job, int, bool) {
-	j := c.n.jobs.Get(name)
-	if j == nil {
-		return nil, 0, false
+// jobNames returns the announced jobs and the jobs whose DataLoaders
+// report, sorted.
+func (c *controlPlane) jobNames() []string {
+	names := c.n.alloc.Jobs()
+	for _, j := range c.n.jobs.All() {
+		names = append(names, j.Spec.Name)
 	}
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+// parseRankDir parses "rank-R".
+func parseRankDir(s string) (int, bool) {
 	var r int
-	if _, err := fmt.Sscanf(rankDir, "rank-%d", &r); err != nil || fmt.Sprintf("rank-%d", r) != rankDir {
+	if _, err := fmt.Sscanf(s, "rank-%d", &r); err != nil || fmt.Sprintf("rank-%d", r) != s {
+		return 0, false
+	}
+	return r, true
+}
+
+// jobRank finds announced job name and its local rank called "rank-R".
+func (c *controlPlane) jobRank(name, rankDir string) (*jobs.Job, int, bool) {
+	r, ok := parseRankDir(rankDir)
+	j := c.n.jobs.Get(name)
+	if !ok || j == nil {
 		return nil, 0, false
 	}
 	for _, lr := range j.Spec.Ranks {
@@ -127,6 +161,18 @@ func (c *controlPlane) plan(p string) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
+// advice renders jobs/JOB/rank-R/advice: the rank's DataLoader settings
+// (package allocator).
+func (c *controlPlane) advice(job, rankDir string) ([]byte, error) {
+	r, ok := parseRankDir(rankDir)
+	adv, advised := c.n.alloc.Advice(allocator.Key{Job: job, Rank: r})
+	if !ok || !advised {
+		return nil, fmt.Errorf("control: jobs/%s/%s/advice: %w", job, rankDir, fs.ErrNotExist)
+	}
+	b, err := json.MarshalIndent(adv, "", "  ")
+	return append(b, '\n'), err
+}
+
 func (c *controlPlane) Read(path string) ([]byte, error) {
 	switch path {
 	case "stats":
@@ -142,6 +188,9 @@ func (c *controlPlane) Read(path string) ([]byte, error) {
 		return append(b, '\n'), err
 	}
 	if strings.HasPrefix(path, "jobs/") {
+		if parts := strings.Split(path, "/"); len(parts) == 4 && parts[3] == "advice" {
+			return c.advice(parts[1], parts[2])
+		}
 		return c.plan(path)
 	}
 	return nil, fmt.Errorf("control: %s: %w", path, fs.ErrNotExist)
@@ -189,7 +238,14 @@ func (c *controlPlane) exec(data []byte) error {
 				return err
 			}
 		case control.End:
-			if err := c.n.jobs.End(cmd.Job); err != nil {
+			// A job may only report (a dlfs.DataLoader that announced no
+			// sampler); ending it ends its allocation.
+			reported := c.n.alloc.End(cmd.Job)
+			if err := c.n.jobs.End(cmd.Job); err != nil && !reported {
+				return err
+			}
+		case control.Report:
+			if _, err := c.n.report(cmd); err != nil {
 				return err
 			}
 		case control.Warmup:

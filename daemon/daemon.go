@@ -35,6 +35,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sys/unix"
 
+	"github.com/dlfs/dlfs/allocator"
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/cluster"
 	"github.com/dlfs/dlfs/control"
@@ -97,6 +98,10 @@ type Config struct {
 	// read then goes through the daemon, as before issue 14.
 	NoPush bool
 
+	// Allocation shares the node's loader CPUs between the DataLoaders
+	// that report to it (package allocator): CPUs, Mode, Idle.
+	Allocation allocator.Config
+
 	// MetricsAddr serves Prometheus /metrics on HOST:PORT; "" is off.
 	MetricsAddr string
 	// Registry collects the node's metrics; nil makes a fresh one.
@@ -137,6 +142,8 @@ type Node struct {
 	jobs        *jobs.Registry
 	pf          *prefetch.Prefetcher
 	readers     *readers.Tracker
+	alloc       *allocator.Allocator
+	readTimes   readTimes // per reporting rank, for alloc
 	warmer      *warmup.Warmer
 	cl          *cluster.Cluster // nil for a cluster of one
 	meta        cluster.Meta     // what this node gossips, less its jobs
@@ -341,6 +348,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	})
 	n.readers.Start()
 	n.onClose("readers", func() error { n.readers.Close(); return nil })
+	ac := cfg.Allocation
+	ac.Logger = cfg.Logger
+	n.alloc = allocator.New(ac)
 	n.warmer = warmup.New(warmup.Config{Logger: cfg.Logger}, warmSource{n})
 	n.onClose("warmup", func() error { n.warmer.Close(); return nil })
 	n.ctl = &controlPlane{n: n}
@@ -553,9 +563,10 @@ type dataset struct{ n *Node }
 func (d dataset) Snapshot() *catalog.Snapshot { return d.n.cat.Snapshot() }
 func (d dataset) Source() string              { return d.n.cat.Source() }
 func (d dataset) ReadAt(e *catalog.Entry, dest []byte, off int64, pid uint32) ([]byte, error) {
+	start := time.Now()
 	b, waited, err := d.n.load.ReadAtWaited(e, dest, off)
 	if err == nil && d.n.readers != nil {
-		d.n.readers.Observe(pid, e, off, waited > 0)
+		d.n.readers.Observe(pid, e, off, waited > 0, time.Since(start))
 	}
 	return b, err
 }

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 
+	"github.com/dlfs/dlfs/allocator"
 	"github.com/dlfs/dlfs/cluster"
 	"github.com/dlfs/dlfs/jobs"
 	"github.com/dlfs/dlfs/loader"
@@ -46,6 +48,9 @@ type Stats struct {
 	Warmup warmup.Status `json:"warmup"`
 	// Plans are the balance= plans by job and "epoch-E".
 	Plans map[string]map[string]jobs.PlanStats `json:"plans,omitempty"`
+	// Allocation is how the node's loader CPUs are shared between the
+	// DataLoaders that report (package allocator).
+	Allocation allocator.Stats `json:"allocation"`
 }
 
 // CopyStats count the bytes dlfs copies in its own memory, outside the
@@ -153,6 +158,7 @@ func (n *Node) Stats() Stats {
 	s.Prefetch, s.Jobs = n.pf.Stats()
 	s.Streams = n.readers.Streams()
 	s.Warmup = n.warmer.Status()
+	s.Allocation = n.alloc.Stats()
 	for _, j := range n.jobs.All() {
 		if ps := j.PlanStats(); len(ps) > 0 {
 			if s.Plans == nil {
@@ -223,13 +229,15 @@ var (
 	descPlanMoved   = prometheus.NewDesc("dlfs_plan_moved_samples", "Samples a balance= plan moved off their node to even the batches (Algorithm 1).", []string{"job", "epoch"}, nil)
 	descPlanImb     = prometheus.NewDesc("dlfs_plan_imbalance_ratio", "Imbalance of a balance= plan's global batches (sum of deficits over batch size), by quantile.", []string{"job", "epoch", "quantile"}, nil)
 	descPlanBatch   = prometheus.NewDesc("dlfs_plan_batch_size", "Smallest and largest batch of any rank in a balance= plan.", []string{"job", "epoch", "bound"}, nil)
+	descLoadWorkers = prometheus.NewDesc("dlfs_loader_workers", "DataLoader workers of a reporting rank: advised, and those it ran with at its last report.", []string{"job", "rank", "kind"}, nil)
+	descLoadRate    = prometheus.NewDesc("dlfs_loader_samples_per_second", "A reporting rank's samples per second: measured, predicted for the workers it ran with, and predicted for the advice.", []string{"job", "rank", "kind"}, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descServedReads, descServedBytes, descPFSOpens, descPFSReads, descPFSBytes,
 		descEntries, descBytes, descCapacity, descFiles, descFileBytes, descUptime, descPFFetched, descPFWasted,
 		descPFStaged, descPFPushed, descPFPushFail, descJobReads, descJobStall, descMembers, descOwned, descPeerServed, descPeerReqs, descLocalReads,
-		descPlanReads, descPlanMoved, descPlanImb, descPlanBatch} {
+		descPlanReads, descPlanMoved, descPlanImb, descPlanBatch, descLoadWorkers, descLoadRate} {
 		ch <- d
 	}
 }
@@ -292,5 +300,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descPlanBatch, prometheus.GaugeValue, float64(p.MinBatch), job, e, "min")
 			ch <- prometheus.MustNewConstMetric(descPlanBatch, prometheus.GaugeValue, float64(p.MaxBatch), job, e, "max")
 		}
+	}
+	for _, r := range s.Allocation.Ranks {
+		rank := strconv.Itoa(r.Rank)
+		ch <- prometheus.MustNewConstMetric(descLoadWorkers, prometheus.GaugeValue, float64(r.Advice.Workers), r.Job, rank, "advised")
+		ch <- prometheus.MustNewConstMetric(descLoadWorkers, prometheus.GaugeValue, float64(r.Figures.Workers), r.Job, rank, "running")
+		ch <- prometheus.MustNewConstMetric(descLoadRate, prometheus.GaugeValue, r.Model.Measured, r.Job, rank, "measured")
+		ch <- prometheus.MustNewConstMetric(descLoadRate, prometheus.GaugeValue, r.Model.Predicted, r.Job, rank, "predicted")
+		ch <- prometheus.MustNewConstMetric(descLoadRate, prometheus.GaugeValue, r.Advice.Predicted, r.Job, rank, "advised")
 	}
 }

@@ -117,13 +117,15 @@ const (
 
 // StreamStats describe one stream, as shown under streams in .dlfs/stats.
 type StreamStats struct {
-	Pid     int    `json:"pid"`
-	Reads   int64  `json:"reads"`
-	Hits    int64  `json:"hits"` // reads that did not wait on the PFS
-	Files   int64  `json:"files"`
-	Pattern string `json:"pattern"` // "", "sequential", "strided W+R", "random"
-	Job     string `json:"job,omitempty"`
-	Root    string `json:"root,omitempty"`
+	Pid   int   `json:"pid"`
+	Reads int64 `json:"reads"`
+	Hits  int64 `json:"hits"` // reads that did not wait on the PFS
+	Files int64 `json:"files"`
+	// ReadSeconds is the time dlfs took to serve the stream's reads.
+	ReadSeconds float64 `json:"read_seconds"`
+	Pattern     string  `json:"pattern"` // "", "sequential", "strided W+R", "random"
+	Job         string  `json:"job,omitempty"`
+	Root        string  `json:"root,omitempty"`
 }
 
 // Tracker groups reads into streams and infers their jobs.
@@ -319,9 +321,10 @@ func (t *Tracker) Close() {
 	}
 }
 
-// Observe records a read of e at off by pid; waited says it waited on the
-// PFS. It never blocks on more than reading /proc for a pid's first read.
-func (t *Tracker) Observe(pid uint32, e *catalog.Entry, off int64, waited bool) {
+// Observe records a read of e at off by pid, which dlfs served in took;
+// waited says it waited on the PFS. It never blocks on more than reading
+// /proc for a pid's first read.
+func (t *Tracker) Observe(pid uint32, e *catalog.Entry, off int64, waited bool, took time.Duration) {
 	if pid == 0 || e == nil {
 		return
 	}
@@ -339,6 +342,7 @@ func (t *Tracker) Observe(pid uint32, e *catalog.Entry, off int64, waited bool) 
 	}
 	s.last = now
 	s.stats.Reads++
+	s.stats.ReadSeconds += took.Seconds()
 	if !waited {
 		s.stats.Hits++
 	}
@@ -362,6 +366,19 @@ func (t *Tracker) Observe(pid uint32, e *catalog.Entry, off int64, waited bool) 
 		default:
 		}
 	}
+}
+
+// Stream returns the figures of the stream whose reading process is pid
+// (a stream is keyed by its top process: a DataLoader's main process, not
+// its workers).
+func (t *Tracker) Stream(pid int) (StreamStats, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.streams[pid]
+	if s == nil {
+		return StreamStats{}, false
+	}
+	return s.stats, true
 }
 
 // streamOf returns the stream a pid reads for: the pid of the highest

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"os/user"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -19,12 +20,16 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/dlfs/dlfs/allocator"
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/daemon"
 )
 
 // mountOptions are the flags of "dlfs mount".
 type mountOptions struct {
+	allocation   string
+	loaderCPUs   int
+	jobIdle      time.Duration
 	ramCache     sizeValue
 	ssdCache     string
 	ssdCacheSize sizeValue
@@ -76,9 +81,12 @@ MOUNTPOINT" once the mount is usable; SIGINT or SIGTERM unmounts and exits 0.
 MOUNTPOINT/.dlfs/ (never listed) holds:
   stats       JSON: served bytes per tier, PFS traffic, caches, prefetch, jobs
   stats.prom  the same figures in Prometheus text format
-  control     write "refresh", a job line (key=value ...) or "end job=NAME";
+  control     write "refresh", a job line (key=value ...), "end job=NAME" or
+              a DataLoader's "report ...";
               read it for the jobs and the last error
-  jobs/JOB/rank-R/epoch-E   the predicted read order of a rank`,
+  jobs/JOB/rank-R/epoch-E   the predicted read order of a rank
+  jobs/JOB/rank-R/advice    JSON: the DataLoader workers and prefetch_factor
+                            advised for a rank that reports (dlfs.DataLoader)`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg := daemon.DefaultConfig(args[0], args[1])
@@ -144,6 +152,17 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 			cfg.NoPush = !o.push
 			cfg.Warmup = o.warmup
 			cfg.Loader.NoCoalesce = !o.coalesce
+			mode, err := allocator.ParseMode(o.allocation)
+			if err != nil {
+				return fmt.Errorf("--allocation: %w", err)
+			}
+			if o.loaderCPUs < 1 || o.loaderCPUs > 4096 {
+				return fmt.Errorf("--loader-cpus %d: want 1 to 4096", o.loaderCPUs)
+			}
+			if o.jobIdle < time.Second {
+				return fmt.Errorf("--job-idle %v: want at least 1s", o.jobIdle)
+			}
+			cfg.Allocation.Mode, cfg.Allocation.CPUs, cfg.Allocation.Idle = mode, o.loaderCPUs, o.jobIdle
 			if o.pfsMargin < 0 {
 				return fmt.Errorf("--pfs-margin %g: want 0 (never) or a factor above 1", o.pfsMargin)
 			}
@@ -193,6 +212,9 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 	f.Float64Var(&o.pfsMargin, "pfs-margin", 0, "read the PFS instead of a peer's copy that the model expects to be this many times slower; 0 never")
 	f.BoolVar(&o.push, "push", true, "write prefetched samples into the kernel's page cache ahead of their reads, so a read costs no round trip to dlfs")
 	f.BoolVar(&o.coalesce, "coalesce", true, "read neighbouring samples of a packed SOURCE in one request when the PFS model says it is cheaper")
+	f.StringVar(&o.allocation, "allocation", string(allocator.Need), "how DataLoader workers are shared between the jobs that report (dlfs.DataLoader): need (by each one's measured model and loading costs) or even")
+	f.IntVar(&o.loaderCPUs, "loader-cpus", runtime.NumCPU(), "CPUs for the DataLoaders on this node: the most workers advised in total")
+	f.DurationVar(&o.jobIdle, "job-idle", 2*time.Minute, "a reporting job none of whose ranks reported for this long has ended, and its workers go to the others")
 	f.BoolVar(&o.debugFUSE, "debug-fuse", false, "log every FUSE request")
 	f.StringVar(&o.cpuProfile, "cpu-profile", "", "write a Go CPU profile to this file until unmount")
 	_ = f.MarkHidden("cpu-profile")

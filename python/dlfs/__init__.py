@@ -14,15 +14,21 @@ beyond torch:
   trains on which sample of each global batch, so that each rank reads what
   its own node caches (``balance=locality``; every global batch stays
   exactly torch's).
+* ``dlfs.DataLoader`` is a drop-in subclass of
+  ``torch.utils.data.DataLoader`` that reports how fast its training loop
+  and its workers go, and takes from dlfs, at each epoch start, the
+  workers and prefetch_factor dlfs advises for it given the other jobs on
+  the node (``--allocation``).
 * ``dlfs.announce(mountpoint, **keys)`` writes one control line, for
   anything else.
 
-Both do nothing, and warn once, when the dataset is not on a dlfs mount, so
-a script runs unchanged anywhere.
+All do nothing extra, and the samplers warn once, when the dataset is not
+on a dlfs mount, so a script runs unchanged anywhere.
 """
 
 import errno
 import json
+import multiprocessing
 import os
 import time
 import warnings
@@ -30,7 +36,7 @@ import warnings
 import torch
 import torch.utils.data
 
-__all__ = ["announce", "find_mount", "DistributedSampler", "LocalityBatchSampler", "DlfsError"]
+__all__ = ["announce", "find_mount", "DistributedSampler", "LocalityBatchSampler", "DataLoader", "DlfsError"]
 
 CONTROL_NAME = os.environ.get("DLFS_CONTROL_NAME", ".dlfs")
 
@@ -282,3 +288,189 @@ class LocalityBatchSampler(torch.utils.data.Sampler):
             return iter(self._stock_batches())
         self.last_source = "dlfs"
         return iter(plan)
+
+
+class _TimedDataset(torch.utils.data.Dataset):
+    """A map-style dataset that adds the time and CPU time of every
+    __getitem__ to a shared accumulator (samples, seconds, CPU seconds), in
+    whichever process runs it: the DataLoader's workers, or the main
+    process with no workers. Attributes are the wrapped dataset's."""
+
+    def __init__(self, dataset, acc):
+        self.dataset = dataset
+        self._dlfs_acc = acc
+
+    def __getitem__(self, index):
+        wall, cpu = time.perf_counter(), time.process_time()
+        item = self.dataset[index]
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        acc = self._dlfs_acc
+        with acc.get_lock():
+            acc[0] += 1
+            acc[1] += wall
+            acc[2] += cpu
+        return item
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getattr__(self, name):
+        inner = self.__dict__.get("dataset")
+        if inner is None:  # while unpickling
+            raise AttributeError(name)
+        return getattr(inner, name)
+
+
+class _Measured:
+    """The iterator of one epoch of a dlfs.DataLoader: the stock iterator,
+    timing how long the training loop holds each batch and waits for the
+    next."""
+
+    def __init__(self, loader, it, epoch):
+        self._loader, self._it, self._epoch = loader, it, epoch
+        self._held = None  # when the last batch was handed over
+        self._first = True
+
+    def __iter__(self):
+        return self
+
+    def __len__(self):
+        return len(self._it)
+
+    def __next__(self):
+        lo = self._loader
+        t0 = time.perf_counter()
+        if self._held is not None:
+            lo._dlfs_sums[0] += t0 - self._held
+            lo._dlfs_sums[2] += 1
+        try:
+            batch = next(self._it)
+        except StopIteration:
+            lo._dlfs_report(self._epoch)
+            raise
+        t1 = time.perf_counter()
+        if not self._first:  # the first wait is the workers starting
+            lo._dlfs_sums[1] += t1 - t0
+            lo._dlfs_sums[3] += 1
+        self._first = False
+        self._held = t1
+        if t1 - lo._dlfs_last >= lo._dlfs_interval:
+            lo._dlfs_report(self._epoch)
+        return batch
+
+
+class DataLoader(torch.utils.data.DataLoader):
+    """torch.utils.data.DataLoader that tells dlfs how it loads and takes
+    dlfs's advice on its workers.
+
+    dlfs shares the node's loader CPUs (``dlfs mount --loader-cpus``)
+    between the DataLoaders that report to it, by what each one's model
+    and samples cost (``--allocation need``, A-Dloader) or evenly
+    (``even``). At each epoch start, unless persistent_workers keeps its
+    workers, the loader reads ``.dlfs/jobs/JOB/rank-R/advice`` and runs
+    that epoch with its ``workers`` and ``prefetch_factor``. While it runs
+    it measures how long the training loop holds each batch and waits for
+    the next, and in the workers the time and CPU time of each sample, and
+    writes them to dlfs every report_interval seconds and at the end of
+    each epoch.
+
+    Extra keyword arguments: job (default: the job of a dlfs sampler, else
+    "default"), rank (default: the sampler's rank, else torch.distributed's,
+    else 0), root (the dataset directory; default dataset.root), mountpoint
+    (default: found from root), report_interval (seconds, default 5) and
+    advise (apply the advice; default True: with False it only reports).
+
+    ``loader.dataset`` is a thin wrapper that times each sample; every
+    attribute of the dataset given (``classes``, ``samples``, ...) reads
+    through it, and ``loader.dataset.dataset`` is the dataset itself. Off
+    a dlfs mount, or for an IterableDataset, it is the stock DataLoader.
+    """
+
+    def __init__(self, dataset, *args, job=None, rank=None, root=None, mountpoint=None, report_interval=5.0,
+                 advise=True, **kwargs):
+        root = root if root is not None else getattr(dataset, "root", None)
+        mount = mountpoint or (find_mount(root) if root else None)
+        self_acc = None
+        if mount is not None and not isinstance(dataset, torch.utils.data.IterableDataset):
+            self_acc = multiprocessing.Array("d", 3)
+            dataset = _TimedDataset(dataset, self_acc)
+        super().__init__(dataset, *args, **kwargs)
+        self._dlfs_mount = mount if self_acc is not None else None
+        self._dlfs_acc = self_acc
+        if self._dlfs_mount is None:
+            return
+        sampler = self.batch_sampler if self.batch_sampler is not None and self.batch_size is None else self.sampler
+        keys = getattr(sampler, "_dlfs_keys", None) or getattr(sampler, "_keys", None) or {}
+        self._dlfs_job = job or keys.get("job") or "default"
+        if rank is None:
+            rank = getattr(sampler, "rank", None)
+        if rank is None and torch.distributed.is_available() and torch.distributed.is_initialized():
+            rank = torch.distributed.get_rank()
+        self._dlfs_rank = int(rank or 0)
+        self._dlfs_sampler = sampler
+        self._dlfs_interval = float(report_interval)
+        self._dlfs_advise = advise
+        self._dlfs_last = time.perf_counter()
+        self._dlfs_sums = [0.0, 0.0, 0, 0]  # step seconds, wait seconds, steps, waits
+        self._dlfs_taken = (0.0, 0.0, 0.0)  # the accumulator at the last report
+        self._dlfs_epochs = 0
+        self.last_advice = None  # the advice the current epoch runs with, or None
+
+    def _dlfs_path(self, name):
+        return os.path.join(self._dlfs_mount, CONTROL_NAME, "jobs", self._dlfs_job, "rank-%d" % self._dlfs_rank, name)
+
+    def _dlfs_apply(self):
+        if not self._dlfs_advise or (self.persistent_workers and getattr(self, "_iterator", None) is not None):
+            return
+        try:
+            with open(self._dlfs_path("advice")) as f:
+                adv = json.load(f)
+            workers, factor = int(adv["workers"]), int(adv["prefetch_factor"])
+        except FileNotFoundError:
+            return  # no advice yet: this rank has not reported
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            _warn_once(("advice", self._dlfs_mount), "dlfs: reading the advice for job %s rank %d: %s; keeping num_workers=%d"
+                       % (self._dlfs_job, self._dlfs_rank, e, self.num_workers))
+            return
+        if workers < 0 or factor < 1:
+            return
+        if workers == 0 and self.persistent_workers:
+            return  # torch needs workers for persistent_workers
+        self.num_workers = workers
+        if workers > 0:
+            self.prefetch_factor = factor
+        self.last_advice = adv
+
+    def _dlfs_epoch(self):
+        e = getattr(self._dlfs_sampler, "epoch", None)
+        return int(e) if isinstance(e, int) and e >= 0 else self._dlfs_epochs
+
+    def _dlfs_report(self, epoch):
+        now = time.perf_counter()
+        self._dlfs_last = now
+        step, wait, steps, waits = self._dlfs_sums
+        with self._dlfs_acc.get_lock():
+            acc = (self._dlfs_acc[0], self._dlfs_acc[1], self._dlfs_acc[2])
+        n, wall, cpu = (acc[i] - self._dlfs_taken[i] for i in range(3))
+        if steps < 1 or n < 1:
+            return
+        self._dlfs_sums = [0.0, 0.0, 0, 0]
+        self._dlfs_taken = acc
+        batch = self.batch_size or max(1, round(n / steps))
+        line = ("report job=%s rank=%d epoch=%d batch=%d workers=%d prefetch=%d step=%.6f wait=%.6f decode=%.6f cpu=%.6f samples=%d pid=%d"
+                % (self._dlfs_job, self._dlfs_rank, epoch, batch, self.num_workers,
+                   (self.prefetch_factor or 2) if self.num_workers > 0 else 2,
+                   step / steps, wait / waits if waits else 0.0, wall / n, min(cpu, wall) / n, int(n), os.getpid()))
+        try:
+            with open(os.path.join(self._dlfs_mount, CONTROL_NAME, "control"), "w") as f:
+                f.write(line + "\n")
+        except OSError as e:
+            _warn_once(("report", self._dlfs_mount), "dlfs: reporting to %s failed: %s (%s)" % (self._dlfs_mount, e, line))
+
+    def __iter__(self):
+        if self._dlfs_mount is None:
+            return super().__iter__()
+        self._dlfs_apply()
+        epoch = self._dlfs_epoch()
+        self._dlfs_epochs += 1
+        return _Measured(self, super().__iter__(), epoch)

@@ -1,0 +1,383 @@
+// Package allocator divides a node's loader CPUs between the DataLoaders
+// of the training jobs that read through it, by what each needs
+// (A-Dloader, seed 002).
+//
+// # Inputs
+//
+// Every rank's DataLoader (the Python helper's dlfs.DataLoader) reports
+// every few seconds how long its training loop held each batch, how long
+// it waited for the next, its workers and their time and CPU time per
+// sample (package control's report line); dlfs adds its own time to serve
+// a sample (Figures.Read).
+//
+// # Model and allocation
+//
+// model.go fits each rank's throughput T(d) = min(μ, λ(d)), with a knee
+// where the workers of all ranks ask for more CPU than the node has.
+// allocate.go chooses workers per rank: need (Algorithm 1, by marginal
+// gain, no rank far below what even would give it) or even.
+//
+// # When
+//
+// A new allocation is made when a rank first reports (arrival), when a
+// job ends (End, or no report from any of its ranks for Config.Idle), and
+// when a rank's figures drift from those its advice was made from by more
+// than Config.Drift, the last at most once per epoch of that job. Expiry
+// is checked on every call, so the allocator needs no goroutine of its
+// own. The helper applies advice when its next epoch starts.
+package allocator
+
+import (
+	"fmt"
+	"log/slog"
+	"math"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Mode is how workers are shared.
+type Mode string
+
+const (
+	// Need gives workers where the model says they add the most.
+	Need Mode = "need"
+	// Even splits them equally, for comparison.
+	Even Mode = "even"
+)
+
+// ParseMode parses a --allocation value.
+func ParseMode(s string) (Mode, error) {
+	switch Mode(s) {
+	case Need, Even:
+		return Mode(s), nil
+	}
+	return "", fmt.Errorf("allocation %q: want need or even", s)
+}
+
+// Config configures an Allocator.
+type Config struct {
+	// CPUs are the node's CPUs for loading: the most workers advised in
+	// total (but one per rank at least).
+	CPUs int // default runtime.NumCPU()
+	// Cores are the processors the workers run on, where the model's
+	// contention knee is: workers that mostly wait on reads may
+	// outnumber them, workers that decode may not.
+	Cores int  // default runtime.NumCPU()
+	Mode  Mode // default Need
+	// Idle ends a job none of whose ranks reported for this long.
+	Idle time.Duration // default 2 min
+	// Drift is the relative change in a rank's fit (μ, or its workers'
+	// time per sample) that calls for a new allocation.
+	Drift float64 // default 0.2
+	// MaxWorkers bounds one rank's workers.
+	MaxWorkers int // default 64
+	// History is how many changes the timeline keeps.
+	History int // default 1024
+	// MaxRanks bounds the ranks reporting at once: each costs the
+	// allocation time (it grows with ranks² × CPUs) and memory.
+	MaxRanks int // default 256
+	Logger   *slog.Logger
+	Now      func() time.Time // default time.Now
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{CPUs: runtime.NumCPU(), Cores: runtime.NumCPU(), Mode: Need, Idle: 2 * time.Minute, Drift: 0.2, MaxWorkers: 64, History: 1024, MaxRanks: 256}
+}
+
+// Key names one rank of one job.
+type Key struct {
+	Job  string
+	Rank int
+}
+
+func (k Key) String() string { return fmt.Sprintf("%s/rank-%d", k.Job, k.Rank) }
+
+// Advice is what a rank's DataLoader should run with.
+type Advice struct {
+	Workers        int     `json:"workers"`
+	PrefetchFactor int     `json:"prefetch_factor"`
+	Predicted      float64 `json:"predicted_samples_per_second"`
+	Mode           Mode    `json:"mode"`
+	// Generation counts the allocations made on this node; Reason says
+	// what made this one (arrival, end, idle or drift).
+	Generation int64  `json:"generation"`
+	Reason     string `json:"reason"`
+}
+
+// Change is one rank's worker count changing, for the timeline.
+type Change struct {
+	Seconds float64 `json:"seconds"` // since the allocator started
+	Job     string  `json:"job"`
+	Rank    int     `json:"rank"`
+	Workers int     `json:"workers"` // 0: the rank left
+	Reason  string  `json:"reason"`
+}
+
+type rank struct {
+	figures Figures
+	latest  Fit // from the last report
+	used    Fit // the one the current advice was made from
+	advice  Advice
+	seen    time.Time
+}
+
+type job struct {
+	seen        time.Time
+	epoch       int // the highest epoch its ranks reported
+	changeEpoch int // the epoch its advice last changed for drift
+}
+
+// Allocator keeps the ranks' figures and advice. Safe for concurrent use.
+type Allocator struct {
+	cfg   Config
+	log   *slog.Logger
+	start time.Time
+
+	mu      sync.Mutex
+	ranks   map[Key]*rank
+	jobs    map[string]*job
+	gen     int64
+	changes []Change
+	slow    float64 // the predicted contention of the current advice
+}
+
+// New returns an empty allocator.
+func New(cfg Config) *Allocator {
+	def := DefaultConfig()
+	if cfg.CPUs <= 0 {
+		cfg.CPUs = def.CPUs
+	}
+	if cfg.Cores <= 0 {
+		cfg.Cores = def.Cores
+	}
+	if cfg.Mode == "" {
+		cfg.Mode = def.Mode
+	}
+	if cfg.Idle <= 0 {
+		cfg.Idle = def.Idle
+	}
+	if cfg.Drift <= 0 {
+		cfg.Drift = def.Drift
+	}
+	if cfg.MaxWorkers <= 0 {
+		cfg.MaxWorkers = def.MaxWorkers
+	}
+	if cfg.History <= 0 {
+		cfg.History = def.History
+	}
+	if cfg.MaxRanks <= 0 {
+		cfg.MaxRanks = def.MaxRanks
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Allocator{cfg: cfg, log: log, start: cfg.Now(), ranks: map[Key]*rank{}, jobs: map[string]*job{}, slow: 1}
+}
+
+// Config returns the configuration in use, defaults filled in.
+func (a *Allocator) Config() Config { return a.cfg }
+
+// Report records a rank's figures and returns its advice, allocating
+// anew on arrival or drift. A new rank beyond Config.MaxRanks is refused.
+func (a *Allocator) Report(k Key, f Figures) (Advice, error) {
+	now := a.cfg.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.expireLocked(now)
+	if a.ranks[k] == nil && len(a.ranks) >= a.cfg.MaxRanks {
+		return Advice{}, fmt.Errorf("%d ranks report already, at most %d; end a job first (end job=NAME)", len(a.ranks), a.cfg.MaxRanks)
+	}
+	j := a.jobs[k.Job]
+	if j == nil {
+		j = &job{changeEpoch: f.Epoch} // its arrival is its change for this epoch
+		a.jobs[k.Job] = j
+	}
+	j.seen = now
+	j.epoch = max(j.epoch, f.Epoch)
+	r := a.ranks[k]
+	m := fit(f)
+	if r == nil {
+		a.ranks[k] = &rank{figures: f, latest: m, used: m, seen: now}
+		a.allocateLocked("arrival")
+		return a.ranks[k].advice, nil
+	}
+	if m.Overhead == 0 {
+		m.Overhead = r.latest.Overhead // not measurable in this report: the last one that was
+	}
+	r.figures, r.latest, r.seen = f, m, now
+	if j.epoch > j.changeEpoch && a.drifted(r.used, m) {
+		j.changeEpoch = j.epoch
+		a.allocateLocked("drift")
+	}
+	return r.advice, nil
+}
+
+// drifted reports whether fit m differs from was by more than cfg.Drift in
+// what the allocation depends on.
+func (a *Allocator) drifted(was, m Fit) bool {
+	rel := func(x, y float64) bool {
+		if math.IsInf(x, 1) || math.IsInf(y, 1) {
+			return math.IsInf(x, 1) != math.IsInf(y, 1)
+		}
+		if x == y {
+			return false
+		}
+		return math.Abs(x-y) > a.cfg.Drift*max(math.Abs(x), math.Abs(y))
+	}
+	return rel(was.Mu, m.Mu) || rel(was.IO+was.CPU, m.IO+m.CPU) || rel(was.CPU, m.CPU)
+}
+
+// End drops a job's ranks and reallocates; it reports whether the job had
+// any.
+func (a *Allocator) End(name string) bool {
+	now := a.cfg.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.expireLocked(now)
+	if a.jobs[name] == nil {
+		return false
+	}
+	a.dropLocked(name, "end")
+	a.allocateLocked("end")
+	return true
+}
+
+// Advice returns a rank's current advice.
+func (a *Allocator) Advice(k Key) (Advice, bool) {
+	now := a.cfg.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.expireLocked(now)
+	r := a.ranks[k]
+	if r == nil {
+		return Advice{}, false
+	}
+	return r.advice, true
+}
+
+// Jobs returns the names of the jobs with reporting ranks, sorted.
+func (a *Allocator) Jobs() []string {
+	now := a.cfg.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.expireLocked(now)
+	var out []string
+	for name := range a.jobs {
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Ranks returns a job's reporting ranks, sorted.
+func (a *Allocator) Ranks(name string) []int {
+	now := a.cfg.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.expireLocked(now)
+	var out []int
+	for k := range a.ranks {
+		if k.Job == name {
+			out = append(out, k.Rank)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// expireLocked ends the jobs that went idle.
+func (a *Allocator) expireLocked(now time.Time) {
+	gone := false
+	for name, j := range a.jobs {
+		if now.Sub(j.seen) > a.cfg.Idle {
+			a.dropLocked(name, "idle")
+			gone = true
+		}
+	}
+	if gone {
+		a.allocateLocked("idle")
+	}
+}
+
+func (a *Allocator) dropLocked(name, reason string) {
+	for k := range a.ranks {
+		if k.Job == name {
+			delete(a.ranks, k)
+			a.noteLocked(Change{Job: k.Job, Rank: k.Rank, Workers: 0, Reason: reason})
+		}
+	}
+	delete(a.jobs, name)
+	a.log.Info("loader allocation: job left", "job", name, "reason", reason)
+}
+
+func (a *Allocator) noteLocked(c Change) {
+	c.Seconds = a.cfg.Now().Sub(a.start).Seconds()
+	if len(a.changes) >= a.cfg.History {
+		a.changes = slices.Delete(a.changes, 0, len(a.changes)-a.cfg.History+1)
+	}
+	a.changes = append(a.changes, c)
+}
+
+// sortedLocked returns the ranks in a stable order.
+func (a *Allocator) sortedLocked() []Key {
+	keys := make([]Key, 0, len(a.ranks))
+	for k := range a.ranks {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(x, y Key) int {
+		if c := strings.Compare(x.Job, y.Job); c != 0 {
+			return c
+		}
+		return x.Rank - y.Rank
+	})
+	return keys
+}
+
+// allocateLocked makes a new allocation from every rank's latest fit.
+func (a *Allocator) allocateLocked(reason string) {
+	keys := a.sortedLocked()
+	if len(keys) == 0 {
+		return
+	}
+	fits := make([]Fit, len(keys))
+	for i, k := range keys {
+		fits[i] = a.ranks[k].latest
+	}
+	var d []int
+	if a.cfg.Mode == Even {
+		d = even(len(keys), a.cfg.CPUs)
+		for i := range d {
+			d[i] = min(d[i], a.cfg.MaxWorkers)
+		}
+	} else {
+		d = need(fits, a.cfg.CPUs, float64(a.cfg.Cores), a.cfg.MaxWorkers)
+	}
+	c := float64(a.cfg.Cores)
+	a.slow = slowdown(fits, d, c)
+	t := predict(fits, d, c)
+	a.gen++
+	var summary []string
+	for i, k := range keys {
+		r := a.ranks[k]
+		old := r.advice.Workers
+		pf := prefetchFactor(d[i])
+		if a.cfg.Mode == Even {
+			pf = 2
+		}
+		r.used = fits[i]
+		r.advice = Advice{Workers: d[i], PrefetchFactor: pf, Predicted: finite(t[i]), Mode: a.cfg.Mode, Generation: a.gen, Reason: reason}
+		if old != d[i] {
+			a.noteLocked(Change{Job: k.Job, Rank: k.Rank, Workers: d[i], Reason: reason})
+		}
+		summary = append(summary, fmt.Sprintf("%s=%d", k, d[i]))
+	}
+	a.log.Info("loader allocation", "reason", reason, "mode", a.cfg.Mode, "cpus", a.cfg.CPUs, "workers", strings.Join(summary, " "))
+}

@@ -1,0 +1,166 @@
+package allocator
+
+import (
+	"math"
+)
+
+// Fit is the throughput model of one rank (a DataLoader), fitted from its
+// last report and dlfs's own read times (A-Dloader's formulas 2-7):
+//
+//	T(d) = min(μ, λ(d))            samples/s with d workers
+//	μ    = batch / step            what the training loop can consume
+//	λ(d) = d / (k·(io + cpu·s))    what d workers deliver
+//
+// io is the part of a worker's time per sample in __getitem__ that is not
+// CPU (waiting for reads), cpu its CPU seconds there, and s ≥ 1 the CPU
+// contention: while the workers of all ranks ask for no more CPU than the
+// node's cores, s = 1 and λ grows linearly with d; past that knee, s
+// grows until they ask for exactly the cores there are (see slowdown).
+// k ≥ 1 is what a worker spends beyond __getitem__ (collating, pickling,
+// the queue to the main process), relative to it: it shows when the
+// loader is the bottleneck (the training loop waits), for then the
+// workers deliver just λ(d) = batch / (step + wait), so
+// k = d·(step + wait) / (batch·decode); until it shows, k = 1.
+// With no workers (d = 0) the main process loads between steps:
+// T = batch / (step + batch·k·(io + cpu·s)).
+type Fit struct {
+	Batch int     `json:"batch"`
+	Mu    float64 `json:"mu_samples_per_second"`
+	IO    float64 `json:"io_seconds_per_sample"`
+	CPU   float64 `json:"cpu_seconds_per_sample"`
+	// Slowdown is the contention s under which the report was measured,
+	// as the fit reads it: (decode − io) / cpu.
+	Slowdown float64 `json:"measured_slowdown"`
+	// Overhead is k; 0 until a report shows the loader as the
+	// bottleneck.
+	Overhead float64 `json:"overhead"`
+	// Measured is the samples/s the report shows: batch / (step + wait).
+	Measured float64 `json:"measured_samples_per_second"`
+	Workers  int     `json:"measured_workers"`
+}
+
+// loaderBound is the share of a batch's time the training loop must wait
+// for the loader to count as its bottleneck.
+const loaderBound = 0.05
+
+// Figures are what one rank reports (package control's Report) plus what
+// dlfs measured itself.
+type Figures struct {
+	Epoch    int
+	Batch    int
+	Workers  int
+	Prefetch int
+	Step     float64 // seconds the training loop held a batch
+	Wait     float64 // seconds it waited for the next batch
+	Decode   float64 // a worker's seconds per sample (read and decode)
+	CPU      float64 // a worker's CPU seconds per sample
+	Samples  int
+	// Read is dlfs's mean seconds to serve one sample to this rank's
+	// processes (0: dlfs saw none of its reads). The larger of it and
+	// what decode − cpu leaves is taken as io.
+	Read float64
+}
+
+// fit turns figures into a model. Figures are validated by package
+// control; fit still never divides by zero.
+func fit(f Figures) Fit {
+	b := float64(max(f.Batch, 1))
+	m := Fit{Batch: max(f.Batch, 1), Workers: f.Workers}
+	if f.Step > 0 {
+		m.Mu = b / f.Step
+	} else {
+		m.Mu = math.Inf(1)
+	}
+	if f.Step+f.Wait > 0 {
+		m.Measured = b / (f.Step + f.Wait)
+	}
+	// A worker's wall time per sample is io plus its CPU time stretched
+	// by contention s. What dlfs took to serve the read is io, as far as
+	// the wall time leaves room for it beside the CPU time; with no read
+	// seen, all of that room is io (s = 1).
+	m.CPU = min(f.CPU, f.Decode)
+	room := f.Decode - m.CPU
+	m.IO = room
+	if f.Read > 0 {
+		m.IO = min(f.Read, room)
+	}
+	m.Slowdown = 1
+	if m.CPU > 0 {
+		m.Slowdown = (f.Decode - m.IO) / m.CPU
+	}
+	if f.Decode > 0 && f.Wait > loaderBound*(f.Step+f.Wait) {
+		perSample := f.Wait / b // the main process loads: wait = batch·k·decode
+		if f.Workers > 0 {
+			perSample = float64(f.Workers) * (f.Step + f.Wait) / b
+		}
+		m.Overhead = max(1, perSample/f.Decode)
+	}
+	return m
+}
+
+// rate returns T for a rank of fit m with d workers under slowdown s.
+func (m Fit) rate(d int, s float64) float64 {
+	per := max(1, m.Overhead) * (m.IO + m.CPU*s) // a worker's seconds per sample
+	if d == 0 {
+		step := 0.0
+		if !math.IsInf(m.Mu, 1) && m.Mu > 0 {
+			step = float64(m.Batch) / m.Mu
+		}
+		if step+float64(m.Batch)*per <= 0 {
+			return m.Mu
+		}
+		return float64(m.Batch) / (step + float64(m.Batch)*per)
+	}
+	if per <= 0 {
+		return m.Mu
+	}
+	return min(m.Mu, float64(d)/per)
+}
+
+// slowdown returns the contention s ≥ 1 at which the ranks, with workers
+// d[i], ask for no more than cpus CPUs: s = 1 when they fit, otherwise the
+// s at which the CPU they use, Σ cpu_i·T_i(d_i, s), equals cpus (found by
+// bisection: the CPU asked for falls as s grows).
+func slowdown(fits []Fit, d []int, cpus float64) float64 {
+	demand := func(s float64) float64 {
+		var sum float64
+		for i, m := range fits {
+			sum += m.CPU * m.rate(d[i], s) // the overhead is not counted as CPU: it is unknown how much of it is
+		}
+		return sum
+	}
+	if cpus <= 0 || demand(1) <= cpus {
+		return 1
+	}
+	lo, hi := 1.0, 2.0
+	for demand(hi) > cpus && hi < 1e9 {
+		lo, hi = hi, hi*2
+	}
+	for range 60 {
+		mid := (lo + hi) / 2
+		if demand(mid) > cpus {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return hi
+}
+
+// predict returns each rank's samples/s with workers d on cpus CPUs.
+func predict(fits []Fit, d []int, cpus float64) []float64 {
+	s := slowdown(fits, d, cpus)
+	out := make([]float64, len(fits))
+	for i, m := range fits {
+		out[i] = m.rate(d[i], s)
+	}
+	return out
+}
+
+func sum(xs []float64) float64 {
+	var t float64
+	for _, x := range xs {
+		t += x
+	}
+	return t
+}

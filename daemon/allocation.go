@@ -1,0 +1,64 @@
+package daemon
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/dlfs/dlfs/allocator"
+	"github.com/dlfs/dlfs/control"
+	"github.com/dlfs/dlfs/readers"
+)
+
+// report hands a rank's loader figures to the allocator, with dlfs's own
+// time per file served to the rank's processes since its last report.
+func (n *Node) report(r control.Report) (allocator.Advice, error) {
+	k := allocator.Key{Job: r.Job, Rank: r.Rank}
+	f := allocator.Figures{
+		Epoch: r.Epoch, Batch: r.Batch, Workers: r.Workers, Prefetch: r.Prefetch,
+		Step: r.Step, Wait: r.Wait, Decode: r.Decode, CPU: r.CPU, Samples: r.Samples,
+		Read: n.readTimes.perFile(k, n.readers, r.Pid),
+	}
+	adv, err := n.alloc.Report(k, f)
+	if err != nil {
+		return adv, fmt.Errorf("%w: %s: %v", control.ErrSyntax, r.Line(), err)
+	}
+	return adv, nil
+}
+
+// readTimes keeps, per reporting rank, its stream's figures at its last
+// report, so that each report gets the read time of its own interval.
+type readTimes struct {
+	mu   sync.Mutex
+	last map[allocator.Key]readers.StreamStats
+}
+
+// maxReadTimes bounds readTimes: past it, the intervals start anew.
+const maxReadTimes = 4096
+
+// perFile returns the mean seconds dlfs took per file it served to the
+// stream of process pid since k's previous report, or 0 when it served
+// none (or pid is 0: not given).
+func (t *readTimes) perFile(k allocator.Key, tr *readers.Tracker, pid int) float64 {
+	if pid <= 0 || tr == nil {
+		return 0
+	}
+	st, ok := tr.Stream(pid)
+	if !ok {
+		return 0
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.last == nil || len(t.last) >= maxReadTimes {
+		t.last = map[allocator.Key]readers.StreamStats{}
+	}
+	prev, seen := t.last[k]
+	t.last[k] = st
+	if !seen || prev.Pid != st.Pid {
+		prev = readers.StreamStats{} // the rank's first report, or a new process
+	}
+	files, secs := st.Files-prev.Files, st.ReadSeconds-prev.ReadSeconds
+	if files <= 0 || secs < 0 {
+		return 0
+	}
+	return secs / float64(files)
+}
