@@ -10,8 +10,11 @@
 // sample to consider fetching, in the order the DataLoader's workers will
 // ask for them: see schedule). The scheduler always fetches the next
 // needed sample that is not yet staged or in flight, taking it from the
-// stream whose frontier is least ahead of its cursor, as long as staged
-// and in-flight bytes fit in Config.Staging. Config.Workers fetches run at
+// stream that will need it soonest (the least lead: positions between
+// cursor and frontier over the rate its reader consumes at), as long as
+// staged and in-flight bytes fit in Config.Staging. So jobs share the PFS
+// and the stage by deadline: a fast reader is kept further ahead in
+// positions than a slow one, and a job far ahead yields. Config.Workers fetches run at
 // once, so a high-latency PFS is kept busy.
 //
 // # Staging
@@ -179,7 +182,17 @@ type stream struct {
 	pushStep int                // next step of order to consider pushing
 	slack    int
 	stats    *Stats
+	// rate is how fast the cursor moves, in positions per second: a mean
+	// over windows of rateWindow, each weighing half; 0 until the first
+	// window closes. rateAt and rateFrom open the current window.
+	rate     float64
+	rateAt   time.Time
+	rateFrom int
 }
+
+// rateWindow is the window over which a stream's consumption rate is
+// measured.
+const rateWindow = time.Second
 
 // Stats are one stream's figures, as shown under jobs in .dlfs/stats. The
 // counters add up over every epoch announced; Epoch and Cursor are the
@@ -196,6 +209,11 @@ type Stats struct {
 	Wasted       int64   `json:"wasted"`
 	Pushed       int64   `json:"pushed"`
 	Cursor       int     `json:"cursor"`
+	// Rate is how fast the reader consumes, in samples per second, and
+	// LeadSeconds how long it takes to reach the frontier at that rate:
+	// how far ahead of it the prefetcher is, in time.
+	Rate        float64 `json:"samples_per_second"`
+	LeadSeconds float64 `json:"lead_seconds"`
 }
 
 // Totals are the node-wide figures, shown as prefetch in .dlfs/stats.
@@ -703,6 +721,7 @@ func (p *Prefetcher) advanceLocked(s *stream) {
 			s.stats.Inferred++
 		default:
 			s.stats.Cursor = s.cursor
+			s.measureLocked(time.Now())
 			return
 		}
 		p.releasePushedLocked(s.entry(s.cursor))
@@ -715,6 +734,66 @@ func (p *Prefetcher) advanceLocked(s *stream) {
 		}
 	}
 	s.stats.Cursor = s.cursor
+	s.measureLocked(time.Now())
+}
+
+// measureLocked updates the stream's consumption rate.
+func (s *stream) measureLocked(now time.Time) {
+	if s.rateAt.IsZero() {
+		s.rateAt, s.rateFrom = now, s.cursor
+		return
+	}
+	dt := now.Sub(s.rateAt)
+	if dt < rateWindow {
+		return
+	}
+	r := float64(s.cursor-s.rateFrom) / dt.Seconds()
+	if s.rate > 0 {
+		r = (s.rate + r) / 2
+	}
+	s.rate, s.rateAt, s.rateFrom = r, now, s.cursor
+}
+
+// lead is how long s's reader takes to reach its frontier at its rate,
+// or at fallback (samples per second) before its rate is known; with no
+// rate at all, the distance in positions.
+func (s *stream) lead(fallback float64) float64 {
+	r := s.rate
+	if r <= 0 {
+		r = fallback
+	}
+	if r <= 0 {
+		return float64(s.ahead())
+	}
+	return float64(s.ahead()) / r
+}
+
+// soonest returns the stream that will need its next unfetched sample
+// soonest (the least lead, at each reader's own rate), of those with
+// samples left to fetch and room to fetch them; or nil.
+func soonest(streams []*stream, fallback float64) *stream {
+	var s *stream
+	var sLead float64
+	for _, c := range streams {
+		if c.frontier >= c.len() || c.bounded() {
+			continue
+		}
+		if l := c.lead(fallback); s == nil || l < sLead {
+			s, sLead = c, l
+		}
+	}
+	return s
+}
+
+// fallbackRateLocked is the rate assumed for a stream whose own is not
+// known yet: the fastest known, so that a new reader is served first
+// rather than last.
+func (p *Prefetcher) fallbackRateLocked() float64 {
+	var r float64
+	for _, s := range p.streams {
+		r = max(r, s.rate)
+	}
+	return r
 }
 
 // Hold implements loader.Stage.
@@ -866,13 +945,9 @@ func (p *Prefetcher) NextUse(ino uint64) int64 {
 func (p *Prefetcher) next(gap, run int64) []*catalog.Entry {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	fallback := p.fallbackRateLocked()
 	for {
-		var s *stream
-		for _, c := range p.streams {
-			if c.frontier < c.len() && !c.bounded() && (s == nil || c.ahead() < s.ahead()) {
-				s = c
-			}
-		}
+		s := soonest(p.streams, fallback)
 		if s == nil {
 			return nil
 		}
@@ -1067,6 +1142,13 @@ func (p *Prefetcher) Stats() (Totals, map[string]map[string]Stats) {
 	t.Workers, t.StagingCapacity = p.cfg.Workers, p.cfg.Staging
 	t.StagedBytes, t.StagedBlocks, t.InFlight = p.stagedBytes, len(p.staged), len(p.inflight)
 	t.PushedHeld = p.pushedBytes
+	fallback := p.fallbackRateLocked()
+	for _, s := range p.streams {
+		s.stats.Rate, s.stats.LeadSeconds = s.rate, 0
+		if s.rate > 0 || fallback > 0 {
+			s.stats.LeadSeconds = s.lead(fallback)
+		}
+	}
 	per := map[string]map[string]Stats{}
 	for id, st := range p.history {
 		if per[id.job] == nil {

@@ -362,3 +362,59 @@ func TestReannounceNewOrder(t *testing.T) {
 		})
 	}
 }
+
+// TestSoonest: the prefetcher serves the stream that needs its next
+// sample soonest, in time: a fast reader 100 samples ahead (1 s at 100/s)
+// before a slow one 20 ahead (2 s at 10/s); a stream with no rate yet is
+// taken to be as fast as the fastest; with no rates at all, positions
+// decide.
+func TestSoonest(t *testing.T) {
+	mk := func(name string, cursor, frontier int, rate float64) *stream {
+		starts := []int{0, 1000}
+		return &stream{id: streamID{job: name}, job: &jobs.Job{}, starts: starts, order: newSchedule(starts, 1, 1, nil),
+			cursor: cursor, frontier: frontier, rate: rate, maxSeen: -1}
+	}
+	fast, slow := mk("fast", 0, 100, 100), mk("slow", 0, 20, 10)
+	if s := soonest([]*stream{slow, fast}, 100); s != fast {
+		t.Errorf("got %s, want fast (1 s ahead against 2 s)", s.id.job)
+	}
+	fast.frontier = 300 // 3 s ahead now
+	if s := soonest([]*stream{slow, fast}, 100); s != slow {
+		t.Errorf("got %s, want slow", s.id.job)
+	}
+	fresh := mk("fresh", 0, 150, 0) // 1.5 s at the fastest's rate
+	if s := soonest([]*stream{slow, fast, fresh}, 100); s != fresh {
+		t.Errorf("got %s, want the new reader", s.id.job)
+	}
+	a, b := mk("a", 0, 30, 0), mk("b", 0, 20, 0)
+	if s := soonest([]*stream{a, b}, 0); s != b {
+		t.Errorf("no rates: got %s, want b (fewer positions ahead)", s.id.job)
+	}
+	done := mk("done", 0, 1000, 1)
+	if s := soonest([]*stream{done}, 1); s != nil {
+		t.Errorf("a stream with nothing left was chosen")
+	}
+}
+
+// TestMeasureRate: the rate follows the cursor over windows of a second,
+// each new one weighing half.
+func TestMeasureRate(t *testing.T) {
+	s := &stream{}
+	t0 := time.Unix(100, 0)
+	s.measureLocked(t0)
+	s.cursor = 50
+	s.measureLocked(t0.Add(500 * time.Millisecond)) // window still open
+	if s.rate != 0 {
+		t.Fatalf("rate %v before the first window closed", s.rate)
+	}
+	s.cursor = 100
+	s.measureLocked(t0.Add(time.Second))
+	if s.rate != 100 {
+		t.Fatalf("rate %v, want 100", s.rate)
+	}
+	s.cursor = 120
+	s.measureLocked(t0.Add(2 * time.Second)) // 20/s in this window
+	if s.rate != 60 {
+		t.Fatalf("rate %v, want (100 + 20) / 2", s.rate)
+	}
+}
