@@ -118,9 +118,10 @@ type Change struct {
 }
 
 type rank struct {
-	figures Figures
-	latest  Fit // from the last report
-	used    Fit // the one the current advice was made from
+	figures Figures // the last report
+	smooth  Figures // the reports since its workers last changed, each new one weighing half
+	latest  Fit     // from smooth
+	used    Fit     // the one the current advice was made from
 	advice  Advice
 	seen    time.Time
 }
@@ -203,12 +204,14 @@ func (a *Allocator) Report(k Key, f Figures) (Advice, error) {
 	j.seen = now
 	j.epoch = max(j.epoch, f.Epoch)
 	r := a.ranks[k]
-	m := fit(f)
 	if r == nil {
-		a.ranks[k] = &rank{figures: f, latest: m, used: m, seen: now}
+		m := fit(f)
+		a.ranks[k] = &rank{figures: f, smooth: f, latest: m, used: m, seen: now}
 		a.allocateLocked("arrival")
 		return a.ranks[k].advice, nil
 	}
+	r.smooth = blend(r.smooth, f)
+	m := fit(r.smooth)
 	if m.Overhead == 0 {
 		m.Overhead = r.latest.Overhead // not measurable in this report: the last one that was
 	}
@@ -218,6 +221,26 @@ func (a *Allocator) Report(k Key, f Figures) (Advice, error) {
 		a.allocateLocked("drift")
 	}
 	return r.advice, nil
+}
+
+// blend averages a rank's reports while it runs with the same workers,
+// so one noisy report does not move its fit far: each new report weighs
+// half. A report with other workers starts anew.
+func blend(was, f Figures) Figures {
+	if was.Workers != f.Workers || was.Batch != f.Batch {
+		return f
+	}
+	mix := func(x, y float64) float64 { return (x + y) / 2 }
+	out := f
+	out.Step, out.Wait = mix(was.Step, f.Step), mix(was.Wait, f.Wait)
+	out.Decode, out.CPU = mix(was.Decode, f.Decode), mix(was.CPU, f.CPU)
+	switch {
+	case was.Read > 0 && f.Read > 0:
+		out.Read = mix(was.Read, f.Read)
+	case f.Read == 0:
+		out.Read = was.Read // dlfs saw none of this interval's reads
+	}
+	return out
 }
 
 // drifted reports whether fit m differs from was by more than cfg.Drift in
@@ -341,6 +364,42 @@ func (a *Allocator) sortedLocked() []Key {
 	return keys
 }
 
+// minGain is how much more a new allocation must be predicted to deliver
+// in all than the current one, under the same new fits, to replace it
+// on a drift: less is within the figures' noise, and a change costs each
+// DataLoader a restart of its workers.
+const minGain = 0.05
+
+// keepLocked reports whether the current advice, which every rank has,
+// stays on a drift because d would not deliver minGain more, nor lift a
+// rank to its floor (see need); then it only updates the fits and
+// predictions the advice rests on.
+func (a *Allocator) keepLocked(keys []Key, fits []Fit, d []int) bool {
+	cur := make([]int, len(keys))
+	for i, k := range keys {
+		if cur[i] = a.ranks[k].advice.Workers; cur[i] < 1 {
+			return false
+		}
+	}
+	c := float64(a.cfg.Cores)
+	t, u := predict(fits, cur, c), predict(fits, d, c)
+	if sum(u) >= (1+minGain)*sum(t) {
+		return false
+	}
+	floor := predict(fits, even(len(keys), a.cfg.CPUs), c)
+	for i := range floor {
+		if t[i] < 0.9*floor[i] && u[i] >= 0.9*floor[i] {
+			return false // d lifts a rank the current advice leaves below its floor
+		}
+	}
+	for i, k := range keys {
+		r := a.ranks[k]
+		r.used, r.advice.Predicted = fits[i], finite(t[i])
+	}
+	a.slow = slowdown(fits, cur, c)
+	return true
+}
+
 // allocateLocked makes a new allocation from every rank's latest fit.
 func (a *Allocator) allocateLocked(reason string) {
 	keys := a.sortedLocked()
@@ -361,6 +420,9 @@ func (a *Allocator) allocateLocked(reason string) {
 		d = need(fits, a.cfg.CPUs, float64(a.cfg.Cores), a.cfg.MaxWorkers)
 	}
 	c := float64(a.cfg.Cores)
+	if reason == "drift" && a.keepLocked(keys, fits, d) {
+		return
+	}
 	a.slow = slowdown(fits, d, c)
 	t := predict(fits, d, c)
 	a.gen++

@@ -352,3 +352,38 @@ func TestOverhead(t *testing.T) {
 		t.Errorf("no workers: overhead %v, want 2", m.Overhead)
 	}
 }
+
+// TestDriftKept: a drift whose new allocation would deliver under 5% more
+// keeps the workers (a change restarts every DataLoader's workers), and
+// only the predictions follow the new figures.
+func TestDriftKept(t *testing.T) {
+	a := New(Config{CPUs: 12, Cores: 12, Now: newClock().now})
+	report(t, a, Key{"fast", 0}, figures(0.005, 0))
+	report(t, a, Key{"mid", 0}, figures(0.020, 0))
+	before, _ := a.Advice(Key{"fast", 0})
+	f := figures(0.005, 1)
+	f.Decode, f.Read = f.Decode*1.6, f.Read*1.6 // its reads got 30% slower, as blended: a drift, but the best split is the same
+	after := report(t, a, Key{"fast", 0}, f)
+	if after.Generation != before.Generation || after.Workers != before.Workers {
+		t.Errorf("a drift that changes nothing worth it reallocated: %+v, then %+v", before, after)
+	}
+	if after.Predicted == before.Predicted {
+		t.Errorf("the prediction did not follow the drift: %+v", after)
+	}
+}
+
+// TestBlend: reports with the same workers are averaged, each new one
+// weighing half; other workers start anew; a report with no reads seen
+// keeps the last read time.
+func TestBlend(t *testing.T) {
+	a := Figures{Workers: 2, Batch: 8, Step: 0.01, Wait: 0.02, Decode: 0.004, CPU: 0.001, Read: 0.002}
+	b := Figures{Workers: 2, Batch: 8, Step: 0.03, Wait: 0, Decode: 0.002, CPU: 0.001}
+	got := blend(a, b)
+	if got.Step != 0.02 || got.Wait != 0.01 || got.Decode != 0.003 || got.Read != 0.002 {
+		t.Errorf("blend: %+v", got)
+	}
+	b.Workers = 3
+	if got := blend(a, b); got != b {
+		t.Errorf("other workers: %+v, want the new report", got)
+	}
+}

@@ -18,8 +18,10 @@ type Stats struct {
 	Slowdown    float64     `json:"predicted_slowdown"`
 	Allocations int64       `json:"allocations"`
 	Ranks       []RankStats `json:"ranks"`
-	// Changes is the timeline of worker counts, oldest first.
+	// Changes is the timeline of worker counts, oldest first; their
+	// seconds count from Started (Unix seconds).
 	Changes []Change `json:"changes"`
+	Started float64  `json:"started_unix_seconds"`
 }
 
 // RankStats is one rank: what it reported, its fit, its advice, and how
@@ -65,7 +67,8 @@ func (a *Allocator) Stats() Stats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.expireLocked(now)
-	st := Stats{Mode: a.cfg.Mode, CPUs: a.cfg.CPUs, Cores: a.cfg.Cores, Slowdown: a.slow, Allocations: a.gen, Ranks: []RankStats{}, Changes: append([]Change{}, a.changes...)}
+	st := Stats{Mode: a.cfg.Mode, CPUs: a.cfg.CPUs, Cores: a.cfg.Cores, Slowdown: a.slow, Allocations: a.gen, Ranks: []RankStats{}, Changes: append([]Change{}, a.changes...),
+		Started: float64(a.start.UnixNano()) / 1e9}
 	keys := a.sortedLocked()
 	fits := make([]Fit, len(keys))
 	ran := make([]int, len(keys))

@@ -1,0 +1,421 @@
+package main
+
+import (
+	"bufio"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+
+	"github.com/dlfs/dlfs/test/datagen"
+	"github.com/dlfs/dlfs/test/mountproc"
+)
+
+// The allocation suite (issue 15): several stand-in training jobs on one
+// node, each a dlfs.DataLoader (standin_job.py) whose model sleeps 5, 20
+// or 60 ms per batch of 32 and whose workers spend a fixed CPU time per
+// sample, reading new samples every epoch from pfssim through dlfs, so
+// their workers wait on the PFS as well as decode. The same jobs run with
+// --allocation even and need, side by side; then need again with a
+// fourth job arriving and the first ending, for the timeline.
+
+//go:embed standin_job.py
+var standinJob []byte
+
+// standin is one stand-in job.
+type standin struct {
+	name       string
+	step       float64 // seconds per batch
+	files      int     // its dataset
+	epochFiles int
+	start      float64 // seconds after the run starts
+	seconds    float64 // how long it trains
+	end        bool    // writes "end job=NAME" when done
+}
+
+// standinEpoch is one line of standin_job.py's output.
+type standinEpoch struct {
+	Epoch     int      `json:"epoch"`
+	Start     float64  `json:"start"`
+	First     float64  `json:"first"` // its first batch: the workers had started
+	End       float64  `json:"end"`
+	Batch     int      `json:"batch"`
+	Samples   int      `json:"samples"`
+	Workers   int      `json:"workers"`
+	Predicted *float64 `json:"predicted"`
+}
+
+const (
+	allocLoaderCPUs = 24                    // the worker budget: a node of 24 cores, squeezed onto this VM's 2
+	allocDecode     = 50 * time.Microsecond // the stand-in decode's CPU per sample
+	allocOpen       = 5 * time.Millisecond  // pfssim's latency per open
+	allocWarm       = 8.0                   // seconds left out at the start of a run: the first reports and advice
+)
+
+func runAllocation(o options) error {
+	jobs := []standin{
+		{name: "a-5ms", step: 0.005, files: 90_000, epochFiles: 4800, seconds: 34},
+		{name: "b-20ms", step: 0.020, files: 60_000, epochFiles: 3200, seconds: 34},
+		{name: "c-60ms", step: 0.060, files: 20_000, epochFiles: 1600, seconds: 34},
+	}
+	fourth := standin{name: "d-10ms", step: 0.010, files: 60_000, epochFiles: 3200}
+	base := filepath.Join(o.dir, "alloc")
+	fmt.Fprintln(os.Stderr, "allocation: generating the stand-in jobs' datasets (kept for reuse) ...")
+	for i, j := range append(slices.Clone(jobs), fourth) {
+		if _, err := datagen.ImageFolder(filepath.Join(base, j.name), datagen.Spec{Classes: 10, Files: j.files, MeanSize: 1024, Spread: 512, Seed: uint64(150 + i)}); err != nil {
+			return err
+		}
+	}
+	script := filepath.Join(o.dir, "standin_job.py")
+	if err := os.WriteFile(script, standinJob, 0o644); err != nil {
+		return err
+	}
+	pyDir, err := filepath.Abs("python")
+	if err != nil {
+		return err
+	}
+	pfs, err := startSim(o, "alloc-pfs", base, "-open-latency", allocOpen.String(), "-bandwidth-mbps", "400", "-max-inflight", "256")
+	if err != nil {
+		return err
+	}
+	defer pfs.Stop(30 * time.Second)
+
+	type result struct {
+		mode   string
+		epochs map[string][]standinEpoch
+		stats  map[string]any
+		t0     time.Time // when the jobs started
+		busy   float64   // the share of the node's CPU time in use while they ran
+	}
+	run := func(mode string, jobs []standin) (result, error) {
+		res := result{mode: mode, epochs: map[string][]standinEpoch{}}
+		mnt, err := freshDir(filepath.Join(o.dir, "alloc-mnt"))
+		if err != nil {
+			return res, err
+		}
+		d, err := mountproc.Start(filepath.Join(o.bin, "dlfs"), mnt, time.Minute, "mount", "--log-level", "warn",
+			"--allocation", mode, "--loader-cpus", fmt.Sprint(allocLoaderCPUs), "--infer=false", pfs.Mnt, mnt)
+		if err != nil {
+			return res, err
+		}
+		defer d.Stop(time.Minute)
+		res.t0 = time.Now()
+		busy0, total0, err := nodeCPU()
+		if err != nil {
+			return res, err
+		}
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		errs := make([]error, len(jobs))
+		for i, j := range jobs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				time.Sleep(time.Duration(j.start * float64(time.Second)))
+				out := filepath.Join(o.dir, "alloc-"+j.name+".jsonl")
+				args := []string{script, "--data", filepath.Join(mnt, j.name), "--job", j.name,
+					"--step", fmt.Sprint(j.step), "--decode", fmt.Sprint(allocDecode.Seconds()), "--workers", fmt.Sprint(allocLoaderCPUs / 3),
+					"--epoch-files", fmt.Sprint(j.epochFiles), "--seconds", fmt.Sprint(j.seconds),
+					"--t0", fmt.Sprintf("%.6f", float64(res.t0.UnixNano())/1e9), "--out", out}
+				if j.end {
+					args = append(args, "--end")
+				}
+				cmd := exec.Command("/usr/bin/python3", args...)
+				cmd.Env = append(os.Environ(), "DLFS_PYTHON="+pyDir)
+				if b, err := cmd.CombinedOutput(); err != nil {
+					errs[i] = fmt.Errorf("%s (%s): %v\n%s", j.name, mode, err, b)
+					return
+				}
+				var eps []standinEpoch
+				errs[i] = readLines(out, func(line []byte) error {
+					var e standinEpoch
+					if err := json.Unmarshal(line, &e); err != nil {
+						return err
+					}
+					eps = append(eps, e)
+					return nil
+				})
+				mu.Lock()
+				res.epochs[j.name] = eps
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		if err := firstErr(errs...); err != nil {
+			return res, err
+		}
+		busy1, total1, err := nodeCPU()
+		if err != nil {
+			return res, err
+		}
+		res.busy = float64(busy1-busy0) / float64(max(total1-total0, 1))
+		b, err := os.ReadFile(filepath.Join(mnt, ".dlfs/stats"))
+		if err == nil {
+			err = json.Unmarshal(b, &res.stats)
+		}
+		return res, err
+	}
+
+	// rate is a job's samples/s over its epochs that start after the warm
+	// window, from the first one's start to the last one's end.
+	rate := func(eps []standinEpoch) (float64, int) {
+		var n, workers int
+		first, last := -1.0, 0.0
+		for _, e := range eps {
+			if e.Start < allocWarm {
+				continue
+			}
+			if first < 0 {
+				first = e.Start
+			}
+			n += e.Samples
+			last = e.End
+			workers = e.Workers
+		}
+		if first < 0 || last <= first {
+			return 0, workers
+		}
+		return float64(n) / (last - first), workers
+	}
+	// accuracy is the median relative error of the advice's prediction,
+	// made before the epoch, against the rate the epoch ran at once its
+	// workers had started (the model has no term for their start), after
+	// the warm window; and the median share of the epoch its workers took
+	// to start.
+	accuracy := func(eps []standinEpoch) (errMedian, startShare float64, n int) {
+		var errs, starts []float64
+		for _, e := range eps {
+			if e.Start < allocWarm || e.Predicted == nil || e.End <= e.First || e.Samples <= e.Batch {
+				continue
+			}
+			got := float64(e.Samples-e.Batch) / (e.End - e.First)
+			errs = append(errs, abs(*e.Predicted-got)/got)
+			starts = append(starts, (e.First-e.Start)/(e.End-e.Start))
+		}
+		if len(errs) == 0 {
+			return -1, -1, 0
+		}
+		sort.Float64s(errs)
+		sort.Float64s(starts)
+		return errs[len(errs)/2], starts[len(starts)/2], len(errs)
+	}
+
+	var results []result
+	for _, mode := range []string{"even", "need"} {
+		fmt.Fprintf(os.Stderr, "allocation: three jobs, --allocation %s ...\n", mode)
+		r, err := run(mode, jobs)
+		if err != nil {
+			return err
+		}
+		results = append(results, r)
+	}
+	fmt.Printf("\n## Allocation between jobs (issue 15)\n\n")
+	fmt.Printf("Three stand-in jobs on one node, each a `dlfs.DataLoader` (batch 32) whose model sleeps per batch and whose workers spend %v of CPU per sample, each epoch reading new 1 KB samples from pfssim (%v per open) through dlfs; `--loader-cpus %d` on this 2-core machine; every job starts with %d workers and runs %.0f s; rates from its epochs starting after %.0f s.\n\n",
+		allocDecode, allocOpen, allocLoaderCPUs, allocLoaderCPUs/3, jobs[0].seconds, allocWarm)
+	fmt.Println("| job (model step per batch) | even: workers | even: samples/s | need: workers | need: samples/s | need ÷ even | need: prediction error (median over epochs) | need: workers' start, share of an epoch |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|")
+	var totEven, totNeed, worstErr float64
+	slowest := 10.0
+	for _, j := range jobs {
+		re, we := rate(results[0].epochs[j.name])
+		rn, wn := rate(results[1].epochs[j.name])
+		acc, start, n := accuracy(results[1].epochs[j.name])
+		totEven += re
+		totNeed += rn
+		ratio := 0.0
+		if re > 0 {
+			ratio = rn / re
+			slowest = min(slowest, ratio)
+		}
+		worstErr = max(worstErr, acc)
+		fmt.Printf("| %s (%.0f ms) | %d | %.0f | %d | %.0f | %.2f× | %.0f%% (%d epochs) | %.0f%% |\n", j.name, j.step*1000, we, re, wn, rn, ratio, 100*acc, n, 100*start)
+	}
+	fmt.Printf("| all | %d | %.0f | | %.0f | **%.2f×** | | |\n\n", allocLoaderCPUs, totEven, totNeed, totNeed/totEven)
+	fmt.Printf("- the node's CPU in use while the jobs ran: %.0f%% under even, %.0f%% under need\n", 100*results[0].busy, 100*results[1].busy)
+	fmt.Printf("- aggregate samples/s, need ÷ even: %.2f× (target ≥ 1.2): %s\n", totNeed/totEven, verdict(totNeed >= 1.2*totEven))
+	fmt.Printf("- the job that gained least: %.2f× its even rate (target: none below 0.9× unless its model allows no more)\n", slowest)
+	fmt.Printf("- the model's prediction against the rate each epoch ran at: worst job's median error %.0f%% (target ≤ 15%%): %s\n", 100*worstErr, verdict(worstErr <= 0.15))
+
+	// The timeline: need, a fourth job arriving, the first ending.
+	dyn := slices.Clone(jobs)
+	for i := range dyn {
+		dyn[i].seconds = 50
+	}
+	dyn[0].seconds, dyn[0].end = 30, true
+	fourth.start, fourth.seconds = 15, 35
+	dyn = append(dyn, fourth)
+	fmt.Fprintln(os.Stderr, "allocation: need, a fourth job at 15 s, the first ending at 30 s ...")
+	r, err := run("need", dyn)
+	if err != nil {
+		return err
+	}
+	changes, err := allocChanges(r.stats, float64(r.t0.UnixNano())/1e9)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\nTimeline (need): %s starts at %.0f s; %s writes `end` after %.0f s. Worker changes dlfs made (seconds since the jobs started):\n\n", fourth.name, fourth.start, dyn[0].name, dyn[0].seconds)
+	fmt.Println("| seconds | job | workers | reason |")
+	fmt.Println("|---:|---|---:|---|")
+	for _, c := range changes {
+		fmt.Printf("| %.1f | %s | %d | %s |\n", c.Seconds, c.Job, c.Workers, c.Reason)
+	}
+	fmt.Println()
+	// When each event happened, from the jobs' own records: the fourth
+	// job's first epoch, the first job's last.
+	var firstD, lastA standinEpoch
+	if eps := r.epochs[fourth.name]; len(eps) > 0 {
+		firstD = eps[0]
+	}
+	if eps := r.epochs[dyn[0].name]; len(eps) > 0 {
+		lastA = eps[len(eps)-1]
+	}
+	for _, ev := range []struct {
+		what, job, reason string
+	}{
+		{fmt.Sprintf("%s's arrival (its process started at %.0f s, its first epoch ran from %.1f to %.1f s)", fourth.name, fourth.start, firstD.Start, firstD.End), fourth.name, "arrival"},
+		{fmt.Sprintf("%s's end (its last epoch ended at %.1f s)", dyn[0].name, lastA.End), dyn[0].name, "end"},
+	} {
+		at := -1.0
+		for _, c := range changes {
+			if c.Job == ev.job && c.Reason == ev.reason {
+				at = c.Seconds
+				break
+			}
+		}
+		// Each other job's first epoch that starts after the change, and
+		// the workers it ran with.
+		var took []string
+		for _, j := range dyn {
+			if j.name == ev.job {
+				continue
+			}
+			for _, e := range r.epochs[j.name] {
+				if at >= 0 && e.Start >= at {
+					took = append(took, fmt.Sprintf("%s at %.1f s with %d workers", j.name, e.Start, e.Workers))
+					break
+				}
+			}
+		}
+		fmt.Printf("- %s: the allocation changed at %.1f s; the others' next epochs: %s\n", ev.what, at, strings.Join(took, ", "))
+	}
+	plotPath := filepath.Join("docs", "allocation-timeline.png")
+	if err := allocPlot(r.epochs, dyn, plotPath); err != nil {
+		return err
+	}
+	fmt.Printf("- workers per job, epoch by epoch: %s\n", plotPath)
+	return nil
+}
+
+// nodeCPU returns the node's busy and total CPU time so far, in clock
+// ticks (/proc/stat's cpu line: busy is all but idle and iowait).
+func nodeCPU() (busy, total int64, err error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 6 || f[0] != "cpu" {
+		return 0, 0, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+	}
+	for i, v := range f[1:] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("/proc/stat: %w", err)
+		}
+		total += n
+		if i != 3 && i != 4 { // idle, iowait
+			busy += n
+		}
+	}
+	return busy, total, nil
+}
+
+// allocChange is one entry of stats.allocation.changes.
+type allocChange struct {
+	Seconds float64 `json:"seconds"`
+	Job     string  `json:"job"`
+	Rank    int     `json:"rank"`
+	Workers int     `json:"workers"`
+	Reason  string  `json:"reason"`
+}
+
+// allocChanges returns the stats' timeline, in seconds since t0 (Unix
+// seconds), when the jobs started.
+func allocChanges(stats map[string]any, t0 float64) ([]allocChange, error) {
+	alloc, _ := stats["allocation"].(map[string]any)
+	started, _ := alloc["started_unix_seconds"].(float64)
+	offset := t0 - started
+	b, err := json.Marshal(alloc["changes"])
+	if err != nil {
+		return nil, err
+	}
+	var cs []allocChange
+	if err := json.Unmarshal(b, &cs); err != nil {
+		return nil, err
+	}
+	for i := range cs {
+		cs[i].Seconds -= offset
+	}
+	return cs, nil
+}
+
+// allocPlot draws each job's workers, epoch by epoch, against time.
+func allocPlot(epochs map[string][]standinEpoch, jobs []standin, path string) error {
+	p := plot.New()
+	p.Title.Text = "DataLoader workers per job (--allocation need)"
+	p.X.Label.Text = "seconds"
+	p.Y.Label.Text = "workers"
+	var args []any
+	for _, j := range jobs {
+		var xy plotter.XYs
+		for _, e := range epochs[j.name] {
+			xy = append(xy, plotter.XY{X: e.Start, Y: float64(e.Workers)}, plotter.XY{X: e.End, Y: float64(e.Workers)})
+		}
+		if len(xy) > 0 {
+			args = append(args, fmt.Sprintf("%s (%.0f ms/batch)", j.name, j.step*1000), xy)
+		}
+	}
+	if err := plotutil.AddLines(p, args...); err != nil {
+		return err
+	}
+	p.Y.Min = 0
+	p.Legend.Top, p.Legend.Left = true, true
+	return p.Save(7*vg.Inch, 4*vg.Inch, path)
+}
+
+// readLines calls fn with each line of the file at path.
+func readLines(path string, fn func([]byte) error) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if err := fn(sc.Bytes()); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	return sc.Err()
+}
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
