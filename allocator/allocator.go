@@ -79,8 +79,12 @@ type Config struct {
 	// MaxRanks bounds the ranks reporting at once: each costs the
 	// allocation time (it grows with ranks² × CPUs) and memory.
 	MaxRanks int // default 256
-	Logger   *slog.Logger
-	Now      func() time.Time // default time.Now
+	// NodeCPU returns the node's busy and total CPU time so far (any one
+	// unit), from which the model learns what the node spends per sample
+	// beyond the workers; nil leaves that out.
+	NodeCPU func() (busy, total float64, err error)
+	Logger  *slog.Logger
+	Now     func() time.Time // default time.Now
 }
 
 // DefaultConfig returns the defaults.
@@ -144,6 +148,12 @@ type Allocator struct {
 	gen     int64
 	changes []Change
 	slow    float64 // the predicted contention of the current advice
+
+	// The node's CPU (cfg.NodeCPU): the last reading, and the share of
+	// it busy, each window of a second or more weighing half.
+	cpuAt             time.Time
+	cpuBusy, cpuTotal float64
+	busy              float64
 }
 
 // New returns an empty allocator.
@@ -193,6 +203,7 @@ func (a *Allocator) Report(k Key, f Figures) (Advice, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.expireLocked(now)
+	a.sampleCPULocked(now)
 	if a.ranks[k] == nil && len(a.ranks) >= a.cfg.MaxRanks {
 		return Advice{}, fmt.Errorf("%d ranks report already, at most %d; end a job first (end job=NAME)", len(a.ranks), a.cfg.MaxRanks)
 	}
@@ -221,6 +232,55 @@ func (a *Allocator) Report(k Key, f Figures) (Advice, error) {
 		a.allocateLocked("drift")
 	}
 	return r.advice, nil
+}
+
+// sampleCPULocked reads the node's CPU time, at most once a second.
+func (a *Allocator) sampleCPULocked(now time.Time) {
+	if a.cfg.NodeCPU == nil || (!a.cpuAt.IsZero() && now.Sub(a.cpuAt) < time.Second) {
+		return
+	}
+	busy, total, err := a.cfg.NodeCPU()
+	if err != nil {
+		a.log.Debug("loader allocation: the node's CPU time", "err", err)
+		return
+	}
+	if !a.cpuAt.IsZero() && total > a.cpuTotal {
+		share := min(1, max(0, (busy-a.cpuBusy)/(total-a.cpuTotal)))
+		if a.busy > 0 {
+			share = (a.busy + share) / 2
+		}
+		a.busy = share
+	}
+	a.cpuAt, a.cpuBusy, a.cpuTotal = now, busy, total
+}
+
+// extraLocked is the node's CPU seconds per sample beyond the workers':
+// its busy cores less the workers' CPU, over the samples/s the ranks
+// measured; 0 before the node's CPU was read twice.
+func (a *Allocator) extraLocked(fits []Fit) float64 {
+	var rate, workerCPU float64
+	for _, m := range fits {
+		rate += m.Measured
+		workerCPU += m.CPU * m.Measured
+	}
+	if a.busy <= 0 || rate <= 0 {
+		return 0
+	}
+	return max(0, a.busy*float64(a.cfg.Cores)-workerCPU) / rate
+}
+
+// fitsLocked returns the ranks' latest fits, in keys' order, with the
+// node's extra CPU per sample.
+func (a *Allocator) fitsLocked(keys []Key) []Fit {
+	fits := make([]Fit, len(keys))
+	for i, k := range keys {
+		fits[i] = a.ranks[k].latest
+	}
+	extra := a.extraLocked(fits)
+	for i := range fits {
+		fits[i].Extra = extra
+	}
+	return fits
 }
 
 // blend averages a rank's reports while it runs with the same workers,
@@ -406,10 +466,7 @@ func (a *Allocator) allocateLocked(reason string) {
 	if len(keys) == 0 {
 		return
 	}
-	fits := make([]Fit, len(keys))
-	for i, k := range keys {
-		fits[i] = a.ranks[k].latest
-	}
+	fits := a.fitsLocked(keys)
 	var d []int
 	if a.cfg.Mode == Even {
 		d = even(len(keys), a.cfg.CPUs)

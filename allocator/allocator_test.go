@@ -387,3 +387,35 @@ func TestBlend(t *testing.T) {
 		t.Errorf("other workers: %+v, want the new report", got)
 	}
 }
+
+// TestNodeCPU: what the node spends per sample beyond the workers comes
+// from its busy time, and puts the knee where the node's cores run out.
+func TestNodeCPU(t *testing.T) {
+	c := newClock()
+	var busy, total float64
+	a := New(Config{CPUs: 24, Cores: 2, Now: c.now, NodeCPU: func() (float64, float64, error) {
+		return busy, total, nil
+	}})
+	// 8 workers waiting 7 ms a sample on reads, 0.1 ms of CPU each: the
+	// loop measures 1,000 samples/s while the node is 90% busy.
+	f := Figures{Epoch: 0, Batch: 32, Workers: 8, Step: 0.005, Wait: 0.027, Decode: 0.0071, CPU: 0.0001, Read: 0.007, Samples: 1000}
+	report(t, a, Key{"j", 0}, f)
+	for range 3 {
+		c.add(time.Second)
+		busy, total = busy+1.8, total+2
+		report(t, a, Key{"j", 0}, f)
+	}
+	st := a.Stats()
+	// (1.8 cores − 1,000/s × 0.1 ms) / 1,000/s = 1.7 ms a sample.
+	if math.Abs(st.Busy-0.9) > 1e-9 || math.Abs(st.Ranks[0].Fit.Extra-0.0017) > 1e-9 {
+		t.Fatalf("busy %v, extra %v; want 0.9 and 1.7 ms", st.Busy, st.Ranks[0].Fit.Extra)
+	}
+	// So no number of workers gets it past 2 cores / 1.8 ms = 1,111/s.
+	fits := a.fitsLocked([]Key{{"j", 0}})
+	if got := predict(fits, []int{24}, 2)[0]; got > 1111.2 || got < 1100 {
+		t.Errorf("24 workers: %.0f samples/s predicted, want the node's ceiling of 1,111", got)
+	}
+	if got := predict(fits, []int{8}, 2)[0]; math.Abs(got-1000) > 30 {
+		t.Errorf("8 workers: %.0f samples/s predicted, want about the 1,000 measured", got)
+	}
+}

@@ -16,6 +16,10 @@ import (
 // contention: while the workers of all ranks ask for no more CPU than the
 // node's cores, s = 1 and λ grows linearly with d; past that knee, s
 // grows until they ask for exactly the cores there are (see slowdown).
+// The CPU a sample asks of the node is the workers' cpu plus what the node
+// spends on it elsewhere (Extra: dlfs, the PFS client, the main process
+// unpickling it), measured from the node's busy time when NodeCPU is
+// given; the knee is where all ranks together ask for all the cores.
 // k ≥ 1 is what a worker spends beyond __getitem__ (collating, pickling,
 // the queue to the main process), relative to it: it shows when the
 // loader is the bottleneck (the training loop waits), for then the
@@ -34,6 +38,9 @@ type Fit struct {
 	// Overhead is k; 0 until a report shows the loader as the
 	// bottleneck.
 	Overhead float64 `json:"overhead"`
+	// Extra is the node's CPU seconds per sample beyond the workers',
+	// the same for every rank (set at each allocation).
+	Extra float64 `json:"extra_cpu_seconds_per_sample"`
 	// Measured is the samples/s the report shows: batch / (step + wait).
 	Measured float64 `json:"measured_samples_per_second"`
 	Workers  int     `json:"measured_workers"`
@@ -125,7 +132,7 @@ func slowdown(fits []Fit, d []int, cpus float64) float64 {
 	demand := func(s float64) float64 {
 		var sum float64
 		for i, m := range fits {
-			sum += m.CPU * m.rate(d[i], s) // the overhead is not counted as CPU: it is unknown how much of it is
+			sum += (m.CPU + m.Extra) * m.rate(d[i], s)
 		}
 		return sum
 	}

@@ -15,7 +15,9 @@ type Stats struct {
 	Predicted float64 `json:"predicted_samples_per_second"`
 	Measured  float64 `json:"measured_samples_per_second"`
 	// Slowdown is the CPU contention the model predicts for the advice.
-	Slowdown    float64     `json:"predicted_slowdown"`
+	Slowdown float64 `json:"predicted_slowdown"`
+	// Busy is the share of the node's CPU in use (0: not measured).
+	Busy        float64     `json:"node_cpu_busy"`
 	Allocations int64       `json:"allocations"`
 	Ranks       []RankStats `json:"ranks"`
 	// Changes is the timeline of worker counts, oldest first; their
@@ -67,13 +69,12 @@ func (a *Allocator) Stats() Stats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.expireLocked(now)
-	st := Stats{Mode: a.cfg.Mode, CPUs: a.cfg.CPUs, Cores: a.cfg.Cores, Slowdown: a.slow, Allocations: a.gen, Ranks: []RankStats{}, Changes: append([]Change{}, a.changes...),
+	st := Stats{Mode: a.cfg.Mode, CPUs: a.cfg.CPUs, Cores: a.cfg.Cores, Slowdown: a.slow, Busy: a.busy, Allocations: a.gen, Ranks: []RankStats{}, Changes: append([]Change{}, a.changes...),
 		Started: float64(a.start.UnixNano()) / 1e9}
 	keys := a.sortedLocked()
-	fits := make([]Fit, len(keys))
+	fits := a.fitsLocked(keys)
 	ran := make([]int, len(keys))
 	for i, k := range keys {
-		fits[i] = a.ranks[k].latest
 		ran[i] = a.ranks[k].figures.Workers
 	}
 	now2 := predict(fits, ran, float64(a.cfg.Cores))
@@ -84,7 +85,7 @@ func (a *Allocator) Stats() Stats {
 		if acc.Measured > 0 {
 			acc.Error = math.Abs(acc.Predicted-acc.Measured) / acc.Measured
 		}
-		fit := r.latest
+		fit := fits[i]
 		fit.Mu = finite(fit.Mu)
 		st.Ranks = append(st.Ranks, RankStats{
 			Job: k.Job, Rank: k.Rank, Fit: fit, Advice: r.advice, Model: acc,

@@ -350,6 +350,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.onClose("readers", func() error { n.readers.Close(); return nil })
 	ac := cfg.Allocation
 	ac.Logger = cfg.Logger
+	if ac.NodeCPU == nil {
+		ac.NodeCPU = allocator.ProcStat
+	}
 	n.alloc = allocator.New(ac)
 	n.warmer = warmup.New(warmup.Config{Logger: cfg.Logger}, warmSource{n})
 	n.onClose("warmup", func() error { n.warmer.Close(); return nil })

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 
+	"github.com/dlfs/dlfs/allocator"
 	"github.com/dlfs/dlfs/test/datagen"
 	"github.com/dlfs/dlfs/test/mountproc"
 )
@@ -113,7 +113,7 @@ func runAllocation(o options) error {
 		}
 		defer d.Stop(time.Minute)
 		res.t0 = time.Now()
-		busy0, total0, err := nodeCPU()
+		busy0, total0, err := allocator.ProcStat()
 		if err != nil {
 			return res, err
 		}
@@ -157,11 +157,11 @@ func runAllocation(o options) error {
 		if err := firstErr(errs...); err != nil {
 			return res, err
 		}
-		busy1, total1, err := nodeCPU()
+		busy1, total1, err := allocator.ProcStat()
 		if err != nil {
 			return res, err
 		}
-		res.busy = float64(busy1-busy0) / float64(max(total1-total0, 1))
+		res.busy = (busy1 - busy0) / max(total1-total0, 1)
 		b, err := os.ReadFile(filepath.Join(mnt, ".dlfs/stats"))
 		if err == nil {
 			err = json.Unmarshal(b, &res.stats)
@@ -317,31 +317,6 @@ func runAllocation(o options) error {
 	}
 	fmt.Printf("- workers per job, epoch by epoch: %s\n", plotPath)
 	return nil
-}
-
-// nodeCPU returns the node's busy and total CPU time so far, in clock
-// ticks (/proc/stat's cpu line: busy is all but idle and iowait).
-func nodeCPU() (busy, total int64, err error) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0, 0, err
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 6 || f[0] != "cpu" {
-		return 0, 0, fmt.Errorf("/proc/stat: unexpected first line %q", line)
-	}
-	for i, v := range f[1:] {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return 0, 0, fmt.Errorf("/proc/stat: %w", err)
-		}
-		total += n
-		if i != 3 && i != 4 { // idle, iowait
-			busy += n
-		}
-	}
-	return busy, total, nil
 }
 
 // allocChange is one entry of stats.allocation.changes.
