@@ -3,6 +3,7 @@ package allocator
 import (
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -383,7 +384,7 @@ func TestBlend(t *testing.T) {
 		t.Errorf("blend: %+v", got)
 	}
 	b.Workers = 3
-	if got := blend(a, b); got != b {
+	if got := blend(a, b); !reflect.DeepEqual(got, b) {
 		t.Errorf("other workers: %+v, want the new report", got)
 	}
 }

@@ -63,9 +63,12 @@ type Figures struct {
 	CPU      float64 // a worker's CPU seconds per sample
 	Samples  int
 	// Read is dlfs's mean seconds to serve one sample to this rank's
-	// processes (0: dlfs saw none of its reads). The larger of it and
-	// what decode − cpu leaves is taken as io.
+	// processes (0: dlfs saw none of its reads). As much of it as decode
+	// − cpu leaves room for is taken as io.
 	Read float64
+	// ReadBySource is dlfs's mean seconds per read request, by the tier
+	// that served it (ram, ssd, peer, moved, pfs), for stats.
+	ReadBySource map[string]float64
 }
 
 // fit turns figures into a model. Figures are validated by package

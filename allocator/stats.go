@@ -1,6 +1,7 @@
 package allocator
 
 import (
+	"maps"
 	"math"
 )
 
@@ -50,7 +51,9 @@ type FiguresStats struct {
 	Decode   float64 `json:"decode_seconds_per_sample"`
 	CPU      float64 `json:"cpu_seconds_per_sample"`
 	Read     float64 `json:"read_seconds_per_sample"`
-	Samples  int     `json:"samples"`
+	// ReadBySource is dlfs's seconds per read request, by tier.
+	ReadBySource map[string]float64 `json:"read_seconds_by_source,omitempty"`
+	Samples      int                `json:"samples"`
 }
 
 // ModelAccuracy compares the model's samples/s for the workers every rank
@@ -90,7 +93,7 @@ func (a *Allocator) Stats() Stats {
 		st.Ranks = append(st.Ranks, RankStats{
 			Job: k.Job, Rank: k.Rank, Fit: fit, Advice: r.advice, Model: acc,
 			Figures: FiguresStats{Epoch: f.Epoch, Batch: f.Batch, Workers: f.Workers, Prefetch: f.Prefetch, Step: f.Step,
-				Wait: f.Wait, Decode: f.Decode, CPU: f.CPU, Read: f.Read, Samples: f.Samples},
+				Wait: f.Wait, Decode: f.Decode, CPU: f.CPU, Read: f.Read, ReadBySource: maps.Clone(f.ReadBySource), Samples: f.Samples},
 			IdleSeconds: now.Sub(r.seen).Seconds(),
 		})
 		st.Workers += r.advice.Workers

@@ -16,8 +16,8 @@ func (n *Node) report(r control.Report) (allocator.Advice, error) {
 	f := allocator.Figures{
 		Epoch: r.Epoch, Batch: r.Batch, Workers: r.Workers, Prefetch: r.Prefetch,
 		Step: r.Step, Wait: r.Wait, Decode: r.Decode, CPU: r.CPU, Samples: r.Samples,
-		Read: n.readTimes.perFile(k, n.readers, r.Pid),
 	}
+	f.Read, f.ReadBySource = n.readTimes.perFile(k, n.readers, r.Pid)
 	adv, err := n.alloc.Report(k, f)
 	if err != nil {
 		return adv, fmt.Errorf("%w: %s: %v", control.ErrSyntax, r.Line(), err)
@@ -36,15 +36,16 @@ type readTimes struct {
 const maxReadTimes = 4096
 
 // perFile returns the mean seconds dlfs took per file it served to the
-// stream of process pid since k's previous report, or 0 when it served
-// none (or pid is 0: not given).
-func (t *readTimes) perFile(k allocator.Key, tr *readers.Tracker, pid int) float64 {
+// stream of process pid since k's previous report, and per read request
+// by the tier that served it; 0 and nil when it served none (or pid is 0:
+// not given).
+func (t *readTimes) perFile(k allocator.Key, tr *readers.Tracker, pid int) (float64, map[string]float64) {
 	if pid <= 0 || tr == nil {
-		return 0
+		return 0, nil
 	}
 	st, ok := tr.Stream(pid)
 	if !ok {
-		return 0
+		return 0, nil
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -58,7 +59,14 @@ func (t *readTimes) perFile(k allocator.Key, tr *readers.Tracker, pid int) float
 	}
 	files, secs := st.Files-prev.Files, st.ReadSeconds-prev.ReadSeconds
 	if files <= 0 || secs < 0 {
-		return 0
+		return 0, nil
 	}
-	return secs / float64(files)
+	by := map[string]float64{}
+	for src, now := range st.Sources {
+		was := prev.Sources[src]
+		if n := now.Reads - was.Reads; n > 0 {
+			by[src] = (now.Seconds - was.Seconds) / float64(n)
+		}
+	}
+	return secs / float64(files), by
 }

@@ -567,9 +567,9 @@ func (d dataset) Snapshot() *catalog.Snapshot { return d.n.cat.Snapshot() }
 func (d dataset) Source() string              { return d.n.cat.Source() }
 func (d dataset) ReadAt(e *catalog.Entry, dest []byte, off int64, pid uint32) ([]byte, error) {
 	start := time.Now()
-	b, waited, err := d.n.load.ReadAtWaited(e, dest, off)
+	b, source, waited, err := d.n.load.ReadAtWaited(e, dest, off)
 	if err == nil && d.n.readers != nil {
-		d.n.readers.Observe(pid, e, off, waited > 0, time.Since(start))
+		d.n.readers.Observe(pid, e, off, waited > 0, source, time.Since(start))
 	}
 	return b, err
 }

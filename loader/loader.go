@@ -289,15 +289,16 @@ func blockOf(e *catalog.Entry, tag uint64, f fetch) ramcache.Block {
 // otherwise. It returns an empty slice at or past end of file. The read is
 // reported to the stage, once, with the time it waited on the PFS.
 func (l *Loader) ReadAt(e *catalog.Entry, dest []byte, off int64) ([]byte, error) {
-	b, _, err := l.ReadAtWaited(e, dest, off)
+	b, _, _, err := l.ReadAtWaited(e, dest, off)
 	return b, err
 }
 
-// ReadAtWaited is ReadAt that also says how long the read waited on the
-// PFS (0: a hit).
-func (l *Loader) ReadAtWaited(e *catalog.Entry, dest []byte, off int64) ([]byte, time.Duration, error) {
+// ReadAtWaited is ReadAt that also says which tier supplied the read (the
+// slowest, for a read of several blocks: "ram", "ssd", "peer", "moved" or
+// "pfs") and how long it waited on the PFS (0: a hit).
+func (l *Loader) ReadAtWaited(e *catalog.Entry, dest []byte, off int64) ([]byte, string, time.Duration, error) {
 	if off >= e.Size || len(dest) == 0 {
-		return dest[:0], 0, nil
+		return dest[:0], tierNames[tierRAM], 0, nil
 	}
 	var held []string // blocks this read fetched, held until it is reported
 	defer func() {
@@ -316,7 +317,7 @@ func (l *Loader) ReadAtWaited(e *catalog.Entry, dest []byte, off int64) ([]byte,
 	if first == last {
 		b, t, w, err := l.block(e, first, end == min((first+1)*bs, e.Size), &held)
 		if err != nil {
-			return nil, 0, err
+			return nil, "", 0, err
 		}
 		from, waited, out = t, w, b[off-first*bs:end-first*bs]
 	} else {
@@ -324,7 +325,7 @@ func (l *Loader) ReadAtWaited(e *catalog.Entry, dest []byte, off int64) ([]byte,
 		for i := first; i <= last; i++ {
 			b, t, w, err := l.block(e, i, end >= min((i+1)*bs, e.Size), &held)
 			if err != nil {
-				return nil, 0, err
+				return nil, "", 0, err
 			}
 			from = max(from, t) // the slowest tier involved supplied the read
 			waited += w
@@ -339,7 +340,7 @@ func (l *Loader) ReadAtWaited(e *catalog.Entry, dest []byte, off int64) ([]byte,
 	if s := l.stage.Load(); s != nil {
 		s.s.Observe(e, off, waited)
 	}
-	return out, waited, nil
+	return out, tierNames[from], waited, nil
 }
 
 func (l *Loader) count(t tier, n int64) {

@@ -121,12 +121,24 @@ type StreamStats struct {
 	Reads int64 `json:"reads"`
 	Hits  int64 `json:"hits"` // reads that did not wait on the PFS
 	Files int64 `json:"files"`
-	// ReadSeconds is the time dlfs took to serve the stream's reads.
-	ReadSeconds float64 `json:"read_seconds"`
-	Pattern     string  `json:"pattern"` // "", "sequential", "strided W+R", "random"
-	Job         string  `json:"job,omitempty"`
-	Root        string  `json:"root,omitempty"`
+	// ReadSeconds is the time dlfs took to serve the stream's reads, and
+	// Sources splits reads and that time by the tier that served them.
+	ReadSeconds float64               `json:"read_seconds"`
+	Sources     map[string]SourceTime `json:"sources,omitempty"`
+	Pattern     string                `json:"pattern"` // "", "sequential", "strided W+R", "random"
+	Job         string                `json:"job,omitempty"`
+	Root        string                `json:"root,omitempty"`
 }
+
+// SourceTime is the reads a tier served to a stream, and the time they
+// took.
+type SourceTime struct {
+	Reads   int64   `json:"reads"`
+	Seconds float64 `json:"seconds"`
+}
+
+// maxSources bounds a stream's Sources (the loader's tiers are five).
+const maxSources = 8
 
 // Tracker groups reads into streams and infers their jobs.
 type Tracker struct {
@@ -321,10 +333,10 @@ func (t *Tracker) Close() {
 	}
 }
 
-// Observe records a read of e at off by pid, which dlfs served in took;
-// waited says it waited on the PFS. It never blocks on more than reading
-// /proc for a pid's first read.
-func (t *Tracker) Observe(pid uint32, e *catalog.Entry, off int64, waited bool, took time.Duration) {
+// Observe records a read of e at off by pid, which dlfs served from
+// source (the tier) in took; waited says it waited on the PFS. It never
+// blocks on more than reading /proc for a pid's first read.
+func (t *Tracker) Observe(pid uint32, e *catalog.Entry, off int64, waited bool, source string, took time.Duration) {
 	if pid == 0 || e == nil {
 		return
 	}
@@ -343,6 +355,14 @@ func (t *Tracker) Observe(pid uint32, e *catalog.Entry, off int64, waited bool, 
 	s.last = now
 	s.stats.Reads++
 	s.stats.ReadSeconds += took.Seconds()
+	if s.stats.Sources == nil {
+		s.stats.Sources = map[string]SourceTime{}
+	}
+	if st, ok := s.stats.Sources[source]; ok || len(s.stats.Sources) < maxSources {
+		st.Reads++
+		st.Seconds += took.Seconds()
+		s.stats.Sources[source] = st
+	}
 	if !waited {
 		s.stats.Hits++
 	}
@@ -378,7 +398,14 @@ func (t *Tracker) Stream(pid int) (StreamStats, bool) {
 	if s == nil {
 		return StreamStats{}, false
 	}
-	return s.stats, true
+	return s.statsLocked(), true
+}
+
+// statsLocked copies the stream's figures, its map too.
+func (s *stream) statsLocked() StreamStats {
+	st := s.stats
+	st.Sources = maps.Clone(st.Sources)
+	return st
 }
 
 // streamOf returns the stream a pid reads for: the pid of the highest
@@ -453,7 +480,7 @@ func (t *Tracker) Streams() []StreamStats {
 	defer t.mu.Unlock()
 	out := make([]StreamStats, 0, len(t.streams))
 	for _, s := range t.streams {
-		out = append(out, s.stats)
+		out = append(out, s.statsLocked())
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Pid < out[j].Pid })
 	return out

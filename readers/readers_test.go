@@ -218,7 +218,7 @@ func TestSequentialStream(t *testing.T) {
 	})
 	jobs := &fakeJobs{ahead: map[string]int{}}
 	tr := tracker(t, snap, proc, jobs)
-	read := func(pid uint32, e *catalog.Entry) { tr.Observe(pid, e, 0, true, time.Millisecond) }
+	read := func(pid uint32, e *catalog.Entry) { tr.Observe(pid, e, 0, true, "pfs", time.Millisecond) }
 	for i := 0; i < 40; i++ {
 		read(uint32(101+i%2), files[i])
 	}
@@ -260,7 +260,7 @@ func TestStridedStream(t *testing.T) {
 	jobs := &fakeJobs{ahead: map[string]int{}}
 	tr := tracker(t, snap, fakeProc(t, map[int][2]string{7: {"1", "python3"}}), jobs)
 	for i := 2; i < len(files); i += 4 {
-		tr.Observe(7, files[i], 0, true, time.Millisecond)
+		tr.Observe(7, files[i], 0, true, "pfs", time.Millisecond)
 	}
 	waitFor(t, "an inferred job", func() bool { jobs.mu.Lock(); defer jobs.mu.Unlock(); return len(jobs.lines) == 1 })
 	if l := jobs.lines[0]; l.Sampler != "distributed" || l.Shuffle || l.World != 4 || len(l.Ranks) != 1 || l.Ranks[0] != 2 {
@@ -280,7 +280,7 @@ func TestTorchStream(t *testing.T) {
 	for epoch := 0; epoch < 2; epoch++ {
 		order := sampler.Distributed{N: n, World: 2, Rank: 1, Shuffle: true, Seed: 0}.Epoch(epoch)
 		for _, i := range loaderReads(order, 2, 8, len(order)) {
-			tr.Observe(9, files[i], 0, true, time.Millisecond)
+			tr.Observe(9, files[i], 0, true, "pfs", time.Millisecond)
 		}
 		if epoch == 0 {
 			waitFor(t, "an inferred torch job", func() bool { jobs.mu.Lock(); defer jobs.mu.Unlock(); return len(jobs.lines) == 1 })
@@ -316,7 +316,7 @@ func TestNotInferred(t *testing.T) {
 		jobs := &fakeJobs{ahead: map[string]int{}, announced: c.announced}
 		tr := tracker(t, snap, fakeProc(t, map[int][2]string{7: {"1", "python3"}}), jobs)
 		for _, e := range files {
-			tr.Observe(7, e, 0, c.waited, time.Millisecond)
+			tr.Observe(7, e, 0, c.waited, "pfs", time.Millisecond)
 		}
 		waitFor(t, "a judgement", func() bool { return tr.judged.Load() > 0 })
 		jobs.mu.Lock()
@@ -337,7 +337,7 @@ func TestRandomSamplerStream(t *testing.T) {
 	for epoch := 0; epoch < 2; epoch++ {
 		order := sampler.Random{N: len(files), Seed: 3}.Epoch(epoch)
 		for _, i := range loaderReads(order, 2, 8, len(order)) {
-			tr.Observe(9, files[i], 0, true, time.Millisecond)
+			tr.Observe(9, files[i], 0, true, "pfs", time.Millisecond)
 		}
 		if epoch == 0 {
 			waitFor(t, "an inferred job", func() bool { jobs.mu.Lock(); defer jobs.mu.Unlock(); return len(jobs.lines) == 1 })

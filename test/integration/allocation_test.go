@@ -166,12 +166,13 @@ func TestLoaderAdvice(t *testing.T) {
 	// dlfs's own read times per reader (the reports take them per
 	// interval; later epochs read from the page cache, unseen).
 	streams, _ := st["streams"].([]any)
-	var readSecs float64
+	var readSecs, pfsReads float64
 	for _, s := range streams {
 		readSecs += num(s.(map[string]any), "read_seconds")
+		pfsReads += num(s.(map[string]any), "sources", "pfs", "reads")
 	}
-	if len(streams) < 2 || readSecs <= 0 {
-		t.Errorf("streams %v: want both loaders with read times", streams)
+	if len(streams) < 2 || readSecs <= 0 || pfsReads <= 0 {
+		t.Errorf("streams %v: want both loaders with read times, split by tier", streams)
 	}
 
 	// Impossible figures are refused with EINVAL, and change nothing.
