@@ -67,8 +67,12 @@ type Config struct {
 	// outnumber them, workers that decode may not.
 	Cores int  // default runtime.NumCPU()
 	Mode  Mode // default Need
-	// Idle ends a job none of whose ranks reported for this long.
+	// Idle ends a job none of whose ranks reported, or read (LastRead),
+	// for this long.
 	Idle time.Duration // default 2 min
+	// LastRead returns when dlfs last served a read to a rank's
+	// processes (zero: never, or unknown); nil counts reports alone.
+	LastRead func(Key) time.Time
 	// Drift is the relative change in a rank's fit (μ, or its workers'
 	// time per sample) that calls for a new allocation.
 	Drift float64 // default 0.2
@@ -380,7 +384,7 @@ func (a *Allocator) Ranks(name string) []int {
 func (a *Allocator) expireLocked(now time.Time) {
 	gone := false
 	for name, j := range a.jobs {
-		if now.Sub(j.seen) > a.cfg.Idle {
+		if now.Sub(j.seen) > a.cfg.Idle && !a.readingLocked(name, now) {
 			a.dropLocked(name, "idle")
 			gone = true
 		}
@@ -388,6 +392,23 @@ func (a *Allocator) expireLocked(now time.Time) {
 	if gone {
 		a.allocateLocked("idle")
 	}
+}
+
+// readingLocked reports whether dlfs served a read to any rank of job
+// name within Idle: a job whose helper stopped reporting keeps its advice
+// while it reads.
+func (a *Allocator) readingLocked(name string, now time.Time) bool {
+	if a.cfg.LastRead == nil {
+		return false
+	}
+	for k := range a.ranks {
+		if k.Job == name {
+			if t := a.cfg.LastRead(k); !t.IsZero() && now.Sub(t) <= a.cfg.Idle {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (a *Allocator) dropLocked(name, reason string) {

@@ -420,3 +420,26 @@ func TestNodeCPU(t *testing.T) {
 		t.Errorf("8 workers: %.0f samples/s predicted, want about the 1,000 measured", got)
 	}
 }
+
+// TestIdleByReads: a job whose helper stops reporting keeps its advice
+// while dlfs still serves its reads, and goes once those stop too.
+func TestIdleByReads(t *testing.T) {
+	c := newClock()
+	var read time.Time
+	a := New(Config{CPUs: 8, Cores: 8, Now: c.now, Idle: time.Minute, LastRead: func(k Key) time.Time {
+		if k.Job == "quiet" {
+			return read
+		}
+		return time.Time{}
+	}})
+	report(t, a, Key{"quiet", 0}, figures(0.02, 0))
+	c.add(90 * time.Second)
+	read = c.now().Add(-10 * time.Second)
+	if _, ok := a.Advice(Key{"quiet", 0}); !ok {
+		t.Fatal("a job still reading was dropped for not reporting")
+	}
+	c.add(time.Minute)
+	if _, ok := a.Advice(Key{"quiet", 0}); ok {
+		t.Error("a job neither reporting nor reading for over a minute was kept")
+	}
+}

@@ -3,6 +3,7 @@ package daemon
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/dlfs/dlfs/allocator"
 	"github.com/dlfs/dlfs/control"
@@ -26,10 +27,29 @@ func (n *Node) report(r control.Report) (allocator.Advice, error) {
 }
 
 // readTimes keeps, per reporting rank, its stream's figures at its last
-// report, so that each report gets the read time of its own interval.
+// report, so that each report gets the read time of its own interval, and
+// the process it reports from, for lastRead.
 type readTimes struct {
 	mu   sync.Mutex
 	last map[allocator.Key]readers.StreamStats
+	pids map[allocator.Key]int
+}
+
+// lastRead returns when dlfs last served a read to rank k's processes,
+// as far as its reports named them (allocator's Config.LastRead).
+func (n *Node) lastRead(k allocator.Key) time.Time {
+	t := &n.readTimes
+	t.mu.Lock()
+	pid := t.pids[k]
+	t.mu.Unlock()
+	if pid <= 0 || n.readers == nil {
+		return time.Time{}
+	}
+	st, ok := n.readers.Stream(pid)
+	if !ok {
+		return time.Time{}
+	}
+	return st.LastRead
 }
 
 // maxReadTimes bounds readTimes: past it, the intervals start anew.
@@ -51,7 +71,9 @@ func (t *readTimes) perFile(k allocator.Key, tr *readers.Tracker, pid int) (floa
 	defer t.mu.Unlock()
 	if t.last == nil || len(t.last) >= maxReadTimes {
 		t.last = map[allocator.Key]readers.StreamStats{}
+		t.pids = map[allocator.Key]int{}
 	}
+	t.pids[k] = pid
 	prev, seen := t.last[k]
 	t.last[k] = st
 	if !seen || prev.Pid != st.Pid {

@@ -353,6 +353,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if ac.NodeCPU == nil {
 		ac.NodeCPU = allocator.ProcStat
 	}
+	ac.LastRead = n.lastRead
 	n.alloc = allocator.New(ac)
 	n.warmer = warmup.New(warmup.Config{Logger: cfg.Logger}, warmSource{n})
 	n.onClose("warmup", func() error { n.warmer.Close(); return nil })

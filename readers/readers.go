@@ -125,9 +125,11 @@ type StreamStats struct {
 	// Sources splits reads and that time by the tier that served them.
 	ReadSeconds float64               `json:"read_seconds"`
 	Sources     map[string]SourceTime `json:"sources,omitempty"`
-	Pattern     string                `json:"pattern"` // "", "sequential", "strided W+R", "random"
-	Job         string                `json:"job,omitempty"`
-	Root        string                `json:"root,omitempty"`
+	// LastRead is when dlfs last served it.
+	LastRead time.Time `json:"last_read"`
+	Pattern  string    `json:"pattern"` // "", "sequential", "strided W+R", "random"
+	Job      string    `json:"job,omitempty"`
+	Root     string    `json:"root,omitempty"`
 }
 
 // SourceTime is the reads a tier served to a stream, and the time they
@@ -352,7 +354,7 @@ func (t *Tracker) Observe(pid uint32, e *catalog.Entry, off int64, waited bool, 
 		s = &stream{pid: key, ring: make([]*catalog.Entry, 0, t.cfg.History), stats: StreamStats{Pid: key}}
 		t.streams[key] = s
 	}
-	s.last = now
+	s.last, s.stats.LastRead = now, now
 	s.stats.Reads++
 	s.stats.ReadSeconds += took.Seconds()
 	if s.stats.Sources == nil {

@@ -214,7 +214,7 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 	f.BoolVar(&o.coalesce, "coalesce", true, "read neighbouring samples of a packed SOURCE in one request when the PFS model says it is cheaper")
 	f.StringVar(&o.allocation, "allocation", string(allocator.Need), "how DataLoader workers are shared between the jobs that report (dlfs.DataLoader): need (by each one's measured model and loading costs) or even")
 	f.IntVar(&o.loaderCPUs, "loader-cpus", runtime.NumCPU(), "CPUs for the DataLoaders on this node: the most workers advised in total")
-	f.DurationVar(&o.jobIdle, "job-idle", 2*time.Minute, "a reporting job none of whose ranks reported for this long has ended, and its workers go to the others")
+	f.DurationVar(&o.jobIdle, "job-idle", 2*time.Minute, "a reporting job none of whose ranks reported, or read through dlfs, for this long has ended, and its workers go to the others")
 	f.BoolVar(&o.debugFUSE, "debug-fuse", false, "log every FUSE request")
 	f.StringVar(&o.cpuProfile, "cpu-profile", "", "write a Go CPU profile to this file until unmount")
 	_ = f.MarkHidden("cpu-profile")
