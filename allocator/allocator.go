@@ -141,7 +141,12 @@ type job struct {
 }
 
 // Allocator keeps the ranks' figures and advice. Safe for concurrent use.
+//
+// Locking: mu guards everything below it. Config.NodeCPU and
+// Config.LastRead are called with mu held, so they must not call the
+// Allocator.
 type Allocator struct {
+	// Read-only after New.
 	cfg   Config
 	log   *slog.Logger
 	start time.Time

@@ -395,6 +395,7 @@ class DataLoader(torch.utils.data.DataLoader):
             self_acc = multiprocessing.Array("d", 3)
             dataset = _TimedDataset(dataset, self_acc)
         super().__init__(dataset, *args, **kwargs)
+        self.last_advice = None  # the advice the current epoch runs with, or None
         self._dlfs_mount = mount if self_acc is not None else None
         self._dlfs_acc = self_acc
         if self._dlfs_mount is None:
@@ -414,7 +415,6 @@ class DataLoader(torch.utils.data.DataLoader):
         self._dlfs_sums = [0.0, 0.0, 0, 0]  # step seconds, wait seconds, steps, waits
         self._dlfs_taken = (0.0, 0.0, 0.0)  # the accumulator at the last report
         self._dlfs_epochs = 0
-        self.last_advice = None  # the advice the current epoch runs with, or None
 
     def _dlfs_path(self, name):
         return os.path.join(self._dlfs_mount, CONTROL_NAME, "jobs", self._dlfs_job, "rank-%d" % self._dlfs_rank, name)

@@ -190,6 +190,16 @@ func TestLoaderAdvice(t *testing.T) {
 		t.Errorf("a refused report changed the advice: %s, then %s", b, b2)
 	}
 
+	// Off a dlfs mount it is the stock DataLoader: nothing wrapped, no
+	// advice.
+	eps, first, err := runLoader(filepath.Join(src, "train"), "plain", 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first != `{"wrapped": "ImageFolder", "classes": 4}` || len(eps) != 1 || eps[0].Advice != nil || eps[0].Workers != 1 {
+		t.Errorf("off the mount: %s, %+v", first, eps)
+	}
+
 	// end drops a job that only reported (no sampler was announced).
 	if err := os.WriteFile(ctl, []byte("end job=slow\n"), 0); err != nil {
 		t.Fatal(err)
