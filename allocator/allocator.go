@@ -309,6 +309,15 @@ func blend(was, f Figures) Figures {
 	case f.Read == 0:
 		out.Read = was.Read // dlfs saw none of this interval's reads
 	}
+	switch {
+	case was.Start > 0 && f.Start > 0:
+		out.Start = mix(was.Start, f.Start)
+	case f.Start == 0:
+		out.Start = was.Start // no epoch started in this interval
+	}
+	if f.Length == 0 {
+		out.Length = was.Length
+	}
 	return out
 }
 

@@ -443,3 +443,23 @@ func TestIdleByReads(t *testing.T) {
 		t.Error("a job neither reporting nor reading for over a minute was kept")
 	}
 }
+
+// TestEpochStart: a rank whose workers take 0.1 s each to start, in an
+// epoch of 3,200 samples, delivers 800 samples/s over an epoch where its
+// steady rate is 1,000; the model predicts that, and a worker that adds
+// little in steady state is not worth its start.
+func TestEpochStart(t *testing.T) {
+	// 8 workers, 32-sample batches, a 32 ms step, no wait: 1,000/s.
+	m := fit(Figures{Batch: 32, Workers: 8, Step: 0.032, Decode: 0.004, CPU: 0.001, Start: 0.8, Length: 3200})
+	if math.Abs(m.Start-0.1) > 1e-12 || math.Abs(m.Measured-800) > 1e-9 {
+		t.Fatalf("fit %+v: want 0.1 s a worker and 800 samples/s measured", m)
+	}
+	if got := m.rate(8, 1); math.Abs(got-800) > 1e-9 {
+		t.Errorf("rate(8) = %v, want 800", got)
+	}
+	// Its model eats 1,000/s: 4 workers at 4 ms a sample are enough in
+	// steady state (1,000/s); more only start slower.
+	if d := need([]Fit{m}, 16, 16, 16); d[0] != 4 {
+		t.Errorf("need gave %v workers, want 4", d)
+	}
+}

@@ -27,6 +27,12 @@ import (
 // k = d·(step + wait) / (batch·decode); until it shows, k = 1.
 // With no workers (d = 0) the main process loads between steps:
 // T = batch / (step + batch·k·(io + cpu·s)).
+//
+// A DataLoader starts its workers anew every epoch, and the first batch
+// waits for them: with an epoch of n samples and a start of w seconds per
+// worker (both reported), a rank delivers n / (w·d + n/T(d)) over an
+// epoch. That is the rate the model predicts and compares, and it makes a
+// worker that adds little in steady state cost more than it brings.
 type Fit struct {
 	Batch int     `json:"batch"`
 	Mu    float64 `json:"mu_samples_per_second"`
@@ -41,7 +47,12 @@ type Fit struct {
 	// Extra is the node's CPU seconds per sample beyond the workers',
 	// the same for every rank (set at each allocation).
 	Extra float64 `json:"extra_cpu_seconds_per_sample"`
-	// Measured is the samples/s the report shows: batch / (step + wait).
+	// Start is the seconds each worker adds to an epoch's start, and
+	// Length the samples of an epoch (0: not reported).
+	Start  float64 `json:"start_seconds_per_worker"`
+	Length int     `json:"epoch_length"`
+	// Measured is the samples/s the report shows over an epoch:
+	// batch / (step + wait) in steady state, with the epoch's start.
 	Measured float64 `json:"measured_samples_per_second"`
 	Workers  int     `json:"measured_workers"`
 }
@@ -66,6 +77,10 @@ type Figures struct {
 	// processes (0: dlfs saw none of its reads). As much of it as decode
 	// − cpu leaves room for is taken as io.
 	Read float64
+	// Start is the seconds from an epoch's start to its first batch,
+	// Length the samples of an epoch (0: not reported).
+	Start  float64
+	Length int
 	// ReadBySource is dlfs's mean seconds per read request, by the tier
 	// that served it (ram, ssd, peer, moved, pfs), for stats.
 	ReadBySource map[string]float64
@@ -81,8 +96,12 @@ func fit(f Figures) Fit {
 	} else {
 		m.Mu = math.Inf(1)
 	}
+	m.Length = f.Length
+	if f.Start > 0 {
+		m.Start = f.Start / float64(max(f.Workers, 1))
+	}
 	if f.Step+f.Wait > 0 {
-		m.Measured = b / (f.Step + f.Wait)
+		m.Measured = m.overEpoch(b/(f.Step+f.Wait), f.Workers)
 	}
 	// A worker's wall time per sample is io plus its CPU time stretched
 	// by contention s. What dlfs took to serve the read is io, as far as
@@ -108,8 +127,24 @@ func fit(f Figures) Fit {
 	return m
 }
 
-// rate returns T for a rank of fit m with d workers under slowdown s.
+// overEpoch returns the samples/s over an epoch of a rank that delivers
+// steady samples/s once its d workers have started.
+func (m Fit) overEpoch(steady float64, d int) float64 {
+	if m.Length <= 0 || m.Start <= 0 || steady <= 0 || math.IsInf(steady, 1) {
+		return steady
+	}
+	n := float64(m.Length)
+	return n / (m.Start*float64(max(d, 1)) + n/steady)
+}
+
+// rate returns the samples/s over an epoch for a rank of fit m with d
+// workers under slowdown s.
 func (m Fit) rate(d int, s float64) float64 {
+	return m.overEpoch(m.steady(d, s), d)
+}
+
+// steady returns T(d) under slowdown s, once the workers have started.
+func (m Fit) steady(d int, s float64) float64 {
 	per := max(1, m.Overhead) * (m.IO + m.CPU*s) // a worker's seconds per sample
 	if d == 0 {
 		step := 0.0

@@ -51,6 +51,8 @@ type FiguresStats struct {
 	Decode   float64 `json:"decode_seconds_per_sample"`
 	CPU      float64 `json:"cpu_seconds_per_sample"`
 	Read     float64 `json:"read_seconds_per_sample"`
+	Start    float64 `json:"start_seconds"`
+	Length   int     `json:"epoch_length"`
 	// ReadBySource is dlfs's seconds per read request, by tier.
 	ReadBySource map[string]float64 `json:"read_seconds_by_source,omitempty"`
 	Samples      int                `json:"samples"`
@@ -93,7 +95,7 @@ func (a *Allocator) Stats() Stats {
 		st.Ranks = append(st.Ranks, RankStats{
 			Job: k.Job, Rank: k.Rank, Fit: fit, Advice: r.advice, Model: acc,
 			Figures: FiguresStats{Epoch: f.Epoch, Batch: f.Batch, Workers: f.Workers, Prefetch: f.Prefetch, Step: f.Step,
-				Wait: f.Wait, Decode: f.Decode, CPU: f.CPU, Read: f.Read, ReadBySource: maps.Clone(f.ReadBySource), Samples: f.Samples},
+				Wait: f.Wait, Decode: f.Decode, CPU: f.CPU, Read: f.Read, Start: f.Start, Length: f.Length, ReadBySource: maps.Clone(f.ReadBySource), Samples: f.Samples},
 			IdleSeconds: now.Sub(r.seen).Seconds(),
 		})
 		st.Workers += r.advice.Workers

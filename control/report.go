@@ -11,17 +11,20 @@ import (
 // (dlfs.DataLoader) every few seconds, for package allocator:
 //
 //	report job=NAME rank=R epoch=E batch=B workers=W prefetch=P
-//	       step=S wait=S decode=S cpu=S samples=N pid=PID
+//	       step=S wait=S decode=S cpu=S samples=N pid=PID start=S length=N
 //
 //	step     mean seconds the training loop held a batch (its model step)
 //	wait     mean seconds it waited for the next batch
 //	decode   mean seconds a worker spent per sample (__getitem__: read and decode)
 //	cpu      mean CPU seconds a worker spent per sample
 //	samples  how many samples the means cover
+//	start    seconds from an epoch's start to its first batch (the workers
+//	         starting), for the last epoch that started in the interval
+//	length   samples in an epoch
 //
 // workers is the DataLoader's num_workers (0: the main process loads),
 // prefetch its prefetch_factor (default 2), pid its main process (its
-// workers' reads are its; optional). Every figure must be finite
+// workers' reads are its). prefetch, pid, start and length are optional. Every figure must be finite
 // and within the limits below, or the whole write is refused (EINVAL).
 type Report struct {
 	Job      string
@@ -35,7 +38,9 @@ type Report struct {
 	Decode   float64
 	CPU      float64
 	Samples  int
-	Pid      int // 0: not given
+	Pid      int     // 0: not given
+	Start    float64 // 0: not given
+	Length   int     // 0: not given
 }
 
 func (Report) command() {}
@@ -51,9 +56,12 @@ const (
 	MaxPid            = 1 << 22 // Linux's pid_max limit
 )
 
-// reportKeys are the keys of a report line; all but prefetch and pid are
-// required.
-var reportKeys = []string{"job", "rank", "epoch", "batch", "workers", "prefetch", "step", "wait", "decode", "cpu", "samples", "pid"}
+// reportKeys are the keys of a report line; optional marks those that may
+// be left out.
+var (
+	reportKeys = []string{"job", "rank", "epoch", "batch", "workers", "prefetch", "step", "wait", "decode", "cpu", "samples", "pid", "start", "length"}
+	optional   = map[string]bool{"prefetch": true, "pid": true, "start": true, "length": true}
+)
 
 func parseReport(fields []string) (Report, error) {
 	r := Report{Prefetch: 2}
@@ -96,6 +104,10 @@ func parseReport(fields []string) (Report, error) {
 			r.Samples, err = parseInt(v, 1, MaxReportSamples)
 		case "pid":
 			r.Pid, err = parseInt(v, 1, MaxPid)
+		case "start":
+			r.Start, err = parseSeconds(v)
+		case "length":
+			r.Length, err = parseInt(v, 1, MaxReportSamples)
 		default:
 			return r, fmt.Errorf("%w: report: unknown key %q; known: %s", ErrSyntax, clip(k), strings.Join(reportKeys, ", "))
 		}
@@ -104,7 +116,7 @@ func parseReport(fields []string) (Report, error) {
 		}
 	}
 	for _, k := range reportKeys {
-		if k != "prefetch" && k != "pid" && !seen[k] {
+		if !optional[k] && !seen[k] {
 			return r, fmt.Errorf("%w: report: %s= is missing; a report needs %s", ErrSyntax, k, strings.Join(reportKeys, ", "))
 		}
 	}
@@ -130,6 +142,12 @@ func (r Report) Line() string {
 		r.Job, r.Rank, r.Epoch, r.Batch, r.Workers, r.Prefetch, r.Step, r.Wait, r.Decode, r.CPU, r.Samples)
 	if r.Pid > 0 {
 		line += fmt.Sprintf(" pid=%d", r.Pid)
+	}
+	if r.Start > 0 {
+		line += fmt.Sprintf(" start=%g", r.Start)
+	}
+	if r.Length > 0 {
+		line += fmt.Sprintf(" length=%d", r.Length)
 	}
 	return line
 }

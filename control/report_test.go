@@ -7,14 +7,14 @@ import (
 	"testing"
 )
 
-const goodReport = "report job=a rank=1 epoch=3 batch=32 workers=4 prefetch=2 step=0.02 wait=0.001 decode=0.004 cpu=0.003 samples=640 pid=4242"
+const goodReport = "report job=a rank=1 epoch=3 batch=32 workers=4 prefetch=2 step=0.02 wait=0.001 decode=0.004 cpu=0.003 samples=640 pid=4242 start=0.5 length=6400"
 
 func TestParseReport(t *testing.T) {
 	cmds, err := Parse([]byte(goodReport))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Report{Job: "a", Rank: 1, Epoch: 3, Batch: 32, Workers: 4, Prefetch: 2, Step: 0.02, Wait: 0.001, Decode: 0.004, CPU: 0.003, Samples: 640, Pid: 4242}
+	want := Report{Job: "a", Rank: 1, Epoch: 3, Batch: 32, Workers: 4, Prefetch: 2, Step: 0.02, Wait: 0.001, Decode: 0.004, CPU: 0.003, Samples: 640, Pid: 4242, Start: 0.5, Length: 6400}
 	if len(cmds) != 1 || cmds[0] != want {
 		t.Fatalf("%#v, want %#v", cmds, want)
 	}

@@ -16,7 +16,7 @@ func (n *Node) report(r control.Report) (allocator.Advice, error) {
 	k := allocator.Key{Job: r.Job, Rank: r.Rank}
 	f := allocator.Figures{
 		Epoch: r.Epoch, Batch: r.Batch, Workers: r.Workers, Prefetch: r.Prefetch,
-		Step: r.Step, Wait: r.Wait, Decode: r.Decode, CPU: r.CPU, Samples: r.Samples,
+		Step: r.Step, Wait: r.Wait, Decode: r.Decode, CPU: r.CPU, Samples: r.Samples, Start: r.Start, Length: r.Length,
 	}
 	f.Read, f.ReadBySource = n.readTimes.perFile(k, n.readers, r.Pid)
 	adv, err := n.alloc.Report(k, f)

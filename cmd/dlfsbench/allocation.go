@@ -191,17 +191,16 @@ func runAllocation(o options) error {
 		return float64(n) / (last - first), workers
 	}
 	// accuracy is the median relative error of the advice's prediction,
-	// made before the epoch, against the rate the epoch ran at once its
-	// workers had started (the model has no term for their start), after
-	// the warm window; and the median share of the epoch its workers took
-	// to start.
+	// made before the epoch for the workers it ran with, against the rate
+	// the epoch ran at, start to end, after the warm window; and the
+	// median share of the epoch its workers took to start.
 	accuracy := func(eps []standinEpoch) (errMedian, startShare float64, n int) {
 		var errs, starts []float64
 		for _, e := range eps {
-			if e.Start < allocWarm || e.Predicted == nil || e.End <= e.First || e.Samples <= e.Batch {
+			if e.Start < allocWarm || e.Predicted == nil || e.End <= e.Start {
 				continue
 			}
-			got := float64(e.Samples-e.Batch) / (e.End - e.First)
+			got := float64(e.Samples) / (e.End - e.Start)
 			errs = append(errs, abs(*e.Predicted-got)/got)
 			starts = append(starts, (e.First-e.Start)/(e.End-e.Start))
 		}

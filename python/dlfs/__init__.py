@@ -326,8 +326,9 @@ class _Measured:
     timing how long the training loop holds each batch and waits for the
     next."""
 
-    def __init__(self, loader, it, epoch):
+    def __init__(self, loader, it, epoch, began):
         self._loader, self._it, self._epoch = loader, it, epoch
+        self._began = began  # when the epoch's iteration began
         self._held = None  # when the last batch was handed over
         self._first = True
 
@@ -349,7 +350,9 @@ class _Measured:
             lo._dlfs_report(self._epoch)
             raise
         t1 = time.perf_counter()
-        if not self._first:  # the first wait is the workers starting
+        if self._first:  # the first wait is the workers starting
+            lo._dlfs_start = t1 - self._began
+        else:
             lo._dlfs_sums[1] += t1 - t0
             lo._dlfs_sums[3] += 1
         self._first = False
@@ -415,6 +418,7 @@ class DataLoader(torch.utils.data.DataLoader):
         self._dlfs_sums = [0.0, 0.0, 0, 0]  # step seconds, wait seconds, steps, waits
         self._dlfs_taken = (0.0, 0.0, 0.0)  # the accumulator at the last report
         self._dlfs_epochs = 0
+        self._dlfs_start = 0.0  # the last epoch's start, until reported
 
     def _dlfs_path(self, name):
         return os.path.join(self._dlfs_mount, CONTROL_NAME, "jobs", self._dlfs_job, "rank-%d" % self._dlfs_rank, name)
@@ -461,6 +465,13 @@ class DataLoader(torch.utils.data.DataLoader):
                 % (self._dlfs_job, self._dlfs_rank, epoch, batch, self.num_workers,
                    (self.prefetch_factor or 2) if self.num_workers > 0 else 2,
                    step / steps, wait / waits if waits else 0.0, wall / n, min(cpu, wall) / n, int(n), os.getpid()))
+        if self._dlfs_start > 0:
+            line += " start=%.6f" % self._dlfs_start
+            self._dlfs_start = 0.0
+        try:
+            line += " length=%d" % (len(self) * batch)
+        except TypeError:
+            pass
         try:
             with open(os.path.join(self._dlfs_mount, CONTROL_NAME, "control"), "w") as f:
                 f.write(line + "\n")
@@ -473,4 +484,5 @@ class DataLoader(torch.utils.data.DataLoader):
         self._dlfs_apply()
         epoch = self._dlfs_epoch()
         self._dlfs_epochs += 1
-        return _Measured(self, super().__iter__(), epoch)
+        began = time.perf_counter()
+        return _Measured(self, super().__iter__(), epoch, began)
