@@ -327,6 +327,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	})
 	pc := cfg.Prefetch
 	pc.BlockSize, pc.Logger, pc.AllRanks = lc.BlockSize, cfg.Logger, allRanks
+	pc.EvenShare = cfg.Allocation.Mode == allocator.Even
 	if pc.BlockSize <= 0 {
 		pc.BlockSize = loader.DefaultConfig().BlockSize
 	}

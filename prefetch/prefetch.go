@@ -14,7 +14,8 @@
 // cursor and frontier over the rate its reader consumes at), as long as
 // staged and in-flight bytes fit in Config.Staging. So jobs share the PFS
 // and the stage by deadline: a fast reader is kept further ahead in
-// positions than a slow one, and a job far ahead yields. Config.Workers fetches run at
+// positions than a slow one, and a job far ahead yields. With
+// Config.EvenShare, every stream is kept as many positions ahead. Config.Workers fetches run at
 // once, so a high-latency PFS is kept busy.
 //
 // # Staging
@@ -90,7 +91,10 @@ type Config struct {
 	// cluster, this node owns samples that only those ranks read, and its
 	// RAM tier must keep them for them.
 	AllRanks bool
-	Logger   *slog.Logger // nil: discard
+	// EvenShare shares fetches between streams by positions ahead of
+	// their readers, not by time (--allocation even, for comparison).
+	EvenShare bool
+	Logger    *slog.Logger // nil: discard
 }
 
 // DefaultConfig returns the defaults.
@@ -785,6 +789,19 @@ func soonest(streams []*stream, fallback float64) *stream {
 	return s
 }
 
+// leastAhead returns the stream whose frontier is fewest positions ahead
+// of its reader, of those with samples left to fetch and room to fetch
+// them; or nil.
+func leastAhead(streams []*stream) *stream {
+	var s *stream
+	for _, c := range streams {
+		if c.frontier < c.len() && !c.bounded() && (s == nil || c.ahead() < s.ahead()) {
+			s = c
+		}
+	}
+	return s
+}
+
 // fallbackRateLocked is the rate assumed for a stream whose own is not
 // known yet: the fastest known, so that a new reader is served first
 // rather than last.
@@ -947,7 +964,12 @@ func (p *Prefetcher) next(gap, run int64) []*catalog.Entry {
 	defer p.mu.Unlock()
 	fallback := p.fallbackRateLocked()
 	for {
-		s := soonest(p.streams, fallback)
+		var s *stream
+		if p.cfg.EvenShare {
+			s = leastAhead(p.streams)
+		} else {
+			s = soonest(p.streams, fallback)
+		}
 		if s == nil {
 			return nil
 		}

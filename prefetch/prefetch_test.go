@@ -394,6 +394,10 @@ func TestSoonest(t *testing.T) {
 	if s := soonest([]*stream{done}, 1); s != nil {
 		t.Errorf("a stream with nothing left was chosen")
 	}
+	// Shared evenly, positions decide whatever the rates.
+	if s := leastAhead([]*stream{slow, fast, done}); s != slow {
+		t.Errorf("even share: got %s, want slow (20 positions ahead)", s.id.job)
+	}
 }
 
 // TestMeasureRate: the rate follows the cursor over windows of a second,
