@@ -125,7 +125,7 @@ func (p *Prefetcher) pushable(limit int) []*catalog.Entry {
 				// the next epoch).
 				continue
 			}
-			if _, busy := p.pushing[e.Ino]; busy {
+			if _, busy := p.pushing[e.Ino]; busy || p.tripLocked(e.Ino) {
 				continue
 			}
 			if p.inflight[e.Ino] > 0 {
@@ -144,6 +144,20 @@ func (p *Prefetcher) pushable(limit int) []*catalog.Entry {
 		}
 	}
 	return out
+}
+
+// tripLocked reports whether ino is a trip sample of some stream: the
+// next read of it that stream expects falls on a trip step. Another
+// stream (another rank, or the same one in another epoch) must not push
+// it either, or that read would be a page-cache hit and the stream would
+// never see where its reader is.
+func (p *Prefetcher) tripLocked(ino uint64) bool {
+	for _, t := range p.streams {
+		if q := t.pending(ino); q >= 0 && t.order.step(q)%pushTrip == pushTrip-1 {
+			return true
+		}
+	}
+	return false
 }
 
 // pushed records the outcome of pushing e (n bytes stored, or err) and

@@ -140,3 +140,46 @@ func TestPushedAcrossPlanChanges(t *testing.T) {
 	}
 	waitFor(t, "the pushes no plan needs to be let go", func() bool { return held() == 0 })
 }
+
+// A trip sample of one rank is not pushed for another rank (which reads
+// it in a later epoch), or that rank's trip read would be a page-cache
+// hit and its cursor would never move.
+func TestTripNotPushedForAnotherRank(t *testing.T) {
+	const files = 256
+	p, reg, _ := setup(t, files, "job=j root=data seed=3 epoch=0 world=2 ranks=0,1 batch=4 workers=1 lookahead=2", Config{Workers: 2, Staging: 1 << 20})
+	fp := &fakePusher{pushed: map[uint64]int{}}
+	p.SetPusher(fp)
+	// Every stream fetched and considered pushing each of its positions,
+	// both epochs, and no push is under way.
+	waitFor(t, "the pushes", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, s := range p.streams {
+			if s.frontier < s.len() || s.pushStep < s.frontier {
+				return false
+			}
+		}
+		return len(p.streams) == 2 && len(p.pushing) == 0
+	})
+	j := reg.Get("j")
+	p.mu.Lock()
+	streams := append([]*stream(nil), p.streams...)
+	p.mu.Unlock()
+	if len(streams) != 2 {
+		t.Fatalf("%d streams, want 2", len(streams))
+	}
+	trips := 0
+	for _, s := range streams {
+		order := j.Order(s.id.rank, 0)
+		for step := pushTrip - 1; step < len(order); step += pushTrip {
+			e := j.Samples[order[s.order.at(step)]].Entry
+			trips++
+			if fp.has(e.Ino) {
+				t.Errorf("rank %d: the trip sample at step %d (%s) was pushed", s.id.rank, step, e.Path())
+			}
+		}
+	}
+	if trips == 0 {
+		t.Fatal("no trips checked")
+	}
+}

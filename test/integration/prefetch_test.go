@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/dlfs/dlfs/test/conformance"
 )
@@ -29,6 +30,19 @@ func TestDataLoaderMatchesPlan(t *testing.T) {
 	pfs := startPFS(t, src, "-open-latency", "2ms", "-read-latency", "200us")
 	d := startDlfs(t, pfs.Mnt, "--ram-cache", "256MiB", "--prefetch-workers", "16", "--log-level", "debug")
 	data := filepath.Join(d.Mnt, "train")
+
+	// Announce the job as the ranks' samplers will, and wait until the
+	// prefetcher follows both ranks: reads that come before it has built
+	// a rank's stream are not tracked, and on a loaded machine a whole
+	// epoch of 120 samples can come first.
+	line := "job=default root=train dataset=imagefolder sampler=distributed seed=4294967301 world=2 shuffle=true drop_last=false batch=8 workers=2 lookahead=2 torch=1.13 ranks=0,1 epoch=0\n"
+	if err := os.WriteFile(filepath.Join(d.Mnt, ".dlfs/control"), []byte(line), 0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the prefetcher to follow both ranks", 30*time.Second, func() bool {
+		st := dlfsStats(t, d.Mnt)
+		return num(st, "jobs", "default", "rank-0", "predicted") > 0 && num(st, "jobs", "default", "rank-1", "predicted") > 0
+	})
 
 	var wg sync.WaitGroup
 	records := make([][]epochRecord, 2)
