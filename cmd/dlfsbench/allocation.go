@@ -472,7 +472,7 @@ func allocPlot(epochs map[string][]standinEpoch, jobs []standin, path string) er
 		return err
 	}
 	p.Y.Min = 0
-	p.Legend.Top, p.Legend.Left = true, true
+	p.Legend.Top = false // bottom right, below the curves: the workers never go under one
 	return p.Save(7*vg.Inch, 4*vg.Inch, path)
 }
 
