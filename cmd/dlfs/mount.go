@@ -212,7 +212,7 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 	f.Float64Var(&o.pfsMargin, "pfs-margin", 0, "read the PFS instead of a peer's copy that the model expects to be this many times slower; 0 never")
 	f.BoolVar(&o.push, "push", true, "write prefetched samples into the kernel's page cache ahead of their reads, so a read costs no round trip to dlfs")
 	f.BoolVar(&o.coalesce, "coalesce", true, "read neighbouring samples of a packed SOURCE in one request when the PFS model says it is cheaper")
-	f.StringVar(&o.allocation, "allocation", string(allocator.Need), "how DataLoader workers are shared between the jobs that report (dlfs.DataLoader): need (by each one's measured model and loading costs) or even")
+	f.StringVar(&o.allocation, "allocation", string(allocator.Need), "how DataLoader workers and prefetching are shared between jobs: need (workers by each reporting job's measured model and loading costs, fetches to the job that needs its next sample soonest) or even (equal workers, every job as many samples ahead)")
 	f.IntVar(&o.loaderCPUs, "loader-cpus", runtime.NumCPU(), "CPUs for the DataLoaders on this node: the most workers advised in total")
 	f.DurationVar(&o.jobIdle, "job-idle", 2*time.Minute, "a reporting job none of whose ranks reported, or read through dlfs, for this long has ended, and its workers go to the others")
 	f.BoolVar(&o.debugFUSE, "debug-fuse", false, "log every FUSE request")
