@@ -215,8 +215,13 @@ func (c *controlPlane) Write(path string, data []byte) error {
 	return err
 }
 
+// followTimeout bounds how long a job line waits for the prefetcher to
+// take up its plans.
+const followTimeout = 10 * time.Second
+
 // exec parses every line first, so a bad line changes nothing, then runs
-// them in order.
+// them in order; a write with a job line returns once the prefetcher
+// follows the new plans (or after followTimeout).
 func (c *controlPlane) exec(data []byte) error {
 	cmds, err := control.Parse(data)
 	if err != nil {
@@ -230,6 +235,15 @@ func (c *controlPlane) exec(data []byte) error {
 	}
 	if err := c.n.jobs.CheckRoom(names); err != nil {
 		return err
+	}
+	if len(names) > 0 {
+		// The reader's first reads come right after its job line: let the
+		// prefetcher follow the new plans first, or they go untracked.
+		defer func() {
+			if !c.n.pf.Follows(c.n.jobs.Version(), followTimeout) {
+				c.n.log.Warn("control: the prefetcher did not take up the new plans in time; the first reads may not be tracked", "timeout", followTimeout)
+			}
+		}()
 	}
 	for _, cmd := range cmds {
 		switch cmd := cmd.(type) {

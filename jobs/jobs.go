@@ -532,10 +532,12 @@ func (r *Registry) Index(spec control.Job) ([]folder.Sample, error) {
 type Registry struct {
 	cfg Config
 
-	mu     sync.Mutex
-	jobs   map[string]*Job // mu guards jobs, subs and aheads
-	subs   []chan struct{}
-	aheads map[string]*atomic.Int64 // Job.Ahead, by name (inferred jobs)
+	mu   sync.Mutex
+	jobs map[string]*Job // mu guards jobs, subs and aheads
+	subs []chan struct{}
+	// version counts the changes notified to subs.
+	version uint64
+	aheads  map[string]*atomic.Int64 // Job.Ahead, by name (inferred jobs)
 }
 
 // New returns an empty registry.
@@ -557,6 +559,14 @@ func New(cfg Config) *Registry {
 
 // Subscribe returns a channel that receives a value (dropped if one is
 // already pending) whenever the jobs change.
+// Version counts the changes to the jobs so far: whoever read All after
+// reading Version v has seen every change up to v.
+func (r *Registry) Version() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.version
+}
+
 func (r *Registry) Subscribe() <-chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -566,6 +576,7 @@ func (r *Registry) Subscribe() <-chan struct{} {
 }
 
 func (r *Registry) notifyLocked() {
+	r.version++
 	for _, c := range r.subs {
 		select {
 		case c <- struct{}{}:

@@ -125,6 +125,8 @@ type Loader interface {
 type Plans interface {
 	All() []*jobs.Job
 	Subscribe() <-chan struct{}
+	// Version counts the changes so far (see Follows).
+	Version() uint64
 }
 
 // Prefetcher is safe for concurrent use. It owns its scheduler and worker
@@ -141,6 +143,13 @@ type Prefetcher struct {
 	pusher   atomic.Pointer[pusherBox]
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
+
+	// builtMu guards built, the plans' version the streams were last
+	// built from, and closed; builtCond signals either changing.
+	builtMu   sync.Mutex
+	builtCond *sync.Cond
+	built     uint64
+	closed    bool
 
 	mu sync.Mutex
 	// mu guards the following.
@@ -267,6 +276,7 @@ func New(cfg Config, load Loader, plans Plans) *Prefetcher {
 		history: map[streamID]*Stats{}, staged: map[string]ramcache.Block{}, stagedIno: map[uint64]int{},
 		inflight: map[uint64]int64{}, pushedIno: map[uint64]int64{}, pushing: map[uint64]int64{},
 	}
+	p.builtCond = sync.NewCond(&p.builtMu)
 	changes := plans.Subscribe()
 	p.wg.Add(2 + pushWorkers + cfg.Workers)
 	go p.watch(ctx, changes)
@@ -284,9 +294,33 @@ func New(cfg Config, load Loader, plans Plans) *Prefetcher {
 func (p *Prefetcher) Close() {
 	p.cancel()
 	p.wg.Wait()
+	p.builtMu.Lock()
+	p.closed = true
+	p.builtCond.Broadcast() // Follows returns
+	p.builtMu.Unlock()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.staged, p.stagedIno, p.stagedBytes = map[string]ramcache.Block{}, map[uint64]int{}, 0
+}
+
+// Follows waits, up to timeout, until the streams are built from the
+// plans' version v or a later one, so that reads after it are tracked
+// (the control plane waits so after a job line: the reader's first reads
+// come right after it). It reports whether they are.
+func (p *Prefetcher) Follows(v uint64, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	t := time.AfterFunc(timeout, func() {
+		p.builtMu.Lock()
+		p.builtCond.Broadcast()
+		p.builtMu.Unlock()
+	})
+	defer t.Stop()
+	p.builtMu.Lock()
+	defer p.builtMu.Unlock()
+	for p.built < v && !p.closed && time.Now().Before(deadline) {
+		p.builtCond.Wait()
+	}
+	return p.built >= v
 }
 
 // kick wakes the scheduler and the push loop.
@@ -320,7 +354,12 @@ func (p *Prefetcher) watch(ctx context.Context, changes <-chan struct{}) {
 // new plans no longer want staged. A stream whose job and first epoch did
 // not change keeps its progress.
 func (p *Prefetcher) rebuild() {
+	v := p.plans.Version() // before swap reads the plans
 	p.swap()
+	p.builtMu.Lock()
+	p.built = max(p.built, v)
+	p.builtCond.Broadcast()
+	p.builtMu.Unlock()
 	trimmed := p.trimStage()
 	for _, b := range trimmed {
 		if !p.load.Offer(b.key, b.Block) {

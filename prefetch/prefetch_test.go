@@ -422,3 +422,33 @@ func TestMeasureRate(t *testing.T) {
 		t.Fatalf("rate %v, want (100 + 20) / 2", s.rate)
 	}
 }
+
+// TestFollows: once Follows returns for the plans' version, the streams
+// include every job registered before it; after Close it returns at once.
+func TestFollows(t *testing.T) {
+	p, reg, _ := setup(t, 60, "job=a root=data seed=1 epoch=0 batch=4", Config{Workers: 1, Staging: 1 << 20})
+	cmds, err := control.Parse([]byte("job=b root=data seed=2 epoch=0 batch=4"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Apply(cmds[0].(control.Job)); err != nil {
+		t.Fatal(err)
+	}
+	if !p.Follows(reg.Version(), 10*time.Second) {
+		t.Fatal("the prefetcher did not follow the plans")
+	}
+	p.mu.Lock()
+	jobsSeen := map[string]bool{}
+	for _, s := range p.streams {
+		jobsSeen[s.id.job] = true
+	}
+	p.mu.Unlock()
+	if !jobsSeen["a"] || !jobsSeen["b"] {
+		t.Errorf("streams of %v, want a and b", jobsSeen)
+	}
+	p.Close()
+	start := time.Now()
+	if p.Follows(reg.Version()+1, time.Minute) || time.Since(start) > 5*time.Second {
+		t.Error("Follows after Close: want false at once")
+	}
+}
