@@ -219,7 +219,7 @@ var (
 	descPFPushed    = prometheus.NewDesc("dlfs_prefetch_pushed_bytes_total", "Bytes pushed into the kernel's page cache ahead of their reads.", nil, nil)
 	descPFPushFail  = prometheus.NewDesc("dlfs_prefetch_push_failures_total", "Pushes into the page cache that failed.", nil, nil)
 	descJobReads    = prometheus.NewDesc("dlfs_job_reads_total", "Planned reads by outcome: hit (no PFS wait), late (waited), miss.", []string{"job", "rank", "outcome"}, nil)
-	descJobStall    = prometheus.NewDesc("dlfs_job_stall_seconds_total", "Seconds reads of a rank waited on the PFS this epoch.", []string{"job", "rank"}, nil)
+	descJobStall    = prometheus.NewDesc("dlfs_job_stall_seconds_total", "Seconds reads of a rank waited on the PFS, over the job's life.", []string{"job", "rank"}, nil)
 	descMembers     = prometheus.NewDesc("dlfs_cluster_members", "Members in this node's view, by state.", []string{"state"}, nil)
 	descOwned       = prometheus.NewDesc("dlfs_cluster_owned_bytes", "Bytes of the dataset placement gives a member.", []string{"member"}, nil)
 	descPeerServed  = prometheus.NewDesc("dlfs_cluster_served_to_peers_total", "Blocks sent to peers.", nil, nil)
