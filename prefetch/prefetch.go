@@ -15,8 +15,8 @@
 // staged and in-flight bytes fit in Config.Staging. So jobs share the PFS
 // and the stage by deadline: a fast reader is kept further ahead in
 // positions than a slow one, and a job far ahead yields. With
-// Config.EvenShare, every stream is kept as many positions ahead. Config.Workers fetches run at
-// once, so a high-latency PFS is kept busy.
+// Config.EvenShare, every stream is kept as many positions ahead.
+// Config.Workers fetches run at once, so a high-latency PFS is kept busy.
 //
 // # Staging
 //
