@@ -5,14 +5,15 @@ import (
 )
 
 // even splits cpus workers equally between n ranks, the remainder to the
-// first, at least one each.
-func even(n, cpus int) []int {
+// first, at least one each and at most maxWorkers.
+func even(n, cpus, maxWorkers int) []int {
 	d := make([]int, n)
 	for i := range d {
 		d[i] = max(1, cpus/n)
 		if i < cpus%n && cpus > n {
 			d[i]++
 		}
+		d[i] = min(d[i], maxWorkers)
 	}
 	return d
 }
@@ -47,7 +48,7 @@ func need(fits []Fit, cpus int, cores float64, maxWorkers int) []int {
 	}
 	c := cores
 	budget := cpus - n
-	floor := predict(fits, even(n, cpus), c)
+	floor := predict(fits, even(n, cpus, maxWorkers), c)
 	for i := range floor {
 		floor[i] *= 0.9
 	}

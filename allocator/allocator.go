@@ -202,16 +202,11 @@ func New(cfg Config) *Allocator {
 	return &Allocator{cfg: cfg, log: log, start: cfg.Now(), ranks: map[Key]*rank{}, jobs: map[string]*job{}, slow: 1}
 }
 
-// Config returns the configuration in use, defaults filled in.
-func (a *Allocator) Config() Config { return a.cfg }
-
 // Report records a rank's figures and returns its advice, allocating
 // anew on arrival or drift. A new rank beyond Config.MaxRanks is refused.
 func (a *Allocator) Report(k Key, f Figures) (Advice, error) {
-	now := a.cfg.Now()
-	a.mu.Lock()
+	now := a.lock()
 	defer a.mu.Unlock()
-	a.expireLocked(now)
 	a.sampleCPULocked(now)
 	if a.ranks[k] == nil && len(a.ranks) >= a.cfg.MaxRanks {
 		return Advice{}, fmt.Errorf("%d ranks report already, at most %d; end a job first (end job=NAME)", len(a.ranks), a.cfg.MaxRanks)
@@ -339,10 +334,8 @@ func (a *Allocator) drifted(was, m Fit) bool {
 // End drops a job's ranks and reallocates; it reports whether the job had
 // any.
 func (a *Allocator) End(name string) bool {
-	now := a.cfg.Now()
-	a.mu.Lock()
+	a.lock()
 	defer a.mu.Unlock()
-	a.expireLocked(now)
 	if a.jobs[name] == nil {
 		return false
 	}
@@ -353,10 +346,8 @@ func (a *Allocator) End(name string) bool {
 
 // Advice returns a rank's current advice.
 func (a *Allocator) Advice(k Key) (Advice, bool) {
-	now := a.cfg.Now()
-	a.mu.Lock()
+	a.lock()
 	defer a.mu.Unlock()
-	a.expireLocked(now)
 	r := a.ranks[k]
 	if r == nil {
 		return Advice{}, false
@@ -366,10 +357,8 @@ func (a *Allocator) Advice(k Key) (Advice, bool) {
 
 // Jobs returns the names of the jobs with reporting ranks, sorted.
 func (a *Allocator) Jobs() []string {
-	now := a.cfg.Now()
-	a.mu.Lock()
+	a.lock()
 	defer a.mu.Unlock()
-	a.expireLocked(now)
 	var out []string
 	for name := range a.jobs {
 		out = append(out, name)
@@ -380,10 +369,8 @@ func (a *Allocator) Jobs() []string {
 
 // Ranks returns a job's reporting ranks, sorted.
 func (a *Allocator) Ranks(name string) []int {
-	now := a.cfg.Now()
-	a.mu.Lock()
+	a.lock()
 	defer a.mu.Unlock()
-	a.expireLocked(now)
 	var out []int
 	for k := range a.ranks {
 		if k.Job == name {
@@ -392,6 +379,15 @@ func (a *Allocator) Ranks(name string) []int {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// lock takes mu and ends the jobs that went idle, so that no caller sees
+// them; it returns the time it did so. The caller unlocks mu.
+func (a *Allocator) lock() time.Time {
+	now := a.cfg.Now()
+	a.mu.Lock()
+	a.expireLocked(now)
+	return now
 }
 
 // expireLocked ends the jobs that went idle.
@@ -481,7 +477,7 @@ func (a *Allocator) keepLocked(keys []Key, fits []Fit, d []int) bool {
 	if sum(u) >= (1+minGain)*sum(t) {
 		return false
 	}
-	floor := predict(fits, even(len(keys), a.cfg.CPUs), c)
+	floor := predict(fits, even(len(keys), a.cfg.CPUs, a.cfg.MaxWorkers), c)
 	for i := range floor {
 		if t[i] < 0.9*floor[i] && u[i] >= 0.9*floor[i] {
 			return false // d lifts a rank the current advice leaves below its floor
@@ -504,10 +500,7 @@ func (a *Allocator) allocateLocked(reason string) {
 	fits := a.fitsLocked(keys)
 	var d []int
 	if a.cfg.Mode == Even {
-		d = even(len(keys), a.cfg.CPUs)
-		for i := range d {
-			d[i] = min(d[i], a.cfg.MaxWorkers)
-		}
+		d = even(len(keys), a.cfg.CPUs, a.cfg.MaxWorkers)
 	} else {
 		d = need(fits, a.cfg.CPUs, float64(a.cfg.Cores), a.cfg.MaxWorkers)
 	}

@@ -85,7 +85,7 @@ func TestEven(t *testing.T) {
 		n, cpus int
 		want    []int
 	}{{3, 12, []int{4, 4, 4}}, {3, 8, []int{3, 3, 2}}, {3, 2, []int{1, 1, 1}}, {1, 5, []int{5}}} {
-		got := even(c.n, c.cpus)
+		got := even(c.n, c.cpus, 64)
 		for i := range got {
 			if got[i] != c.want[i] {
 				t.Errorf("even(%d, %d) = %v, want %v", c.n, c.cpus, got, c.want)
@@ -101,7 +101,7 @@ func TestEven(t *testing.T) {
 func TestNeedBench3(t *testing.T) {
 	fits := bench3()
 	const cpus = 24
-	e, n := even(3, cpus), need(fits, cpus, cpus, 64)
+	e, n := even(3, cpus, 64), need(fits, cpus, cpus, 64)
 	te, tn := predict(fits, e, cpus), predict(fits, n, cpus)
 	t.Logf("even %v → %.0f samples/s; need %v → %.0f", e, te, n, tn)
 	if sum(tn) < 1.2*sum(te) {
@@ -173,10 +173,7 @@ func TestNeedRandom(t *testing.T) {
 		if total > max(cpus, n) {
 			t.Fatalf("trial %d: %v: %d workers on %d CPUs", trial, d, total, cpus)
 		}
-		e := even(n, cpus)
-		for i := range e {
-			e[i] = min(e[i], 16)
-		}
+		e := even(n, cpus, 16)
 		te, tn := sum(predict(fits, e, float64(cores))), sum(predict(fits, d, float64(cores)))
 		worst = min(worst, tn/te)
 		if tn > 1.01*te {

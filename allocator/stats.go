@@ -70,10 +70,8 @@ type ModelAccuracy struct {
 
 // Stats returns the current figures.
 func (a *Allocator) Stats() Stats {
-	now := a.cfg.Now()
-	a.mu.Lock()
+	now := a.lock()
 	defer a.mu.Unlock()
-	a.expireLocked(now)
 	st := Stats{Mode: a.cfg.Mode, CPUs: a.cfg.CPUs, Cores: a.cfg.Cores, Slowdown: a.slow, Busy: a.busy, Allocations: a.gen, Ranks: []RankStats{}, Changes: append([]Change{}, a.changes...),
 		Started: float64(a.start.UnixNano()) / 1e9}
 	keys := a.sortedLocked()
