@@ -175,9 +175,7 @@ func (j *Job) set(k, v string) error {
 	var err error
 	switch k {
 	case "job":
-		if !validName(v) {
-			return fmt.Errorf("want a name of letters, digits, '.', '_' or '-', at most 64")
-		}
+		err = checkName(v)
 		j.Name = v
 	case "root":
 		if j.Root, err = relPath(v); err != nil {
@@ -273,6 +271,14 @@ func relPath(v string) (string, error) {
 	default:
 		return c, nil
 	}
+}
+
+// checkName says what a job name may be, if s is not one.
+func checkName(s string) error {
+	if !validName(s) {
+		return fmt.Errorf("want a name of letters, digits, '.', '_' or '-', at most 64")
+	}
+	return nil
 }
 
 func validName(s string) bool {

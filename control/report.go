@@ -78,9 +78,7 @@ func parseReport(fields []string) (Report, error) {
 		var err error
 		switch k {
 		case "job":
-			if !validName(v) {
-				err = fmt.Errorf("want a name of letters, digits, '.', '_' or '-', at most 64")
-			}
+			err = checkName(v)
 			r.Job = v
 		case "rank":
 			r.Rank, err = parseInt(v, 0, MaxWorld-1)
@@ -115,9 +113,15 @@ func parseReport(fields []string) (Report, error) {
 			return r, fmt.Errorf("%w: report: %s=%q: %v", ErrSyntax, k, clip(v), err)
 		}
 	}
+	var required []string
 	for _, k := range reportKeys {
-		if !optional[k] && !seen[k] {
-			return r, fmt.Errorf("%w: report: %s= is missing; a report needs %s", ErrSyntax, k, strings.Join(reportKeys, ", "))
+		if !optional[k] {
+			required = append(required, k)
+		}
+	}
+	for _, k := range required {
+		if !seen[k] {
+			return r, fmt.Errorf("%w: report: %s= is missing; a report needs %s", ErrSyntax, k, strings.Join(required, ", "))
 		}
 	}
 	return r, nil
