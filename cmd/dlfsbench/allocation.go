@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -201,7 +202,7 @@ func runAllocation(o options) error {
 				continue
 			}
 			got := float64(e.Samples) / (e.End - e.Start)
-			errs = append(errs, abs(*e.Predicted-got)/got)
+			errs = append(errs, math.Abs(*e.Predicted-got)/got)
 			starts = append(starts, (e.First-e.Start)/(e.End-e.Start))
 		}
 		if len(errs) == 0 {
@@ -507,11 +508,4 @@ func readLines(path string, fn func([]byte) error) error {
 		}
 	}
 	return sc.Err()
-}
-
-func abs(x float64) float64 {
-	if x < 0 {
-		return -x
-	}
-	return x
 }
