@@ -441,18 +441,23 @@ func TestIdleByReads(t *testing.T) {
 	}
 }
 
-// TestEpochStart: a rank whose workers take 0.1 s each to start, in an
-// epoch of 3,200 samples, delivers 800 samples/s over an epoch where its
-// steady rate is 1,000; the model predicts that, and a worker that adds
-// little in steady state is not worth its start.
+// TestEpochStart: a rank whose epoch of 3,200 samples takes 0.8 s to its
+// first batch, of which the batch itself (one worker, 32 samples at 4 ms)
+// is 0.128 s and the workers' start 0.084 s each, delivers 800 samples/s
+// over an epoch where its steady rate is 1,000; the model predicts that,
+// and a worker that adds little in steady state is not worth its start.
 func TestEpochStart(t *testing.T) {
 	// 8 workers, 32-sample batches, a 32 ms step, no wait: 1,000/s.
 	m := fit(Figures{Batch: 32, Workers: 8, Step: 0.032, Decode: 0.004, CPU: 0.001, Start: 0.8, Length: 3200})
-	if math.Abs(m.Start-0.1) > 1e-12 || math.Abs(m.Measured-800) > 1e-9 {
-		t.Fatalf("fit %+v: want 0.1 s a worker and 800 samples/s measured", m)
+	if math.Abs(m.Start-0.084) > 1e-12 || math.Abs(m.Measured-800) > 1e-9 {
+		t.Fatalf("fit %+v: want 0.084 s a worker and 800 samples/s measured", m)
 	}
 	if got := m.rate(8, 1); math.Abs(got-800) > 1e-9 {
 		t.Errorf("rate(8) = %v, want 800", got)
+	}
+	// Twice the workers cost twice their start, not twice the first batch.
+	if got, want := m.rate(16, 1), 3200/(16*0.084+0.128+3.2); math.Abs(got-want) > 1e-9 {
+		t.Errorf("rate(16) = %v, want %v", got, want)
 	}
 	// Its model eats 1,000/s: 4 workers at 4 ms a sample are enough in
 	// steady state (1,000/s); more only start slower.

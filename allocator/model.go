@@ -29,10 +29,12 @@ import (
 // T = batch / (step + batch·k·(io + cpu·s)).
 //
 // A DataLoader starts its workers anew every epoch, and the first batch
-// waits for them: with an epoch of n samples and a start of w seconds per
-// worker (both reported), a rank delivers n / (w·d + n/T(d)) over an
-// epoch. That is the rate the model predicts and compares, and it makes a
-// worker that adds little in steady state cost more than it brings.
+// waits for them: each worker's start (w seconds, from the reported time
+// to the first batch) and then one worker filling a whole batch alone,
+// batch·k·(io + cpu·s). With an epoch of n samples (reported), a rank
+// delivers n / (w·d + batch·k·(io + cpu·s) + n/T(d)) over an epoch. That
+// is the rate the model predicts and compares, and it makes a worker that
+// adds little in steady state cost more than it brings.
 type Fit struct {
 	Batch int     `json:"batch"`
 	Mu    float64 `json:"mu_samples_per_second"`
@@ -47,8 +49,9 @@ type Fit struct {
 	// Extra is the node's CPU seconds per sample beyond the workers',
 	// the same for every rank (set at each allocation).
 	Extra float64 `json:"extra_cpu_seconds_per_sample"`
-	// Start is the seconds each worker adds to an epoch's start, and
-	// Length the samples of an epoch (0: not reported).
+	// Start is the seconds each worker adds to an epoch's start beyond
+	// the first batch itself, and Length the samples of an epoch (0: not
+	// reported; then the start is left out).
 	Start  float64 `json:"start_seconds_per_worker"`
 	Length int     `json:"epoch_length"`
 	// Measured is the samples/s the report shows over an epoch:
@@ -97,12 +100,6 @@ func fit(f Figures) Fit {
 		m.Mu = math.Inf(1)
 	}
 	m.Length = f.Length
-	if f.Start > 0 {
-		m.Start = f.Start / float64(max(f.Workers, 1))
-	}
-	if f.Step+f.Wait > 0 {
-		m.Measured = m.overEpoch(b/(f.Step+f.Wait), f.Workers)
-	}
 	// A worker's wall time per sample is io plus its CPU time stretched
 	// by contention s. What dlfs took to serve the read is io, as far as
 	// the wall time leaves room for it beside the CPU time; with no read
@@ -124,28 +121,42 @@ func fit(f Figures) Fit {
 		}
 		m.Overhead = max(1, perSample/f.Decode)
 	}
+	// The reported start less the first batch, as one worker took it.
+	first := b * max(1, m.Overhead) * f.Decode
+	if f.Start > first {
+		m.Start = (f.Start - first) / float64(max(f.Workers, 1))
+	}
+	if f.Step+f.Wait > 0 {
+		m.Measured = m.overEpoch(b/(f.Step+f.Wait), first, f.Workers)
+	}
 	return m
 }
 
 // overEpoch returns the samples/s over an epoch of a rank that delivers
-// steady samples/s once its d workers have started.
-func (m Fit) overEpoch(steady float64, d int) float64 {
-	if m.Length <= 0 || m.Start <= 0 || steady <= 0 || math.IsInf(steady, 1) {
+// steady samples/s once its d workers have started and the first batch,
+// which took first seconds, has come.
+func (m Fit) overEpoch(steady, first float64, d int) float64 {
+	if m.Length <= 0 || steady <= 0 || math.IsInf(steady, 1) {
 		return steady
 	}
 	n := float64(m.Length)
-	return n / (m.Start*float64(max(d, 1)) + n/steady)
+	return n / (m.Start*float64(max(d, 1)) + first + n/steady)
 }
 
 // rate returns the samples/s over an epoch for a rank of fit m with d
 // workers under slowdown s.
 func (m Fit) rate(d int, s float64) float64 {
-	return m.overEpoch(m.steady(d, s), d)
+	return m.overEpoch(m.steady(d, s), float64(m.Batch)*m.perSample(s), d)
+}
+
+// perSample is a worker's seconds per sample under slowdown s.
+func (m Fit) perSample(s float64) float64 {
+	return max(1, m.Overhead) * (m.IO + m.CPU*s)
 }
 
 // steady returns T(d) under slowdown s, once the workers have started.
 func (m Fit) steady(d int, s float64) float64 {
-	per := max(1, m.Overhead) * (m.IO + m.CPU*s) // a worker's seconds per sample
+	per := m.perSample(s)
 	if d == 0 {
 		step := 0.0
 		if !math.IsInf(m.Mu, 1) && m.Mu > 0 {
