@@ -71,10 +71,10 @@ type standinEpoch struct {
 }
 
 const (
-	allocLoaderCPUs = 24                    // the worker budget: a node of 24 cores, squeezed onto this VM's 2
+	allocLoaderCPUs = 24                     // the worker budget: a node of 24 cores, squeezed onto this VM's 2
 	allocDecode     = 200 * time.Microsecond // the stand-in decode's CPU per sample
 	allocOpen       = 20 * time.Millisecond  // pfssim's latency per open
-	allocWarm       = 8.0                   // seconds left out at the start of a run: the first reports and advice
+	allocWarm       = 8.0                    // seconds left out at the start of a run: the first reports and advice
 )
 
 func runAllocation(o options) error {
