@@ -1,17 +1,26 @@
 package allocator
 
 import (
+	"cmp"
 	"math"
+	"slices"
 )
 
 // even splits cpus workers equally between n ranks, the remainder to the
-// first, at least one each and at most maxWorkers.
+// first, at least one each and at most maxWorkers. With more ranks than
+// cpus, the first cpus ranks get one and the rest none (their main
+// processes load).
 func even(n, cpus, maxWorkers int) []int {
 	d := make([]int, n)
 	for i := range d {
-		d[i] = max(1, cpus/n)
-		if i < cpus%n && cpus > n {
-			d[i]++
+		switch {
+		case n > cpus:
+			d[i] = min(1, max(0, cpus-i))
+		default:
+			d[i] = cpus / n
+			if i < cpus%n {
+				d[i]++
+			}
 		}
 		d[i] = min(d[i], maxWorkers)
 	}
@@ -35,15 +44,20 @@ func even(n, cpus, maxWorkers int) []int {
 //     another rank, gets none (no over-provisioning), and the rest of the
 //     budget stays unused.
 //
-// The total never exceeds cpus (except for the one worker each of step 1)
-// and no rank exceeds maxWorkers.
+// The total never exceeds cpus and no rank exceeds maxWorkers. With more
+// ranks than cpus, the cpus ranks that one worker speeds up most get one
+// and the rest none: their main processes load (DataLoader's
+// num_workers=0).
 func need(fits []Fit, cpus int, cores float64, maxWorkers int) []int {
 	n := len(fits)
+	if n > cpus {
+		return firstWorkers(fits, cpus, cores)
+	}
 	d := make([]int, n)
 	for i := range d {
 		d[i] = 1
 	}
-	if n == 0 || n >= cpus {
+	if n == 0 || n == cpus {
 		return d
 	}
 	c := cores
@@ -101,6 +115,28 @@ func need(fits []Fit, cpus int, cores float64, maxWorkers int) []int {
 		}
 		d[best]++
 		budget--
+	}
+	return d
+}
+
+// firstWorkers gives one worker to each of the cpus ranks whose rate it
+// raises most over loading in the main process, and none to the rest.
+func firstWorkers(fits []Fit, cpus int, cores float64) []int {
+	n := len(fits)
+	d := make([]int, n)
+	none := predict(fits, d, cores)
+	one := make([]int, n)
+	for i := range one {
+		one[i] = 1
+	}
+	all := predict(fits, one, cores)
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(i, j int) int { return cmp.Compare(all[j]-none[j], all[i]-none[i]) })
+	for _, i := range idx[:max(0, cpus)] {
+		d[i] = 1
 	}
 	return d
 }

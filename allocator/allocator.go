@@ -468,9 +468,11 @@ const minGain = 0.05
 func (a *Allocator) keepLocked(keys []Key, fits []Fit, d []int) bool {
 	cur := make([]int, len(keys))
 	for i, k := range keys {
-		if cur[i] = a.ranks[k].advice.Workers; cur[i] < 1 {
-			return false
+		adv := a.ranks[k].advice
+		if adv.Generation == 0 {
+			return false // a rank without advice yet
 		}
+		cur[i] = adv.Workers
 	}
 	c := float64(a.cfg.Cores)
 	t, u := predict(fits, cur, c), predict(fits, d, c)
