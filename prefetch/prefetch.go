@@ -1002,6 +1002,15 @@ func (p *Prefetcher) next(gap, run int64) []*catalog.Entry {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	fallback := p.fallbackRateLocked()
+	skipped := false
+	defer func() {
+		if skipped { // pushing stops at the frontier: it may go on now
+			select {
+			case p.pushWake <- struct{}{}:
+			default:
+			}
+		}
+	}()
 	for {
 		var s *stream
 		if p.cfg.EvenShare {
@@ -1020,6 +1029,7 @@ func (p *Prefetcher) next(gap, run int64) []*catalog.Entry {
 		e := s.entry(pos)
 		if p.stagedIno[e.Ino] > 0 || p.inflight[e.Ino] > 0 {
 			s.frontier++
+			skipped = true // no fetch to finish, so no kick
 			continue
 		}
 		if held := p.stagedBytes + p.inflightBytes + p.pushedBytes; held+e.Size > p.cfg.Staging && held > 0 {
