@@ -66,7 +66,7 @@
 //
 // Every read is counted once, under the tier that supplied its bytes:
 // a read that waited for another reader's PFS fetch counts as a PFS read;
-// a read served from the stage counts as a RAM read.
+// a read served from the prefetcher's stage counts under "stage".
 package loader
 
 import (
@@ -113,7 +113,8 @@ func DefaultConfig() Config { return Config{BlockSize: 1 << 20, DemandPerContain
 type tier int
 
 const (
-	tierRAM tier = iota
+	tierRAM   tier = iota
+	tierStage // the prefetcher's stage: fetched ahead for this read
 	tierSSD
 	tierPeer
 	tierMoved // from the previous owner's caches: now this node's own
@@ -121,7 +122,7 @@ const (
 	numTiers
 )
 
-var tierNames = [numTiers]string{"ram", "ssd", "peer", "moved", "pfs"}
+var tierNames = [numTiers]string{"ram", "stage", "ssd", "peer", "moved", "pfs"}
 
 // Served counts reads and bytes served from one tier.
 type Served struct {
@@ -294,8 +295,8 @@ func (l *Loader) ReadAt(e *catalog.Entry, dest []byte, off int64) ([]byte, error
 }
 
 // ReadAtWaited is ReadAt that also says which tier supplied the read (the
-// slowest, for a read of several blocks: "ram", "ssd", "peer", "moved" or
-// "pfs") and how long it waited on the PFS (0: a hit).
+// slowest, for a read of several blocks: "ram", "stage", "ssd", "peer",
+// "moved" or "pfs") and how long it waited on the PFS (0: a hit).
 func (l *Loader) ReadAtWaited(e *catalog.Entry, dest []byte, off int64) ([]byte, string, time.Duration, error) {
 	if off >= e.Size || len(dest) == 0 {
 		return dest[:0], tierNames[tierRAM], 0, nil
@@ -359,7 +360,7 @@ func (l *Loader) block(e *catalog.Entry, i int64, done bool, held *[]string) ([]
 		return b.Data, tierRAM, 0, nil
 	}
 	if b, ok := l.fromStage(key, tag, e, done); ok {
-		return b.Data, tierRAM, 0, nil
+		return b.Data, tierStage, 0, nil
 	}
 	l.flight.hold(key)
 	*held = append(*held, key)
@@ -372,7 +373,7 @@ func (l *Loader) block(e *catalog.Entry, i int64, done bool, held *[]string) ([]
 			return fetch{b.Data, tierRAM, b.Sum}, nil
 		}
 		if b, ok := l.fromStage(key, tag, e, done); ok {
-			return fetch{b.Data, tierRAM, b.Sum}, nil
+			return fetch{b.Data, tierStage, b.Sum}, nil
 		}
 		f, err := l.load(e, i, tag, forReader)
 		// A block from a peer stays with its owner: caching it here too
@@ -387,8 +388,8 @@ func (l *Loader) block(e *catalog.Entry, i int64, done bool, held *[]string) ([]
 	if c.err != nil {
 		return nil, c.src, 0, c.err
 	}
-	if c.src == tierRAM {
-		return c.val, tierRAM, 0, nil
+	if c.src <= tierStage { // in RAM, or taken from the stage, meanwhile
+		return c.val, c.src, 0, nil
 	}
 	if shared && c.src != tierPeer {
 		// The flight may have been a prefetch, which stages rather than
@@ -761,11 +762,11 @@ func (l *Loader) Invalidate(e *catalog.Entry) {
 
 // Stats returns the per-tier counters.
 func (l *Loader) Stats() Stats {
-	s := Stats{Served: make(map[string]Served, numTiers), Fetched: make(map[string]Served, numTiers-1),
+	s := Stats{Served: make(map[string]Served, numTiers), Fetched: make(map[string]Served, numTiers-2),
 		Sources: l.model.Stats(), Runs: l.runs.Load(), RunSamples: l.runSamples.Load(), CopiedBytes: l.copied.Load()}
 	for t := tier(0); t < numTiers; t++ {
 		s.Served[tierNames[t]] = Served{Reads: l.reads[t].Load(), Bytes: l.bytes[t].Load()}
-		if t != tierRAM {
+		if t > tierStage {
 			s.Fetched[tierNames[t]] = Served{Reads: l.fetches[t].Load(), Bytes: l.fetched[t].Load()}
 		}
 	}

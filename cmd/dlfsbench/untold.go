@@ -221,7 +221,11 @@ func runUntold(o options, src string, files []string, total int64) error {
 			for _, v := range st0.Served {
 				reads -= float64(v.Reads)
 			}
-			run.hits = append(run.hits, float64(st1.Served["ram"].Reads-st0.Served["ram"].Reads)/reads)
+			var hits float64
+			for _, t := range []string{"ram", "stage"} {
+				hits += float64(st1.Served[t].Reads - st0.Served[t].Reads)
+			}
+			run.hits = append(run.hits, hits/reads)
 			run.pfs = append(run.pfs, float64(b1-b0)/float64(total))
 		}
 		p.Stop(30 * time.Second)

@@ -161,7 +161,7 @@ func StatsKeys(t testing.TB, m map[string]any) {
 		}
 	}
 	served, _ := m["served"].(map[string]any)
-	for _, tier := range []string{"ram", "ssd", "peer", "moved", "pfs"} {
+	for _, tier := range []string{"ram", "stage", "ssd", "peer", "moved", "pfs"} {
 		s, _ := served[tier].(map[string]any)
 		if _, ok := s["reads"]; !ok {
 			t.Errorf("stats.served.%s lacks reads", tier)

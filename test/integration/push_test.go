@@ -25,7 +25,7 @@ func TestPushAhead(t *testing.T) {
 
 	served := func(st map[string]any) float64 {
 		var n float64
-		for _, tier := range []string{"ram", "ssd", "peer", "moved", "pfs"} {
+		for _, tier := range []string{"ram", "stage", "ssd", "peer", "moved", "pfs"} {
 			n += num(st, "served", tier, "reads")
 		}
 		return n
