@@ -49,6 +49,7 @@ func (c *controlPlane) List(dir string) ([]fusefs.PseudoEntry, error) {
 	switch {
 	case dir == "":
 		return []fusefs.PseudoEntry{
+			{Name: accessLogName, Pipe: true},
 			{Name: "control", Writable: true},
 			{Name: "jobs", Dir: true},
 			{Name: "stats"},

@@ -138,7 +138,9 @@ func (r remote) FetchCached(peerName string, e *catalog.Entry, i int64) ([]byte,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cachedTimeout)
 	defer cancel()
+	start := time.Now()
 	res, err := r.n.peers.FetchCached(ctx, addr, []peer.Item{r.n.item(e, i)})
+	r.n.lat.peer.With(peerName).Since(start)
 	if err != nil {
 		return nil, 0, fmt.Errorf("peer %s: %w", peerName, err)
 	}
@@ -278,7 +280,9 @@ func (b *batcher) run() {
 					timeout = max(peerSlack*est, minPeerTimeout)
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), timeout)
+				start := time.Now()
 				res, err = b.n.peers.Fetch(ctx, b.addr, items)
+				b.n.lat.peer.With(b.name).Since(start)
 				cancel()
 			}
 			b.n.peerBatches.Add(1)

@@ -51,6 +51,9 @@ type Stats struct {
 	// Allocation is how the node's loader CPUs are shared between the
 	// DataLoaders that report (package allocator).
 	Allocation allocator.Stats `json:"allocation"`
+	// Latency holds the latency histograms' summaries; absent when they
+	// are off.
+	Latency *LatencyStats `json:"latency,omitempty"`
 }
 
 // CopyStats count the bytes dlfs copies in its own memory, outside the
@@ -159,6 +162,7 @@ func (n *Node) Stats() Stats {
 	s.Streams = n.readers.Streams()
 	s.Warmup = n.warmer.Status()
 	s.Allocation = n.alloc.Stats()
+	s.Latency = n.lat.stats()
 	for _, j := range n.jobs.All() {
 		if ps := j.PlanStats(); len(ps) > 0 {
 			if s.Plans == nil {

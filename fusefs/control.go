@@ -20,7 +20,11 @@ import (
 // see the head of one rendering and the tail of another. A rendering goes
 // when the kernel forgets its node ID.
 //
-// Control directories keep one node ID per path while the kernel holds it.
+// Control directories keep one node ID per path while the kernel holds it,
+// and so do named pipes (the access log, package accesslog): the kernel
+// keeps a pipe in its inode, so its reader and its writer (the daemon,
+// through its own mount) must meet at one node ID. A pipe's contents never
+// pass through this package.
 
 // pseudoBase is the first node ID of the control tree; the catalog's
 // inode numbers lie below it.
@@ -32,6 +36,7 @@ func isPseudo(ino uint64) bool { return ino >= pseudoBase }
 type pseudoNode struct {
 	path     string // relative to the control directory; "" is the directory itself
 	dir      bool
+	pipe     bool // a named pipe: one node ID per path, like a directory
 	writable bool
 	data     []byte // a file's rendering; never changes
 	born     time.Time
@@ -41,7 +46,7 @@ type pseudoNode struct {
 // pseudoTable holds the control tree's node IDs the kernel knows.
 type pseudoTable struct {
 	byIno map[uint64]*pseudoNode
-	dirs  map[string]uint64 // a directory's node ID by path
+	dirs  map[string]uint64 // a directory's or a pipe's node ID by path
 	next  uint64
 }
 
@@ -49,9 +54,10 @@ func newPseudoTable() pseudoTable {
 	return pseudoTable{byIno: map[uint64]*pseudoNode{}, dirs: map[string]uint64{}, next: pseudoBase}
 }
 
-// add gives n a node ID, one lookup counted; a directory keeps its ID.
+// add gives n a node ID, one lookup counted; a directory or a pipe keeps
+// its ID.
 func (t *pseudoTable) add(n *pseudoNode) uint64 {
-	if n.dir {
+	if n.dir || n.pipe {
 		if ino, ok := t.dirs[n.path]; ok {
 			t.byIno[ino].lookups++
 			return ino
@@ -101,6 +107,11 @@ func (f *FS) fillPseudo(ino uint64, n *pseudoNode, a *fuse.Attr) {
 		a.Nlink = 2
 		return
 	}
+	if n.pipe {
+		// The mounting user's only: it shows every user's requests.
+		a.Mode, a.Nlink = syscall.S_IFIFO|0o600, 1
+		return
+	}
 	a.Mode = syscall.S_IFREG | 0o444
 	if n.writable {
 		a.Mode = syscall.S_IFREG | 0o600 // the mounting user's only
@@ -120,6 +131,9 @@ func (f *FS) enter(n *pseudoNode, out *fuse.EntryOut) fuse.Status {
 	f.mu.Unlock()
 	out.NodeId = ino
 	f.fillPseudo(ino, n, &out.Attr)
+	if n.pipe {
+		out.SetEntryTimeout(f.cfg.TTL) // always there, always the same node
+	}
 	if !n.dir {
 		out.SetAttrTimeout(f.cfg.TTL) // the contents never change
 	}
@@ -147,8 +161,8 @@ func (f *FS) lookupControl(parent uint64, name string, out *fuse.EntryOut) fuse.
 			continue
 		}
 		p := path.Join(d.path, name)
-		if pe.Dir {
-			return f.enter(&pseudoNode{path: p, dir: true, born: f.born}, out)
+		if pe.Dir || pe.Pipe {
+			return f.enter(&pseudoNode{path: p, dir: pe.Dir, pipe: pe.Pipe, born: f.born}, out)
 		}
 		data, err := f.ctl.Read(p)
 		if err != nil {
@@ -202,7 +216,7 @@ func (f *FS) openControl(in *fuse.OpenIn) fuse.Status {
 	return noOpen
 }
 
-func (f *FS) readControl(in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
+func (f *FS) readControl(in *fuse.ReadIn) ([]byte, fuse.Status) {
 	n, st := f.node(in.NodeId)
 	if !st.Ok() {
 		return nil, st
@@ -212,9 +226,9 @@ func (f *FS) readControl(in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Sta
 		return nil, fuse.Status(syscall.EISDIR)
 	}
 	if off >= int64(len(n.data)) {
-		return readResult(nil), fuse.OK
+		return nil, fuse.OK
 	}
-	return readResult(n.data[off:min(off+int64(in.Size), int64(len(n.data)))]), fuse.OK
+	return n.data[off:min(off+int64(in.Size), int64(len(n.data)))], fuse.OK
 }
 
 func (f *FS) writeControl(in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {

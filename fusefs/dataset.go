@@ -66,7 +66,7 @@ func (f *FS) fillEntry(e *catalog.Entry, out *fuse.EntryOut) {
 	out.SetAttrTimeout(f.cfg.TTL)
 }
 
-func (f *FS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
+func (f *FS) lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
 	if isPseudo(h.NodeId) {
 		return f.lookupControl(h.NodeId, name, out)
 	}
@@ -94,7 +94,7 @@ func (f *FS) Forget(ino, nlookup uint64) {
 	}
 }
 
-func (f *FS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
+func (f *FS) getAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
 	if isPseudo(in.NodeId) {
 		return f.getattrControl(in.NodeId, out)
 	}
@@ -107,14 +107,14 @@ func (f *FS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrO
 	return fuse.OK
 }
 
-func (f *FS) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
+func (f *FS) setAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
 	if isPseudo(in.NodeId) {
 		return f.setattrControl(in, out)
 	}
 	return fuse.EROFS
 }
 
-func (f *FS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+func (f *FS) open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	if isPseudo(in.NodeId) {
 		return f.openControl(in)
 	}
@@ -124,34 +124,36 @@ func (f *FS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fu
 	return noOpen
 }
 
-func (f *FS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
+// read answers a read with the bytes and the tier that served them.
+func (f *FS) read(in *fuse.ReadIn, buf []byte) ([]byte, string, fuse.Status) {
 	if isPseudo(in.NodeId) {
-		return f.readControl(in, buf)
+		b, st := f.readControl(in)
+		return b, "control", st
 	}
 	e, st := f.entry(in.NodeId)
 	if !st.Ok() {
-		return nil, st
+		return nil, "", st
 	}
 	if e.IsDir() {
-		return nil, fuse.Status(syscall.EISDIR)
+		return nil, "", fuse.Status(syscall.EISDIR)
 	}
-	b, err := f.data.ReadAt(e, buf[:min(int(in.Size), len(buf))], int64(in.Offset), in.Caller.Pid)
+	b, source, err := f.data.ReadAt(e, buf[:min(int(in.Size), len(buf))], int64(in.Offset), in.Caller.Pid)
 	if err != nil {
-		return nil, fuse.Status(toErrno(f.log, "read "+e.Path(), err))
+		return nil, source, fuse.Status(toErrno(f.log, "read "+e.Path(), err))
 	}
-	return readResult(b), fuse.OK
+	return b, source, fuse.OK
 }
 
-func (f *FS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
+func (f *FS) write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
 	if isPseudo(in.NodeId) {
 		return f.writeControl(in, data)
 	}
 	return 0, fuse.EROFS
 }
 
-// Readlink returns a symlink's target. The kernel resolves it, as it
+// readlink returns a symlink's target. The kernel resolves it, as it
 // would on SOURCE; dlfs itself never follows it.
-func (f *FS) Readlink(cancel <-chan struct{}, h *fuse.InHeader) ([]byte, fuse.Status) {
+func (f *FS) readlink(cancel <-chan struct{}, h *fuse.InHeader) ([]byte, fuse.Status) {
 	e, st := f.entry(h.NodeId)
 	if !st.Ok() {
 		return nil, st
@@ -193,19 +195,22 @@ func (d *dirHandle) at(i int) (fuse.DirEntry, *catalog.Entry) {
 	default:
 		pe := d.pseudo[i-2]
 		de.Name = pe.Name
-		if !pe.Dir {
+		switch {
+		case pe.Pipe:
+			de.Mode = syscall.S_IFIFO
+		case !pe.Dir:
 			de.Mode = syscall.S_IFREG
 		}
 	}
 	return de, nil
 }
 
-// OpenDir lets the kernel cache a catalog directory's listing
+// openDir lets the kernel cache a catalog directory's listing
 // (FOPEN_CACHE_DIR): the dataset does not change while mounted, and
 // Invalidate clears the cache of directories a refresh changed. The
 // control directory is deliberately absent from the root's listing: see
 // the package doc.
-func (f *FS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+func (f *FS) openDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	var h *dirHandle
 	if isPseudo(in.NodeId) {
 		var st fuse.Status
@@ -243,7 +248,7 @@ func (f *FS) handle(fh uint64) (*dirHandle, fuse.Status) {
 	return nil, fuse.EBADF
 }
 
-func (f *FS) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+func (f *FS) readDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
 	h, st := f.handle(in.Fh)
 	if !st.Ok() {
 		return st
@@ -257,7 +262,7 @@ func (f *FS) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntry
 	return fuse.OK
 }
 
-// ReadDirPlus answers the entries with their attributes, as lookups would;
+// readDirPlus answers the entries with their attributes, as lookups would;
 // the control tree's and the dot entries come without (node ID 0: the
 // kernel looks them up when asked).
 //
@@ -266,7 +271,7 @@ func (f *FS) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntry
 // each entry in it. That first answer is then the dot entries alone: the
 // kernel reads on with plain READDIR, unless lookups came between, when it
 // asks for attributes again and gets them all.
-func (f *FS) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+func (f *FS) readDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
 	h, st := f.handle(in.Fh)
 	if !st.Ok() {
 		return st
@@ -288,7 +293,7 @@ func (f *FS) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirE
 	return fuse.OK
 }
 
-func (f *FS) ReleaseDir(in *fuse.ReleaseIn) {
+func (f *FS) releaseDir(in *fuse.ReleaseIn) {
 	f.mu.Lock()
 	delete(f.dirs, in.Fh)
 	f.mu.Unlock()

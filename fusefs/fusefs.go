@@ -44,7 +44,9 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/dlfs/dlfs/accesslog"
 	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/latency"
 )
 
 // Config configures the filesystem.
@@ -71,8 +73,13 @@ type Config struct {
 	// answers that first chunk with the dot entries alone.
 	ListingAttrs bool
 	// Debug logs every FUSE request (very verbose).
-	Debug  bool
-	Logger *slog.Logger // nil: discard
+	Debug bool
+	// Latency receives each request's latency by operation (nil: not
+	// measured), and AccessLog a line per request while someone reads it
+	// (nil: none).
+	Latency   *latency.Vec
+	AccessLog *accesslog.Log
+	Logger    *slog.Logger // nil: discard
 }
 
 // Owner is a user and group id.
@@ -89,9 +96,10 @@ type Dataset interface {
 	// Snapshot returns the current catalog snapshot. It must not block.
 	Snapshot() *catalog.Snapshot
 	// ReadAt returns up to len(dest) bytes of e at off, as a slice of dest
-	// or of an immutable cached buffer, for the process pid (0: unknown).
-	// It may block on I/O.
-	ReadAt(e *catalog.Entry, dest []byte, off int64, pid uint32) ([]byte, error)
+	// or of an immutable cached buffer, for the process pid (0: unknown),
+	// and the tier that served them (for the access log). It may block on
+	// I/O.
+	ReadAt(e *catalog.Entry, dest []byte, off int64, pid uint32) ([]byte, string, error)
 	// Source is SOURCE's path, for statfs.
 	Source() string
 }
@@ -101,6 +109,9 @@ type PseudoEntry struct {
 	Name     string
 	Dir      bool
 	Writable bool
+	// Pipe is a named pipe that the daemon writes into through the mount
+	// (the access log); ControlPlane.Read is never asked for it.
+	Pipe bool
 }
 
 // ControlPlane serves the control directory. Paths are slash-separated and
@@ -121,6 +132,8 @@ type FS struct {
 
 	cfg  Config
 	log  *slog.Logger
+	hist [numOps]*latency.Histogram // by op; nil entries without Config.Latency
+	alog *accesslog.Log
 	data Dataset
 	ctl  ControlPlane
 	born time.Time // the control tree's times
@@ -147,11 +160,17 @@ func New(cfg Config, data Dataset, ctl ControlPlane) *FS {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &FS{
+	f := &FS{
 		RawFileSystem: fuse.NewDefaultRawFileSystem(),
-		cfg:           cfg, log: cfg.Logger, data: data, ctl: ctl, born: time.Now(),
+		cfg:           cfg, log: cfg.Logger, data: data, ctl: ctl, born: time.Now(), alog: cfg.AccessLog,
 		pseudo: newPseudoTable(), dirs: map[uint64]*dirHandle{},
 	}
+	if cfg.Latency != nil {
+		for o := range numOps {
+			f.hist[o] = cfg.Latency.With(opNames[o])
+		}
+	}
+	return f
 }
 
 // MountOptions returns the go-fuse options the filesystem is designed for.
@@ -241,8 +260,8 @@ func (f *FS) Invalidate(d catalog.Diff) {
 	}
 }
 
-// StatFs reports SOURCE's filesystem.
-func (f *FS) StatFs(cancel <-chan struct{}, in *fuse.InHeader, out *fuse.StatfsOut) fuse.Status {
+// statFs reports SOURCE's filesystem.
+func (f *FS) statFs(out *fuse.StatfsOut) fuse.Status {
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(f.data.Source(), &st); err != nil {
 		return fuse.Status(toErrno(f.log, "statfs", err))

@@ -22,17 +22,17 @@ type tree struct{ cat *catalog.Catalog }
 
 func (t tree) Snapshot() *catalog.Snapshot { return t.cat.Snapshot() }
 func (t tree) Source() string              { return t.cat.Source() }
-func (t tree) ReadAt(e *catalog.Entry, dest []byte, off int64, pid uint32) ([]byte, error) {
+func (t tree) ReadAt(e *catalog.Entry, dest []byte, off int64, pid uint32) ([]byte, string, error) {
 	f, err := os.Open(filepath.Join(t.cat.Source(), e.Path()))
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	defer f.Close()
 	n, err := f.ReadAt(dest, off)
 	if n > 0 || off >= e.Size {
 		err = nil
 	}
-	return dest[:n], err
+	return dest[:n], "pfs", err
 }
 
 // plane is a ControlPlane with a stats file that counts its renderings,

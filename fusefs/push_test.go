@@ -25,7 +25,7 @@ type countingTree struct {
 	reads map[uint64]int
 }
 
-func (c *countingTree) ReadAt(e *catalog.Entry, dest []byte, off int64, pid uint32) ([]byte, error) {
+func (c *countingTree) ReadAt(e *catalog.Entry, dest []byte, off int64, pid uint32) ([]byte, string, error) {
 	c.mu.Lock()
 	c.reads[e.Ino]++
 	c.mu.Unlock()

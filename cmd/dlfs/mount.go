@@ -60,6 +60,7 @@ type mountOptions struct {
 	pfsMargin    float64
 	infer        bool
 	push         bool
+	latency      bool
 	warmup       bool
 }
 
@@ -150,6 +151,7 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 			cfg.PlacementEpochs = o.placeEpochs
 			cfg.NoInfer = !o.infer
 			cfg.NoPush = !o.push
+			cfg.NoLatency = !o.latency
 			cfg.Warmup = o.warmup
 			cfg.Loader.NoCoalesce = !o.coalesce
 			mode, err := allocator.ParseMode(o.allocation)
@@ -210,6 +212,7 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 	f.StringVar(&o.placement, "placement", "demand", "cluster placement: demand (each sample on the node whose ranks read it most, from the gossiped jobs) or hash")
 	f.IntVar(&o.placeEpochs, "placement-epochs", 4, "epochs of each job, from its first, that demand placement counts reads over")
 	f.Float64Var(&o.pfsMargin, "pfs-margin", 0, "read the PFS instead of a peer's copy that the model expects to be this many times slower; 0 never")
+	f.BoolVar(&o.latency, "latency-histograms", true, "keep latency histograms (reads by source, FUSE requests by operation, peer requests by member) in stats and metrics")
 	f.BoolVar(&o.push, "push", true, "write prefetched samples into the kernel's page cache ahead of their reads, so a read costs no round trip to dlfs")
 	f.BoolVar(&o.coalesce, "coalesce", true, "read neighbouring samples of a packed SOURCE in one request when the PFS model says it is cheaper")
 	f.StringVar(&o.allocation, "allocation", string(allocator.Need), "how DataLoader workers and prefetching are shared between jobs: need (workers by each reporting job's measured model and loading costs, fetches to the job that needs its next sample soonest) or even (equal workers, every job as many samples ahead)")
