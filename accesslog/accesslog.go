@@ -26,7 +26,8 @@
 //
 //	2026-11-24T09:30:01.123456Z pid=4711 op=read path=train/c1/0001.jpg offset=0 bytes=131072 source=ram seconds=0.000045 status=ok
 //
-// Paths are relative to the mount's root and quoted (Go syntax) when they
+// pid is the calling thread's id, as FUSE gives it (a process's first
+// thread has the process's id); paths are relative to the mount's root and quoted (Go syntax) when they
 // hold a space, a quote, an equals sign or anything unprintable.
 package accesslog
 

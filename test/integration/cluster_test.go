@@ -67,8 +67,17 @@ func TestThreeNodes(t *testing.T) {
 		t.Errorf("three nodes read %d bytes from the PFS for a %d-byte dataset (want about once)", got, total)
 	}
 	for _, n := range []*proc{b, c} {
-		if num(dlfsStats(t, n.Mnt), "served", "peer", "reads") == 0 {
+		st := dlfsStats(t, n.Mnt)
+		if num(st, "served", "peer", "reads") == 0 {
 			t.Errorf("%s read nothing from its peers", n.Mnt)
+		}
+		// The peer requests' latency, by member: a and the third node.
+		var timed float64
+		for _, m := range []string{"a", "b", "c"} {
+			timed += num(st, "latency", "peer", m, "count")
+		}
+		if timed == 0 || num(st, "latency", "read", "peer", "count") == 0 {
+			t.Errorf("%s: no peer latency in stats: %v", n.Mnt, st["latency"])
 		}
 	}
 
