@@ -85,6 +85,21 @@ type Log struct {
 	buf     []byte // lines waiting for the reader (mu)
 	dropped int    // lines dropped since the last written (mu)
 	wake    chan struct{}
+
+	lines, droppedAll, readers atomic.Int64 // for Stats
+}
+
+// Stats are the log's figures, as .dlfs/stats shows them.
+type Stats struct {
+	Attached bool  `json:"attached"` // a reader is attached now
+	Readers  int64 `json:"readers"`  // readers attached so far
+	Lines    int64 `json:"lines"`    // lines logged
+	Dropped  int64 `json:"dropped"`  // lines dropped for a reader that fell behind
+}
+
+// Stats returns the log's figures. Safe for concurrent use.
+func (l *Log) Stats() Stats {
+	return Stats{Attached: l.Active(), Readers: l.readers.Load(), Lines: l.lines.Load(), Dropped: l.droppedAll.Load()}
 }
 
 // New returns a log with no reader.
@@ -116,8 +131,10 @@ func (l *Log) Add(r Record) {
 	l.mu.Lock()
 	if len(l.buf)+len(line) > l.cfg.Buffer {
 		l.dropped++
+		l.droppedAll.Add(1)
 	} else {
 		l.buf = append(l.buf, line...)
+		l.lines.Add(1)
 	}
 	l.mu.Unlock()
 	select {
@@ -236,6 +253,7 @@ func (l *Log) serve(ctx context.Context, w io.WriteCloser) {
 		l.mu.Unlock()
 	}()
 	l.active.Store(true)
+	l.readers.Add(1)
 	var out []byte
 	for {
 		select {

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 
+	"github.com/dlfs/dlfs/accesslog"
 	"github.com/dlfs/dlfs/allocator"
 	"github.com/dlfs/dlfs/cluster"
 	"github.com/dlfs/dlfs/jobs"
@@ -54,6 +55,8 @@ type Stats struct {
 	// Latency holds the latency histograms' summaries; absent when they
 	// are off.
 	Latency *LatencyStats `json:"latency,omitempty"`
+	// AccessLog is .dlfs/accesslog's reader and what it was sent.
+	AccessLog accesslog.Stats `json:"access_log"`
 }
 
 // CopyStats count the bytes dlfs copies in its own memory, outside the
@@ -163,6 +166,7 @@ func (n *Node) Stats() Stats {
 	s.Warmup = n.warmer.Status()
 	s.Allocation = n.alloc.Stats()
 	s.Latency = n.lat.stats()
+	s.AccessLog = n.alog.Stats()
 	for _, j := range n.jobs.All() {
 		if ps := j.PlanStats(); len(ps) > 0 {
 			if s.Plans == nil {
