@@ -26,6 +26,7 @@ as a read-only FUSE view whose reads are served from RAM and SSD caches.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newMountCmd(runMount), newUmountCmd(), newPackCmd(), newSimulateCmd(), newWarmupCmd())
+	root.AddCommand(newMountCmd(runMount), newUmountCmd(), newPackCmd(), newSimulateCmd(), newWarmupCmd(),
+		newStatsCmd(), newVersionCmd())
 	return root
 }

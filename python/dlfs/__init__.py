@@ -36,6 +36,8 @@ import warnings
 import torch
 import torch.utils.data
 
+__version__ = "0.16.0"  # dlfs's version: `dlfs version` prints the same
+
 __all__ = ["announce", "find_mount", "DistributedSampler", "LocalityBatchSampler", "DataLoader", "DlfsError"]
 
 CONTROL_NAME = os.environ.get("DLFS_CONTROL_NAME", ".dlfs")

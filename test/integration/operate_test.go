@@ -2,6 +2,8 @@ package integration
 
 import (
 	"bufio"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -181,5 +183,132 @@ func TestAccessLog(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		cat.Process.Kill()
 		t.Fatal("cat still reading the access log after the daemon stopped")
+	}
+}
+
+// tmuxPane returns what the tmux session's pane shows now.
+func tmuxPane(t *testing.T, session string) string {
+	t.Helper()
+	out, err := exec.Command("tmux", "capture-pane", "-p", "-t", session).Output()
+	if err != nil {
+		return ""
+	}
+	return string(out)
+}
+
+// TestStatsCommand: `dlfs stats` prints the tables once, --json the raw
+// document, and off a mount one line and exit 1; `dlfs stats --watch`,
+// driven in tmux as a person would run it, redraws in place with rates
+// per second while files are read, and stops on Ctrl-C.
+func TestStatsCommand(t *testing.T) {
+	src := t.TempDir()
+	files := dataset(t, src, 60)
+	d := startDlfs(t, src, "--push=false")
+	readAll(t, d.Mnt, files[:10], 2, 1, fromSource(src))
+
+	code, out, stderr := runCmd(t, bin.dlfs, "stats", d.Mnt)
+	if code != 0 || !strings.Contains(out, "served") || !strings.Contains(out, "pfs") || !strings.Contains(out, "10 opens") {
+		t.Errorf("dlfs stats: exit %d\n%s%s", code, out, stderr)
+	}
+	code, out, _ = runCmd(t, bin.dlfs, "stats", "--json", d.Mnt)
+	var doc map[string]any
+	if err := json.Unmarshal([]byte(out), &doc); code != 0 || err != nil || doc["node"] == nil {
+		t.Errorf("dlfs stats --json: exit %d, %v", code, err)
+	}
+	code, out, stderr = runCmd(t, bin.dlfs, "stats", src)
+	if code != 1 || out != "" || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "not a dlfs mount") {
+		t.Errorf("dlfs stats off a mount: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+
+	session := fmt.Sprintf("dlfs-stats-%d", os.Getpid())
+	if b, err := exec.Command("tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "50",
+		bin.dlfs+" stats --watch 300ms "+d.Mnt+"; sleep 30").CombinedOutput(); err != nil {
+		t.Fatalf("tmux: %v %s", err, b)
+	}
+	t.Cleanup(func() { _ = exec.Command("tmux", "kill-session", "-t", session).Run() })
+	poll := func(what string, cond func(string) bool) string {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			if s := tmuxPane(t, session); cond(s) {
+				return s
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s; the pane shows:\n%s", what, tmuxPane(t, session))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	poll("the table", func(s string) bool { return strings.Contains(s, "every 300ms") && strings.Contains(s, "served") })
+	// Read the rest while it watches: the pfs row shows a rate, and the
+	// opens reach the dataset's size; the screen holds one table (redrawn
+	// in place, not scrolled).
+	readErr := make(chan error, 1)
+	go func() {
+		for _, f := range files[10:] {
+			if _, err := os.ReadFile(filepath.Join(d.Mnt, f)); err != nil {
+				readErr <- err
+				return
+			}
+		}
+		readErr <- nil
+	}()
+	t.Cleanup(func() {
+		if err := <-readErr; err != nil {
+			t.Error(err)
+		}
+	})
+	// The first frame that shows all 60 opens covers the last of them:
+	// its pfs row has a rate above zero.
+	poll("the reads, with their rate", func(s string) bool {
+		if !strings.Contains(s, "60 opens") || strings.Count(s, "every 300ms") != 1 {
+			return false
+		}
+		for _, l := range strings.Split(s, "\n") {
+			if f := strings.Fields(l); len(f) >= 6 && f[0] == "pfs" {
+				return f[4] != "-" && f[4] != "0"
+			}
+		}
+		return false
+	})
+	if err := exec.Command("tmux", "send-keys", "-t", session, "C-c").Run(); err != nil {
+		t.Fatal(err)
+	}
+	// After Ctrl-C the command exits and the shell goes on to sleep.
+	poll("the watch to stop", func(string) bool {
+		out, err := exec.Command("tmux", "list-panes", "-t", session, "-F", "#{pane_current_command}").Output()
+		return err == nil && strings.TrimSpace(string(out)) == "sleep"
+	})
+}
+
+// TestPipInstall: `pip install --no-build-isolation ./python` (Debian's
+// pip, nothing from an index) installs the helper into a virtual
+// environment made with --system-site-packages, where it imports with
+// torch and carries the daemon's version.
+func TestPipInstall(t *testing.T) {
+	tmp := t.TempDir()
+	pkg := filepath.Join(tmp, "python") // a copy: pip builds in the tree it is given
+	if b, err := exec.Command("cp", "-r", "../../python", pkg).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v %s", err, b)
+	}
+	venv := filepath.Join(tmp, "venv")
+	for _, args := range [][]string{
+		{"/usr/bin/python3", "-m", "venv", "--system-site-packages", venv},
+		{filepath.Join(venv, "bin", "pip"), "install", "--no-build-isolation", "--no-index", "--quiet", pkg},
+	} {
+		if code, out, stderr := runCmd(t, args[0], args[1:]...); code != 0 {
+			t.Fatalf("%s: exit %d\n%s%s", strings.Join(args, " "), code, out, stderr)
+		}
+	}
+	cmd := exec.Command(filepath.Join(venv, "bin", "python"), "-c", "import dlfs, torch; print(dlfs.__version__, dlfs.__file__, hasattr(dlfs, 'DataLoader'))")
+	cmd.Dir = tmp // not the repository, whose python/ would shadow the install
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("import dlfs: %v\n%s", err, out)
+	}
+	_, ver, _ := runCmd(t, bin.dlfs, "version")
+	f := strings.Fields(string(out))
+	if len(f) != 3 || !strings.Contains(ver, "dlfs "+f[0]+" ") || !strings.HasPrefix(f[1], venv) || f[2] != "True" {
+		t.Errorf("installed helper: %q; dlfs version says %q", out, ver)
 	}
 }

@@ -1,0 +1,299 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dlfs/dlfs/daemon"
+	"github.com/dlfs/dlfs/latency"
+)
+
+func newStatsCmd() *cobra.Command {
+	var (
+		watch   time.Duration
+		rawJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "stats [MOUNTPOINT]",
+		Short: "Show a mount's figures as a table: tiers, PFS, prefetch, jobs, cluster",
+		Long: `stats reads MOUNTPOINT/.dlfs/stats (MOUNTPOINT defaults to the dlfs mount
+holding the current directory) and prints it as tables: reads served by
+tier with their share and latency, the PFS, the caches, the prefetcher,
+each job's ranks and the cluster's members. With --watch it refreshes in
+place every D, like top, and shows rates per second between refreshes.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			mnt, err := statsMount(args)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if rawJSON {
+				b, err := os.ReadFile(filepath.Join(mnt, ".dlfs", "stats"))
+				if err != nil {
+					return fmt.Errorf("read %s: %w", mnt, err)
+				}
+				_, err = out.Write(b)
+				return err
+			}
+			if watch <= 0 {
+				st, err := readMountStats(mnt)
+				if err != nil {
+					return err
+				}
+				return renderStats(out, mnt, st, nil, 0)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return watchStats(ctx, out, mnt, watch)
+		},
+	}
+	cmd.Flags().DurationVar(&watch, "watch", 0, "refresh in place every D (for example 2s) until interrupted")
+	cmd.Flags().BoolVar(&rawJSON, "json", false, "print the raw stats document")
+	return cmd
+}
+
+// statsMount returns the mount named, or the dlfs mount holding the
+// current directory, checking that it is one.
+func statsMount(args []string) (string, error) {
+	if len(args) == 1 {
+		if _, err := os.Stat(filepath.Join(args[0], ".dlfs", "stats")); err != nil {
+			return "", fmt.Errorf("%s is not a dlfs mount (no .dlfs/stats there); give the mountpoint of a running dlfs mount", args[0])
+		}
+		return args[0], nil
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("stats: %w", err)
+	}
+	mnt := findMount(wd, ".dlfs")
+	if mnt == "" {
+		return "", fmt.Errorf("%s is not inside a dlfs mount; give the mountpoint: dlfs stats MOUNTPOINT", wd)
+	}
+	return mnt, nil
+}
+
+func readMountStats(mnt string) (daemon.Stats, error) {
+	var st daemon.Stats
+	b, err := os.ReadFile(filepath.Join(mnt, ".dlfs", "stats"))
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTCONN) {
+		return st, fmt.Errorf("%s is no longer a dlfs mount (the daemon stopped?)", mnt)
+	}
+	if err != nil {
+		return st, fmt.Errorf("read %s stats: %w", mnt, err)
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, fmt.Errorf("%s/.dlfs/stats: %w (is this dlfs version older than the command?)", mnt, err)
+	}
+	return st, nil
+}
+
+// watchStats redraws the tables every interval, with rates since the
+// previous drawing, until ctx ends.
+func watchStats(ctx context.Context, out io.Writer, mnt string, interval time.Duration) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	var prev *daemon.Stats
+	var prevAt time.Time
+	for {
+		st, err := readMountStats(mnt)
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		var b strings.Builder
+		b.WriteString("\x1b[H\x1b[2J") // home, clear
+		dt := 0.0
+		if prev != nil {
+			dt = now.Sub(prevAt).Seconds()
+		}
+		if err := renderStats(&b, mnt, st, prev, dt); err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "\nevery %v; Ctrl-C to stop\n", interval)
+		if _, err := io.WriteString(out, b.String()); err != nil {
+			return err
+		}
+		prev, prevAt = &st, now
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// tiers in the order reads look in them.
+var tiers = []string{"ram", "stage", "ssd", "peer", "moved", "pfs"}
+
+// renderStats writes st as tables; with prev, dt seconds earlier, also
+// the rates between them.
+func renderStats(w io.Writer, mnt string, st daemon.Stats, prev *daemon.Stats, dt float64) error {
+	rate := func(cur, old int64) string {
+		if prev == nil || dt <= 0 {
+			return "-"
+		}
+		return fmtCount(float64(cur-old) / dt)
+	}
+	byteRate := func(cur, old int64) string {
+		if prev == nil || dt <= 0 {
+			return "-"
+		}
+		return fmtBytes(float64(cur-old)/dt) + "/s"
+	}
+	var old daemon.Stats
+	if prev != nil {
+		old = *prev
+	}
+	fmt.Fprintf(w, "dlfs %s  (SOURCE %s)  node %s  up %s\n\n", mnt, st.Source, st.Node, fmtUptime(st.UptimeSeconds))
+
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "served\treads\tbytes\tshare\treads/s\tbytes/s\tp50\tp99\t")
+	var reads int64
+	for _, t := range tiers {
+		reads += st.Served[t].Reads
+	}
+	for _, t := range tiers {
+		s := st.Served[t]
+		share := "-"
+		if reads > 0 {
+			share = fmt.Sprintf("%.1f%%", 100*float64(s.Reads)/float64(reads))
+		}
+		var lat latency.Summary
+		if st.Latency != nil {
+			lat = st.Latency.Read[t]
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", t, fmtCount(float64(s.Reads)), fmtBytes(float64(s.Bytes)), share,
+			rate(s.Reads, old.Served[t].Reads), byteRate(s.Bytes, old.Served[t].Bytes), fmtSeconds(lat.P50, lat.Count), fmtSeconds(lat.P99, lat.Count))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	fmt.Fprintf(w, "\nPFS       %s opens, %s read calls, %s read", fmtCount(float64(st.PFS.Opens)), fmtCount(float64(st.PFS.ReadOps)),
+		fmtBytes(float64(st.PFS.Bytes)))
+	if prev != nil && dt > 0 {
+		fmt.Fprintf(w, "; now %s opens/s, %s", rate(st.PFS.Opens, old.PFS.Opens), byteRate(st.PFS.Bytes, old.PFS.Bytes))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "cache     RAM %s of %s (%s blocks)", fmtBytes(float64(st.Cache.RAM.Bytes)), fmtBytes(float64(st.Cache.RAM.Capacity)),
+		fmtCount(float64(st.Cache.RAM.Entries)))
+	if st.Cache.SSD.Capacity > 0 {
+		fmt.Fprintf(w, ", SSD %s of %s", fmtBytes(float64(st.Cache.SSD.Bytes)), fmtBytes(float64(st.Cache.SSD.Capacity)))
+	}
+	pf := st.Prefetch
+	fmt.Fprintf(w, "\nprefetch  staged %s of %s, %d in flight, fetched %s, wasted %s, pushed %s\n", fmtBytes(float64(pf.StagedBytes)),
+		fmtBytes(float64(pf.StagingCapacity)), pf.InFlight, fmtBytes(float64(pf.FetchedBytes)),
+		fmtBytes(float64(pf.WastedBytes)), fmtBytes(float64(pf.PushedBytes)))
+	fmt.Fprintf(w, "catalog   %s files, %s dirs, %s\n", fmtCount(float64(st.Catalog.Files)), fmtCount(float64(st.Catalog.Dirs)), fmtBytes(float64(st.Catalog.Bytes)))
+
+	if len(st.Jobs) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "job\trank\tepoch\tconsumed\tof\thits\tlate\tmisses\tstall s\tlead s\tsamples/s\tworkers\t")
+		for _, job := range slices.Sorted(mapKeys(st.Jobs)) {
+			for _, rank := range slices.Sorted(mapKeys(st.Jobs[job])) {
+				r := st.Jobs[job][rank]
+				workers := "-"
+				for _, a := range st.Allocation.Ranks {
+					if a.Job == job && fmt.Sprintf("rank-%d", a.Rank) == rank {
+						workers = fmt.Sprint(a.Advice.Workers)
+					}
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.1f\t%s\t%s\t\n", job, rank, r.Epoch, fmtCount(float64(r.Consumed)),
+					fmtCount(float64(r.Predicted)), fmtCount(float64(r.Hits)), fmtCount(float64(r.Late)), fmtCount(float64(r.Misses)),
+					r.StallSeconds, r.LeadSeconds, fmtCount(r.Rate), workers)
+			}
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "member\tstate\towned samples\towned bytes\tshare\t")
+	for _, m := range st.Cluster.Members {
+		share := "-"
+		if st.Catalog.Bytes > 0 && m.State == "alive" {
+			share = fmt.Sprintf("%.1f%%", 100*float64(m.OwnedBytes)/float64(st.Catalog.Bytes))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", m.Name, m.State, fmtCount(float64(m.OwnedSamples)), fmtBytes(float64(m.OwnedBytes)), share)
+	}
+	return tw.Flush()
+}
+
+func mapKeys[V any](m map[string]V) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// fmtCount prints n with thousands separators, or with one decimal under
+// 10.
+func fmtCount(n float64) string {
+	if n < 10 && n != float64(int64(n)) {
+		return fmt.Sprintf("%.1f", n)
+	}
+	s := fmt.Sprintf("%.0f", n)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	if neg {
+		s = "-" + s
+	}
+	return s
+}
+
+// fmtBytes prints n bytes in binary units.
+func fmtBytes(n float64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB"}
+	i := 0
+	for n >= 1024 && i < len(units)-1 {
+		n /= 1024
+		i++
+	}
+	if i == 0 {
+		return fmt.Sprintf("%.0f B", n)
+	}
+	return fmt.Sprintf("%.1f %s", n, units[i])
+}
+
+// fmtSeconds prints a latency in the unit that suits it; "-" with no
+// observations.
+func fmtSeconds(s float64, count uint64) string {
+	if count == 0 {
+		return "-"
+	}
+	switch {
+	case s < 1e-3:
+		return fmt.Sprintf("%.0fµs", s*1e6)
+	case s < 1:
+		return fmt.Sprintf("%.1fms", s*1e3)
+	}
+	return fmt.Sprintf("%.2fs", s)
+}
+
+func fmtUptime(s float64) string {
+	return (time.Duration(s) * time.Second).Round(time.Second).String()
+}

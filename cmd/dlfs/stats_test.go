@@ -1,0 +1,77 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/dlfs/dlfs/cluster"
+	"github.com/dlfs/dlfs/daemon"
+	"github.com/dlfs/dlfs/latency"
+	"github.com/dlfs/dlfs/loader"
+	"github.com/dlfs/dlfs/prefetch"
+	"github.com/dlfs/dlfs/source"
+)
+
+// TestRenderStats: the table shows each tier's reads, share and latency,
+// the PFS, each job's ranks and the members; with an earlier document,
+// the rates between the two.
+func TestRenderStats(t *testing.T) {
+	st := daemon.Stats{Node: "n1", Source: "/data", UptimeSeconds: 3723,
+		Served: map[string]loader.Served{"ram": {Reads: 3000, Bytes: 3 << 30}, "pfs": {Reads: 1000, Bytes: 1 << 30}},
+		PFS:    source.Stats{Opens: 1000, ReadOps: 1200, Bytes: 1 << 30},
+		Jobs:   map[string]map[string]prefetch.Stats{"train": {"rank-0": {Epoch: 2, Consumed: 1500, Predicted: 4000, Hits: 1400, StallSeconds: 1.25, LeadSeconds: 3.5, Rate: 812}}},
+		Latency: &daemon.LatencyStats{Read: map[string]latency.Summary{"ram": {Count: 3000, P50: 40e-6, P99: 0.0021}}},
+	}
+	st.Catalog.Files, st.Catalog.Bytes = 4000, 4<<30
+	st.Cluster.Members = []daemon.MemberStats{{Member: cluster.Member{Name: "n1", State: "alive"}, OwnedSamples: 4000, OwnedBytes: 4 << 30}}
+	var b strings.Builder
+	if err := renderStats(&b, "/mnt/data", st, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	out := squash(b.String())
+	for _, want := range []string{"dlfs /mnt/data (SOURCE /data) node n1 up 1h2m3s", "ram 3,000 3.0 GiB 75.0% - - 40µs 2.1ms",
+		"pfs 1,000 1.0 GiB 25.0% - - - -", "PFS 1,000 opens, 1,200 read calls, 1.0 GiB read\n",
+		"train rank-0 2 1,500 4,000 1,400 0 0 1.25 3.5 812 -", "n1 alive 4,000 4.0 GiB 100.0%"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "opens/s") {
+		t.Errorf("rates without an earlier document:\n%s", out)
+	}
+
+	prev := st
+	prev.Served = map[string]loader.Served{"ram": {Reads: 1000, Bytes: 1 << 30}, "pfs": {Reads: 1000, Bytes: 1 << 30}}
+	prev.PFS.Opens = 500
+	b.Reset()
+	if err := renderStats(&b, "/mnt/data", st, &prev, 2); err != nil {
+		t.Fatal(err)
+	}
+	out = squash(b.String())
+	for _, want := range []string{"ram 3,000 3.0 GiB 75.0% 1,000 1.0 GiB/s", "now 250 opens/s, 0 B/s"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestFormats(t *testing.T) {
+	for _, c := range []struct{ got, want string }{
+		{fmtCount(0), "0"}, {fmtCount(999), "999"}, {fmtCount(1234567), "1,234,567"}, {fmtCount(2.5), "2.5"}, {fmtCount(-1234), "-1,234"},
+		{fmtBytes(512), "512 B"}, {fmtBytes(1536), "1.5 KiB"}, {fmtBytes(5 << 40), "5.0 TiB"},
+		{fmtSeconds(0, 0), "-"}, {fmtSeconds(45e-6, 1), "45µs"}, {fmtSeconds(0.0123, 1), "12.3ms"}, {fmtSeconds(2.5, 1), "2.50s"},
+	} {
+		if c.got != c.want {
+			t.Errorf("got %q, want %q", c.got, c.want)
+		}
+	}
+}
+
+// squash collapses each line's runs of spaces into one.
+func squash(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = strings.Join(strings.Fields(l), " ")
+	}
+	return strings.Join(lines, "\n")
+}
