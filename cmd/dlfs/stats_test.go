@@ -17,9 +17,9 @@ import (
 // the rates between the two.
 func TestRenderStats(t *testing.T) {
 	st := daemon.Stats{Node: "n1", Source: "/data", UptimeSeconds: 3723,
-		Served: map[string]loader.Served{"ram": {Reads: 3000, Bytes: 3 << 30}, "pfs": {Reads: 1000, Bytes: 1 << 30}},
-		PFS:    source.Stats{Opens: 1000, ReadOps: 1200, Bytes: 1 << 30},
-		Jobs:   map[string]map[string]prefetch.Stats{"train": {"rank-0": {Epoch: 2, Consumed: 1500, Predicted: 4000, Hits: 1400, StallSeconds: 1.25, LeadSeconds: 3.5, Rate: 812}}},
+		Served:  map[string]loader.Served{"ram": {Reads: 3000, Bytes: 3 << 30}, "pfs": {Reads: 1000, Bytes: 1 << 30}},
+		PFS:     source.Stats{Opens: 1000, ReadOps: 1200, Bytes: 1 << 30},
+		Jobs:    map[string]map[string]prefetch.Stats{"train": {"rank-0": {Epoch: 2, Consumed: 1500, Predicted: 4000, Hits: 1400, StallSeconds: 1.25, LeadSeconds: 3.5, Rate: 812}}},
 		Latency: &daemon.LatencyStats{Read: map[string]latency.Summary{"ram": {Count: 3000, P50: 40e-6, P99: 0.0021}}},
 	}
 	st.Catalog.Files, st.Catalog.Bytes = 4000, 4<<30
