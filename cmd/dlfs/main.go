@@ -27,6 +27,6 @@ as a read-only FUSE view whose reads are served from RAM and SSD caches.`,
 		SilenceErrors: true,
 	}
 	root.AddCommand(newMountCmd(runMount), newUmountCmd(), newPackCmd(), newSimulateCmd(), newWarmupCmd(),
-		newStatsCmd(), newVersionCmd())
+		newStatsCmd(), newDoctorCmd(), newVersionCmd())
 	return root
 }
