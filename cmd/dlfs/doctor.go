@@ -15,8 +15,6 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
-	"github.com/dlfs/dlfs/daemon"
-	"github.com/dlfs/dlfs/ssdstore"
 )
 
 // doctorOptions are the mount flags doctor checks, under their mount
@@ -76,23 +74,36 @@ func hostEnv() doctorEnv {
 }
 
 func newDoctorCmd() *cobra.Command {
-	var o doctorOptions
-	def := daemon.DefaultConfig("", "")
-	o.ramCache = sizeValue(def.RAMCache)
-	o.ssdCacheSize = sizeValue(ssdstore.DefaultConfig("").Capacity)
+	// doctor takes every mount flag, so that it can be given the same
+	// command line; it checks those below.
+	mount := newMountCmd(runMount)
 	cmd := &cobra.Command{
-		Use:   "doctor [SOURCE [MOUNTPOINT]]",
+		Use:   "doctor [MOUNT FLAGS] [SOURCE [MOUNTPOINT]]",
 		Short: "Check that this machine can run a mount with these flags, one line per check",
 		Long: `doctor checks what a mount needs before it is tried: /dev/fuse, the mount
-helper, user_allow_other for --allow-other, the kernel's version, the SSD
-cache directory's mode and free space, the cluster key file's mode and
-contents, that the ports are free, memory for the RAM tier, and SOURCE and
-MOUNTPOINT when given. Give it the flags the mount will get. Each line
+helper, user_allow_other for --allow-other, the kernel's version, memory
+for --ram-cache, the --ssd-cache directory's mode and free space, the
+--cluster-key-file's mode and contents, that --bind, --data-addr and
+--metrics-addr are free, and SOURCE and MOUNTPOINT when given. It takes
+every flag dlfs mount takes: give it the mount's command line. Each line
 says ok, warn or FAIL, and what to do; it exits 1 if any check fails.`,
 		Args: cobra.MaximumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			checks := runDoctor(hostEnv(), o, args)
-			failed := printChecks(cmd.OutOrStdout(), checks)
+			f := cmd.Flags()
+			var o doctorOptions
+			o.allowOther, _ = f.GetBool("allow-other")
+			o.insecure, _ = f.GetBool("insecure")
+			o.ssdCache, _ = f.GetString("ssd-cache")
+			o.keyFile, _ = f.GetString("cluster-key-file")
+			o.bind, _ = f.GetString("bind")
+			o.dataAddr, _ = f.GetString("data-addr")
+			o.metricsAddr, _ = f.GetString("metrics-addr")
+			if join, _ := f.GetStringSlice("join"); len(join) > 0 && o.bind == "" {
+				o.bind = "0.0.0.0:7946" // as mount defaults it
+			}
+			o.ramCache = *f.Lookup("ram-cache").Value.(*sizeValue)
+			o.ssdCacheSize = *f.Lookup("ssd-cache-size").Value.(*sizeValue)
+			failed := printChecks(cmd.OutOrStdout(), runDoctor(hostEnv(), o, args))
 			switch {
 			case failed == 1:
 				return errors.New("1 check failed")
@@ -102,16 +113,7 @@ says ok, warn or FAIL, and what to do; it exits 1 if any check fails.`,
 			return nil
 		},
 	}
-	f := cmd.Flags()
-	f.BoolVar(&o.allowOther, "allow-other", false, "the mount will let other users in")
-	f.Var(&o.ramCache, "ram-cache", "the mount's RAM tier size")
-	f.StringVar(&o.ssdCache, "ssd-cache", "", "the mount's SSD tier directory")
-	f.Var(&o.ssdCacheSize, "ssd-cache-size", "the mount's SSD tier size")
-	f.StringVar(&o.keyFile, "cluster-key-file", "", "the mount's cluster key file")
-	f.BoolVar(&o.insecure, "insecure", false, "the mount will run its cluster without a key")
-	f.StringVar(&o.bind, "bind", "", "the mount's gossip HOST:PORT")
-	f.StringVar(&o.dataAddr, "data-addr", "", "the mount's peer data HOST:PORT")
-	f.StringVar(&o.metricsAddr, "metrics-addr", "", "the mount's metrics HOST:PORT")
+	cmd.Flags().AddFlagSet(mount.Flags())
 	return cmd
 }
 
