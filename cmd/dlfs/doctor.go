@@ -14,7 +14,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
-
 )
 
 // doctorOptions are the mount flags doctor checks, under their mount
