@@ -157,7 +157,8 @@ type Node struct {
 	peerSrv     *peer.Server     // nil without --data-addr
 	peerServed  atomic.Int64
 	peerBatches atomic.Int64
-	lat         latencies // nil Vecs with Config.NoLatency
+	lat         latencies   // nil Vecs with Config.NoLatency
+	history     rateHistory // the status page's last minutes
 	alog        *accesslog.Log
 	// stopAccessLog ends the access log's writer; Close calls it before
 	// unmounting.
@@ -451,6 +452,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		n.pf.SetPusher(n.fs)
 	}
 	n.startAccessLog()
+	if cfg.MetricsAddr != "" {
+		n.startHistory(historyEvery)
+	}
 	n.keepCatalog()
 	if cfg.Warmup {
 		n.warmAll()
@@ -538,6 +542,7 @@ func (n *Node) serveMetrics(addr string) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{}))
+	n.statusHandlers(mux)
 	n.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	n.metricsAddr = ln.Addr()
 	go func() {

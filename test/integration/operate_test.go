@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"image/png"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -311,4 +313,110 @@ func TestPipInstall(t *testing.T) {
 	if len(f) != 3 || !strings.Contains(ver, "dlfs "+f[0]+" ") || !strings.HasPrefix(f[1], venv) || f[2] != "True" {
 		t.Errorf("installed helper: %q; dlfs version says %q", out, ver)
 	}
+}
+
+// TestStatusPage loads the status page at / on --metrics-addr in headless
+// Chromium, after reads and two samples of the rates: the page shows the
+// node, each tier's reads as stats count them, and the last minutes'
+// rates as lines, the PFS's visibly above zero.
+func TestStatusPage(t *testing.T) {
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatal("chromium is missing: make deps installs it")
+	}
+	src := t.TempDir()
+	files := dataset(t, src, 40)
+	addr := freeAddr(t)
+	d := startDlfs(t, src, "--push=false", "--metrics-addr", addr, "--node-name", "status-node")
+	readAll(t, d.Mnt, files, 2, 1, fromSource(src))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var h struct {
+			Points []map[string]any `json:"points"`
+		}
+		if err := json.Unmarshal([]byte(httpGet(t, "http://"+addr+"/history.json")), &h); err != nil {
+			t.Fatal(err)
+		}
+		if len(h.Points) >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the rate history has %d points after 30 s", len(h.Points))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	pfsReads := int(num(dlfsStats(t, d.Mnt), "served", "pfs", "reads"))
+
+	run := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(chromium, append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+			"--user-data-dir=" + t.TempDir(), "--virtual-time-budget=4000", "--window-size=1200,1400"}, args...)...)
+		var out strings.Builder
+		cmd.Stdout = &out
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("chromium %v: %v", args, err)
+		}
+		return out.String()
+	}
+	dom := run("--dump-dom", "http://"+addr+"/")
+	text := regexp.MustCompile(`(?s)<(script|style)[^>]*>.*?</(script|style)>`).ReplaceAllString(dom, " ")
+	text = regexp.MustCompile(`<[^>]*>`).ReplaceAllString(text, " ")
+	text = strings.Join(strings.Fields(text), " ")
+	for _, want := range []string{"dlfs " + d.Mnt, "node status-node", fmt.Sprintf("pfs %s", fmtThousands(pfsReads)), "Reads served per second, by tier"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the page does not show %q; it shows: %.2000s", want, text)
+		}
+	}
+	if strings.Contains(text, "cannot reach the daemon") {
+		t.Errorf("the page could not fetch its data: %s", regexp.MustCompile(`<div id="error">[^<]*`).FindString(dom))
+	}
+	line := regexp.MustCompile(`data-series="pfs" points="([^"]+)"`).FindStringSubmatch(dom)
+	if line == nil || len(strings.Fields(line[1])) < 2 {
+		t.Fatalf("no pfs line of two points or more in the chart: %v", line)
+	}
+	above := false // the chart's zero is at y = 180
+	for _, p := range strings.Fields(line[1]) {
+		_, y, _ := strings.Cut(p, ",")
+		if v, _ := strconv.ParseFloat(y, 64); v < 170 {
+			above = true
+		}
+	}
+	if !above {
+		t.Errorf("the pfs line never rises above zero: %s", line[1])
+	}
+
+	// What a person sees: a screenshot with the pfs line's red drawn.
+	shot := filepath.Join(t.TempDir(), "status.png")
+	run("--screenshot="+shot, "http://"+addr+"/")
+	f, err := os.Open(shot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	red := 0
+	b := img.Bounds()
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			r, g, bl, _ := img.At(x, y).RGBA()
+			if r>>8 > 190 && g>>8 < 80 && bl>>8 < 80 {
+				red++
+			}
+		}
+	}
+	if red < 100 {
+		t.Errorf("the screenshot shows %d red pixels: no pfs line drawn", red)
+	}
+}
+
+// fmtThousands writes n as the page does (en-US grouping).
+func fmtThousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
