@@ -45,8 +45,8 @@ echo "== two epochs of examples/train_imagefolder.py (ImageFolder, dlfs.Distribu
 echo "== the plan dlfs predicted for rank 0, epoch 1 (first lines of $work/mnt/.dlfs/jobs/default/rank-0/epoch-1)"
 head -3 "$work/mnt/.dlfs/jobs/default/rank-0/epoch-1"
 
-echo "== $work/mnt/.dlfs/stats"
-cat "$work/mnt/.dlfs/stats"
+echo "== dlfs stats $work/mnt (the raw document: dlfs stats --json; live: dlfs stats --watch 2s)"
+./bin/dlfs stats "$work/mnt"
 echo "== pfssim counted: $(cat "$work/pfs.json")"
 echo "== unmounting"
 cleanup
