@@ -51,9 +51,6 @@ type Config struct {
 	Buffer int // default 4 MiB
 	// PollInterval is how often Run looks for a reader.
 	PollInterval time.Duration // default 200ms
-	// Ignore is a pid whose requests are not logged (the daemon's own,
-	// as it opens the pipe); 0 logs every pid.
-	Ignore uint32
 	Logger *slog.Logger // nil: discard
 }
 
@@ -123,7 +120,7 @@ func (l *Log) Active() bool { return l != nil && l.active.Load() }
 
 // Add logs r if a reader is attached.
 func (l *Log) Add(r Record) {
-	if !l.Active() || (l.cfg.Ignore != 0 && r.Pid == l.cfg.Ignore) {
+	if !l.Active() {
 		return
 	}
 	var tmp [256]byte

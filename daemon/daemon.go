@@ -378,7 +378,10 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 			return nil, err
 		}
 	}
-	n.alog = accesslog.New(accesslog.Config{Ignore: uint32(os.Getpid()), Logger: cfg.Logger})
+	// The daemon's polls for a reader reach no FUSE handler (it holds the
+	// control directory, and a FIFO is the kernel's; see startAccessLog),
+	// so it does not log itself.
+	n.alog = accesslog.New(accesslog.Config{Logger: cfg.Logger})
 	fc.Latency, fc.AccessLog = n.lat.fuse, n.alog
 	n.fs = fusefs.New(fc, dataset{n}, n.ctl)
 
