@@ -51,7 +51,7 @@ type Config struct {
 	Buffer int // default 4 MiB
 	// PollInterval is how often Run looks for a reader.
 	PollInterval time.Duration // default 200ms
-	Logger *slog.Logger // nil: discard
+	Logger       *slog.Logger  // nil: discard
 }
 
 // DefaultConfig returns the defaults.
