@@ -143,3 +143,27 @@ func TestConcurrent(t *testing.T) {
 		t.Errorf("%d observations, want 8000", s["read"].Count+s["lookup"].Count)
 	}
 }
+
+// BenchmarkObserve is what a histogram costs a request: with every core
+// observing into one histogram, the worst case for its shared counters.
+func BenchmarkObserve(b *testing.B) {
+	v := NewVec("dlfs_bench_duration_seconds", "bench", "source", 0)
+	h := v.With("ram")
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		d := time.Duration(0)
+		for pb.Next() {
+			d += 7 * time.Microsecond
+			h.Observe(d % (3 * time.Millisecond))
+		}
+	})
+}
+
+// BenchmarkSince adds the clock reads a timed request makes.
+func BenchmarkSince(b *testing.B) {
+	var h Histogram
+	b.ReportAllocs()
+	for range b.N {
+		h.Since(time.Now())
+	}
+}
