@@ -349,7 +349,7 @@ func TestStatusPage(t *testing.T) {
 
 	run := func(args ...string) string {
 		t.Helper()
-		cmd := exec.Command(chromium, append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+		cmd := exec.Command(chromium, append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
 			"--user-data-dir=" + t.TempDir(), "--virtual-time-budget=4000", "--window-size=1200,1400"}, args...)...)
 		var out strings.Builder
 		cmd.Stdout = &out
@@ -419,4 +419,33 @@ func fmtThousands(n int) string {
 		s = s[:i] + "," + s[i:]
 	}
 	return s
+}
+
+// TestDoctor runs `dlfs doctor` with a mount's command line: on this
+// machine (root, /dev/fuse) a sound one passes, one line per check; a
+// cache directory open to everyone and a key others may read fail it,
+// each with what to do, and it exits 1.
+func TestDoctor(t *testing.T) {
+	src, mnt, dir := t.TempDir(), t.TempDir(), t.TempDir()
+	cache := filepath.Join(dir, "cache")
+	key := filepath.Join(dir, "key")
+	if err := os.WriteFile(key, []byte("MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"doctor", "--ram-cache", "64MiB", "--ssd-cache", cache, "--ssd-cache-size", "64MiB", "--cluster-key-file", key,
+		"--data-addr", freeAddr(t), "--metrics-addr", freeAddr(t), "--node-name", "n1", src, mnt}
+	code, out, stderr := runCmd(t, bin.dlfs, args...)
+	if code != 0 || strings.Contains(out, "FAIL") || strings.Count(out, "\n") < 8 {
+		t.Errorf("a sound mount: exit %d\n%s%s", code, out, stderr)
+	}
+	if err := os.Mkdir(cache, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(cache, 0o777)
+	os.Chmod(key, 0o644)
+	code, out, stderr = runCmd(t, bin.dlfs, args...)
+	if code != 1 || !strings.Contains(out, "FAIL  --ssd-cache: "+cache+" is mode 0777") || !strings.Contains(out, "chmod 600 "+key) ||
+		!strings.Contains(stderr, "2 checks failed") {
+		t.Errorf("an open cache and key: exit %d\n%s%s", code, out, stderr)
+	}
 }
