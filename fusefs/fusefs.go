@@ -16,7 +16,9 @@
 //
 // Each request is a thin translation: it turns the FUSE arguments into one
 // call on the catalog snapshot, the Dataset or the ControlPlane, and turns
-// the error into an errno in one place (errno.go).
+// the error into an errno in one place (errno.go). The methods go-fuse
+// calls (observe.go) time each request for Config.Latency and log it to
+// Config.AccessLog around the method that serves it.
 //
 // # Kernel caching
 //
