@@ -226,10 +226,7 @@ func (a *Allocator) Report(k Key, f Figures) (Advice, error) {
 		return a.ranks[k].advice, nil
 	}
 	r.smooth = blend(r.smooth, f)
-	m := fit(r.smooth)
-	if m.Overhead == 0 {
-		m.Overhead = r.latest.Overhead // not measurable in this report: the last one that was
-	}
+	m := fitCarrying(r.smooth, r.latest.Overhead)
 	r.figures, r.latest, r.seen = f, m, now
 	if j.epoch > j.changeEpoch && a.drifted(r.used, m) {
 		j.changeEpoch = j.epoch

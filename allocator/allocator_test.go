@@ -350,6 +350,14 @@ func TestOverhead(t *testing.T) {
 	if r := a.Stats().Ranks[0]; r.Fit.Overhead != 2 || r.Model.Error > 0.01 {
 		t.Errorf("keeping up: %+v, %+v", r.Fit, r.Model)
 	}
+	// But a report where fewer workers keep up bounds it: 3 workers fed
+	// the 20 ms loop, so each took at most 3 × 20 ms / 32 = 1.9 ms a
+	// sample, under the 2.1 ms of __getitem__ alone: k is 1, not 2.
+	f.Workers, f.Epoch = 3, 2
+	report(t, a, Key{"j", 0}, f)
+	if r := a.Stats().Ranks[0]; r.Fit.Overhead != 1 {
+		t.Errorf("3 workers keeping up: overhead %v, want 1", r.Fit.Overhead)
+	}
 	// A fit with no wait shows none.
 	if m := fit(Figures{Batch: 8, Workers: 2, Step: 0.01, Decode: 0.001}); m.Overhead != 0 {
 		t.Errorf("no wait: overhead %v", m.Overhead)

@@ -91,7 +91,16 @@ type Figures struct {
 
 // fit turns figures into a model. Figures are validated by package
 // control; fit still never divides by zero.
-func fit(f Figures) Fit {
+func fit(f Figures) Fit { return fitCarrying(f, 0) }
+
+// fitCarrying is fit for a rank whose earlier reports measured overhead
+// k (0: none did). A report where the loader is not the bottleneck cannot
+// measure k, so the earlier k carries over, but only as far as this
+// report allows: its workers kept up with the loop, so each took at most
+// workers·(step + wait) / batch per sample, and k·decode is no more. (A
+// k measured while the workers were starting, kept after they had, made
+// the model see a rank with workers to spare as starved.)
+func fitCarrying(f Figures, k float64) Fit {
 	b := float64(max(f.Batch, 1))
 	m := Fit{Batch: max(f.Batch, 1), Workers: f.Workers}
 	if f.Step > 0 {
@@ -120,6 +129,11 @@ func fit(f Figures) Fit {
 			perSample = float64(f.Workers) * (f.Step + f.Wait) / b
 		}
 		m.Overhead = max(1, perSample/f.Decode)
+	} else if k > 0 {
+		m.Overhead = k
+		if f.Decode > 0 && f.Workers > 0 {
+			m.Overhead = max(1, min(k, float64(f.Workers)*(f.Step+f.Wait)/(b*f.Decode)))
+		}
 	}
 	// The reported start less the first batch, as one worker took it.
 	first := b * max(1, m.Overhead) * f.Decode

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -205,8 +206,8 @@ func renderStats(w io.Writer, mnt string, st daemon.Stats, prev *daemon.Stats, d
 		fmt.Fprintln(w)
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "job\trank\tepoch\tconsumed\tof\thits\tlate\tmisses\tstall s\tlead s\tsamples/s\tworkers\t")
-		for _, job := range slices.Sorted(mapKeys(st.Jobs)) {
-			for _, rank := range slices.Sorted(mapKeys(st.Jobs[job])) {
+		for _, job := range slices.Sorted(maps.Keys(st.Jobs)) {
+			for _, rank := range slices.Sorted(maps.Keys(st.Jobs[job])) {
 				r := st.Jobs[job][rank]
 				workers := "-"
 				for _, a := range st.Allocation.Ranks {
@@ -235,16 +236,6 @@ func renderStats(w io.Writer, mnt string, st daemon.Stats, prev *daemon.Stats, d
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", m.Name, m.State, fmtCount(float64(m.OwnedSamples)), fmtBytes(float64(m.OwnedBytes)), share)
 	}
 	return tw.Flush()
-}
-
-func mapKeys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // fmtCount prints n with thousands separators, or with one decimal under
