@@ -114,7 +114,7 @@ type tier int
 
 const (
 	tierRAM   tier = iota
-	tierStage // the prefetcher's stage: fetched ahead for this read
+	tierStage      // the prefetcher's stage: fetched ahead for this read
 	tierSSD
 	tierPeer
 	tierMoved // from the previous owner's caches: now this node's own
