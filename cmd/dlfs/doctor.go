@@ -181,9 +181,9 @@ func runDoctor(env doctorEnv, o doctorOptions, args []string) []check {
 		ram := int64(o.ramCache)
 		switch {
 		case ram > avail:
-			add("warn", "--ram-cache", "%s asked for, %s available now: the tier will push other memory out or be cut short; lower --ram-cache", fmtBytes(float64(ram)), fmtBytes(float64(avail)))
+			add("warn", "--ram-cache", "%s asked for, %s available now: the tier will push other memory out or be cut short; lower --ram-cache", human(ram), human(avail))
 		default:
-			add("ok", "--ram-cache", "%s of %s available", fmtBytes(float64(ram)), fmtBytes(float64(avail)))
+			add("ok", "--ram-cache", "%s of %s available", human(ram), human(avail))
 		}
 	}
 
@@ -288,9 +288,9 @@ func checkCacheDir(dir string, size int64) []check {
 	if err := unix.Statfs(probe, &st); err == nil {
 		free := int64(st.Bavail) * st.Bsize
 		if free < size {
-			out = append(out, check{"warn", what, fmt.Sprintf("%s has %s free, less than --ssd-cache-size %s: the tier will fill the disk first; lower --ssd-cache-size", dir, fmtBytes(float64(free)), fmtBytes(float64(size)))})
+			out = append(out, check{"warn", what, fmt.Sprintf("%s has %s free, less than --ssd-cache-size %s: the tier will fill the disk first; lower --ssd-cache-size", dir, human(free), human(size))})
 		} else if len(out) == 0 {
-			out = append(out, check{"ok", what, fmt.Sprintf("%s: writable, private, %s free for %s", dir, fmtBytes(float64(free)), fmtBytes(float64(size)))})
+			out = append(out, check{"ok", what, fmt.Sprintf("%s: writable, private, %s free for %s", dir, human(free), human(size))})
 		}
 	}
 	return out

@@ -154,7 +154,7 @@ func renderStats(w io.Writer, mnt string, st daemon.Stats, prev *daemon.Stats, d
 		if prev == nil || dt <= 0 {
 			return "-"
 		}
-		return fmtBytes(float64(cur-old)/dt) + "/s"
+		return human(int64(float64(cur-old)/dt)) + "/s"
 	}
 	var old daemon.Stats
 	if prev != nil {
@@ -178,7 +178,7 @@ func renderStats(w io.Writer, mnt string, st daemon.Stats, prev *daemon.Stats, d
 		if st.Latency != nil {
 			lat = st.Latency.Read[t]
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", t, fmtCount(float64(s.Reads)), fmtBytes(float64(s.Bytes)), share,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", t, fmtCount(float64(s.Reads)), human(s.Bytes), share,
 			rate(s.Reads, old.Served[t].Reads), byteRate(s.Bytes, old.Served[t].Bytes), fmtSeconds(lat.P50, lat.Count), fmtSeconds(lat.P99, lat.Count))
 	}
 	if err := tw.Flush(); err != nil {
@@ -186,21 +186,21 @@ func renderStats(w io.Writer, mnt string, st daemon.Stats, prev *daemon.Stats, d
 	}
 
 	fmt.Fprintf(w, "\nPFS       %s opens, %s read calls, %s read", fmtCount(float64(st.PFS.Opens)), fmtCount(float64(st.PFS.ReadOps)),
-		fmtBytes(float64(st.PFS.Bytes)))
+		human(st.PFS.Bytes))
 	if prev != nil && dt > 0 {
 		fmt.Fprintf(w, "; now %s opens/s, %s", rate(st.PFS.Opens, old.PFS.Opens), byteRate(st.PFS.Bytes, old.PFS.Bytes))
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "cache     RAM %s of %s (%s blocks)", fmtBytes(float64(st.Cache.RAM.Bytes)), fmtBytes(float64(st.Cache.RAM.Capacity)),
+	fmt.Fprintf(w, "cache     RAM %s of %s (%s blocks)", human(st.Cache.RAM.Bytes), human(st.Cache.RAM.Capacity),
 		fmtCount(float64(st.Cache.RAM.Entries)))
 	if st.Cache.SSD.Capacity > 0 {
-		fmt.Fprintf(w, ", SSD %s of %s", fmtBytes(float64(st.Cache.SSD.Bytes)), fmtBytes(float64(st.Cache.SSD.Capacity)))
+		fmt.Fprintf(w, ", SSD %s of %s", human(st.Cache.SSD.Bytes), human(st.Cache.SSD.Capacity))
 	}
 	pf := st.Prefetch
-	fmt.Fprintf(w, "\nprefetch  staged %s of %s, %d in flight, fetched %s, wasted %s, pushed %s\n", fmtBytes(float64(pf.StagedBytes)),
-		fmtBytes(float64(pf.StagingCapacity)), pf.InFlight, fmtBytes(float64(pf.FetchedBytes)),
-		fmtBytes(float64(pf.WastedBytes)), fmtBytes(float64(pf.PushedBytes)))
-	fmt.Fprintf(w, "catalog   %s files, %s dirs, %s\n", fmtCount(float64(st.Catalog.Files)), fmtCount(float64(st.Catalog.Dirs)), fmtBytes(float64(st.Catalog.Bytes)))
+	fmt.Fprintf(w, "\nprefetch  staged %s of %s, %d in flight, fetched %s, wasted %s, pushed %s\n", human(pf.StagedBytes),
+		human(pf.StagingCapacity), pf.InFlight, human(pf.FetchedBytes),
+		human(pf.WastedBytes), human(pf.PushedBytes))
+	fmt.Fprintf(w, "catalog   %s files, %s dirs, %s\n", fmtCount(float64(st.Catalog.Files)), fmtCount(float64(st.Catalog.Dirs)), human(st.Catalog.Bytes))
 
 	if len(st.Jobs) > 0 {
 		fmt.Fprintln(w)
@@ -233,7 +233,7 @@ func renderStats(w io.Writer, mnt string, st daemon.Stats, prev *daemon.Stats, d
 		if st.Catalog.Bytes > 0 && m.State == "alive" {
 			share = fmt.Sprintf("%.1f%%", 100*float64(m.OwnedBytes)/float64(st.Catalog.Bytes))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", m.Name, m.State, fmtCount(float64(m.OwnedSamples)), fmtBytes(float64(m.OwnedBytes)), share)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", m.Name, m.State, fmtCount(float64(m.OwnedSamples)), human(m.OwnedBytes), share)
 	}
 	return tw.Flush()
 }
@@ -254,20 +254,6 @@ func fmtCount(n float64) string {
 		s = "-" + s
 	}
 	return s
-}
-
-// fmtBytes prints n bytes in binary units.
-func fmtBytes(n float64) string {
-	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB"}
-	i := 0
-	for n >= 1024 && i < len(units)-1 {
-		n /= 1024
-		i++
-	}
-	if i == 0 {
-		return fmt.Sprintf("%.0f B", n)
-	}
-	return fmt.Sprintf("%.1f %s", n, units[i])
 }
 
 // fmtSeconds prints a latency in the unit that suits it; "-" with no

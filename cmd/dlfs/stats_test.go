@@ -58,7 +58,7 @@ func TestRenderStats(t *testing.T) {
 func TestFormats(t *testing.T) {
 	for _, c := range []struct{ got, want string }{
 		{fmtCount(0), "0"}, {fmtCount(999), "999"}, {fmtCount(1234567), "1,234,567"}, {fmtCount(2.5), "2.5"}, {fmtCount(-1234), "-1,234"},
-		{fmtBytes(512), "512 B"}, {fmtBytes(1536), "1.5 KiB"}, {fmtBytes(5 << 40), "5.0 TiB"},
+		{human(512), "512 B"}, {human(1536), "1.5 KiB"}, {human(5 << 40), "5.0 TiB"},
 		{fmtSeconds(0, 0), "-"}, {fmtSeconds(45e-6, 1), "45µs"}, {fmtSeconds(0.0123, 1), "12.3ms"}, {fmtSeconds(2.5, 1), "2.50s"},
 	} {
 		if c.got != c.want {
