@@ -42,6 +42,8 @@ import (
 	"syscall"
 	"time"
 	"unicode"
+
+	"golang.org/x/sys/unix"
 )
 
 // Config configures a Log.
@@ -184,31 +186,8 @@ func appendPath(b []byte, p string) []byte {
 
 // errnoName is an errno's symbol (ENOENT), or its number.
 func errnoName(e syscall.Errno) string {
-	switch e {
-	case syscall.ENOENT:
-		return "ENOENT"
-	case syscall.EIO:
-		return "EIO"
-	case syscall.EACCES:
-		return "EACCES"
-	case syscall.EPERM:
-		return "EPERM"
-	case syscall.EROFS:
-		return "EROFS"
-	case syscall.EINVAL:
-		return "EINVAL"
-	case syscall.ENOTDIR:
-		return "ENOTDIR"
-	case syscall.EISDIR:
-		return "EISDIR"
-	case syscall.ENOSYS:
-		return "ENOSYS"
-	case syscall.EINTR:
-		return "EINTR"
-	case syscall.ENODATA:
-		return "ENODATA"
-	case syscall.ESTALE:
-		return "ESTALE"
+	if name := unix.ErrnoName(e); name != "" {
+		return name
 	}
 	return "errno" + strconv.Itoa(int(e))
 }
