@@ -340,6 +340,13 @@ func (d *h5Dataset) readRows(hf *h5File, set *h5Set, first, count uint) ([]byte,
 	if d.src != nil { // nil in the preflight child
 		d.src.Count(1, int64(len(buf)))
 	}
+	if hf.h != nil {
+		// The library read the file itself: rows read while it was
+		// rewritten may mix two versions.
+		if err := hf.h.Check(); err != nil {
+			return nil, err
+		}
+	}
 	return buf, nil
 }
 

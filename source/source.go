@@ -109,15 +109,39 @@ func (s *Source) ReadAt(path string, want Version, p []byte, off int64) (int, er
 		return 0, err
 	}
 	defer unix.Close(fd)
+	if err := checkVersion(fd, path, want); err != nil {
+		return 0, err
+	}
+	n, err := s.pread(fd, path, p, off)
+	if err != nil && err != io.EOF {
+		return n, err
+	}
+	// Checked again after the bytes: a file rewritten while they were
+	// read may have handed back some of each version.
+	if err := checkVersion(fd, path, want); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// checkVersion fails with ErrChanged unless the open file fd has
+// Version want.
+func checkVersion(fd int, path string, want Version) error {
 	var st unix.Stat_t
 	if err := IgnoringEINTR(func() error { return unix.Fstat(fd, &st) }); err != nil {
-		return 0, fmt.Errorf("source: stat %s: %w", path, err)
+		return fmt.Errorf("source: stat %s: %w", path, err)
 	}
 	if got := VersionOf(&st); got != want {
-		return 0, fmt.Errorf("%w: %s (size %d, mtime %d, ctime %d, inode %d; the catalog has %d, %d, %d, %d); write 'refresh' to the control file",
+		return fmt.Errorf("%w: %s (size %d, mtime %d, ctime %d, inode %d; the catalog has %d, %d, %d, %d); write 'refresh' to the control file",
 			ErrChanged, path, got.Size, got.Mtime, got.Ctime, got.Ino, want.Size, want.Mtime, want.Ctime, want.Ino)
 	}
-	// One pread per call, so read_ops counts the requests the PFS sees.
+	return nil
+}
+
+// pread reads len(p) bytes of fd at off, fewer only at end of file, with
+// one counted pread per call the kernel needs, so read_ops counts the
+// requests the PFS sees.
+func (s *Source) pread(fd int, path string, p []byte, off int64) (int, error) {
 	n := 0
 	for n < len(p) {
 		m, err := unix.Pread(fd, p[n:], off+int64(n))
@@ -130,7 +154,7 @@ func (s *Source) ReadAt(path string, want Version, p []byte, off int64) (int, er
 		}
 		s.bytes.Add(int64(m))
 		if m == 0 {
-			break // end of file
+			return n, io.EOF
 		}
 		n += m
 	}
@@ -221,26 +245,24 @@ func (h *Handle) Version() Version { return h.v }
 func (h *Handle) Path() string { return h.path }
 
 // ReadAt reads len(p) bytes at off, fewer only at end of file, with one
-// counted pread per call the kernel needs. It implements io.ReaderAt.
+// counted pread per call the kernel needs. It implements io.ReaderAt. A
+// read after which the file's Version is no longer the one it had when
+// opened fails with ErrChanged: its bytes may mix two versions.
 func (h *Handle) ReadAt(p []byte, off int64) (int, error) {
-	n := 0
-	for n < len(p) {
-		m, err := unix.Pread(int(h.f.Fd()), p[n:], off+int64(n))
-		if err == unix.EINTR {
-			continue
-		}
-		h.s.readOps.Add(1)
-		if err != nil {
-			return n, fmt.Errorf("source: read %s at %d: %w", h.path, off+int64(n), err)
-		}
-		h.s.bytes.Add(int64(m))
-		if m == 0 {
-			return n, io.EOF
-		}
-		n += m
+	n, err := h.s.pread(int(h.f.Fd()), h.path, p, off)
+	if err != nil && err != io.EOF {
+		return n, err
 	}
-	return n, nil
+	if cerr := h.Check(); cerr != nil {
+		return 0, cerr
+	}
+	return n, err
 }
+
+// Check fails with ErrChanged if the file's Version is no longer the one
+// it had when opened. A library that reads the file itself calls it after
+// its reads.
+func (h *Handle) Check() error { return checkVersion(int(h.f.Fd()), h.path, h.v) }
 
 // Close closes the file.
 func (h *Handle) Close() error { return h.f.Close() }

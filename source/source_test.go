@@ -168,3 +168,106 @@ func TestIgnoringEINTR(t *testing.T) {
 		t.Errorf("%d calls, %v; want 3 calls and the first error that is not EINTR", calls, err)
 	}
 }
+
+// A file rewritten in place while its bytes are read (same size, mtime
+// put back) must fail the read: the bytes may be part old and part new.
+// The simulated PFS holds the read for a while; the rewrite lands after
+// ReadAt checked the version and before the bytes come back.
+func TestReadAtRewrittenDuringRead(t *testing.T) {
+	dir, mnt := t.TempDir(), t.TempDir()
+	path := filepath.Join(dir, "f")
+	if err := os.WriteFile(path, []byte("old bytes"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sim, err := pfssim.Mount(mnt, pfssim.Config{Dir: dir, ReadLatency: 200 * time.Millisecond, NoAttrCache: true})
+	if err != nil {
+		t.Skipf("no FUSE here: %v", err)
+	}
+	defer sim.Unmount()
+	s, err := Open(mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	want := versionOf(t, filepath.Join(mnt, "f"))
+	type result struct {
+		b   []byte
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		buf := make([]byte, 9)
+		n, err := s.ReadAt("f", want, buf, 0)
+		done <- result{buf[:n], err}
+	}()
+	for deadline := time.Now().Add(5 * time.Second); sim.Reading() == 0; {
+		select {
+		case r := <-done:
+			t.Fatalf("the read ended before the rewrite: %q, %v", r.b, r.err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the read never reached the PFS")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	rewriteInPlace(t, path, []byte("new bytes"))
+	r := <-done
+	if !errors.Is(r.err, ErrChanged) {
+		t.Fatalf("a read during a rewrite returned %q, %v; want ErrChanged", r.b, r.err)
+	}
+}
+
+// The same holds for a Handle, which a packed dataset keeps open: a read
+// after which the file is another version fails.
+func TestHandleReadAtRewritten(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "f")
+	if err := os.WriteFile(path, []byte("old bytes"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	h, err := s.OpenHandle("f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	buf := make([]byte, 9)
+	if _, err := h.ReadAt(buf, 0); err != nil || string(buf) != "old bytes" {
+		t.Fatalf("ReadAt: %q, %v", buf, err)
+	}
+	rewriteInPlace(t, path, []byte("new bytes"))
+	if n, err := h.ReadAt(buf, 0); !errors.Is(err, ErrChanged) {
+		t.Fatalf("a read of a rewritten file returned %q, %v; want ErrChanged", buf[:n], err)
+	}
+	if err := h.Check(); !errors.Is(err, ErrChanged) {
+		t.Fatalf("Check of a rewritten file: %v; want ErrChanged", err)
+	}
+}
+
+// rewriteInPlace writes b over the start of the file at path, keeping its
+// size, and puts its mtime back: only the ctime tells.
+func rewriteInPlace(t *testing.T, path string, b []byte) {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(b, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(path, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+}

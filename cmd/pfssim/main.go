@@ -19,6 +19,8 @@ func main() {
 	bw := flag.Float64("bandwidth-mbps", 0, "aggregate read bandwidth in MB/s (0: unlimited)")
 	flag.IntVar(&cfg.MaxInFlight, "max-inflight", 64, "opens and reads served at once")
 	flag.StringVar(&cfg.StatsFile, "stats", "", "file the counters are written to (JSON); SIGUSR1 writes it at once")
+	// SIGUSR2 hangs the simulator (every request waits, deaf to
+	// interrupts) and SIGHUP resumes it: a PFS that stops answering.
 	flag.Usage = func() {
 		fmt.Fprintln(os.Stderr, "usage: pfssim [flags] DIR MOUNTPOINT")
 		flag.PrintDefaults()
@@ -33,7 +35,7 @@ func main() {
 	// Before the mount appears: a SIGUSR1 sent as soon as it does must
 	// wait in the channel, not be dropped by the runtime.
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGUSR1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGHUP)
 	sim, err := pfssim.Mount(flag.Arg(1), cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "pfssim:", err)
@@ -48,10 +50,19 @@ func main() {
 			_ = sim.Unmount()
 			return
 		case s := <-sigs:
-			if s == syscall.SIGUSR1 {
+			switch s {
+			case syscall.SIGUSR1:
 				if err := sim.Dump(); err != nil {
 					fmt.Fprintln(os.Stderr, "pfssim:", err)
 				}
+				continue
+			case syscall.SIGUSR2:
+				sim.Hang()
+				fmt.Println("pfssim: hung")
+				continue
+			case syscall.SIGHUP:
+				sim.Resume()
+				fmt.Println("pfssim: resumed")
 				continue
 			}
 			if err := sim.Unmount(); err != nil {

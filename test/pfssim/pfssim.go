@@ -13,6 +13,13 @@
 // kernel caches nothing and every read reaches the simulator, like a PFS
 // client with no cache of its own.
 //
+// # Faults
+//
+// Hang makes every open, read, lookup, getattr and listing wait, deaf to
+// interrupts, until Resume or Unmount: a PFS that stops answering (a
+// hard-mounted NFS server gone, a Lustre OST in recovery). Reading counts
+// the reads being served, so a test can act while one is in progress.
+//
 // # Counting
 //
 // The simulator counts opens, read calls and bytes read and writes them as
@@ -44,6 +51,10 @@ type Config struct {
 	Bandwidth   int64         // aggregate bytes/s over all readers; 0 is unlimited
 	MaxInFlight int           // opens and reads served at once; default 64
 	StatsFile   string        // where the counters go; "" disables
+	// NoAttrCache makes the kernel ask for attributes on every stat, so a
+	// change to Dir shows at once (default: cached for a second, as a PFS
+	// client caches them).
+	NoAttrCache bool
 	// FlushInterval bounds how often StatsFile is rewritten.
 	FlushInterval time.Duration // default 50ms
 }
@@ -65,6 +76,10 @@ type Sim struct {
 	slots  chan struct{}
 
 	opens, readOps, bytes, dumps atomic.Int64
+	reading                      atomic.Int64 // reads past their slot, not yet answered
+
+	gateMu sync.Mutex
+	gate   chan struct{} // gateMu guards gate: non-nil while hung, closed by Resume
 
 	bwMu   sync.Mutex
 	bwNext time.Time // bwMu guards bwNext: when the link is next free
@@ -99,6 +114,10 @@ func Mount(mountpoint string, cfg Config) (*Sim, error) {
 	rootNode := root.NewNode(root, nil, "", &st)
 	root.RootNode = rootNode
 	one := time.Second
+	attr := one
+	if cfg.NoAttrCache {
+		attr = 0
+	}
 	s.server, err = fs.Mount(mountpoint, rootNode, &fs.Options{
 		MountOptions: fuse.MountOptions{
 			FsName: "pfssim:" + abs, Name: "pfssim", DirectMount: true, MaxBackground: 64,
@@ -107,7 +126,7 @@ func Mount(mountpoint string, cfg Config) (*Sim, error) {
 			MaxWrite:   1 << 20,
 			AllowOther: os.Getuid() == 0,
 		},
-		EntryTimeout: &one, AttrTimeout: &one,
+		EntryTimeout: &one, AttrTimeout: &attr,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pfssim: mount %s: %w", mountpoint, err)
@@ -164,8 +183,10 @@ func (s *Sim) flusher() {
 // Wait blocks until the simulator is unmounted.
 func (s *Sim) Wait() { s.server.Wait() }
 
-// Unmount unmounts and writes the final counters.
+// Unmount unmounts and writes the final counters. It resumes a hung
+// simulator first.
 func (s *Sim) Unmount() error {
+	s.Resume()
 	err := s.server.Unmount()
 	select {
 	case <-s.stop:
@@ -176,8 +197,42 @@ func (s *Sim) Unmount() error {
 	return err
 }
 
+// Hang makes every request wait until Resume or Unmount, ignoring
+// interrupts.
+func (s *Sim) Hang() {
+	s.gateMu.Lock()
+	defer s.gateMu.Unlock()
+	if s.gate == nil {
+		s.gate = make(chan struct{})
+	}
+}
+
+// Resume answers the requests Hang held, and every later one.
+func (s *Sim) Resume() {
+	s.gateMu.Lock()
+	defer s.gateMu.Unlock()
+	if s.gate != nil {
+		close(s.gate)
+		s.gate = nil
+	}
+}
+
+// Reading reports how many reads are being served now.
+func (s *Sim) Reading() int64 { return s.reading.Load() }
+
+// wait blocks while the simulator hangs.
+func (s *Sim) wait() {
+	s.gateMu.Lock()
+	g := s.gate
+	s.gateMu.Unlock()
+	if g != nil {
+		<-g
+	}
+}
+
 // acquire takes an in-flight slot and waits d, as the server would.
 func (s *Sim) acquire(ctx context.Context, d time.Duration) bool {
+	s.wait()
 	select {
 	case s.slots <- struct{}{}:
 	case <-ctx.Done():
@@ -215,7 +270,27 @@ type node struct {
 	sim *Sim
 }
 
-var _ = (fs.NodeOpener)((*node)(nil))
+var (
+	_ = (fs.NodeOpener)((*node)(nil))
+	_ = (fs.NodeLookuper)((*node)(nil))
+	_ = (fs.NodeGetattrer)((*node)(nil))
+	_ = (fs.NodeReaddirer)((*node)(nil))
+)
+
+func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	n.sim.wait()
+	return n.LoopbackNode.Lookup(ctx, name, out)
+}
+
+func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	n.sim.wait()
+	return n.LoopbackNode.Getattr(ctx, f, out)
+}
+
+func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
+	n.sim.wait()
+	return n.LoopbackNode.Readdir(ctx)
+}
 
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	if flags&syscall.O_ACCMODE != syscall.O_RDONLY {
@@ -261,6 +336,8 @@ var (
 func (f *file) Flush(ctx context.Context) syscall.Errno { return syscall.ENOSYS }
 
 func (f *file) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	f.sim.reading.Add(1)
+	defer f.sim.reading.Add(-1)
 	if !f.sim.acquire(ctx, f.sim.cfg.ReadLatency) {
 		return nil, syscall.EINTR
 	}
