@@ -2,7 +2,7 @@
 export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 
-.PHONY: all build deps test unit integration fuzz bench bench-scale demo clean
+.PHONY: all build deps test unit integration fuzz mutate bench bench-scale demo clean
 
 all: build
 
@@ -41,6 +41,32 @@ fuzz:
 	  done; \
 	done; \
 	[ $$n -gt 0 ] || { echo "fuzz: no fuzz targets found" >&2; exit 1; }; echo "fuzz: $$n targets"
+
+# Mutation testing (docs/mutation.md), outside make test: gremlins plants
+# one bug at a time in a package (in a copy of the tree) and runs that
+# package's tests; a mutant the tests still pass "lived". Package by
+# package, one worker by default (the machine is small and shared); a slow
+# test run counts as timed out, not as lived or killed. Each package's
+# efficacy (killed / (killed + lived)) must reach MUTATE_THRESHOLD.
+# Logs and JSON reports go to bin/mutate/.
+MUTATE_PKGS ?= integrity placement control ssdstore catalog peer fusefs loader
+MUTATE_WORKERS ?= 1
+MUTATE_TIMEOUT_COEFFICIENT ?= 10
+MUTATE_THRESHOLD ?= 80
+mutate:
+	./scripts/install-mutate.sh
+	@set -e; g=$$($(GO) env GOPATH)/bin/gremlins; out=bin/mutate; mkdir -p $$out; : >$$out/summary; \
+	for p in $(MUTATE_PKGS); do \
+	  echo "mutate $$p"; \
+	  $$g unleash --workers $(MUTATE_WORKERS) --timeout-coefficient $(MUTATE_TIMEOUT_COEFFICIENT) \
+	    -S lt -o $$out/$$p.json ./$$p 2>&1 | tee $$out/$$p.log; \
+	  eff=$$(sed -n 's/^Test efficacy: \([0-9.]*\)%.*/\1/p' $$out/$$p.log); \
+	  counts=$$(grep -E '^(Killed|Timed out):' $$out/$$p.log | tr '\n' ' '); \
+	  echo "$$p $${eff:-none} $$counts" >>$$out/summary; \
+	done; \
+	echo; echo "package efficacy% (threshold $(MUTATE_THRESHOLD)%)"; cat $$out/summary; \
+	awk -v t=$(MUTATE_THRESHOLD) '$$2 == "none" || $$2 + 0 < t { bad = bad " " $$1 } \
+	  END { if (bad != "") { print "mutate: below " t "% (or not measured):" bad > "/dev/stderr"; exit 1 } }' $$out/summary
 
 bench: deps build
 	./bin/dlfsbench

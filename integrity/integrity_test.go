@@ -1,0 +1,330 @@
+package integrity
+
+import (
+	"encoding/binary"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dlfs/dlfs/source"
+)
+
+// crc32c computes CRC-32C of b by the book, bit by bit (the reflected
+// polynomial 0x82F63B78), independently of Sum and of hash/crc32's tables.
+func crc32c(b []byte) uint32 {
+	crc := ^uint32(0)
+	for _, c := range b {
+		crc ^= uint32(c)
+		for k := 0; k < 8; k++ {
+			if crc&1 == 1 {
+				crc = crc>>1 ^ 0x82F63B78
+			} else {
+				crc >>= 1
+			}
+		}
+	}
+	return ^crc
+}
+
+func TestCRC32CReference(t *testing.T) {
+	// The check value of CRC-32C (RFC 3720, appendix B.4).
+	if got := crc32c([]byte("123456789")); got != 0xE3069283 {
+		t.Fatalf("reference crc32c(123456789) = %#08x, want 0xe3069283", got)
+	}
+}
+
+// TestSumIsCRC32COfTagThenBytes pins Sum to its documented definition: a
+// CRC-32C of the tag (8 bytes, little-endian) followed by the bytes. A Sum
+// that drops the tag, the data, or a part of either, fails here.
+func TestSumIsCRC32COfTagThenBytes(t *testing.T) {
+	tags := []uint64{0, 1, 0x0123456789abcdef, ^uint64(0), 1 << 63}
+	datas := [][]byte{nil, {}, {0}, []byte("a"), []byte("hello, block"), make([]byte, 4096)}
+	for _, tag := range tags {
+		for _, data := range datas {
+			var buf []byte
+			buf = binary.LittleEndian.AppendUint64(buf, tag)
+			buf = append(buf, data...)
+			if got, want := Sum(tag, data), crc32c(buf); got != want {
+				t.Errorf("Sum(%#x, %d bytes) = %#08x, want crc32c(tag LE ‖ data) = %#08x", tag, len(data), got, want)
+			}
+		}
+	}
+}
+
+// TestSumDependsOnTagAndBytes is the rule a tier relies on: the same bytes
+// under another tag, or other bytes under the same tag, have another sum.
+func TestSumDependsOnTagAndBytes(t *testing.T) {
+	data := []byte("the bytes of block 3")
+	base := Sum(42, data)
+	for bit := 0; bit < 64; bit++ {
+		if Sum(42^(1<<bit), data) == base {
+			t.Errorf("flipping tag bit %d leaves the sum unchanged", bit)
+		}
+	}
+	if Sum(42, data) != base {
+		t.Fatal("Sum is not deterministic")
+	}
+	if Sum(42, nil) == Sum(43, nil) {
+		t.Error("an empty block's sum ignores the tag")
+	}
+	if Sum(42, data[:len(data)-1]) == base {
+		t.Error("a truncated block has the same sum")
+	}
+	if Sum(42, append(append([]byte(nil), data...), 0)) == base {
+		t.Error("a block with a zero byte appended has the same sum")
+	}
+}
+
+// TestCheckRejects: Check accepts exactly the sum of the bytes under the
+// tag, and rejects every single flipped bit, a wrong sum and a wrong tag.
+func TestCheckRejects(t *testing.T) {
+	const tag = 0xfeedfacecafebeef
+	data := []byte("sample 17, block 0: some training bytes")
+	sum := Sum(tag, data)
+	if !Check(tag, sum, data) {
+		t.Fatal("Check rejects the right tag, sum and bytes")
+	}
+	for i := range data {
+		for bit := 0; bit < 8; bit++ {
+			bad := append([]byte(nil), data...)
+			bad[i] ^= 1 << bit
+			if Check(tag, sum, bad) {
+				t.Errorf("Check accepts byte %d with bit %d flipped", i, bit)
+			}
+		}
+	}
+	for bit := 0; bit < 32; bit++ {
+		if Check(tag, sum^(1<<bit), data) {
+			t.Errorf("Check accepts the sum with bit %d flipped", bit)
+		}
+	}
+	for bit := 0; bit < 64; bit++ {
+		if Check(tag^(1<<bit), sum, data) {
+			t.Errorf("Check accepts the tag with bit %d flipped", bit)
+		}
+	}
+	if Check(tag, sum, data[:len(data)-1]) || Check(tag, sum, nil) {
+		t.Error("Check accepts truncated bytes")
+	}
+}
+
+// FuzzCheck: for any tag and bytes, the sum checks, and any change that CRC-32C
+// is certain to detect is rejected: a flipped bit in the bytes or the sum,
+// or a change of the tag confined to 32 consecutive bits (a burst no longer
+// than the CRC's degree).
+func FuzzCheck(f *testing.F) {
+	f.Add(uint64(0), []byte{}, uint32(0), uint32(1), uint8(0))
+	f.Add(uint64(7), []byte("abc"), uint32(9), uint32(0xffffffff), uint8(32))
+	f.Fuzz(func(t *testing.T, tag uint64, data []byte, pos, tagDelta uint32, shift uint8) {
+		sum := Sum(tag, data)
+		if !Check(tag, sum, data) {
+			t.Fatalf("Check(%#x, Sum, data) = false", tag)
+		}
+		if want := crc32c(binary.LittleEndian.AppendUint64(nil, tag)); len(data) == 0 && sum != want {
+			t.Fatalf("Sum(%#x, empty) = %#08x, want %#08x", tag, sum, want)
+		}
+		if len(data) > 0 {
+			bad := append([]byte(nil), data...)
+			bit := int(pos % uint32(8*len(data)))
+			bad[bit/8] ^= 1 << (bit % 8)
+			if Check(tag, sum, bad) {
+				t.Fatalf("bit %d flipped: Check still true", bit)
+			}
+		}
+		if Check(tag, sum^(1<<(pos%32)), data) {
+			t.Fatal("flipped sum bit accepted")
+		}
+		if tagDelta != 0 {
+			other := tag ^ uint64(tagDelta)<<(shift%33)
+			if Check(other, sum, data) {
+				t.Fatalf("tag %#x accepted for a sum made under %#x", other, tag)
+			}
+		}
+	})
+}
+
+// TestTagDependsOnEveryField: a Tag that ignores the dataset, the key, or
+// any field of the version would let one of them hand its bytes to another.
+func TestTagDependsOnEveryField(t *testing.T) {
+	const ds Dataset = 0x1234
+	const key = "train/cat/001.jpg#0"
+	v := source.Version{Size: 110 << 10, Mtime: 1_700_000_000_000_000_000, Ctime: 1_700_000_000_500_000_000, Ino: 4711}
+	base := Tag(ds, key, v)
+	if Tag(ds, key, v) != base {
+		t.Fatal("Tag is not deterministic")
+	}
+	changes := map[string]uint64{
+		"dataset":        Tag(ds+1, key, v),
+		"key":            Tag(ds, key[:len(key)-1]+"1", v),
+		"key prefix":     Tag(ds, key[:len(key)-1], v),
+		"empty key":      Tag(ds, "", v),
+		"size":           Tag(ds, key, source.Version{Size: v.Size + 1, Mtime: v.Mtime, Ctime: v.Ctime, Ino: v.Ino}),
+		"mtime":          Tag(ds, key, source.Version{Size: v.Size, Mtime: v.Mtime + 1, Ctime: v.Ctime, Ino: v.Ino}),
+		"ctime":          Tag(ds, key, source.Version{Size: v.Size, Mtime: v.Mtime, Ctime: v.Ctime + 1, Ino: v.Ino}),
+		"ino":            Tag(ds, key, source.Version{Size: v.Size, Mtime: v.Mtime, Ctime: v.Ctime, Ino: v.Ino + 1}),
+		"size high byte": Tag(ds, key, source.Version{Size: v.Size | 1<<56, Mtime: v.Mtime, Ctime: v.Ctime, Ino: v.Ino}),
+		"dataset high":   Tag(ds|1<<63, key, v),
+		"ino high":       Tag(ds, key, source.Version{Size: v.Size, Mtime: v.Mtime, Ctime: v.Ctime, Ino: v.Ino | 1<<60}),
+		// Same values in other fields: the fields are not summed together.
+		"mtime⇄ctime": Tag(ds, key, source.Version{Size: v.Size, Mtime: v.Ctime, Ctime: v.Mtime, Ino: v.Ino}),
+	}
+	seen := map[uint64]string{base: "base"}
+	for name, tag := range changes {
+		if tag == base {
+			t.Errorf("changing the %s leaves the tag unchanged", name)
+		}
+		if prev, dup := seen[tag]; dup {
+			t.Errorf("changing the %s gives the same tag as %s", name, prev)
+		}
+		seen[tag] = name
+	}
+}
+
+// TestTagGolden pins the tag to its definition (FNV-1a 64 over the dataset,
+// the key's length and bytes, then size, mtime, ctime and inode, all
+// little-endian), so that tags agree across builds and machines: a peer
+// checks a block under the tag it computed itself.
+func TestTagGolden(t *testing.T) {
+	ref := func(ds uint64, key string, v source.Version) uint64 {
+		var b []byte
+		b = binary.LittleEndian.AppendUint64(b, ds)
+		b = binary.LittleEndian.AppendUint64(b, uint64(len(key)))
+		b = append(b, key...)
+		for _, x := range []uint64{uint64(v.Size), uint64(v.Mtime), uint64(v.Ctime), v.Ino} {
+			b = binary.LittleEndian.AppendUint64(b, x)
+		}
+		return fnv1a(b)
+	}
+	cases := []struct {
+		ds  uint64
+		key string
+		v   source.Version
+	}{
+		{0, "", source.Version{}},
+		{1, "a#0", source.Version{Size: 1, Mtime: 2, Ctime: 3, Ino: 4}},
+		{^uint64(0), strings.Repeat("x", 300), source.Version{Size: -1, Mtime: -5, Ctime: 1 << 62, Ino: ^uint64(0)}},
+	}
+	for _, c := range cases {
+		if got, want := Tag(Dataset(c.ds), c.key, c.v), ref(c.ds, c.key, c.v); got != want {
+			t.Errorf("Tag(%#x, %q, %+v) = %#x, want %#x", c.ds, c.key, c.v, got, want)
+		}
+	}
+}
+
+// fnv1a is FNV-1a 64 by the book.
+func fnv1a(b []byte) uint64 {
+	h := uint64(0xcbf29ce484222325)
+	for _, c := range b {
+		h ^= uint64(c)
+		h *= 0x100000001b3
+	}
+	return h
+}
+
+func TestFNVReference(t *testing.T) {
+	// Published FNV-1a 64 test vectors.
+	for in, want := range map[string]uint64{"": 0xcbf29ce484222325, "a": 0xaf63dc4c8601ec8c, "foobar": 0x85944171f73967e8} {
+		if got := fnv1a([]byte(in)); got != want {
+			t.Errorf("fnv1a(%q) = %#x, want %#x", in, got, want)
+		}
+		h := newHash()
+		for i := 0; i < len(in); i++ {
+			h.byte(in[i])
+		}
+		if h.sum != want {
+			t.Errorf("newHash+byte over %q = %#x, want %#x", in, h.sum, want)
+		}
+	}
+}
+
+// TestStrLengthPrefixed: str hashes the length first, so that adjacent
+// strings cannot trade bytes ("ab","c" against "a","bc").
+func TestStrLengthPrefixed(t *testing.T) {
+	a, b := newHash(), newHash()
+	a.str("ab")
+	a.str("c")
+	b.str("a")
+	b.str("bc")
+	if a.sum == b.sum {
+		t.Error(`str("ab")+str("c") == str("a")+str("bc")`)
+	}
+}
+
+func TestDatasetString(t *testing.T) {
+	for d, want := range map[Dataset]string{0: "0000000000000000", 0xabc: "0000000000000abc", ^Dataset(0): "ffffffffffffffff"} {
+		if got := d.String(); got != want {
+			t.Errorf("Dataset(%#x).String() = %q, want %q", uint64(d), got, want)
+		}
+	}
+}
+
+// TestDatasetOf: the identity is the hash of the filesystem's id (f_fsid,
+// or st_dev where the filesystem reports none), the directory's inode and
+// the format; it is stable, and differs between directories and formats.
+func TestDatasetOf(t *testing.T) {
+	root := t.TempDir()
+	a, b := filepath.Join(root, "a"), filepath.Join(root, "b")
+	for _, d := range []string{a, b} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	da, err := DatasetOf(a, "directory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := DatasetOf(a, "directory"); err != nil || again != da {
+		t.Fatalf("DatasetOf(a) twice: %v then %v (%v)", da, again, err)
+	}
+	if db, err := DatasetOf(b, "directory"); err != nil || db == da {
+		t.Errorf("two directories share an identity: %v, %v (%v)", da, db, err)
+	}
+	if ds, err := DatasetOf(a, "seqfile"); err != nil || ds == da {
+		t.Errorf("two formats share an identity: %v, %v (%v)", da, ds, err)
+	}
+	// Moving the directory keeps its identity (same filesystem, same inode).
+	moved := filepath.Join(root, "moved")
+	if err := os.Rename(a, moved); err != nil {
+		t.Fatal(err)
+	}
+	if dm, err := DatasetOf(moved, "directory"); err != nil || dm != da {
+		t.Errorf("identity changed with the directory's name: %v then %v (%v)", da, dm, err)
+	}
+
+	var st unix.Stat_t
+	var sfs unix.Statfs_t
+	if err := unix.Stat(moved, &st); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Statfs(moved, &sfs); err != nil {
+		t.Fatal(err)
+	}
+	fsid := uint64(uint32(sfs.Fsid.Val[0]))<<32 | uint64(uint32(sfs.Fsid.Val[1]))
+	if fsid == 0 {
+		fsid = st.Dev
+	}
+	var ref []byte
+	ref = binary.LittleEndian.AppendUint64(ref, fsid)
+	ref = binary.LittleEndian.AppendUint64(ref, st.Ino)
+	ref = binary.LittleEndian.AppendUint64(ref, uint64(len("directory")))
+	ref = append(ref, "directory"...)
+	if want := Dataset(fnv1a(ref)); da != want {
+		t.Errorf("DatasetOf = %v, want hash(fsid %#x, ino %d, format) = %v", da, fsid, st.Ino, want)
+	}
+}
+
+func TestDatasetOfMissing(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "absent")
+	_, err := DatasetOf(dir, "directory")
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("DatasetOf(missing) = %v, want an error wrapping ErrNotExist", err)
+	}
+	if !strings.Contains(err.Error(), dir) || !strings.HasPrefix(err.Error(), "integrity: stat ") {
+		t.Errorf("error %q does not say what failed where", err)
+	}
+}
