@@ -67,7 +67,7 @@ func (t *pseudoTable) add(n *pseudoNode) uint64 {
 	t.next++
 	n.lookups = 1
 	t.byIno[ino] = n
-	if n.dir {
+	if n.dir || n.pipe {
 		t.dirs[n.path] = ino
 	}
 	return ino
@@ -92,7 +92,7 @@ func (f *FS) forgetControl(ino, nlookup uint64) {
 	n.lookups -= min(nlookup, n.lookups)
 	if n.lookups == 0 {
 		delete(f.pseudo.byIno, ino)
-		if n.dir {
+		if n.dir || n.pipe {
 			delete(f.pseudo.dirs, n.path)
 		}
 	}

@@ -379,3 +379,43 @@ func TestFirstPlusChunk(t *testing.T) {
 		}
 	}
 }
+
+// pipePlane is plane with a named pipe in the control directory.
+type pipePlane struct{ plane }
+
+func (p *pipePlane) List(dir string) ([]PseudoEntry, error) {
+	list, err := p.plane.List(dir)
+	if dir == "" {
+		list = append(list, PseudoEntry{Name: "accesslog", Pipe: true})
+	}
+	return list, err
+}
+
+// TestControlPipeKeepsItsID: every lookup of a named pipe answers one node
+// ID while the kernel holds it (its reader and writer must meet at one
+// inode), as directories do; forgotten, the next lookup gets a new one.
+func TestControlPipeKeepsItsID(t *testing.T) {
+	f, _ := newTree(t, 3)
+	f.ctl = &pipePlane{}
+	ctl := lookup(t, f, catalog.RootIno, ".dlfs")
+	a := lookup(t, f, ctl.NodeId, "accesslog")
+	b := lookup(t, f, ctl.NodeId, "accesslog")
+	if a.NodeId != b.NodeId {
+		t.Fatalf("two lookups of the pipe: IDs %d and %d, want one", a.NodeId, b.NodeId)
+	}
+	if a.Attr.Mode&syscall.S_IFMT != syscall.S_IFIFO {
+		t.Errorf("the pipe's mode is %o", a.Attr.Mode)
+	}
+	held := len(f.pseudo.byIno)
+	f.Forget(a.NodeId, 1)
+	if len(f.pseudo.byIno) != held {
+		t.Errorf("one of two lookups forgotten dropped the pipe")
+	}
+	f.Forget(a.NodeId, 1)
+	if len(f.pseudo.byIno) != held-1 || len(f.pseudo.dirs) != 1 {
+		t.Errorf("the forgotten pipe is still held: %d nodes, %d by path", len(f.pseudo.byIno), len(f.pseudo.dirs))
+	}
+	if c := lookup(t, f, ctl.NodeId, "accesslog"); c.NodeId == a.NodeId {
+		t.Errorf("a forgotten pipe's ID was reused")
+	}
+}
