@@ -65,7 +65,7 @@ func (f *FS) Push(e *catalog.Entry, blockSize int64, block func(i int64) ([]byte
 	}
 	var cs unix.Cachestat_t
 	if err := unix.Cachestat(uint(fd), &unix.CachestatRange{Off: 0, Len: uint64(e.Size)}, &cs, 0); err == nil &&
-		int64(cs.Cache) >= (e.Size+pageSize-1)/pageSize {
+		int64(cs.Cache) >= e.Size/pageSize+min(e.Size%pageSize, 1) {
 		return 0, nil // cached whole already
 	}
 	var stored int64

@@ -274,6 +274,20 @@ func BlockKey(path string, i int64) string {
 	return path + "\x00" + strconv.FormatInt(i, 10)
 }
 
+// Blocks is how many blocks of bs bytes a file of size bytes is cached
+// in: at least one, for an empty file. It cannot overflow, whatever size.
+func Blocks(size, bs int64) int64 {
+	n := size / bs
+	if size%bs != 0 || n == 0 {
+		n++
+	}
+	return n
+}
+
+// blockEnd is where block i of a file of size bytes ends: (i+1)*bs, or
+// size for the last, computed so that it cannot overflow near 2^63.
+func blockEnd(size, bs, i int64) int64 { return i*bs + min(bs, size-i*bs) }
+
 // Tag is the integrity tag of the block with key of e in this loader's
 // dataset.
 func (l *Loader) Tag(e *catalog.Entry, key string) uint64 {
@@ -298,7 +312,7 @@ func (l *Loader) ReadAt(e *catalog.Entry, dest []byte, off int64) ([]byte, error
 // slowest, for a read of several blocks: "ram", "stage", "ssd", "peer",
 // "moved" or "pfs") and how long it waited on the PFS (0: a hit).
 func (l *Loader) ReadAtWaited(e *catalog.Entry, dest []byte, off int64) ([]byte, string, time.Duration, error) {
-	if off >= e.Size || len(dest) == 0 {
+	if off < 0 || off >= e.Size || len(dest) == 0 {
 		return dest[:0], tierNames[tierRAM], 0, nil
 	}
 	var held []string // blocks this read fetched, held until it is reported
@@ -307,7 +321,7 @@ func (l *Loader) ReadAtWaited(e *catalog.Entry, dest []byte, off int64) ([]byte,
 			l.flight.release(key)
 		}
 	}()
-	end := min(off+int64(len(dest)), e.Size)
+	end := off + min(int64(len(dest)), e.Size-off) // never past 2^63-1
 	bs := l.cfg.BlockSize
 	first, last := off/bs, (end-1)/bs
 	var (
@@ -316,7 +330,7 @@ func (l *Loader) ReadAtWaited(e *catalog.Entry, dest []byte, off int64) ([]byte,
 		out    []byte
 	)
 	if first == last {
-		b, t, w, err := l.block(e, first, end == min((first+1)*bs, e.Size), &held)
+		b, t, w, err := l.block(e, first, end == blockEnd(e.Size, bs, first), &held)
 		if err != nil {
 			return nil, "", 0, err
 		}
@@ -324,14 +338,14 @@ func (l *Loader) ReadAtWaited(e *catalog.Entry, dest []byte, off int64) ([]byte,
 	} else {
 		n := 0
 		for i := first; i <= last; i++ {
-			b, t, w, err := l.block(e, i, end >= min((i+1)*bs, e.Size), &held)
+			b, t, w, err := l.block(e, i, end >= blockEnd(e.Size, bs, i), &held)
 			if err != nil {
 				return nil, "", 0, err
 			}
 			from = max(from, t) // the slowest tier involved supplied the read
 			waited += w
 			lo := max(off, i*bs) - i*bs
-			hi := min(end, (i+1)*bs) - i*bs
+			hi := min(end, blockEnd(e.Size, bs, i)) - i*bs
 			n += copy(dest[n:], b[lo:hi])
 		}
 		out = dest[:n]
@@ -466,7 +480,7 @@ type Keep func(e *catalog.Entry, i int64, b ramcache.Block) bool
 // read is fetching, or has fetched and not yet reported to the stage, is
 // left to that read.
 func (l *Loader) Prefetch(e *catalog.Entry, keep Keep) (int, error) {
-	n := max((e.Size+l.cfg.BlockSize-1)/l.cfg.BlockSize, 1)
+	n := Blocks(e.Size, l.cfg.BlockSize)
 	staged := 0
 	for i := int64(0); i < n; i++ {
 		key := BlockKey(e.Path(), i)
@@ -588,7 +602,7 @@ func (l *Loader) load(e *catalog.Entry, i int64, tag uint64, why purpose) (fetch
 func (l *Loader) loadFrom(e *catalog.Entry, i int64, tag uint64, why purpose) (fetch, error) {
 	key := BlockKey(e.Path(), i)
 	bs := l.cfg.BlockSize
-	n := min(bs, e.Size-i*bs)
+	n := blockEnd(e.Size, bs, i) - i*bs
 	sources := make([]string, 0, 3)
 	if l.ssd != nil {
 		sources = append(sources, srcSSD)
@@ -750,7 +764,7 @@ func (l *Loader) Invalidate(e *catalog.Entry) {
 	if !e.IsRegular() {
 		return
 	}
-	blocks := max((e.Size+l.cfg.BlockSize-1)/l.cfg.BlockSize, 1)
+	blocks := Blocks(e.Size, l.cfg.BlockSize)
 	for i := int64(0); i < blocks; i++ {
 		key := BlockKey(e.Path(), i)
 		l.ram.Delete(key)

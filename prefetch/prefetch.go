@@ -930,7 +930,7 @@ func (p *Prefetcher) dropIfUnneededLocked(e *catalog.Entry) {
 // returns them.
 func (p *Prefetcher) unstageFileLocked(e *catalog.Entry) []stagedBlock {
 	var out []stagedBlock
-	n := max((e.Size+p.cfg.BlockSize-1)/p.cfg.BlockSize, 1)
+	n := loader.Blocks(e.Size, p.cfg.BlockSize)
 	for i := int64(0); i < n && p.stagedIno[e.Ino] > 0; i++ {
 		key := loader.BlockKey(e.Path(), i)
 		if b, ok := p.staged[key]; ok {
