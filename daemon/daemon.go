@@ -45,6 +45,7 @@ import (
 	"github.com/dlfs/dlfs/integrity"
 	"github.com/dlfs/dlfs/jobs"
 	"github.com/dlfs/dlfs/loader"
+	"github.com/dlfs/dlfs/netlimit"
 	"github.com/dlfs/dlfs/packed"
 	"github.com/dlfs/dlfs/peer"
 	"github.com/dlfs/dlfs/perfmodel"
@@ -110,6 +111,9 @@ type Config struct {
 
 	// MetricsAddr serves Prometheus /metrics on HOST:PORT; "" is off.
 	MetricsAddr string
+	// MetricsLimits bounds that server: read, write and idle timeouts,
+	// and connections (zero fields: netlimit.DefaultHTTP).
+	MetricsLimits netlimit.HTTPConfig
 	// Registry collects the node's metrics; nil makes a fresh one.
 	Registry *prometheus.Registry
 	Logger   *slog.Logger // nil: discard
@@ -546,10 +550,17 @@ func (n *Node) serveMetrics(addr string) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{}))
 	n.statusHandlers(mux)
-	n.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// Timeouts and a connection limit: idle keep-alives cannot pin the
+	// daemon's descriptors (README: Bounds).
+	srv, lim, err := netlimit.HTTPServer(ln, mux, n.cfg.MetricsLimits, "metrics", n.log)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("metrics address %s: %w", addr, err)
+	}
+	n.metrics = srv
 	n.metricsAddr = ln.Addr()
 	go func() {
-		if err := n.metrics.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := n.metrics.Serve(lim); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			n.log.Error("metrics server stopped", "err", err)
 		}
 	}()

@@ -23,6 +23,7 @@ import (
 	"github.com/dlfs/dlfs/allocator"
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/daemon"
+	"github.com/dlfs/dlfs/netlimit"
 )
 
 // mountOptions are the flags of "dlfs mount".
@@ -258,8 +259,15 @@ func runMount(cmd *cobra.Command, cfg daemon.Config, o *mountOptions) error {
 			ln.Close()
 			return fmt.Errorf("--pprof-addr %s: profiles are served on loopback only (127.0.0.1:PORT)", o.pprofAddr)
 		}
-		srv := &http.Server{Handler: http.DefaultServeMux}
-		go srv.Serve(ln) // ends when the process does
+		// Bounded like the metrics server, but a CPU profile may take
+		// minutes to write (README: Bounds).
+		srv, lim, err := netlimit.HTTPServer(ln, http.DefaultServeMux,
+			netlimit.HTTPConfig{WriteTimeout: 5 * time.Minute, MaxConns: 8, MaxPerHost: 8}, "pprof", cfg.Logger)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("--pprof-addr: %w", err)
+		}
+		go srv.Serve(lim) // ends when the process does
 		defer srv.Close()
 	}
 	if o.cpuProfile != "" {
