@@ -14,6 +14,10 @@
 // With Config.Key (16, 24 or 32 bytes), all gossip is encrypted and
 // authenticated (memberlist's keyring, with incoming and outgoing
 // verification): a node without the key can neither join nor be heard.
+// Anyone can still open TCP streams to the gossip port before the key is
+// checked: the transport (transport.go, memberlist's NetTransport behind a
+// netlimit.Limiter) holds at most Config.Streams of them, in all and from
+// one address, each for a few seconds, and closes the rest at once.
 //
 // # Lifetime
 //
@@ -33,6 +37,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/dlfs/dlfs/netlimit"
 )
 
 // Config configures a member.
@@ -49,8 +55,12 @@ type Config struct {
 	Meta     Meta
 	// Local uses memberlist's loopback timings (fast failure detection),
 	// for tests and single-machine clusters.
-	Local  bool
-	Logger *slog.Logger // nil: discard
+	Local bool
+	// Streams bounds the inbound TCP streams of gossip, which anyone who
+	// reaches the port can open: at once, from one address, and how long
+	// each may stay. Zero fields take DefaultStreams'.
+	Streams netlimit.Config
+	Logger  *slog.Logger // nil: discard
 }
 
 // State of a member.
@@ -74,6 +84,7 @@ type Cluster struct {
 	cfg Config
 	log *slog.Logger
 	ml  *memberlist.Memberlist
+	tr  *transport // memberlist's, with its inbound streams bounded
 
 	delegate *delegate
 	// addr is the advertised gossip address, read once at Start: the
@@ -139,12 +150,18 @@ func Start(cfg Config) (*Cluster, error) {
 		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
 	}
 	mc.Logger = slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug)
-	c := &Cluster{cfg: cfg, log: cfg.Logger, members: map[string]Member{}, stop: make(chan struct{})}
+	tr, err := newTransport(mc, streamLimits(cfg, mc.TCPTimeout))
+	if err != nil {
+		return nil, fmt.Errorf("cluster: start gossip on %s: %w", cfg.Bind, err)
+	}
+	mc.Transport = tr
+	c := &Cluster{cfg: cfg, log: cfg.Logger, tr: tr, members: map[string]Member{}, stop: make(chan struct{})}
 	c.delegate = &delegate{meta: meta}
 	mc.Delegate = c.delegate
 	mc.Events = &events{c: c}
 	c.ml, err = memberlist.Create(mc)
 	if err != nil {
+		tr.Shutdown()
 		return nil, fmt.Errorf("cluster: start gossip on %s: %w", cfg.Bind, err)
 	}
 	local := c.ml.LocalNode()
@@ -176,6 +193,27 @@ func (c *Cluster) rejoin(reclaim time.Duration) {
 			c.log.Debug("cluster: rejoin failed", "err", err)
 		}
 	}
+}
+
+// streamLimits returns cfg.Streams, its zero fields DefaultStreams'.
+func streamLimits(cfg Config, tcpTimeout time.Duration) netlimit.Config {
+	l, def := cfg.Streams, DefaultStreams(tcpTimeout)
+	if l.Name == "" {
+		l.Name = def.Name
+	}
+	if l.MaxConns == 0 {
+		l.MaxConns = def.MaxConns
+	}
+	if l.MaxPerHost == 0 {
+		l.MaxPerHost = min(def.MaxPerHost, l.MaxConns)
+	}
+	if l.Lifetime == 0 {
+		l.Lifetime = def.Lifetime
+	}
+	if l.Logger == nil {
+		l.Logger = cfg.Logger
+	}
+	return l
 }
 
 func splitHostPort(hp, what string) (string, int, error) {

@@ -46,40 +46,6 @@ func serve(t *testing.T, ln net.Listener) *[]net.Conn {
 	return &conns
 }
 
-// dialFrom opens n connections to addr from the loopback address src.
-func dialFrom(t *testing.T, src, addr string, n int) []net.Conn {
-	t.Helper()
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
-	var out []net.Conn
-	for range n {
-		c, err := d.Dial("tcp", addr)
-		if err != nil {
-			t.Fatalf("dial from %s: %v", src, err)
-		}
-		t.Cleanup(func() { c.Close() })
-		out = append(out, c)
-	}
-	return out
-}
-
-// closedByServer counts the connections the server closed: a read gets
-// EOF or a reset. Those it holds time out after a short wait, which
-// only makes the count smaller: a bug shows as a count too small or too
-// large, never as a pass.
-func closedByServer(conns []net.Conn) int {
-	n := 0
-	for _, c := range conns {
-		_ = c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
-		var b [1]byte
-		_, err := c.Read(b[:])
-		var ne net.Error
-		if err != nil && !(errors.As(err, &ne) && ne.Timeout()) {
-			n++
-		}
-	}
-	return n
-}
-
 // The rule: whatever arrives, a server holds at most MaxConns, and at
 // most MaxPerHost from one address; the rest are closed at once.
 func TestBounds(t *testing.T) {
@@ -96,12 +62,12 @@ func TestBounds(t *testing.T) {
 	serve(t, l)
 	addr := ln.Addr().String()
 
-	a := dialFrom(t, "127.0.0.2", addr, 20)
+	a := limittest.DialFrom(t, "127.0.0.2", addr, 20)
 	limittest.WaitFor(t, "the first address's connections to be decided", func() bool { return l.Held()+int(l.Refused()) == 20 })
 	if got := l.HeldBy("127.0.0.2"); got != 4 {
 		t.Errorf("one address holds %d slots, want MaxPerHost=4", got)
 	}
-	b := dialFrom(t, "127.0.0.3", addr, 20)
+	b := limittest.DialFrom(t, "127.0.0.3", addr, 20)
 	limittest.WaitFor(t, "the second address's connections to be decided", func() bool { return l.Held()+int(l.Refused()) == 40 })
 	if got := l.Held(); got != 6 {
 		t.Errorf("holds %d, want MaxConns=6", got)
@@ -109,10 +75,10 @@ func TestBounds(t *testing.T) {
 	if got := l.HeldBy("127.0.0.3"); got != 2 {
 		t.Errorf("the second address holds %d, want the 2 left", got)
 	}
-	if got := closedByServer(a); got != 16 {
+	if got := limittest.ClosedByServer(a); got != 16 {
 		t.Errorf("the server closed %d of the first address's 20, want 16", got)
 	}
-	if got := closedByServer(b); got != 18 {
+	if got := limittest.ClosedByServer(b); got != 18 {
 		t.Errorf("the server closed %d of the second address's 20, want 18", got)
 	}
 	if n := strings.Count(logs.String(), "refusing"); n != 1 {
@@ -175,7 +141,7 @@ func TestLifetime(t *testing.T) {
 		_, err = io.ReadAll(c)
 		errc <- err
 	}()
-	dialFrom(t, "127.0.0.1", ln.Addr().String(), 1)
+	limittest.DialFrom(t, "127.0.0.1", ln.Addr().String(), 1)
 	select {
 	case err := <-errc:
 		var ne net.Error
