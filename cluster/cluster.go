@@ -197,23 +197,9 @@ func (c *Cluster) rejoin(reclaim time.Duration) {
 
 // streamLimits returns cfg.Streams, its zero fields DefaultStreams'.
 func streamLimits(cfg Config, tcpTimeout time.Duration) netlimit.Config {
-	l, def := cfg.Streams, DefaultStreams(tcpTimeout)
-	if l.Name == "" {
-		l.Name = def.Name
-	}
-	if l.MaxConns == 0 {
-		l.MaxConns = def.MaxConns
-	}
-	if l.MaxPerHost == 0 {
-		l.MaxPerHost = min(def.MaxPerHost, l.MaxConns)
-	}
-	if l.Lifetime == 0 {
-		l.Lifetime = def.Lifetime
-	}
-	if l.Logger == nil {
-		l.Logger = cfg.Logger
-	}
-	return l
+	def := DefaultStreams(tcpTimeout)
+	def.Logger = cfg.Logger
+	return cfg.Streams.Or(def)
 }
 
 func splitHostPort(hp, what string) (string, int, error) {

@@ -58,11 +58,11 @@ func DefaultConfig(name string) Config {
 // ErrConfig wraps configuration errors.
 var ErrConfig = errors.New("netlimit: bad configuration")
 
-// withDefaults fills zero fields and checks the rest.
-func (c Config) withDefaults() (Config, error) {
-	def := DefaultConfig(c.Name)
+// Or returns c with its zero fields taken from def (MaxPerHost at most
+// MaxConns).
+func (c Config) Or(def Config) Config {
 	if c.Name == "" {
-		c.Name = "server"
+		c.Name = def.Name
 	}
 	if c.MaxConns == 0 {
 		c.MaxConns = def.MaxConns
@@ -70,9 +70,21 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxPerHost == 0 {
 		c.MaxPerHost = min(def.MaxPerHost, c.MaxConns)
 	}
+	if c.Lifetime == 0 {
+		c.Lifetime = def.Lifetime
+	}
 	if c.LogEvery == 0 {
 		c.LogEvery = def.LogEvery
 	}
+	if c.Logger == nil {
+		c.Logger = def.Logger
+	}
+	return c
+}
+
+// withDefaults fills zero fields and checks the rest.
+func (c Config) withDefaults() (Config, error) {
+	c = c.Or(DefaultConfig("server"))
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
