@@ -145,7 +145,7 @@ func (n *Node) demand(alive []cluster.Member) []placement.Sample {
 			n.log.Debug("placement: cannot index a gossiped job", "job", g.spec.Name, "err", err)
 			continue
 		}
-		if p := jobs.Positions(g.spec, len(samples), true) / int64(g.spec.Lookahead) * int64(n.cfg.PlacementEpochs); p > jobs.DefaultMaxPositions {
+		if p := jobs.Positions(g.spec, len(samples), true) / int64(g.spec.Lookahead) * int64(n.cfg.PlacementEpochs); p > n.jobs.MaxPositions() {
 			n.log.Debug("placement: a gossiped job reads too many positions to count", "job", g.spec.Name, "positions", p)
 			continue
 		}

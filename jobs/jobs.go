@@ -17,6 +17,21 @@
 // cached per (rank, epoch), since a permutation of a million samples takes
 // tens of milliseconds.
 //
+// # Owners
+//
+// A job belongs to a user (Owner): the one whose control write announced
+// it, or whose process's reads inferred it. Its index holds only the
+// samples that user may read by their paths (package access), so its
+// plans name, and the prefetcher fetches, nothing else; only that user's
+// reads count for it. Another user may neither change nor end it (root
+// and Config.Operator may).
+//
+// # Memory
+//
+// Every planned position and index sample costs about 24 bytes; all jobs
+// together hold at most MaxPositions of them, which grows with the
+// catalog, so plans stay within the daemon's memory bound.
+//
 // The Registry is safe for concurrent use. Subscribers are told, without
 // blocking, when the set of plans changes.
 package jobs
@@ -34,6 +49,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/dlfs/dlfs/access"
 	"github.com/dlfs/dlfs/balance"
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/control"
@@ -59,9 +75,15 @@ type Config struct {
 	// MaxJobs bounds the jobs registered at once.
 	MaxJobs int // default 64
 	// MaxPositions bounds the sample positions all jobs plan on this node
-	// (see Positions). Each costs about 24 bytes in the plans and the
-	// prefetcher's streams.
-	MaxPositions int64 // default 32 Mi (about 768 MiB)
+	// (see Positions), with their indexes' samples (each index counted
+	// once, however many jobs share it). Each costs about 24 bytes in the
+	// plans, the indexes and the prefetcher's streams. 0: PositionsPerFile
+	// per file of the catalog, and at least MinPositions, so that plans
+	// stay within the daemon's memory bound, which grows with SOURCE.
+	MaxPositions int64
+	// Operator may change and end every job (the mounting user); root
+	// may too. Anyone else changes only the jobs it owns.
+	Operator uint32
 	// AllRanks says this node plans every rank of a job, not only its
 	// own (a cluster node keeps samples for ranks on other nodes).
 	AllRanks bool
@@ -74,8 +96,12 @@ type Config struct {
 
 // Defaults of Config.
 const (
-	DefaultMaxJobs      = 64
-	DefaultMaxPositions = 32 << 20
+	DefaultMaxJobs = 64
+	// PositionsPerFile and MinPositions make the default MaxPositions:
+	// 8 positions per file of SOURCE (192 bytes), and 1 Mi (24 MiB) for
+	// a small one.
+	PositionsPerFile = 8
+	MinPositions     = 1 << 20
 )
 
 // Job is a registered job. Its fields do not change; an update replaces
@@ -91,6 +117,13 @@ type Job struct {
 	// Inferred: no one announced the job; package readers inferred it
 	// from a stream's reads.
 	Inferred bool
+	// Owner is who the job acts for. Samples hold only what the owner may
+	// read by its path, and only the owner's reads move its readers'
+	// cursors (Owner.Reads).
+	Owner Owner
+	// Public: every user may read every sample, so its plans may be shown
+	// to all.
+	Public bool
 
 	layout func(j *Job) Layout // read-only after Apply; nil: one node
 	ahead  *atomic.Int64       // how far its readers may be fetched ahead of; shared by the job's versions
@@ -452,8 +485,8 @@ func draw(s control.Job, n, rank, epoch int) []int {
 // is planned, else only spec.Ranks.
 func Positions(spec control.Job, n int, allRanks bool) int64 {
 	ranks := int64(len(spec.Ranks))
-	if allRanks {
-		ranks = int64(spec.World)
+	if allRanks || spec.Balance != "" {
+		ranks = int64(spec.World) // a balanced plan holds every rank's order
 	}
 	perRank := int64(n)
 	if spec.Sampler == "distributed" {
@@ -481,20 +514,39 @@ func (r *Registry) CheckRoom(names []string) error {
 	return nil
 }
 
-// checkPositions refuses spec over n samples if, with every other job,
-// this node would plan more than MaxPositions sample positions.
-func (r *Registry) checkPositions(spec control.Job, n int) error {
-	total := Positions(spec, n, r.cfg.AllRanks)
+// MaxPositions is the most sample positions and index samples all jobs
+// may hold on this node now (Config.MaxPositions).
+func (r *Registry) MaxPositions() int64 {
+	if r.cfg.MaxPositions > 0 {
+		return r.cfg.MaxPositions
+	}
+	return max(MinPositions, PositionsPerFile*int64(r.cfg.Snapshot().Files))
+}
+
+// checkPositions refuses j if, with every other job, this node would hold
+// more than MaxPositions sample positions and index samples.
+func (r *Registry) checkPositions(j *Job) error {
+	spec, limit := j.Spec, r.MaxPositions()
+	indexes := map[*folder.Sample]bool{}
+	cost := func(o *Job) int64 {
+		p := Positions(o.Spec, o.N(), r.cfg.AllRanks)
+		if o.N() > 0 && !indexes[&o.Samples[0]] {
+			indexes[&o.Samples[0]] = true // an index shared by several jobs counts once
+			p += int64(o.N())
+		}
+		return p
+	}
+	total := cost(j)
 	r.mu.Lock()
-	for name, j := range r.jobs {
+	for name, o := range r.jobs {
 		if name != spec.Name {
-			total += Positions(j.Spec, j.N(), r.cfg.AllRanks)
+			total += cost(o)
 		}
 	}
 	r.mu.Unlock()
-	if total > r.cfg.MaxPositions {
-		return fmt.Errorf("%w: job %s would make this node plan %d sample positions with the other jobs (%d samples, world=%d, lookahead=%d, sampler=%s), at most %d; lower lookahead or end other jobs",
-			ErrJob, spec.Name, total, n, spec.World, spec.Lookahead, spec.Sampler, r.cfg.MaxPositions)
+	if total > limit {
+		return fmt.Errorf("%w: job %s would make this node hold %d sample positions and index samples with the other jobs (%d samples, world=%d, lookahead=%d, sampler=%s), over the memory bound of %d (%d per file of SOURCE, at least %d); lower lookahead or end other jobs",
+			ErrJob, spec.Name, total, j.N(), spec.World, spec.Lookahead, spec.Sampler, limit, PositionsPerFile, MinPositions)
 	}
 	return nil
 }
@@ -524,8 +576,14 @@ func Reads(spec control.Job, n, from, count int, fn func(rank, i int)) {
 // Index builds the dataset index of spec from the current snapshot, as a
 // job line with spec would, without registering a job.
 func (r *Registry) Index(spec control.Job) ([]folder.Sample, error) {
-	s, _, _, err := r.index(spec)
-	return s, err
+	return r.IndexAs(access.Root, spec)
+}
+
+// IndexAs is Index as user cred sees the dataset: only the samples it may
+// read by their paths (see Job.Owner).
+func (r *Registry) IndexAs(cred access.Cred, spec control.Job) ([]folder.Sample, error) {
+	x, err := r.index(spec, Owner{Cred: cred})
+	return x.samples, err
 }
 
 // Registry holds the jobs of this node.
@@ -547,9 +605,6 @@ func New(cfg Config) *Registry {
 	}
 	if cfg.MaxJobs <= 0 {
 		cfg.MaxJobs = DefaultMaxJobs
-	}
-	if cfg.MaxPositions <= 0 {
-		cfg.MaxPositions = DefaultMaxPositions
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -585,13 +640,33 @@ func (r *Registry) notifyLocked() {
 	}
 }
 
-// Apply registers or updates the job of line. Nothing changes on error.
-func (r *Registry) Apply(line control.Job) error { return r.apply(line, false) }
+// Apply registers or updates the job of line for root. Nothing changes on
+// error.
+func (r *Registry) Apply(line control.Job) error { return r.apply(line, false, RootOwner) }
+
+// ApplyAs registers or updates the job of line for owner, who must own
+// the job if it exists (or be root or the operator). Nothing changes on
+// error.
+func (r *Registry) ApplyAs(owner Owner, line control.Job) error { return r.apply(line, false, owner) }
 
 // ApplyInferred registers or updates a job that no one announced (package
-// readers inferred it). It is shown as inferred, and an announced line for
-// the same name makes it an announced job.
-func (r *Registry) ApplyInferred(line control.Job) error { return r.apply(line, true) }
+// readers inferred it from the reads of a process of user owner). It is
+// shown as inferred, and an announced line for the same name makes it an
+// announced job.
+func (r *Registry) ApplyInferred(owner access.Cred, line control.Job) error {
+	return r.apply(line, true, Owner{Cred: owner})
+}
+
+// ErrNotOwner means a user tried to change a job that another owns.
+var ErrNotOwner = fmt.Errorf("%w: not the job's owner", ErrJob)
+
+// mayChange reports whether who may change or end j.
+func (r *Registry) mayChange(who Owner, j *Job) error {
+	if who.IsRoot() || who.Uid == r.cfg.Operator || who.Uid == j.Owner.Uid {
+		return nil
+	}
+	return fmt.Errorf("%w: job %s belongs to uid %d (you are uid %d); give yours another name with job=NAME", ErrNotOwner, j.Spec.Name, j.Owner.Uid, who.Uid)
+}
 
 // SetAhead bounds how many samples the prefetcher may fetch ahead of the
 // readers of job name (0: no bound), now or once it is registered.
@@ -628,19 +703,25 @@ func (r *Registry) Announced() bool {
 	return false
 }
 
-func (r *Registry) apply(line control.Job, inferred bool) error {
+func (r *Registry) apply(line control.Job, inferred bool, owner Owner) error {
 	r.mu.Lock()
 	prev := r.jobs[nameOf(line)]
 	r.mu.Unlock()
 	base := control.DefaultJob()
 	if prev != nil {
+		if err := r.mayChange(owner, prev); err != nil {
+			return err
+		}
+		if owner.Uid != prev.Owner.Uid {
+			owner = prev.Owner // root or the operator moves another's job: it stays the owner's
+		}
 		base = prev.Spec
 	}
 	spec := line.Merge(base)
 	if err := spec.Check(); err != nil {
 		return err
 	}
-	j := &Job{Spec: spec, RankEpoch: map[int]int{}, layout: r.cfg.Layout}
+	j := &Job{Spec: spec, RankEpoch: map[int]int{}, layout: r.cfg.Layout, Owner: owner}
 	for _, r := range spec.Ranks {
 		j.RankEpoch[r] = spec.Epoch
 		if prev != nil && line.Set["rank"] && r != line.Ranks[0] {
@@ -652,21 +733,28 @@ func (r *Registry) apply(line control.Job, inferred bool) error {
 	if err := r.CheckRoom([]string{spec.Name}); err != nil {
 		return err
 	}
-	if prev != nil && sameDataset(prev.Spec, spec) {
-		j.Samples, j.Classes, j.snap = prev.Samples, prev.Classes, prev.snap
+	if prev != nil && sameDataset(prev.Spec, spec) && prev.Owner.view() == owner.view() {
+		j.Samples, j.Classes, j.snap, j.Public = prev.Samples, prev.Classes, prev.snap, prev.Public
 	} else {
-		var err error
-		if j.Samples, j.Classes, j.snap, err = r.index(spec); err != nil {
+		x, err := r.index(spec, owner)
+		if err != nil {
 			return err
 		}
+		j.Samples, j.Classes, j.snap, j.Public = x.samples, x.classes, x.snap, x.public
 	}
-	if err := r.checkPositions(spec, j.N()); err != nil {
+	if err := r.checkPositions(j); err != nil {
 		return err
 	}
 	if prev != nil && sameDataset(prev.Spec, spec) && samePlans(prev.Spec, spec) {
 		j.keepPinned(prev)
 	}
 	r.mu.Lock()
+	if cur := r.jobs[spec.Name]; cur != prev && cur != nil {
+		if err := r.mayChange(owner, cur); err != nil {
+			r.mu.Unlock()
+			return err // another user registered the name meanwhile
+		}
+	}
 	j.Inferred = inferred
 	if inferred {
 		j.ahead = r.aheadLocked(spec.Name)
@@ -717,35 +805,64 @@ func sameDataset(a, b control.Job) bool {
 		strings.Join(a.Extensions, ",") == strings.Join(b.Extensions, ",")
 }
 
-// index builds the dataset index of spec from the current snapshot, or
-// shares the index of a registered job over the same dataset and snapshot:
-// the jobs of a sweep, and the inferred jobs of several reading
-// processes, read one dataset, whose index is 24 bytes a sample.
-func (r *Registry) index(spec control.Job) ([]folder.Sample, int, *catalog.Snapshot, error) {
+// indexed is a dataset index as one user sees it.
+type indexed struct {
+	samples []folder.Sample
+	classes int
+	snap    *catalog.Snapshot
+	public  bool // every user may read every sample
+}
+
+// index builds the dataset index of spec from the current snapshot, as
+// owner may read it, or shares the index of a registered job over the
+// same dataset and snapshot seen by the same user: the jobs of a sweep,
+// and the inferred jobs of several reading processes, read one dataset,
+// whose index is 24 bytes a sample.
+func (r *Registry) index(spec control.Job, owner Owner) (indexed, error) {
 	snap := r.cfg.Snapshot()
 	r.mu.Lock()
 	for _, j := range r.jobs {
-		if j.snap == snap && sameDataset(j.Spec, spec) {
+		if j.snap == snap && sameDataset(j.Spec, spec) && j.Owner.view() == owner.view() {
 			r.mu.Unlock()
-			return j.Samples, j.Classes, snap, nil
+			return indexed{j.Samples, j.Classes, snap, j.Public}, nil
 		}
 	}
 	r.mu.Unlock()
-	if spec.Dataset == "list" {
-		samples, classes, err := r.list(snap, spec)
-		return samples, classes, snap, err
-	}
-	idx, err := folder.Build(snap, spec.Root, spec.Extensions)
-	if errors.Is(err, folder.ErrTooLarge) {
-		return nil, 0, nil, fmt.Errorf("%w: root=%s: %v", ErrJob, spec.Root, err)
+	var (
+		samples []folder.Sample
+		classes int
+		err     error
+	)
+	walked := spec.Dataset != "list"
+	if walked {
+		samples, classes, err = r.folder(snap, spec)
+	} else {
+		samples, classes, err = r.list(snap, spec, owner.Cred)
 	}
 	if err != nil {
-		return nil, 0, nil, fmt.Errorf("%w: root=%s: not a directory of the mount", ErrJob, spec.Root)
+		return indexed{}, err
+	}
+	all := len(samples)
+	samples = visible(snap, spec.Root, samples, owner.Cred, walked)
+	if len(samples) == 0 {
+		return indexed{}, fmt.Errorf("%w: root=%s holds no samples with extensions %v that uid %d may read (of %d)", ErrJob, spec.Root, exts(spec), owner.Uid, all)
+	}
+	return indexed{samples, classes, snap, public(snap, spec.Root, samples, walked)}, nil
+}
+
+// folder builds the ImageFolder index of spec, as root sees it.
+func (r *Registry) folder(snap *catalog.Snapshot, spec control.Job) ([]folder.Sample, int, error) {
+	idx, err := folder.Build(snap, spec.Root, spec.Extensions)
+	if errors.Is(err, folder.ErrTooLarge) {
+		return nil, 0, fmt.Errorf("%w: root=%s: %v", ErrJob, spec.Root, err)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: root=%s: not a directory of the mount", ErrJob, spec.Root)
 	}
 	if len(idx.Samples) == 0 {
-		return nil, 0, nil, fmt.Errorf("%w: root=%s holds no samples with extensions %v", ErrJob, spec.Root, exts(spec))
+		return nil, 0, fmt.Errorf("%w: root=%s holds no samples with extensions %v", ErrJob, spec.Root, exts(spec))
 	}
-	return idx.Samples, len(idx.Classes), snap, nil
+	return idx.Samples, len(idx.Classes), nil
 }
 
 func exts(spec control.Job) []string {
@@ -756,11 +873,12 @@ func exts(spec control.Job) []string {
 }
 
 // list reads dataset=list:PATH: one sample path per line, relative to
-// root; blank lines are skipped.
-func (r *Registry) list(snap *catalog.Snapshot, spec control.Job) ([]folder.Sample, int, error) {
+// root; blank lines are skipped. The list must be a file cred may read:
+// its lines are quoted in errors.
+func (r *Registry) list(snap *catalog.Snapshot, spec control.Job, cred access.Cred) ([]folder.Sample, int, error) {
 	e, err := folder.Resolve(snap, spec.ListPath)
-	if err != nil || !e.IsRegular() {
-		return nil, 0, fmt.Errorf("%w: dataset=list:%s: no such file in the mount", ErrJob, spec.ListPath)
+	if err != nil || !e.IsRegular() || !cred.CanRead(e) {
+		return nil, 0, fmt.Errorf("%w: dataset=list:%s: no such file in the mount that uid %d may read", ErrJob, spec.ListPath, cred.Uid)
 	}
 	if e.Size > r.cfg.MaxListBytes {
 		return nil, 0, fmt.Errorf("%w: dataset=list:%s: %d bytes is more than %d", ErrJob, spec.ListPath, e.Size, r.cfg.MaxListBytes)
@@ -794,7 +912,7 @@ func (r *Registry) list(snap *catalog.Snapshot, spec control.Job) ([]folder.Samp
 // gone) is dropped, with a warning.
 func (r *Registry) Reindex() {
 	for _, old := range r.All() {
-		samples, classes, snap, err := r.index(old.Spec)
+		x, err := r.index(old.Spec, old.Owner)
 		r.mu.Lock()
 		if r.jobs[old.Spec.Name] != old {
 			r.mu.Unlock()
@@ -804,8 +922,8 @@ func (r *Registry) Reindex() {
 			delete(r.jobs, old.Spec.Name)
 			r.cfg.Logger.Warn("job dropped: its dataset is gone after the refresh", "job", old.Spec.Name, "err", err)
 		} else {
-			r.jobs[old.Spec.Name] = &Job{Spec: old.Spec, Samples: samples, Classes: classes, RankEpoch: old.RankEpoch, layout: r.cfg.Layout,
-				Inferred: old.Inferred, ahead: old.ahead, snap: snap}
+			r.jobs[old.Spec.Name] = &Job{Spec: old.Spec, Samples: x.samples, Classes: x.classes, RankEpoch: old.RankEpoch, layout: r.cfg.Layout,
+				Inferred: old.Inferred, ahead: old.ahead, snap: x.snap, Owner: old.Owner, Public: x.public}
 		}
 		r.notifyLocked()
 		r.mu.Unlock()
@@ -826,11 +944,19 @@ func (r *Registry) Relayout() {
 }
 
 // End drops a job.
-func (r *Registry) End(name string) error {
+func (r *Registry) End(name string) error { return r.EndAs(RootOwner, name) }
+
+// EndAs drops a job for who, who must own it (or be root or the
+// operator).
+func (r *Registry) EndAs(who Owner, name string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.jobs[name]; !ok {
+	j, ok := r.jobs[name]
+	if !ok {
 		return fmt.Errorf("%w: end job=%s: no such job", ErrJob, name)
+	}
+	if err := r.mayChange(who, j); err != nil {
+		return err
 	}
 	delete(r.jobs, name)
 	delete(r.aheads, name)
