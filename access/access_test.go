@@ -4,53 +4,17 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 
+	"github.com/dlfs/dlfs/access/accesstest"
 	"github.com/dlfs/dlfs/catalog"
 )
 
 // ownedTree makes a catalog of entries with the given modes and owners
-// (needs root to chown): path -> "mode uid gid"; a path ending in / is a
-// directory.
+// (see accesstest.Tree).
 func ownedTree(t *testing.T, spec map[string]string) *catalog.Snapshot {
 	t.Helper()
-	if os.Getuid() != 0 {
-		t.Skip("needs root to give files other owners")
-	}
-	src := t.TempDir()
-	os.Chmod(src, 0o755)
-	type fix struct {
-		p             string
-		mode          os.FileMode
-		uid, gid, dir int
-	}
-	var fixes []fix
-	for p, s := range spec {
-		var mode os.FileMode
-		var uid, gid int
-		if _, err := fmt.Sscanf(s, "%o %d %d", &mode, &uid, &gid); err != nil {
-			t.Fatalf("%s: %q: %v", p, s, err)
-		}
-		full := filepath.Join(src, strings.TrimSuffix(p, "/"))
-		os.MkdirAll(filepath.Dir(full), 0o755)
-		if strings.HasSuffix(p, "/") {
-			os.MkdirAll(full, 0o755)
-		} else {
-			os.WriteFile(full, []byte("x"), 0o644)
-		}
-		fixes = append(fixes, fix{full, mode, uid, gid, 0})
-	}
-	for _, f := range fixes { // after every file exists: a 0700 directory no longer takes one
-		if err := os.Chown(f.p, f.uid, f.gid); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(f.p, f.mode); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cat, err := catalog.Open(context.Background(), catalog.DefaultConfig(src))
+	cat, err := catalog.Open(context.Background(), catalog.DefaultConfig(accesstest.Tree(t, spec)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/dlfs/dlfs/access"
+	"github.com/dlfs/dlfs/access/accesstest"
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/control"
 )
@@ -26,49 +27,23 @@ var (
 // file, readable by alice alone, and one everyone may read. Needs root.
 func sharedTree(t *testing.T) *Registry {
 	t.Helper()
-	if os.Getuid() != 0 {
-		t.Skip("needs root to give files other owners")
-	}
-	root := t.TempDir()
-	os.Chmod(root, 0o755)
-	type fix struct {
-		p        string
-		mode     os.FileMode
-		uid, gid int
-	}
-	var fixes []fix
-	file := func(p string, mode os.FileMode, uid int) {
-		full := filepath.Join(root, p)
-		os.MkdirAll(filepath.Dir(full), 0o755)
-		os.WriteFile(full, []byte(p), 0o644)
-		fixes = append(fixes, fix{full, mode, uid, uid})
-	}
-	dir := func(p string, mode os.FileMode, uid int) {
-		full := filepath.Join(root, p)
-		os.MkdirAll(full, 0o755)
-		fixes = append(fixes, fix{full, mode, uid, uid})
+	spec := map[string]string{
+		"data/pub/mine.jpg":   "600 1001 1001",
+		"data/alice/only.png": "644 1001 1001",
+		"data/alice/":         "700 1001 1001",
+		"data/hidden/":        "711 1001 1001",
+		"lists/private.txt":   "600 1001 1001",
+		"lists/open.txt":      "644 1001 1001",
 	}
 	for i := 0; i < 4; i++ {
-		file(fmt.Sprintf("data/pub/%d.jpg", i), 0o644, 1001)
-		file(fmt.Sprintf("data/alice/secret-%d.jpg", i), 0o644, 1001)
-		file(fmt.Sprintf("data/hidden/%d.jpg", i), 0o644, 1001)
+		spec[fmt.Sprintf("data/pub/%d.jpg", i)] = "644 1001 1001"
+		spec[fmt.Sprintf("data/alice/secret-%d.jpg", i)] = "644 1001 1001"
+		spec[fmt.Sprintf("data/hidden/%d.jpg", i)] = "644 1001 1001"
 	}
-	file("data/pub/mine.jpg", 0o600, 1001)
-	file("data/alice/only.png", 0o644, 1001)
-	dir("data/alice", 0o700, 1001)
-	dir("data/hidden", 0o711, 1001)
+	root := accesstest.Tree(t, spec)
 	all := "pub/0.jpg\nalice/secret-0.jpg\npub/mine.jpg\n"
 	for _, l := range []string{"lists/private.txt", "lists/open.txt"} {
-		full := filepath.Join(root, l)
-		os.MkdirAll(filepath.Dir(full), 0o755)
-		os.WriteFile(full, []byte(all), 0o644)
-	}
-	fixes = append(fixes, fix{filepath.Join(root, "lists/private.txt"), 0o600, 1001, 1001})
-	for _, f := range fixes {
-		if err := os.Chown(f.p, f.uid, f.gid); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(f.p, f.mode); err != nil {
+		if err := os.WriteFile(filepath.Join(root, l), []byte(all), 0); err != nil {
 			t.Fatal(err)
 		}
 	}
