@@ -10,9 +10,12 @@
 // encrypted and authenticated by TLS's record layer, so a relay can
 // neither read nor change a block, and a node without the key gets
 // nothing and learns nothing. A server runs at most MaxHandshakes
-// handshakes at once, each for at most handshakeTimeout, and lets at most
-// MaxQueued more connections wait for one; TLS bounds what a handshake may
-// make it read.
+// handshakes at once, each for at most handshakeTimeout (and helloTimeout
+// for its first byte), and lets at most MaxQueued more connections wait
+// for one; one source address holds at most MaxPerAddress of these, so a
+// keyless client cannot lock real peers out (package netlimit). TLS
+// bounds what a handshake may make it read. Refusals are logged at a
+// bounded rate.
 //
 // # Protocol
 //
@@ -56,10 +59,16 @@ const handshakeTimeout = 5 * time.Second
 
 // A server runs at most MaxHandshakes handshakes at once. Connections past
 // them wait for a slot, reading nothing, for at most handshakeTimeout, and
-// at most MaxQueued wait; more are closed at once.
+// at most MaxQueued wait; more are closed at once. One source address
+// holds at most MaxPerAddress connections waiting or in a handshake. A
+// connection with a slot that sends nothing for helloTimeout is closed.
+// Refusals are logged at most once per logEvery for each reason.
 const (
 	MaxHandshakes = 32
 	MaxQueued     = 1024
+	MaxPerAddress = 8
+	helloTimeout  = time.Second
+	logEvery      = 10 * time.Second
 )
 
 // tlsConfig returns the TLS 1.3 configuration of both ends for the

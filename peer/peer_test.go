@@ -59,6 +59,15 @@ func serve(t *testing.T, key []byte) (*Server, mapSource) {
 	return s, src
 }
 
+// testLimits are a server's limits with handshakes slots, queued places,
+// and perAddr of them for one address.
+func testLimits(handshakes, queued, perAddr int) limits {
+	l := defaultLimits(nil)
+	l.handshakes = handshakes
+	l.strangers.MaxConns, l.strangers.MaxPerHost = handshakes+queued, perAddr
+	return l
+}
+
 func client(t *testing.T, key []byte) *Client {
 	t.Helper()
 	cl, err := NewClient(key)
@@ -205,7 +214,7 @@ func TestFramesSealed(t *testing.T) {
 // go (finding 9 of issue 10).
 func TestHandshakeBounds(t *testing.T) {
 	const slots, queue = 4, 8
-	s, err := listen("127.0.0.1:0", testKey, mapSource{files: map[string][]byte{"b.jpg": []byte("bee")}}, nil, slots, queue)
+	s, err := listen("127.0.0.1:0", testKey, mapSource{files: map[string][]byte{"b.jpg": []byte("bee")}}, nil, testLimits(slots, queue, slots+queue))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +267,7 @@ func TestHandshakeBounds(t *testing.T) {
 // yet makes one connection, not one each (a burst filled the peer's
 // handshake slots, and the requests refused went to the PFS).
 func TestOneDialAtATime(t *testing.T) {
-	s, err := listen("127.0.0.1:0", testKey, mapSource{files: map[string][]byte{"b.jpg": []byte("bee")}}, nil, 1, 1)
+	s, err := listen("127.0.0.1:0", testKey, mapSource{files: map[string][]byte{"b.jpg": []byte("bee")}}, nil, testLimits(1, 1, 2))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,11 +6,13 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/dlfs/dlfs/netlimit"
 )
 
 // Source is what a server serves: a block by catalog identity.
@@ -27,16 +29,16 @@ type Source interface {
 // Server answers peers' requests. Close stops it and waits for its
 // goroutines.
 type Server struct {
-	ln  net.Listener
+	ln  *netlimit.Listener // admits strangers within limits.strangers
 	tls *tls.Config
 	src Source
 	log *slog.Logger
+	lim limits // read-only after listen
 
 	handshaking chan struct{} // a slot per connection in its handshake
-	queued      atomic.Int64  // connections waiting for a slot
-	maxQueued   int64         // read-only after listen
-	refused     atomic.Int64  // connections closed for want of a place in the queue
 	stop        chan struct{} // closed by Close
+	// Refusals are logged at a bounded rate, one Every per reason.
+	slowLog, authLog netlimit.Every
 
 	wg     sync.WaitGroup
 	mu     sync.Mutex
@@ -44,12 +46,28 @@ type Server struct {
 	closed bool
 }
 
-// Listen starts a server on addr.
-func Listen(addr string, key []byte, src Source, log *slog.Logger) (*Server, error) {
-	return listen(addr, key, src, log, MaxHandshakes, MaxQueued)
+// limits are a server's bounds on connections that have not proved the
+// key yet; see the package doc.
+type limits struct {
+	handshakes int             // handshakes at once
+	strangers  netlimit.Config // connections waiting for a handshake slot or in a handshake: in all, and from one address
+	hello      time.Duration   // for a connection's first byte, once it has a slot
 }
 
-func listen(addr string, key []byte, src Source, log *slog.Logger, handshakes, queued int) (*Server, error) {
+func defaultLimits(log *slog.Logger) limits {
+	return limits{handshakes: MaxHandshakes, hello: helloTimeout, strangers: netlimit.Config{Name: "peer",
+		MaxConns: MaxHandshakes + MaxQueued, MaxPerHost: MaxPerAddress, LogEvery: logEvery, Logger: log}}
+}
+
+// Listen starts a server on addr.
+func Listen(addr string, key []byte, src Source, log *slog.Logger) (*Server, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return listen(addr, key, src, log, defaultLimits(log))
+}
+
+func listen(addr string, key []byte, src Source, log *slog.Logger, lim limits) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -57,12 +75,19 @@ func listen(addr string, key []byte, src Source, log *slog.Logger, handshakes, q
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", addr)
+	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("peer: listen on %s: %w", addr, err)
 	}
-	s := &Server{ln: ln, tls: cfg, src: src, log: log, conns: map[net.Conn]struct{}{},
-		handshaking: make(chan struct{}, handshakes), maxQueued: int64(queued), stop: make(chan struct{})}
+	ln, err := netlimit.NewListener(l, lim.strangers)
+	if err != nil {
+		l.Close()
+		return nil, fmt.Errorf("peer: listen on %s: %w", addr, err)
+	}
+	every := lim.strangers.LogEvery
+	s := &Server{ln: ln, tls: cfg, src: src, log: log, lim: lim, conns: map[net.Conn]struct{}{},
+		handshaking: make(chan struct{}, lim.handshakes), stop: make(chan struct{}),
+		slowLog: netlimit.Every{Interval: every}, authLog: netlimit.Every{Interval: every}}
 	s.wg.Add(1)
 	go s.accept()
 	return s, nil
@@ -89,6 +114,9 @@ func (s *Server) Close() error {
 	return err
 }
 
+// accept serves the connections the listener admits; it closes the
+// others itself (too many strangers at once, or from one address: the
+// cluster's own nodes redial).
 func (s *Server) accept() {
 	defer s.wg.Done()
 	for {
@@ -105,27 +133,17 @@ func (s *Server) accept() {
 			c.Close()
 			return
 		}
-		if s.queued.Add(1) > s.maxQueued {
-			s.queued.Add(-1)
-			s.mu.Unlock()
-			// Too many strangers at once: the cluster's own nodes redial.
-			if s.refused.Add(1)%1000 == 1 {
-				s.log.Warn("peer: too many unauthenticated connections; refusing more", "limit", s.maxQueued, "remote", c.RemoteAddr())
-			}
-			c.Close()
-			continue
-		}
 		s.conns[c] = struct{}{}
 		s.mu.Unlock()
 		s.wg.Add(1)
-		go s.serve(c)
+		go s.serve(c.(*netlimit.Conn))
 	}
 }
 
 // serve runs one connection: the handshake, then requests, each answered
 // in its own goroutine (at most 128 at once) so a slow PFS read does not
 // hold up the blocks behind it.
-func (s *Server) serve(c net.Conn) {
+func (s *Server) serve(c *netlimit.Conn) {
 	defer s.wg.Done()
 	defer func() {
 		s.mu.Lock()
@@ -139,24 +157,22 @@ func (s *Server) serve(c net.Conn) {
 	select {
 	case s.handshaking <- struct{}{}:
 		t.Stop()
-		s.queued.Add(-1)
 	case <-t.C:
-		s.queued.Add(-1)
-		s.log.Warn("peer: refused a connection: no handshake slot came free in time", "remote", c.RemoteAddr())
+		s.slowLog.Warn(s.log, "peer: refused connections: no handshake slot came free in time", "remote", c.RemoteAddr().String())
 		return
 	case <-s.stop:
-		s.queued.Add(-1)
+		t.Stop()
 		return
 	}
-	tc := tls.Server(c, s.tls)
-	ctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
-	err := tc.HandshakeContext(ctx)
-	cancel()
+	tc, err := s.handshake(c)
 	<-s.handshaking
 	if err != nil {
-		s.log.Warn("peer: refused a connection (is the cluster key the same on both nodes?)", "remote", c.RemoteAddr(), "err", err)
+		s.authLog.Warn(s.log, "peer: refused connections (is the cluster key the same on both nodes?)", "remote", c.RemoteAddr().String(), "err", err)
 		return
 	}
+	// It proved the key: it no longer counts against the strangers'
+	// bounds.
+	c.Release()
 	r := bufio.NewReader(tc)
 	var (
 		writeMu sync.Mutex
@@ -187,6 +203,41 @@ func (s *Server) serve(c net.Conn) {
 			}
 		}()
 	}
+}
+
+// handshake runs the TLS handshake on c. A peer sends its hello as soon
+// as it connects, so the hello is already waiting when c gets its slot:
+// a connection silent for lim.hello gives the slot back then, not after
+// the whole handshakeTimeout.
+func (s *Server) handshake(c net.Conn) (*tls.Conn, error) {
+	var first [1]byte
+	_ = c.SetReadDeadline(time.Now().Add(s.lim.hello))
+	if _, err := io.ReadFull(c, first[:]); err != nil {
+		return nil, fmt.Errorf("no hello within %v: %w", s.lim.hello, err)
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	tc := tls.Server(&replayConn{Conn: c, first: first[:]}, s.tls)
+	ctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
+	defer cancel()
+	if err := tc.HandshakeContext(ctx); err != nil {
+		return nil, err
+	}
+	return tc, nil
+}
+
+// replayConn reads first before the rest of the connection.
+type replayConn struct {
+	net.Conn
+	first []byte
+}
+
+func (c *replayConn) Read(b []byte) (int, error) {
+	if len(c.first) > 0 {
+		n := copy(b, c.first)
+		c.first = c.first[n:]
+		return n, nil
+	}
+	return c.Conn.Read(b)
 }
 
 // answer serves one request's items, at most MaxResponseBytes of blocks;
