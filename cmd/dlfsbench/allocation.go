@@ -182,57 +182,17 @@ func runAllocation(o options) error {
 		return res, err
 	}
 
-	// rate is a job's samples/s over its epochs that start after the warm
-	// window, from the first one's start to the last one's end.
-	rate := func(eps []standinEpoch) (float64, int) {
-		var n, workers int
-		first, last := -1.0, 0.0
-		for _, e := range eps {
-			if e.Start < allocWarm {
-				continue
-			}
-			if first < 0 {
-				first = e.Start
-			}
-			n += e.Samples
-			last = e.End
-			workers = e.Workers
-		}
-		if first < 0 || last <= first {
-			return 0, workers
-		}
-		return float64(n) / (last - first), workers
-	}
-	// accuracy is the median relative error of the advice's prediction,
-	// made before the epoch for the workers it ran with, against the rate
-	// the epoch ran at, start to end, after the warm window; and the
-	// median share of the epoch its workers took to start.
-	accuracy := func(eps []standinEpoch) (errMedian, startShare float64, n int) {
-		var errs, starts []float64
-		for _, e := range eps {
-			if e.Start < allocWarm || e.Predicted == nil || e.End <= e.Start {
-				continue
-			}
-			got := float64(e.Samples) / (e.End - e.Start)
-			errs = append(errs, math.Abs(*e.Predicted-got)/got)
-			starts = append(starts, (e.First-e.Start)/(e.End-e.Start))
-		}
-		if len(errs) == 0 {
-			return -1, -1, 0
-		}
-		sort.Float64s(errs)
-		sort.Float64s(starts)
-		return errs[len(errs)/2], starts[len(starts)/2], len(errs)
-	}
-
 	// Two rounds, even then need in each: on this machine one pair of runs
 	// differs by as much as the allocation does.
 	const rounds = 2
 	fmt.Printf("\n## Allocation between jobs (issue 15)\n\n")
 	fmt.Printf("Three stand-in jobs on one node, each a `dlfs.DataLoader` (batch 32) whose model sleeps per batch and whose workers spend %v of CPU per sample, each epoch reading new 1 KB samples from pfssim (%v per open) through dlfs; `--loader-cpus %d` on this 2-core machine; every job starts with %d workers and runs %.0f s; rates from its epochs starting after %.0f s. %d rounds, each running even, then need.\n",
 		allocDecode, allocOpen, allocLoaderCPUs, allocLoaderCPUs/3, jobs[0].seconds, allocWarm, rounds)
+	// A rate or prediction not measured in any job makes the round's
+	// figures NaN, and its targets "not measured"; so does an aggregate
+	// even rate of 0 (the gain would be infinite).
 	var ratios []float64
-	worstErr, slowest := 0.0, 10.0
+	worstErr, slowest := 0.0, math.Inf(1)
 	for round := 1; round <= rounds; round++ {
 		var results []result
 		for _, mode := range []string{"even", "need"} {
@@ -248,26 +208,25 @@ func runAllocation(o options) error {
 		fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|")
 		var totEven, totNeed float64
 		for _, j := range jobs {
-			re, we := rate(results[0].epochs[j.name])
-			rn, wn := rate(results[1].epochs[j.name])
-			acc, start, n := accuracy(results[1].epochs[j.name])
+			re, we := allocRate(results[0].epochs[j.name])
+			rn, wn := allocRate(results[1].epochs[j.name])
+			acc, start, n := allocAccuracy(results[1].epochs[j.name])
 			totEven += re
 			totNeed += rn
-			ratio := 0.0
-			if re > 0 {
-				ratio = rn / re
-				slowest = min(slowest, ratio)
-			}
+			ratio := perUnit(rn, re)
+			slowest = min(slowest, ratio) // NaN stays NaN
 			worstErr = max(worstErr, acc)
-			fmt.Printf("| %s (%.0f ms: at most %.0f/s) | %d | %.0f | %d | %.0f | %.2f× | %.0f%% (%d epochs) | %.0f%% |\n", j.name, j.step*1000, 32/j.step, we, re, wn, rn, ratio, 100*acc, n, 100*start)
+			fmt.Printf("| %s (%.0f ms: at most %.0f/s) | %d | %s | %d | %s | %s | %s (%d epochs) | %s |\n", j.name, j.step*1000, 32/j.step,
+				we, show("%.0f", re), wn, show("%.0f", rn), show("%.2f×", ratio), show("%.0f%%", 100*acc), n, show("%.0f%%", 100*start))
 		}
-		fmt.Printf("| all | %d | %.0f | | %.0f | **%.2f×** | | |\n", allocLoaderCPUs, totEven, totNeed, totNeed/totEven)
-		ratios = append(ratios, totNeed/totEven)
+		gain := perUnit(totNeed, totEven)
+		fmt.Printf("| all | %d | %s | | %s | **%s** | | |\n", allocLoaderCPUs, show("%.0f", totEven), show("%.0f", totNeed), show("%.2f×", gain))
+		ratios = append(ratios, gain)
 	}
 	fmt.Println()
-	fmt.Printf("- aggregate samples/s, need ÷ even, by round: %s (target ≥ 1.2 in each): %s\n", fmtRatios(ratios), verdict(slices.Min(ratios) >= 1.2))
-	fmt.Printf("- the job that gained least, over both rounds: %.2f× its even rate (target: none below 0.9× unless its model allows no more)\n", slowest)
-	fmt.Printf("- the model's prediction against the rate each epoch ran at: worst job's median error %.0f%% (target ≤ 15%%): %s\n", 100*worstErr, verdict(worstErr <= 0.15))
+	fmt.Printf("- aggregate samples/s, need ÷ even, by round: %s (target ≥ 1.2 in each): %s\n", fmtRatios(ratios), atLeast(slices.Min(ratios), 1.2))
+	fmt.Printf("- the job that gained least, over both rounds: %s its even rate (target: none below 0.9× unless its model allows no more)\n", show("%.2f×", slowest))
+	fmt.Printf("- the model's prediction against the rate each epoch ran at: worst job's median error %s (target ≤ 15%%): %s\n", show("%.0f%%", 100*worstErr), atMost(worstErr, 0.15))
 
 	// The timeline: need, a fourth job arriving, the first ending.
 	dyn := slices.Clone(jobs)
@@ -445,11 +404,58 @@ func runPrefetchShare(o options) error {
 	return nil
 }
 
+// allocRate is a job's samples/s over its epochs that start after the warm
+// window, from the first one's start to the last one's end, and the
+// workers of the last; the rate is notMeasured when no epoch started in
+// the window.
+func allocRate(eps []standinEpoch) (float64, int) {
+	var n, workers int
+	first, last := -1.0, 0.0
+	for _, e := range eps {
+		if e.Start < allocWarm {
+			continue
+		}
+		if first < 0 {
+			first = e.Start
+		}
+		n += e.Samples
+		last = e.End
+		workers = e.Workers
+	}
+	if first < 0 || last <= first {
+		return notMeasured, workers
+	}
+	return float64(n) / (last - first), workers
+}
+
+// allocAccuracy is the median relative error of the advice's prediction,
+// made before the epoch for the workers it ran with, against the rate the
+// epoch ran at, start to end, after the warm window; and the median share
+// of the epoch its workers took to start. Both are notMeasured when no
+// such epoch had a prediction.
+func allocAccuracy(eps []standinEpoch) (errMedian, startShare float64, n int) {
+	var errs, starts []float64
+	for _, e := range eps {
+		if e.Start < allocWarm || e.Predicted == nil || e.End <= e.Start || e.Samples <= 0 {
+			continue
+		}
+		got := float64(e.Samples) / (e.End - e.Start)
+		errs = append(errs, math.Abs(*e.Predicted-got)/got)
+		starts = append(starts, (e.First-e.Start)/(e.End-e.Start))
+	}
+	if len(errs) == 0 {
+		return notMeasured, notMeasured, 0
+	}
+	sort.Float64s(errs)
+	sort.Float64s(starts)
+	return errs[len(errs)/2], starts[len(starts)/2], len(errs)
+}
+
 // fmtRatios prints ratios as "1.05×, 1.10×".
 func fmtRatios(rs []float64) string {
 	var out []string
 	for _, r := range rs {
-		out = append(out, fmt.Sprintf("%.2f×", r))
+		out = append(out, show("%.2f×", r))
 	}
 	return strings.Join(out, ", ")
 }

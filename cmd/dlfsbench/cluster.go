@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -100,23 +101,30 @@ func runCluster(o options, src string, files []string, total int64) error {
 		fmt.Printf("| %s | %d | %.2f | %.0f | %.2f | %.0f |\n", r.mode, r.epoch, r.seconds, float64(r.pfsBytes)/1e6,
 			float64(r.pfsBytes)/float64(total), float64(r.peerBytes)/1e6)
 	}
+	// A target over an epoch the suite did not measure is a bug in the
+	// suite, reported as such, never a zero figure.
+	var missing []string
 	find := func(mode string, epoch int) clusterEpoch {
 		for _, r := range results {
 			if r.mode == mode && r.epoch == epoch {
 				return r
 			}
 		}
+		missing = append(missing, fmt.Sprintf("%s, epoch %d", mode, epoch))
 		return clusterEpoch{}
 	}
 	c0, c1 := find(modeCluster, 0), find(modeCluster, 1)
 	h1 := find(modeHash, 1)
 	d1 := find(modeDirect, 1)
+	if len(missing) > 0 {
+		return fmt.Errorf("cluster: no run measured for %s", strings.Join(missing, "; "))
+	}
 	fmt.Println()
 	fmt.Printf("- PFS bytes in epoch 0, cluster: %.2f× the dataset (target ≤ 1.05×): %s\n",
-		float64(c0.pfsBytes)/float64(total), verdict(float64(c0.pfsBytes) <= 1.05*float64(total)))
+		float64(c0.pfsBytes)/float64(total), atMost(float64(c0.pfsBytes)/float64(total), 1.05))
 	fmt.Printf("- PFS bytes in epoch 1, cluster: %.2f× the dataset (target ≈ 0)\n", float64(c1.pfsBytes)/float64(total))
 	fmt.Printf("- epoch 1, cluster vs every node reading pfssim directly: %.1f× faster (target ≥ 5×): %s\n",
-		d1.seconds/c1.seconds, verdict(d1.seconds/c1.seconds >= 5))
+		d1.seconds/c1.seconds, atLeast(d1.seconds/c1.seconds, 5))
 	fmt.Printf("- epoch 1, bytes moved between nodes: %.0f MB with placement by demand, %.0f MB by hash (%.2f×); epoch time %.2f s against %.2f s\n",
 		float64(c1.peerBytes)/1e6, float64(h1.peerBytes)/1e6, float64(c1.peerBytes)/float64(max(h1.peerBytes, 1)), c1.seconds, h1.seconds)
 	return nil

@@ -263,7 +263,7 @@ func runMount(o options, src string, files []string, total int64) error {
 	}
 	meta := []metaRow{walkStat("native SOURCE", src, 3)}
 	meta = append(meta, walkStat("dlfs, first walk after mount", mnt, 1), walkStat("dlfs, later walks", mnt, 3))
-	scan := -1.0
+	scan := notMeasured
 	if st, err := readStats(mnt); err == nil {
 		scan = st.Catalog.ScanSeconds
 	}
@@ -306,7 +306,7 @@ func runMount(o options, src string, files []string, total int64) error {
 		}
 		fmt.Printf("| %s | %.0f | %.2f |\n", m.name, m.perSec(), m.perSec()/meta[0].perSec())
 	}
-	fmt.Printf("\nCatalog scan of SOURCE through pfssim at mount: %.3f s for %d files.\n", scan, o.files)
+	fmt.Printf("\nCatalog scan of SOURCE through pfssim at mount: %s s for %d files.\n", show("%.3f", scan), o.files)
 	return nil
 }
 
@@ -377,21 +377,21 @@ func printTable(o options, rows []row, total int64) {
 	}
 	fmt.Println()
 	check := func(what string, got, want float64) {
-		fmt.Printf("- %s: %.2f (target >= %.2f): %s\n", what, got, want, verdict(got >= want))
+		fmt.Printf("- %s: %s (target >= %.2f): %s\n", what, show("%.2f", got), want, atLeast(got, want))
 	}
 	check("second epoch files/s vs native", find("dlfs epoch 2").filesPerSec()/native, 0.8)
 	check("first read from the RAM tier vs native", find("dlfs from the RAM tier").filesPerSec()/native, 0.5)
 	check("epoch 1 through dlfs vs direct pfssim reads (not slower)", find("dlfs epoch 1").filesPerSec()/find("direct read").filesPerSec(), 1)
-	fmt.Printf("- PFS bytes in epoch 2 and after the remount: %d and %d (target 0)\n",
-		find("dlfs epoch 2").pfsBytes, find("dlfs after remount").pfsBytes)
-}
-
-// verdict says whether a target was met, as the tables print it.
-func verdict(ok bool) string {
-	if ok {
-		return "met"
+	pfs := func(prefix string) float64 {
+		r := find(prefix)
+		if r.passes == 0 || r.pfsBytes < 0 { // no such row, or not counted
+			return notMeasured
+		}
+		return float64(r.pfsBytes)
 	}
-	return "NOT met"
+	e2, re := pfs("dlfs epoch 2"), pfs("dlfs after remount")
+	fmt.Printf("- PFS bytes in epoch 2 and after the remount: %s and %s (target 0): %s\n",
+		show("%.0f", e2), show("%.0f", re), verdict(e2 == 0 && re == 0, e2, re))
 }
 
 func kernel() string {
@@ -518,7 +518,7 @@ func (s *sim) bytes() (int64, error) {
 // watchRate samples the simulator's counters (as it flushes them, every
 // 50 ms) until the returned function is called, which returns the rate in
 // bytes/s from when the bytes past from first exceeded 1% of total to when
-// they reached 99% of it; 0 if they never did. It measures how busy a
+// they reached 99% of it; notMeasured if they never did. It measures how busy a
 // reader kept the PFS once under way, leaving out its start and its end.
 func (s *sim) watchRate(from, total int64) (stop func() float64) {
 	done := make(chan struct{})
@@ -530,7 +530,7 @@ func (s *sim) watchRate(from, total int64) (stop func() float64) {
 		for t99.IsZero() {
 			select {
 			case <-done:
-				out <- 0
+				out <- notMeasured
 				return
 			case <-tick.C:
 			}
@@ -547,7 +547,7 @@ func (s *sim) watchRate(from, total int64) (stop func() float64) {
 		}
 		<-done
 		if t1.IsZero() || !t99.After(t1) {
-			out <- 0
+			out <- notMeasured
 			return
 		}
 		out <- float64(total*98/100) / t99.Sub(t1).Seconds()

@@ -116,9 +116,9 @@ func runPacked(o options, src string, files []string, total int64) error {
 	}
 	if len(runs) == 2 {
 		off, on := runs[0], runs[1]
-		per := float64(on.calls) / float64(max(on.samples, 1))
-		fmt.Printf("\n- PFS read calls per sample: %.2f with coalescing, %.2f without (target ≤ 0.5 against 1): %s\n",
-			per, float64(off.calls)/float64(max(off.samples, 1)), verdict(per <= 0.5))
+		per := perUnit(float64(on.calls), float64(on.samples)) // an epoch of no samples measured nothing
+		fmt.Printf("\n- PFS read calls per sample: %s with coalescing, %s without (target ≤ 0.5 against 1): %s\n",
+			show("%.2f", per), show("%.2f", perUnit(float64(off.calls), float64(off.samples))), atMost(per, 0.5))
 		fmt.Printf("- epoch time: %.2f s with coalescing, %.2f s without (%.1f×)\n", on.seconds, off.seconds, off.seconds/on.seconds)
 		fmt.Printf("- dlfs pack: %.0f MB/s, tar: %.0f MB/s (%.2f×)\n", float64(total)/1e6/packSec, float64(total)/1e6/tarSec, tarSec/packSec)
 	}

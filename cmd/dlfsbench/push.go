@@ -144,7 +144,7 @@ func runPush(o options, src string, files []string, total int64) error {
 	}
 	on := runs[1].rate / nat
 	fmt.Printf("\n- announced samples, page cache otherwise cold, pushing on: %.2f× native page-cache files/s (target ≥ 0.8×): %s; "+
-		"pushing off %.2f×; an epoch of staging ahead %.2f×\n", on, verdict(on >= 0.8), runs[0].rate/nat, runs[2].rate/nat)
+		"pushing off %.2f×; an epoch of staging ahead %.2f×\n", on, atLeast(on, 0.8), runs[0].rate/nat, runs[2].rate/nat)
 	return nil
 }
 

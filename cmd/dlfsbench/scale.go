@@ -59,12 +59,21 @@ func runScale(o options) error {
 		name         string
 		native, dlfs float64 // seconds; 0: not applicable
 		rate         bool    // native and dlfs are files/s, not seconds
-		rss          int64   // the daemon's RSS after the step; 0: none
+		rss          float64 // the daemon's RSS in bytes after the step; NaN: not measured; −1: no daemon in the step
 	}
 	var steps []step
 	note := func(s step) {
 		steps = append(steps, s)
-		fmt.Fprintf(os.Stderr, "%s: native %.2f, dlfs %.2f, RSS %d MB\n", s.name, s.native, s.dlfs, s.rss>>20)
+		fmt.Fprintf(os.Stderr, "%s: native %.2f, dlfs %.2f, RSS %s\n", s.name, s.native, s.dlfs, show("%.0f MB", s.rss/(1<<20)))
+	}
+	// rssOf is a daemon's RSS, or notMeasured (and why, on stderr).
+	rssOf := func(p *mountproc.Proc) float64 {
+		n, err := rss(p)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "the daemon's RSS: %v\n", err)
+			return notMeasured
+		}
+		return float64(n)
 	}
 
 	// The first scan, cold.
@@ -100,7 +109,7 @@ func runScale(o options) error {
 		return err
 	}
 	defer p.Stop(time.Minute)
-	note(step{name: "first scan (page cache dropped): native find -printf '%s %T@', dlfs mount", native: findSecs, dlfs: mountSecs, rss: rss(p)})
+	note(step{name: "first scan (page cache dropped): native find -printf '%s %T@', dlfs mount", native: findSecs, dlfs: mountSecs, rss: rssOf(p)})
 
 	// ImageFolder, first and second.
 	if err := dropAllCaches(); err != nil {
@@ -117,7 +126,7 @@ func runScale(o options) error {
 	if n != len(files) {
 		return fmt.Errorf("ImageFolder through dlfs found %d samples, want %d", n, len(files))
 	}
-	note(step{name: "torchvision ImageFolder(root), first (native: cold)", native: nativeFirst, dlfs: dlfsFirst, rss: rss(p)})
+	note(step{name: "torchvision ImageFolder(root), first (native: cold)", native: nativeFirst, dlfs: dlfsFirst, rss: rssOf(p)})
 	nativeSecond, _, err := imageFolder(src)
 	if err != nil {
 		return err
@@ -126,7 +135,7 @@ func runScale(o options) error {
 	if err != nil {
 		return err
 	}
-	note(step{name: "torchvision ImageFolder(root), second", native: nativeSecond, dlfs: dlfsSecond, rss: rss(p)})
+	note(step{name: "torchvision ImageFolder(root), second", native: nativeSecond, dlfs: dlfsSecond, rss: rssOf(p)})
 
 	// A plan: world 8, rank 0.
 	planSecs, err := timed(func() error {
@@ -151,7 +160,7 @@ func runScale(o options) error {
 	if err != nil {
 		return err
 	}
-	note(step{name: "announce a job (world 8) and read rank 0's plan", dlfs: planSecs, rss: rss(p)})
+	note(step{name: "announce a job (world 8) and read rank 0's plan", dlfs: planSecs, rss: rssOf(p)})
 	if err := os.WriteFile(filepath.Join(p.Mnt, ".dlfs/control"), []byte("end job=scale\n"), 0); err != nil {
 		return fmt.Errorf("end the job: %w", err)
 	}
@@ -191,7 +200,7 @@ func runScale(o options) error {
 		return err
 	}
 	note(step{name: fmt.Sprintf("an epoch from the page cache (files/s; cached at its start: native %.0f%%, dlfs %.0f%%)", 100*nativeShare, 100*dlfsShare),
-		native: nativeCached, dlfs: dlfsCached, rate: true, rss: rss(p)})
+		native: nativeCached, dlfs: dlfsCached, rate: true, rss: rssOf(p)})
 	if err := dropCaches(1); err != nil {
 		return err
 	}
@@ -203,7 +212,7 @@ func runScale(o options) error {
 	if err != nil {
 		return err
 	}
-	after := rss(p)
+	after := rssOf(p)
 	note(step{name: "an epoch through dlfs from its RAM tier, page cache dropped (files/s); native: from the page cache", native: nativeCached, dlfs: dlfsRAM, rate: true, rss: after})
 	if err := dropAllCaches(); err != nil {
 		return err
@@ -212,7 +221,7 @@ func runScale(o options) error {
 	if err != nil {
 		return err
 	}
-	note(step{name: "the same with the dentry and inode caches dropped too (a LOOKUP and a READ per file)", native: nativeCached, dlfs: dlfsRAMCold, rate: true, rss: rss(p)})
+	note(step{name: "the same with the dentry and inode caches dropped too (a LOOKUP and a READ per file)", native: nativeCached, dlfs: dlfsRAMCold, rate: true, rss: rssOf(p)})
 
 	p.Stop(time.Minute)
 
@@ -243,7 +252,7 @@ func runScale(o options) error {
 	if err != nil {
 		return err
 	}
-	note(step{name: "the FUSE floor: a filesystem answering each READ with zeros at once, page cache dropped (files/s)", native: nativeCached, dlfs: floorRate, rate: true})
+	note(step{name: "the FUSE floor: a filesystem answering each READ with zeros at once, page cache dropped (files/s)", native: nativeCached, dlfs: floorRate, rate: true, rss: -1})
 
 	// A remount with the catalog saved beside the SSD tier.
 	ssd := filepath.Join(o.scaleDir, "ssd")
@@ -275,7 +284,7 @@ func runScale(o options) error {
 	if err != nil {
 		return err
 	}
-	remountRSS := rss(again)
+	remountRSS := rssOf(again)
 	again.Stop(time.Minute)
 	note(step{name: "remount with the catalog saved by --ssd-cache (native: nothing to do; the scan it replaces above)", native: mountSecs, dlfs: remountSecs, rss: remountRSS})
 
@@ -290,26 +299,30 @@ func runScale(o options) error {
 			nat = fmt.Sprintf("%.2f", s.native)
 			ratio = fmt.Sprintf("%.2f×", s.dlfs/s.native)
 		}
+		mb := show("%.0f MB", s.rss/(1<<20))
+		if s.rss < 0 {
+			mb = "—"
+		}
 		if s.rate {
 			nat = fmt.Sprintf("%.0f", s.native)
-			fmt.Printf("| %s | %s | %.0f | %s | %d MB |\n", s.name, nat, s.dlfs, ratio, s.rss>>20)
+			fmt.Printf("| %s | %s | %.0f | %s | %s |\n", s.name, nat, s.dlfs, ratio, mb)
 			continue
 		}
-		fmt.Printf("| %s | %s | %.2f | %s | %d MB |\n", s.name, nat, s.dlfs, ratio, s.rss>>20)
+		fmt.Printf("| %s | %s | %.2f | %s | %s |\n", s.name, nat, s.dlfs, ratio, mb)
 	}
 	fmt.Println()
 	fmt.Println(place)
 	held := st.Cache.RAM.Bytes + st.Prefetch.StagedBytes
-	per := float64(after-held) / float64(len(files))
+	per := (after - float64(held)) / float64(len(files))
 	fmt.Println()
-	fmt.Printf("- first scan: %.2f× native find (target ≤ 1.0): %s\n", mountSecs/findSecs, verdict(mountSecs <= findSecs))
+	fmt.Printf("- first scan: %.2f× native find (target ≤ 1.0): %s\n", mountSecs/findSecs, atMost(mountSecs/findSecs, 1))
 	fmt.Printf("- remount with a saved catalog of %d files: usable in %.2f s (target ≤ 3 s at 10 M files)\n", len(files), remountSecs)
-	fmt.Printf("- ImageFolder: %.2f× native first, %.2f× second (target ≤ 1.0): %s\n", dlfsFirst/nativeFirst, dlfsSecond/nativeSecond,
-		verdict(dlfsFirst <= nativeFirst && dlfsSecond <= nativeSecond))
-	fmt.Printf("- daemon RSS after every file was listed, looked up and read, less the RAM tier's %d MB and staging's %d MB: %.0f bytes per file (target ≤ 200): %s\n",
-		st.Cache.RAM.Bytes>>20, st.Prefetch.StagedBytes>>20, per, verdict(per <= 200))
+	ifFirst, ifSecond := dlfsFirst/nativeFirst, dlfsSecond/nativeSecond
+	fmt.Printf("- ImageFolder: %.2f× native first, %.2f× second (target ≤ 1.0): %s\n", ifFirst, ifSecond, verdict(ifFirst <= 1 && ifSecond <= 1, ifFirst, ifSecond))
+	fmt.Printf("- daemon RSS after every file was listed, looked up and read, less the RAM tier's %d MB and staging's %d MB: %s bytes per file (target ≤ 200): %s\n",
+		st.Cache.RAM.Bytes>>20, st.Prefetch.StagedBytes>>20, show("%.0f", per), atMost(per, 200))
 	fmt.Printf("- epoch of tiny files: %.2f× native from the page cache (target ≥ 0.8): %s; %.2f× from the RAM tier (target ≥ 0.3): %s, %.2f× with the dentries dropped too\n",
-		dlfsCached/nativeCached, verdict(dlfsCached >= 0.8*nativeCached), dlfsRAM/nativeCached, verdict(dlfsRAM >= 0.3*nativeCached), dlfsRAMCold/nativeCached)
+		dlfsCached/nativeCached, atLeast(dlfsCached/nativeCached, 0.8), dlfsRAM/nativeCached, atLeast(dlfsRAM/nativeCached, 0.3), dlfsRAMCold/nativeCached)
 	fmt.Printf("- the FUSE floor (one READ round trip per file, nothing else) reads at %.2f× native page cache; dlfs's RAM tier reads at %.2f× the floor\n",
 		floorRate/nativeCached, dlfsRAM/floorRate)
 	return nil
@@ -351,23 +364,22 @@ func placementScale(n, members int) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	moved, wrong := 0, 0
+	// Only the leaving member's buckets move: rendezvous hashing makes it
+	// so (placement's TestMinimalMovement checks it), so it is no target
+	// here; what is measured is how many they are.
+	moved := 0
 	for b := 0; b < placement.Buckets; b++ {
-		before := t.BucketOwner(b)
 		after := t2.BucketOwner(b)
 		if after >= leaving {
 			after++ // t2's indices skip the member that left
 		}
-		if before != after {
+		if t.BucketOwner(b) != after {
 			moved++
-			if before != leaving {
-				wrong++
-			}
 		}
 	}
 	return fmt.Sprintf("- placement of %.1f M keys over %d members of unequal capacity: table %.2f s, every key's owner %.2f s (target ≤ 3 s): %s. "+
-		"One member leaves: the new table takes %.2f s and moves %.2f%% of the buckets (1/%d = %.2f%%), %d of them from members that stayed (target 0): %s; no key is hashed again.",
-		float64(n)/1e6, members, buildSecs, ownSecs, verdict(buildSecs+ownSecs <= 3), rebuildSecs, 100*float64(moved)/placement.Buckets, members, 100/float64(members), wrong, verdict(wrong == 0)), nil
+		"One member leaves: the new table takes %.2f s and moves %.2f%% of the buckets (1/%d = %.2f%%); no key is hashed again.",
+		float64(n)/1e6, members, buildSecs, ownSecs, atMost(buildSecs+ownSecs, 3), rebuildSecs, 100*float64(moved)/placement.Buckets, members, 100/float64(members)), nil
 }
 
 // timed runs fn and returns how long it took.
@@ -438,17 +450,27 @@ print(time.time() - t, len(ds))
 	return secs, n, firstErr(err1, err2)
 }
 
-// rss returns a process's resident set in bytes, or 0.
-func rss(p *mountproc.Proc) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Cmd.Process.Pid))
+// rss returns a process's resident set in bytes.
+func rss(p *mountproc.Proc) (int64, error) {
+	path := fmt.Sprintf("/proc/%d/status", p.Cmd.Process.Pid)
+	b, err := os.ReadFile(path)
 	if err != nil {
-		return 0
+		return 0, err
 	}
+	return vmRSS(path, b)
+}
+
+// vmRSS reads the VmRSS line of a /proc/PID/status file's contents b.
+func vmRSS(path string, b []byte) (int64, error) {
 	for _, line := range strings.Split(string(b), "\n") {
 		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb << 10
+			num, unit, _ := strings.Cut(strings.TrimSpace(rest), " ")
+			kb, err := strconv.ParseInt(num, 10, 64)
+			if err != nil || unit != "kB" || kb <= 0 {
+				return 0, fmt.Errorf("%s: VmRSS %q is not a positive number of kB", path, strings.TrimSpace(rest))
+			}
+			return kb << 10, nil
 		}
 	}
-	return 0
+	return 0, fmt.Errorf("%s has no VmRSS line (a kernel thread, or a process that has exited)", path)
 }

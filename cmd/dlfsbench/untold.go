@@ -51,8 +51,8 @@ func runUntold(o options, src string, files []string, total int64) error {
 		seconds       float64
 		pfs           int64
 		hits, planned int64   // reads of the inferred or announced job's plan
-		busy          float64 // the share of the machine's CPU time busy during the epoch; −1: unknown
-		rate          float64 // PFS bytes/s from the epoch's first 1% of the dataset read to its 99%
+		busy          float64 // the share of the machine's CPU time busy during the epoch; NaN: unknown
+		rate          float64 // PFS bytes/s from the epoch's first 1% of the dataset read to its 99%; NaN: never reached
 	}
 	measure := func(what, name, samplerArg string, args []string) (loaderRun, error) {
 		data := pfs.Mnt
@@ -77,14 +77,19 @@ func runUntold(o options, src string, files []string, total int64) error {
 			return loaderRun{}, err
 		}
 		after, err := pfs.bytes()
-		run := loaderRun{name: name, seconds: rec.Seconds, pfs: after - before, busy: -1, rate: rate}
+		if err != nil {
+			return loaderRun{}, err
+		}
+		run := loaderRun{name: name, seconds: rec.Seconds, pfs: after - before, busy: notMeasured, rate: rate}
 		if rec.CPUBusy != nil {
 			run.busy = *rec.CPUBusy
 		}
 		if p != nil {
-			run.hits, run.planned = allJobReads(p.Mnt)
+			if run.hits, run.planned, err = allJobReads(p.Mnt); err != nil {
+				return loaderRun{}, err
+			}
 		}
-		return run, err
+		return run, nil
 	}
 	ram := []string{"--ram-cache", fmt.Sprint(2 * total)}
 	var seqs []loaderRun
@@ -156,27 +161,20 @@ func runUntold(o options, src string, files []string, total int64) error {
 			return err
 		}
 		fmt.Fprintf(os.Stderr, "measuring: dlfs warmup, then an epoch\n")
-		b0, err := pfs.bytes()
-		start := time.Now()
-		if err == nil {
-			var out []byte
-			if out, err = exec.Command(filepath.Join(o.bin, "dlfs"), "warmup", p.Mnt).CombinedOutput(); err != nil {
-				err = fmt.Errorf("dlfs warmup: %v\n%s", err, out)
+		w, err := warmThenEpoch(pfs.bytes, func() error {
+			if out, err := exec.Command(filepath.Join(o.bin, "dlfs"), "warmup", p.Mnt).CombinedOutput(); err != nil {
+				return fmt.Errorf("dlfs warmup: %v\n%s", err, out)
 			}
-		}
-		warmSecs = time.Since(start).Seconds()
-		b1, err1 := pfs.bytes()
-		var secs float64
-		if err == nil {
-			err = err1
-			secs, _, err = trainOnce(o, p.Mnt, 0, "--sampler", "torch")
-		}
-		b2, err2 := pfs.bytes()
+			return nil
+		}, func() (float64, error) {
+			secs, _, err := trainOnce(o, p.Mnt, 0, "--sampler", "torch")
+			return secs, err
+		})
 		p.Stop(30 * time.Second)
-		if err = firstErr(err, err2); err != nil {
+		if err != nil {
 			return err
 		}
-		warmPFS, afterSecs, afterPFS = float64(b1-b0), secs, b2-b1
+		warmSecs, warmPFS, afterSecs, afterPFS = w.warmSecs, float64(w.warmPFS), w.epochSecs, w.epochPFS
 	}
 
 	// The looping reader.
@@ -225,7 +223,7 @@ func runUntold(o options, src string, files []string, total int64) error {
 			for _, t := range []string{"ram", "stage"} {
 				hits += float64(st1.Served[t].Reads - st0.Served[t].Reads)
 			}
-			run.hits = append(run.hits, hits/reads)
+			run.hits = append(run.hits, perUnit(hits, reads))
 			run.pfs = append(run.pfs, float64(b1-b0)/float64(total))
 		}
 		p.Stop(30 * time.Second)
@@ -243,8 +241,8 @@ func runUntold(o options, src string, files []string, total int64) error {
 	fmt.Println("| sequential DataLoader | seconds | × direct | share of the bandwidth bound | PFS rate while it read (share of its bandwidth) | PFS bytes ÷ dataset | machine's CPU busy |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|---:|")
 	for _, r := range seqs {
-		fmt.Printf("| %s | %.2f | %.2f | %.0f%% | %.0f MB/s (%.0f%%) | %.2f | %.0f%% |\n", r.name, r.seconds, seqs[0].seconds/r.seconds, 100*bound/r.seconds,
-			r.rate/1e6, 100*r.rate/(o.bandwidth*1e6), float64(r.pfs)/float64(total), 100*r.busy)
+		fmt.Printf("| %s | %.2f | %.2f | %.0f%% | %s MB/s (%s) | %.2f | %s |\n", r.name, r.seconds, seqs[0].seconds/r.seconds, 100*bound/r.seconds,
+			show("%.0f", r.rate/1e6), show("%.0f%%", 100*r.rate/(o.bandwidth*1e6)), float64(r.pfs)/float64(total), show("%.0f%%", 100*r.busy))
 	}
 	fmt.Printf("\nThe same loop with torch's DistributedSampler (the default seed, shuffle=True) and no control line; with the line (dlfs.DistributedSampler) for reference; " +
 		"and a decoy sampler that reads as that DistributedSampler for two batches, then in another order. Hits are the reads of the job's plan that did not wait on the PFS.\n\n")
@@ -274,20 +272,30 @@ func runUntold(o options, src string, files []string, total int64) error {
 	}
 	dlfs := seqs[2]
 	fmt.Println()
-	fmt.Printf("- sequential DataLoader, no line: %.0f%% of the bandwidth bound (%.2f s; target ≥ 90%%): %s; %.2f× direct; the machine's CPU %.0f%% busy; "+
-		"from its first 1%% to its last, the PFS ran at %.0f%% of its bandwidth\n",
-		100*bound/dlfs.seconds, bound, verdict(bound/dlfs.seconds >= 0.9), seqs[0].seconds/dlfs.seconds, 100*dlfs.busy, 100*dlfs.rate/(o.bandwidth*1e6))
+	fmt.Printf("- sequential DataLoader, no line: %.0f%% of the bandwidth bound (%.2f s; target ≥ 90%%): %s; %.2f× direct; the machine's CPU %s busy; "+
+		"from its first 1%% to its last, the PFS ran at %s of its bandwidth\n",
+		100*bound/dlfs.seconds, bound, atLeast(bound/dlfs.seconds, 0.9), seqs[0].seconds/dlfs.seconds, show("%.0f%%", 100*dlfs.busy), show("%.0f%%", 100*dlfs.rate/(o.bandwidth*1e6)))
 	inf, ann, off, decoy := shufs[2], shufs[3], shufs[1], shufs[4]
+	bOff, bInf := busy[0].seconds/busy[1].seconds, busy[0].seconds/busy[2].seconds
 	fmt.Printf("- busy machine, no line: %.2f× direct with inference off, %.2f× inferred (target ≥ 1.0): %s\n",
-		busy[0].seconds/busy[1].seconds, busy[0].seconds/busy[2].seconds, verdict(busy[0].seconds/busy[1].seconds >= 1 && busy[0].seconds/busy[2].seconds >= 1))
-	fmt.Printf("- shuffled DataLoader, no line: %.2f× direct with inference off (target ≥ 1.0): %s; inferred %.2f× direct, %.2f× the announced epoch (target ≥ 0.8): %s; %.1f%% hits (target ≥ 95%%): %s\n",
-		shufs[0].seconds/off.seconds, verdict(shufs[0].seconds/off.seconds >= 1), shufs[0].seconds/inf.seconds, ann.seconds/inf.seconds,
-		verdict(ann.seconds/inf.seconds >= 0.8), 100*float64(inf.hits)/float64(max(inf.planned, 1)), verdict(inf.planned > 0 && float64(inf.hits) >= 0.95*float64(inf.planned)))
+		bOff, bInf, verdict(bOff >= 1 && bInf >= 1, bOff, bInf))
+	// With no plan read at all, inference did not happen: the hit target
+	// is not met (the reads were counted; there were none of a plan).
+	hitShare := "no planned reads"
+	if inf.planned > 0 {
+		hitShare = fmt.Sprintf("%.1f%% hits", 100*float64(inf.hits)/float64(inf.planned))
+	}
+	fmt.Printf("- shuffled DataLoader, no line: %.2f× direct with inference off (target ≥ 1.0): %s; inferred %.2f× direct, %.2f× the announced epoch (target ≥ 0.8): %s; %s (target ≥ 95%%): %s\n",
+		shufs[0].seconds/off.seconds, atLeast(shufs[0].seconds/off.seconds, 1), shufs[0].seconds/inf.seconds, ann.seconds/inf.seconds,
+		atLeast(ann.seconds/inf.seconds, 0.8), hitShare, verdict(inf.planned > 0 && float64(inf.hits) >= 0.95*float64(inf.planned), float64(inf.hits), float64(inf.planned)))
 	fmt.Printf("- dlfs warmup: %.0f%% of the bandwidth bound (target ≥ 90%%): %s; the epoch after it read %d PFS bytes (target 0): %s\n",
-		100*bound/warmSecs, verdict(bound/warmSecs >= 0.9), afterPFS, verdict(afterPFS == 0))
+		100*bound/warmSecs, atLeast(bound/warmSecs, 0.9), afterPFS, verdict(afterPFS == 0, float64(afterPFS)))
 	fmt.Printf("- a wrong guess (the decoy): %.1f%% of the dataset read from the PFS beyond once (target ≤ 5%%): %s\n",
-		100*(float64(decoy.pfs)/float64(total)-1), verdict(float64(decoy.pfs) <= 1.05*float64(total)))
+		100*(float64(decoy.pfs)/float64(total)-1), atMost(float64(decoy.pfs)/float64(total), 1.05))
 	spared := func(pfs []float64) float64 { // over passes 1 on
+		if len(pfs) < 2 {
+			return notMeasured
+		}
 		sum := 0.0
 		for _, x := range pfs[1:] {
 			sum += 1 - x
@@ -296,8 +304,45 @@ func runUntold(o options, src string, files []string, total int64) error {
 	}
 	fmt.Printf("- looping reader over twice the RAM tier, passes 1-%d: the caches spared the PFS %.2f of the dataset per pass with Belady by the inferred plan "+
 		"(target ≥ 0.4; RAM ÷ dataset is 0.5): %s; LRU %.2f\n",
-		loopPasses-1, spared(loops[0].pfs), verdict(spared(loops[0].pfs) >= 0.4), spared(loops[1].pfs))
+		loopPasses-1, spared(loops[0].pfs), atLeast(spared(loops[0].pfs), 0.4), spared(loops[1].pfs))
 	return nil
+}
+
+// warmEpoch is what warmThenEpoch measured.
+type warmEpoch struct {
+	warmSecs  float64
+	warmPFS   int64 // PFS bytes during the warm-up
+	epochSecs float64
+	epochPFS  int64 // PFS bytes during the epoch after it
+}
+
+// warmThenEpoch runs warm, then epoch, reading the PFS's byte counter
+// before, between and after. Any failure, a counter read's included, is
+// its error: no figure is made from a reading that failed.
+func warmThenEpoch(pfsBytes func() (int64, error), warm func() error, epoch func() (float64, error)) (warmEpoch, error) {
+	var w warmEpoch
+	b0, err := pfsBytes()
+	if err != nil {
+		return w, fmt.Errorf("before the warm-up: %w", err)
+	}
+	start := time.Now()
+	if err := warm(); err != nil {
+		return w, err
+	}
+	w.warmSecs = time.Since(start).Seconds()
+	b1, err := pfsBytes()
+	if err != nil {
+		return w, fmt.Errorf("after the warm-up: %w", err)
+	}
+	if w.epochSecs, err = epoch(); err != nil {
+		return w, err
+	}
+	b2, err := pfsBytes()
+	if err != nil {
+		return w, fmt.Errorf("after the epoch: %w", err)
+	}
+	w.warmPFS, w.epochPFS = b1-b0, b2-b1
+	return w, nil
 }
 
 // The looping reader's passes, and its staging.
@@ -310,7 +355,7 @@ const (
 func joinf(xs []float64) string {
 	parts := make([]string, len(xs))
 	for i, x := range xs {
-		parts[i] = fmt.Sprintf("%.2f", x)
+		parts[i] = show("%.2f", x)
 	}
 	return strings.Join(parts, " / ")
 }
@@ -347,10 +392,10 @@ var sink atomic.Uint64
 
 // allJobReads sums the planned reads of every job on a mount, announced
 // or inferred: those that did not wait on the PFS, and all.
-func allJobReads(mnt string) (hits, planned int64) {
+func allJobReads(mnt string) (hits, planned int64, err error) {
 	st, err := readStats(mnt)
 	if err != nil {
-		return 0, 0
+		return 0, 0, fmt.Errorf("the jobs' reads: %w", err)
 	}
 	for _, ranks := range st.Jobs {
 		for _, r := range ranks {
@@ -358,7 +403,7 @@ func allJobReads(mnt string) (hits, planned int64) {
 			planned += r.Hits + r.Late + r.Misses
 		}
 	}
-	return hits, planned
+	return hits, planned, nil
 }
 
 // readInOrder reads files under root in the given order with workers
