@@ -6,8 +6,9 @@
 // A node starts a memberlist on Config.Bind, advertises its data address,
 // dataset identity and tier capacities as node metadata (Meta), and joins
 // the nodes in Config.Join; with none, it is a cluster of one. Members()
-// is the current view: every node alive, suspect or gone, with its
-// metadata. Subscribers hear of every change without blocking.
+// is the current view: every node alive or suspect, and those dead or
+// gone for at most Config.ForgetDead, with its metadata. Subscribers hear
+// of every change without blocking.
 //
 // # Security
 //
@@ -56,6 +57,11 @@ type Config struct {
 	// Local uses memberlist's loopback timings (fast failure detection),
 	// for tests and single-machine clusters.
 	Local bool
+	// ForgetDead is how long a member dead or gone stays in the view
+	// (Members, and so stats, the status page and metrics) before it is
+	// forgotten; default memberlist's GossipToTheDeadTime (30 s, or 15 s
+	// with Local), after which memberlist forgets it too.
+	ForgetDead time.Duration
 	// Streams bounds the inbound TCP streams of gossip, which anyone who
 	// reaches the port can open: at once, from one address, and how long
 	// each may stay. Zero fields take DefaultStreams'.
@@ -92,12 +98,18 @@ type Cluster struct {
 	addr string
 
 	mu      sync.Mutex
-	members map[string]Member // mu guards members and subs
+	members map[string]member // mu guards members and subs
 	subs    []chan struct{}
 	closed  bool
 
 	stop chan struct{} // closed by Close
 	wg   sync.WaitGroup
+}
+
+// member is a Member and when it entered its state.
+type member struct {
+	Member
+	since time.Time
 }
 
 // ErrConfig wraps configuration errors.
@@ -121,6 +133,9 @@ func Start(cfg Config) (*Cluster, error) {
 	default:
 		return nil, fmt.Errorf("%w: the cluster key must be 16, 24 or 32 bytes, not %d", ErrConfig, len(cfg.Key))
 	}
+	if cfg.ForgetDead < 0 {
+		return nil, fmt.Errorf("%w: ForgetDead %v is negative", ErrConfig, cfg.ForgetDead)
+	}
 	meta, err := cfg.Meta.Encode()
 	if err != nil {
 		return nil, err
@@ -130,6 +145,9 @@ func Start(cfg Config) (*Cluster, error) {
 		mc = memberlist.DefaultLocalConfig()
 	}
 	mc.Name = cfg.NodeName
+	if cfg.ForgetDead == 0 {
+		cfg.ForgetDead = mc.GossipToTheDeadTime
+	}
 	// A node that comes back after a crash binds new ports (port 0, or a
 	// new machine): let it reclaim its name soon after it was declared
 	// dead, instead of never (memberlist's default).
@@ -155,7 +173,7 @@ func Start(cfg Config) (*Cluster, error) {
 		return nil, fmt.Errorf("cluster: start gossip on %s: %w", cfg.Bind, err)
 	}
 	mc.Transport = tr
-	c := &Cluster{cfg: cfg, log: cfg.Logger, tr: tr, members: map[string]Member{}, stop: make(chan struct{})}
+	c := &Cluster{cfg: cfg, log: cfg.Logger, tr: tr, members: map[string]member{}, stop: make(chan struct{})}
 	c.delegate = &delegate{meta: meta}
 	mc.Delegate = c.delegate
 	mc.Events = &events{c: c}
@@ -217,13 +235,15 @@ func splitHostPort(hp, what string) (string, int, error) {
 // Addr returns the gossip address this member is reachable on.
 func (c *Cluster) Addr() string { return c.addr }
 
-// Members returns the view, sorted by name.
+// Members returns the view, sorted by name: the members alive or
+// suspect, and those dead or gone for less than Config.ForgetDead.
 func (c *Cluster) Members() []Member {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.forget(time.Now())
 	out := make([]Member, 0, len(c.members))
 	for _, m := range c.members {
-		out = append(out, m)
+		out = append(out, m.Member)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
@@ -279,11 +299,28 @@ func (c *Cluster) record(n *memberlist.Node, state string) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.members[n.Name] = m
+	now := time.Now()
+	since := now
+	if old, ok := c.members[n.Name]; ok && old.State == m.State {
+		since = old.since // an update, not a change of state
+	}
+	c.members[n.Name] = member{m, since}
+	c.forget(now)
 	for _, ch := range c.subs {
 		select {
 		case ch <- struct{}{}:
 		default:
+		}
+	}
+}
+
+// forget drops the members dead or gone for longer than ForgetDead: the
+// view holds at most the live members and those that died within it.
+// c.mu must be held.
+func (c *Cluster) forget(now time.Time) {
+	for name, m := range c.members {
+		if (m.State == StateDead || m.State == StateLeft) && now.Sub(m.since) > c.cfg.ForgetDead {
+			delete(c.members, name)
 		}
 	}
 }

@@ -48,6 +48,7 @@ type conn struct {
 	done    chan struct{} // closed when the reader goroutine ends
 
 	lastAnswer atomic.Int64 // unix nanoseconds of the last response
+	onEnd      func()       // run by read as it ends; set before it starts
 }
 
 type response struct {
@@ -152,6 +153,7 @@ func (cl *Client) get(ctx context.Context, addr string) (*conn, error) {
 				cn.c.Close()
 				err = ErrClosed
 			} else {
+				cn.onEnd = func() { cl.drop(addr, cn) }
 				go cn.read()
 				cl.conns[addr] = cn
 			}
@@ -195,9 +197,13 @@ func (cn *conn) alive() bool {
 }
 
 // read delivers responses until the connection fails; it owns no state
-// beyond the connection and ends when it closes.
+// beyond the connection and its entry in the client's table, which it
+// drops (onEnd) as it ends.
 func (cn *conn) read() {
 	defer close(cn.done)
+	if cn.onEnd != nil {
+		defer cn.onEnd()
+	}
 	r := bufio.NewReader(cn.c)
 	for {
 		frame, err := readFrame(r)
@@ -233,6 +239,16 @@ func (cn *conn) fail(err error) {
 	for id, ch := range cn.pending {
 		ch <- response{err: err}
 		delete(cn.pending, id)
+	}
+}
+
+// drop forgets cn, the connection to addr, once it has failed: a peer
+// that died or left leaves nothing in the table.
+func (cl *Client) drop(addr string, cn *conn) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.conns[addr] == cn {
+		delete(cl.conns, addr)
 	}
 }
 

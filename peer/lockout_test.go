@@ -71,3 +71,21 @@ func TestKeylessClientCannotLockOut(t *testing.T) {
 		t.Fatalf("%d WARN lines for one flood, want 1 to 3 (one for each reason):\n%s", n, logs.String())
 	}
 }
+
+// TestGonePeerForgotten: the connection to a peer that went leaves the
+// client's table; a client that outlives many peers holds none of theirs.
+func TestGonePeerForgotten(t *testing.T) {
+	cl := client(t, testKey)
+	for range 3 {
+		s, _ := serve(t, testKey)
+		if _, err := cl.Fetch(context.Background(), s.Addr(), []Item{item("b.jpg", 3)}); err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+	}
+	limittest.WaitFor(t, "the connections to gone peers to be dropped", func() bool {
+		cl.mu.Lock()
+		defer cl.mu.Unlock()
+		return len(cl.conns) == 0
+	})
+}
