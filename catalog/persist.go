@@ -8,12 +8,12 @@ import (
 	"hash"
 	"hash/crc32"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 	"unsafe"
+
+	"github.com/dlfs/dlfs/atomicfile"
 )
 
 // A saved catalog
@@ -45,43 +45,48 @@ var ErrSaved = errors.New("catalog: saved snapshot unusable")
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+// savedTemp is the prefix of the temporary file Save writes before its
+// rename (package atomicfile): RemoveTemps removes a killed daemon's.
+const savedTemp = ".catalog-"
+
 // Save writes snap to path atomically (a temporary file renamed over it),
 // under the dataset identity id.
 func Save(path string, snap *Snapshot, id string, nextIno uint64) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".catalog-*")
+	err := atomicfile.Write(path, savedTemp, func(f io.Writer) error {
+		crc := crc32.New(castagnoli)
+		w := bufio.NewWriterSize(io.MultiWriter(f, crc), 1<<20)
+		enc := encoder{w: w}
+		enc.bytes([]byte(savedMagic))
+		enc.u32(savedVersion)
+		enc.str32(id)
+		enc.u64(uint64(snap.Files + snap.Dirs + symlinks(snap)))
+		enc.u64(nextIno)
+		enc.u64(uint64(snap.Scanned.UnixNano()))
+		enc.entry(snap.Root)
+		if enc.err != nil {
+			return enc.err
+		}
+		if err := w.Flush(); err != nil {
+			return err
+		}
+		return binary.Write(f, binary.LittleEndian, crc.Sum32())
+	})
 	if err != nil {
 		return fmt.Errorf("catalog: save %s: %w", path, err)
 	}
-	defer os.Remove(tmp.Name())
-	crc := crc32.New(castagnoli)
-	w := bufio.NewWriterSize(io.MultiWriter(tmp, crc), 1<<20)
-	enc := encoder{w: w}
-	enc.bytes([]byte(savedMagic))
-	enc.u32(savedVersion)
-	enc.str32(id)
-	enc.u64(uint64(snap.Files + snap.Dirs + symlinks(snap)))
-	enc.u64(nextIno)
-	enc.u64(uint64(snap.Scanned.UnixNano()))
-	enc.entry(snap.Root)
-	if err := w.Flush(); err == nil {
-		err = binary.Write(tmp, binary.LittleEndian, crc.Sum32())
-	}
-	if enc.err == nil {
-		enc.err = err
-	}
-	if enc.err == nil {
-		enc.err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); enc.err == nil {
-		enc.err = cerr
-	}
-	if enc.err == nil {
-		enc.err = os.Rename(tmp.Name(), path)
-	}
-	if enc.err != nil {
-		return fmt.Errorf("catalog: save %s: %w", path, enc.err)
-	}
 	return nil
+}
+
+// RemoveTemps removes from dir the temporary files of saves that a killed
+// daemon left there, and only those: its own prefix, directly in dir, and
+// none a live save holds. It returns the paths removed. A daemon calls it
+// as it starts, for the directory of Config.Saved.
+func RemoveTemps(dir string) ([]string, error) {
+	removed, err := atomicfile.RemoveStale(dir, savedTemp)
+	if err != nil {
+		return removed, fmt.Errorf("catalog: %w", err)
+	}
+	return removed, nil
 }
 
 func symlinks(s *Snapshot) int {

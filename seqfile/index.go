@@ -5,12 +5,14 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"syscall"
 
+	"github.com/dlfs/dlfs/atomicfile"
 	"github.com/dlfs/dlfs/source"
 )
 
@@ -261,26 +263,26 @@ func ReadIndex(dir string) (*Index, error) {
 	return ix, nil
 }
 
+// indexTemp is the prefix of the temporary file WriteIndex writes before
+// its rename (package atomicfile).
+const indexTemp = ".index-"
+
 // WriteIndex writes ix to dir atomically: to a temporary file, synced,
-// then renamed over the index.
+// then renamed over the index. It first removes the temporary files of
+// earlier writes that were killed before their rename (only those no
+// live writer holds).
 func WriteIndex(dir string, ix *Index) error {
-	tmp, err := os.CreateTemp(dir, ".index-*")
-	if err != nil {
+	if _, err := atomicfile.RemoveStale(dir, indexTemp); err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(ix.Encode()); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("sync %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
+	path := filepath.Join(dir, IndexName)
+	if err := atomicfile.Write(path, indexTemp, func(w io.Writer) error {
+		_, err := w.Write(ix.Encode())
 		return err
+	}); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
 	}
-	return os.Rename(tmp.Name(), filepath.Join(dir, IndexName))
+	return nil
 }
 
 // Writer appends records to one shard. It is not safe for concurrent use.
