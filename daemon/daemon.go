@@ -35,6 +35,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sys/unix"
 
+	"github.com/dlfs/dlfs/access"
 	"github.com/dlfs/dlfs/accesslog"
 	"github.com/dlfs/dlfs/allocator"
 	"github.com/dlfs/dlfs/catalog"
@@ -339,6 +340,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		ReadFile: n.readWhole,
 		AllRanks: allRanks,
 		Layout:   n.layout,
+		Operator: cfg.FUSE.Owner.Uid, // the mounting user may change every job
 		Logger:   cfg.Logger,
 	})
 	pc := cfg.Prefetch
@@ -352,13 +354,13 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.load.SetStage(n.pf)
 	n.readers = readers.New(readers.Config{
 		Snapshot: n.cat.Snapshot,
-		Index: func(root string, exts []string) ([]folder.Sample, error) {
+		Index: func(root string, exts []string, cred access.Cred) ([]folder.Sample, error) {
 			spec := control.DefaultJob()
 			spec.Root, spec.Extensions = root, exts
 			if root == "" {
 				spec.Root = "."
 			}
-			return n.jobs.Index(spec)
+			return n.jobs.IndexAs(cred, spec)
 		},
 		Jobs:   inferJobs{n.jobs, cfg.NoInfer},
 		Logger: cfg.Logger,
@@ -617,7 +619,8 @@ func (d dataset) ReadAt(e *catalog.Entry, dest []byte, off int64, pid uint32) ([
 	took := time.Since(start)
 	d.n.lat.read.With(source).Observe(took)
 	if d.n.readers != nil {
-		d.n.readers.Observe(pid, e, off, waited > 0, source, took)
+		r := d.n.readers.Observe(pid, e, off, waited > 0, source, took)
+		d.n.pf.ObserveRead(r.Cred.Uid, r.Known, e, off, waited) // only the reader's jobs
 	}
 	return b, source, nil
 }

@@ -32,7 +32,10 @@
 //
 // # Tracking consumption
 //
-// The loader reports every demand read, once per request. Only a read at
+// The daemon reports every demand read through the mount, once per
+// request, with its reader's user (ObserveRead): a read counts only for
+// the streams of that user's jobs (jobs.Owner.Reads), so another user's
+// reads never move a job's cursor or drop what is staged for it. Only a read at
 // offset 0 marks a sample consumed, at its earliest pending position in the
 // epoch its stream is in (the next epoch only when the stream is about to
 // finish), so the interleaving of DataLoader workers (batch k goes to
@@ -401,7 +404,8 @@ func (p *Prefetcher) swap() {
 	}
 	for i, s := range fresh {
 		if o := old[s.id]; o != nil && o.plan == s.plan {
-			fresh[i] = o // same plan: keep the progress
+			o.job = s.job // same plan: keep the progress; the job's bound and owner are the new version's
+			fresh[i] = o
 			continue
 		}
 		// Counters are cumulative over the job's life (they are exported
@@ -693,13 +697,27 @@ func (s *stream) consumedThisEpoch(ino uint64) bool {
 	return false
 }
 
-// Observe implements loader.Stage: it records a demand read.
-func (p *Prefetcher) Observe(e *catalog.Entry, off int64, waited time.Duration) {
+// Observe implements loader.Stage. It records nothing: the loader does
+// not know who reads, and a read counts only for its reader's jobs (see
+// ObserveRead).
+func (p *Prefetcher) Observe(e *catalog.Entry, off int64, waited time.Duration) {}
+
+// ObserveRead records a demand read of e at off by user uid that waited
+// this long on the PFS (0 when a tier or the stage had it). It moves only
+// the streams of jobs whose Owner.Reads(uid, known): another user's reads
+// never move a job's cursor. known is false for a reader without a pid
+// (another pid namespace).
+func (p *Prefetcher) ObserveRead(uid uint32, known bool, e *catalog.Entry, off int64, waited time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var best *stream
 	bestPos, bestRank := -1, 0
+	mine := false // a stream of the reader's plans the sample
 	for _, s := range p.streams {
+		if !s.job.Owner.Reads(uid, known) {
+			continue
+		}
+		mine = true
 		q := s.pending(e.Ino)
 		if q < 0 {
 			continue
@@ -717,10 +735,10 @@ func (p *Prefetcher) Observe(e *catalog.Entry, off int64, waited time.Duration) 
 		}
 	}
 	if best == nil {
-		if len(p.streams) > 0 && off == 0 {
+		if mine && off == 0 {
 			p.totals.Unpredicted++
 			p.log.Debug("prefetch: read of a sample no plan expects now", "path", e.Path())
-			if st := p.statsOfLocked(e.Ino); st != nil {
+			if st := p.statsOfLocked(e.Ino, func(s *stream) bool { return s.job.Owner.Reads(uid, known) }); st != nil {
 				st.Misses++ // planned, but read again
 			}
 		}
@@ -921,7 +939,7 @@ func (p *Prefetcher) dropIfUnneededLocked(e *catalog.Entry) {
 		p.totals.WastedBytes += int64(len(b.Data))
 	}
 	p.totals.Wasted++
-	if st := p.statsOfLocked(e.Ino); st != nil {
+	if st := p.statsOfLocked(e.Ino, nil); st != nil {
 		st.Wasted++
 	}
 }
@@ -941,11 +959,11 @@ func (p *Prefetcher) unstageFileLocked(e *catalog.Entry) []stagedBlock {
 	return out
 }
 
-// statsOfLocked returns the figures of the first stream that plans ino, or
-// nil.
-func (p *Prefetcher) statsOfLocked(ino uint64) *Stats {
+// statsOfLocked returns the figures of the first stream that plans ino
+// (among those of accepts, if not nil), or nil.
+func (p *Prefetcher) statsOfLocked(ino uint64, accepts func(*stream) bool) *Stats {
 	for _, s := range p.streams {
-		if s.has(ino) {
+		if s.has(ino) && (accepts == nil || accepts(s)) {
 			return s.stats
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlfs/dlfs/access"
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/control"
 	"github.com/dlfs/dlfs/jobs"
@@ -156,7 +157,7 @@ func TestFollowsThePlan(t *testing.T) {
 		if _, ok := p.Take(loader.BlockKey(e.Path(), 0), 0, true); !ok {
 			t.Fatalf("%s was not staged", e.Path())
 		}
-		p.Observe(e, 0, 0)
+		p.ObserveRead(0, true, e, 0, 0)
 	}
 	tot, per := p.Stats()
 	st := per["j"]["rank-1"]
@@ -207,21 +208,21 @@ func TestConsumptionTracking(t *testing.T) {
 
 	// Worker 1's batch (positions 4-7) arrives before worker 0's.
 	for _, i := range []int{4, 5, 0, 6, 1, 7, 2, 3} {
-		p.Observe(at(i), 0, 0)
+		p.ObserveRead(0, true, at(i), 0, 0)
 	}
 	if st := stats(); st.Consumed != 8 || st.Cursor != 8 {
 		t.Fatalf("after two interleaved batches: %+v", st)
 	}
 	// A read at a later offset of the same file is not a new sample.
-	p.Observe(at(7), 4096, 0)
+	p.ObserveRead(0, true, at(7), 4096, 0)
 	// A second read of sample 2 must not consume its epoch-1 occurrence.
-	p.Observe(at(2), 0, 0)
+	p.ObserveRead(0, true, at(2), 0, 0)
 	if st := stats(); st.Consumed != 8 || st.Misses != 1 {
 		t.Errorf("after a re-read: %+v", st)
 	}
 	// The page cache serves 8..199; dlfs sees only 200 onwards.
 	for i := 200; i < 260; i++ {
-		p.Observe(at(i), 0, time.Millisecond)
+		p.ObserveRead(0, true, at(i), 0, time.Millisecond)
 	}
 	st := stats()
 	if st.Inferred != 192 || st.Cursor != 260 || st.Late != 60 { // 8..199 inferred, 200..259 read
@@ -450,5 +451,68 @@ func TestFollows(t *testing.T) {
 	start := time.Now()
 	if p.Follows(reg.Version()+1, time.Minute) || time.Since(start) > 5*time.Second {
 		t.Error("Follows after Close: want false at once")
+	}
+}
+
+// TestOtherUsersReads: alice's job follows alice's reads only. Bob reads
+// a sample that lies late in her plan: her cursor does not move, nothing
+// is taken as served by the page cache, nothing staged for her is
+// dropped, and his read is not counted against her plan. A reader without
+// a pid (another pid namespace) moves only a job announced from one.
+// Before, the read by bob marked every sample before it consumed unread.
+func TestOtherUsersReads(t *testing.T) {
+	p, reg, fl := setup(t, 400, "job=x root=data seed=9 epoch=0 batch=4 workers=2 lookahead=1", Config{Workers: 4, Staging: 1 << 20})
+	if err := reg.End("x"); err != nil {
+		t.Fatal(err)
+	}
+	cmds, _ := control.Parse([]byte("job=j root=data seed=9 epoch=0 batch=4 workers=2 lookahead=1"))
+	alice := jobs.Owner{Cred: access.Cred{Uid: 1001, Gid: 1001}}
+	if err := reg.ApplyAs(alice, cmds[0].(control.Job)); err != nil {
+		t.Fatal(err)
+	}
+	j := reg.Get("j")
+	order := j.Order(0, 0)
+	at := func(i int) *catalog.Entry { return j.Samples[order[i]].Entry }
+	stats := func() Stats { _, per := p.Stats(); return per["j"]["rank-0"] }
+	waitFor(t, "alice's stream", func() bool { return stats().Predicted == 400 })
+	waitFor(t, "her first samples staged", func() bool { return fl.total.Load() >= 40 })
+	for i := 0; i < 10; i++ {
+		p.ObserveRead(1001, true, at(i), 0, 0)
+	}
+	staged, _ := p.Stats()
+	for _, r := range []struct {
+		uid   uint32
+		known bool
+	}{{1002, true}, {0, true}, {1001, false}} {
+		p.ObserveRead(r.uid, r.known, at(300), 0, time.Millisecond)
+		p.ObserveRead(r.uid, r.known, at(12), 0, time.Millisecond)
+	}
+	st := stats()
+	tot, _ := p.Stats()
+	if st.Cursor != 10 || st.Consumed != 10 || st.Inferred != 0 || st.Misses != 0 || st.StallSeconds != 0 {
+		t.Errorf("other users' reads moved alice's stream: %+v", st)
+	}
+	if tot.Wasted != staged.Wasted || tot.Unpredicted != 0 {
+		t.Errorf("other users' reads dropped %d staged samples, %d unpredicted", tot.Wasted-staged.Wasted, tot.Unpredicted)
+	}
+	p.ObserveRead(1001, true, at(10), 0, 0)
+	if st := stats(); st.Cursor != 11 {
+		t.Errorf("alice's own read: cursor %d, want 11", st.Cursor)
+	}
+
+	// Announced from a container: reads without a pid are its own.
+	k, _ := control.Parse([]byte("job=k root=data seed=4 epoch=0 lookahead=1"))
+	if err := reg.ApplyAs(jobs.Owner{Cred: alice.Cred, Foreign: true}, k[0].(control.Job)); err != nil {
+		t.Fatal(err)
+	}
+	kj := reg.Get("k")
+	kstats := func() Stats { _, per := p.Stats(); return per["k"]["rank-0"] }
+	waitFor(t, "the container's stream", func() bool { return kstats().Predicted == 400 })
+	p.ObserveRead(4242, false, kj.Samples[kj.Order(0, 0)[0]].Entry, 0, 0)
+	if st := kstats(); st.Cursor != 1 {
+		t.Errorf("a read without a pid did not move a job announced without one: %+v", st)
+	}
+	if st := stats(); st.Cursor != 11 {
+		t.Errorf("a read without a pid moved alice's job: %+v", st)
 	}
 }

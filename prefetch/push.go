@@ -186,7 +186,7 @@ func (p *Prefetcher) pushed(e *catalog.Entry, n int64, err error) []stagedBlock 
 	out := p.unstageFileLocked(e)
 	p.pushedIno[e.Ino] = e.Size
 	p.pushedBytes += e.Size
-	if st := p.statsOfLocked(e.Ino); st != nil {
+	if st := p.statsOfLocked(e.Ino, nil); st != nil {
 		st.Pushed++
 	}
 	return out

@@ -64,7 +64,7 @@ func TestPushAheadOfAPageCacheReader(t *testing.T) {
 			if fp.has(e.Ino) {
 				t.Fatalf("step %d: a trip sample was pushed", step)
 			}
-			p.Observe(e, 0, 0) // a read through dlfs
+			p.ObserveRead(0, true, e, 0, 0) // a read through dlfs
 			reads++
 		} else {
 			waitFor(t, "the push of step "+e.Path(), func() bool { return fp.has(e.Ino) })

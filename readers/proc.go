@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+
+	"github.com/dlfs/dlfs/access"
 )
 
 // procInfo is what the stream key needs of a process.
@@ -13,19 +15,25 @@ type procInfo struct {
 	tgid    int // the process a thread belongs to (FUSE reports threads)
 	ppid    int
 	cmdline string
+	cred    access.Cred // what the kernel checks its accesses with
 }
 
 // maxCmdline bounds what is read of /proc/PID/cmdline.
 const maxCmdline = 4096
 
 // readProc reads what pid (a thread or a process) belongs to under
-// procRoot: its process, that process's parent and command line.
+// procRoot: its process, that process's parent and command line, and its
+// user.
 func readProc(procRoot string, pid int) (procInfo, error) {
 	status, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "status"))
 	if err != nil {
 		return procInfo{}, err
 	}
 	tgid, ppid, err := parseStatus(status)
+	if err != nil {
+		return procInfo{}, fmt.Errorf("/proc/%d/status: %w", pid, err)
+	}
+	cred, err := access.ParseCred(status)
 	if err != nil {
 		return procInfo{}, fmt.Errorf("/proc/%d/status: %w", pid, err)
 	}
@@ -36,7 +44,7 @@ func readProc(procRoot string, pid int) (procInfo, error) {
 	defer f.Close()
 	buf := make([]byte, maxCmdline)
 	n, _ := f.Read(buf)
-	return procInfo{tgid: tgid, ppid: ppid, cmdline: string(buf[:n])}, nil
+	return procInfo{tgid: tgid, ppid: ppid, cmdline: string(buf[:n]), cred: cred}, nil
 }
 
 // parseStatus returns the thread group (the process) and the parent pid

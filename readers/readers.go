@@ -4,11 +4,27 @@
 // # Streams
 //
 // Every FUSE read carries the caller's pid. A stream is a reader process
-// with its workers: a process whose parent has the same command line (a
-// forked DataLoader worker) or that multiprocessing started belongs to its
-// parent's stream. The pid → stream map is filled from /proc on a pid's
-// first read and bounded. Each stream keeps its counters and a ring of the
-// files it read first, most recent last.
+// with its workers: a process of the same user whose parent has the same
+// command line (a forked DataLoader worker) or that multiprocessing
+// started belongs to its parent's stream. The pid → stream map is filled
+// from /proc on a pid's first read and bounded. Each stream keeps its
+// counters and a ring of the files it read first, most recent last.
+//
+// # Processes and users
+//
+// A process is its pid and its start time (access.Proc): a pid's entry is
+// checked against /proc again once it is Recheck old, and a pid that a new
+// process took is resolved anew, never joined to the stream of the one
+// that held it. (The kernel hands pids out cyclically, so a pid comes back
+// only after pid_max others: not within Recheck.) A stream ends when its
+// process exits, found within ExitCheck, or after Idle without a read.
+//
+// Streams belong to the user of their process. A full table gives a new
+// stream the slot of the least recently read stream of the user holding
+// the most, if that user holds more than its share (MaxStreams over the
+// users with streams) and the new one's holds less; inferred jobs
+// (MaxInferred) are shared the same way. A read whose process dlfs cannot
+// see (a pid in another pid namespace arrives as 0) belongs to no stream.
 //
 // # Inference
 //
@@ -32,6 +48,10 @@
 // Only streams whose reads wait on the PFS (a quarter of them or more) are
 // judged: a stream the caches already serve has nothing to gain.
 //
+// An inferred job acts for its stream's user: its index holds only what
+// that user may read (Config.Index), so it neither names nor prefetches
+// anything else.
+//
 // An inferred job may fetch only a bounded distance ahead: Ahead starts at
 // MinAhead samples and doubles with every confirmed read, so a guess that
 // later reads contradict costs at most max(MinAhead, 2×confirmed)
@@ -54,6 +74,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlfs/dlfs/access"
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/control"
 	"github.com/dlfs/dlfs/folder"
@@ -68,11 +89,17 @@ type Config struct {
 	MaxPids    int           // pid → stream entries kept; default 8192
 	Interval   time.Duration // how often streams are judged; default 100 ms
 	Idle       time.Duration // a stream with no read for this long is dropped; default 2 min
+	// Recheck is how long a pid's process is trusted before its start
+	// time is read again; default 50 ms.
+	Recheck time.Duration
+	// ExitCheck is how often the streams' processes are checked for
+	// having exited; default 1 s.
+	ExitCheck time.Duration
 	// Snapshot returns the catalog's current snapshot.
 	Snapshot func() *catalog.Snapshot
 	// Index builds the ImageFolder index of root (relative to the mount)
-	// with the given extensions.
-	Index func(root string, exts []string) ([]folder.Sample, error)
+	// with the given extensions, as user cred may read it.
+	Index func(root string, exts []string, cred access.Cred) ([]folder.Sample, error)
 	// Jobs registers, moves and ends inferred jobs.
 	Jobs   Jobs
 	Logger *slog.Logger // nil: discard
@@ -80,8 +107,8 @@ type Config struct {
 
 // Jobs is what the Tracker needs of the job registry.
 type Jobs interface {
-	// ApplyInferred registers or updates an inferred job.
-	ApplyInferred(line control.Job) error
+	// ApplyInferred registers or updates an inferred job for user owner.
+	ApplyInferred(owner access.Cred, line control.Job) error
 	// End drops a job.
 	End(name string) error
 	// SetAhead bounds how many samples the prefetcher may fetch ahead of
@@ -117,10 +144,11 @@ const (
 
 // StreamStats describe one stream, as shown under streams in .dlfs/stats.
 type StreamStats struct {
-	Pid   int   `json:"pid"`
-	Reads int64 `json:"reads"`
-	Hits  int64 `json:"hits"` // reads that did not wait on the PFS
-	Files int64 `json:"files"`
+	Pid   int    `json:"pid"`
+	Uid   uint32 `json:"uid"`
+	Reads int64  `json:"reads"`
+	Hits  int64  `json:"hits"` // reads that did not wait on the PFS
+	Files int64  `json:"files"`
 	// ReadSeconds is the time dlfs took to serve the stream's reads, and
 	// Sources splits reads and that time by the tier that served them.
 	ReadSeconds float64               `json:"read_seconds"`
@@ -148,11 +176,17 @@ type Tracker struct {
 	log *slog.Logger
 
 	mu      sync.Mutex
-	pids    map[int]pidEntry
-	streams map[int]*stream
+	pids    map[int]pidEntry        // by the reading thread's id
+	streams map[access.Proc]*stream // by the stream's process
 	kick    chan struct{}
 
-	ending []string // inferred jobs of dropped streams, ended by the judge (mu)
+	// dropped are streams taken out of streams, whose inferred jobs the
+	// judge ends (mu).
+	dropped []*stream
+	// checkExits asks the judge to look for exited processes now (the
+	// table is full).
+	checkExits atomic.Bool
+	exitsAt    time.Time // the judge's: the last look
 
 	cache []*indexed // recent indexes, most recent first; the judge's own
 
@@ -164,14 +198,28 @@ type Tracker struct {
 	judged atomic.Int64 // judgements made (for tests)
 }
 
+// pidEntry is what a reading thread's id resolved to.
 type pidEntry struct {
-	stream int
-	seen   time.Time
+	thread  access.Proc // the thread, with its start time
+	stream  access.Proc // the stream's process
+	cred    access.Cred
+	checked time.Time // when thread's start time was last read
+	seen    time.Time
+}
+
+// Reader is who made a read: the stream it belongs to and its user. Known
+// is false for a read whose process dlfs cannot see (pid 0: another pid
+// namespace; or gone from /proc).
+type Reader struct {
+	Stream access.Proc
+	Cred   access.Cred
+	Known  bool
 }
 
 // stream is one reader process and its workers.
 type stream struct {
-	pid      int
+	key      access.Proc
+	cred     access.Cred
 	stats    StreamStats
 	ring     []*catalog.Entry // first reads of files, oldest first once full
 	next     int              // where the next file goes in ring
@@ -280,6 +328,7 @@ type indexed struct {
 	snap *catalog.Snapshot
 	root string
 	exts string
+	view string // the user it is an index for
 	n    int
 	pos  []int32 // by Entry.Ino: the file's first position in the index, or -1
 }
@@ -315,7 +364,13 @@ func New(cfg Config) *Tracker {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Tracker{cfg: cfg, log: cfg.Logger, pids: map[int]pidEntry{}, streams: map[int]*stream{}, kick: make(chan struct{}, 1),
+	if cfg.Recheck <= 0 {
+		cfg.Recheck = 50 * time.Millisecond
+	}
+	if cfg.ExitCheck <= 0 {
+		cfg.ExitCheck = time.Second
+	}
+	return &Tracker{cfg: cfg, log: cfg.Logger, pids: map[int]pidEntry{}, streams: map[access.Proc]*stream{}, kick: make(chan struct{}, 1),
 		found: make(chan searchResult, 1)}
 }
 
@@ -336,23 +391,38 @@ func (t *Tracker) Close() {
 }
 
 // Observe records a read of e at off by pid, which dlfs served from
-// source (the tier) in took; waited says it waited on the PFS. It never
-// blocks on more than reading /proc for a pid's first read.
-func (t *Tracker) Observe(pid uint32, e *catalog.Entry, off int64, waited bool, source string, took time.Duration) {
+// source (the tier) in took; waited says it waited on the PFS. It returns
+// who read. It never blocks on more than reading /proc for a pid's first
+// read, or once every Recheck.
+func (t *Tracker) Observe(pid uint32, e *catalog.Entry, off int64, waited bool, source string, took time.Duration) Reader {
 	if pid == 0 || e == nil {
-		return
+		return Reader{}
 	}
-	key := t.streamOf(int(pid))
 	now := time.Now()
+	p, ok := t.identify(int(pid), now)
+	if !ok {
+		return Reader{}
+	}
+	r := Reader{Stream: p.stream, Cred: p.cred, Known: true}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	s := t.streams[key]
+	s := t.streams[p.stream]
 	if s == nil {
-		if len(t.streams) >= t.cfg.MaxStreams {
-			return // the judge drops idle streams; until then, this one is not followed
+		// A stream of another process that held this pid is over.
+		for k, o := range t.streams {
+			if k.Pid == p.stream.Pid {
+				t.forgetLocked(o)
+			}
 		}
-		s = &stream{pid: key, ring: make([]*catalog.Entry, 0, t.cfg.History), stats: StreamStats{Pid: key}}
-		t.streams[key] = s
+		if len(t.streams) >= t.cfg.MaxStreams && !t.makeRoomLocked(p.cred.Uid) {
+			// Until the judge finds a stream whose process exited, this
+			// one is not followed.
+			t.checkExits.Store(true)
+			return r
+		}
+		s = &stream{key: p.stream, cred: p.cred, ring: make([]*catalog.Entry, 0, t.cfg.History),
+			stats: StreamStats{Pid: p.stream.Pid, Uid: p.cred.Uid}}
+		t.streams[p.stream] = s
 	}
 	s.last, s.stats.LastRead = now, now
 	s.stats.Reads++
@@ -369,7 +439,7 @@ func (t *Tracker) Observe(pid uint32, e *catalog.Entry, off int64, waited bool, 
 		s.stats.Hits++
 	}
 	if off != 0 {
-		return
+		return r
 	}
 	s.stats.Files++
 	if len(s.ring) < cap(s.ring) {
@@ -388,6 +458,54 @@ func (t *Tracker) Observe(pid uint32, e *catalog.Entry, off int64, waited bool, 
 		default:
 		}
 	}
+	return r
+}
+
+// makeRoomLocked frees a slot for a new stream of uid if uid holds less
+// than its share of MaxStreams and another user more: that user's least
+// recently read stream goes.
+func (t *Tracker) makeRoomLocked(uid uint32) bool {
+	held := map[uint32][]*stream{}
+	for _, s := range t.streams {
+		held[s.cred.Uid] = append(held[s.cred.Uid], s)
+	}
+	victims, ok := overShare(held, uid, t.cfg.MaxStreams)
+	if !ok {
+		return false
+	}
+	oldest := victims[0]
+	for _, s := range victims {
+		if s.last.Before(oldest.last) {
+			oldest = s
+		}
+	}
+	t.log.Info("readers: a user over its share of streams gives one up", "uid", oldest.cred.Uid, "pid", oldest.key.Pid, "for_uid", uid)
+	t.forgetLocked(oldest)
+	return true
+}
+
+// overShare returns the streams of the user holding the most of slots, if
+// that user holds more than its share and uid less: a share is slots
+// over the users holding some, uid included.
+func overShare(held map[uint32][]*stream, uid uint32, slots int) ([]*stream, bool) {
+	users := len(held)
+	if len(held[uid]) == 0 {
+		users++
+	}
+	share := max(slots/users, 1)
+	if len(held[uid]) >= share {
+		return nil, false
+	}
+	var most []*stream
+	for u, ss := range held {
+		if u != uid && len(ss) > len(most) {
+			most = ss
+		}
+	}
+	if len(most) <= share {
+		return nil, false
+	}
+	return most, true
 }
 
 // Stream returns the figures of the stream whose reading process is pid
@@ -396,11 +514,12 @@ func (t *Tracker) Observe(pid uint32, e *catalog.Entry, off int64, waited bool, 
 func (t *Tracker) Stream(pid int) (StreamStats, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	s := t.streams[pid]
-	if s == nil {
-		return StreamStats{}, false
+	for k, s := range t.streams {
+		if k.Pid == pid {
+			return s.statsLocked(), true // one stream a pid: a new process's replaces an old one's
+		}
 	}
-	return s.statsLocked(), true
+	return StreamStats{}, false
 }
 
 // statsLocked copies the stream's figures, its map too.
@@ -410,32 +529,35 @@ func (s *stream) statsLocked() StreamStats {
 	return st
 }
 
-// streamOf returns the stream a pid reads for: the pid of the highest
-// ancestor of which it is a worker.
-func (t *Tracker) streamOf(pid int) int {
-	now := time.Now()
+// identify returns what the reading thread pid resolves to: its process's
+// stream and user. A pid's entry is trusted for Recheck; then its start
+// time is read again, and a pid that another process took is resolved
+// anew. ok is false if pid is gone.
+func (t *Tracker) identify(pid int, now time.Time) (pidEntry, bool) {
 	t.mu.Lock()
-	if p, ok := t.pids[pid]; ok {
+	p, ok := t.pids[pid]
+	if ok && now.Sub(p.checked) < t.cfg.Recheck {
 		p.seen = now
 		t.pids[pid] = p
 		t.mu.Unlock()
-		return p.stream
+		return p, true
 	}
 	t.mu.Unlock()
-	key := pid
-	info, err := readProc(t.cfg.ProcRoot, pid)
-	if err == nil {
-		key = info.tgid // a thread reads for its process
-	}
-	for hops := 0; err == nil && info.ppid > 1 && hops < 8; hops++ {
-		parent, perr := readProc(t.cfg.ProcRoot, info.ppid)
-		if perr != nil || !isWorkerOf(info.cmdline, parent.cmdline) {
-			break
+	start, err := access.StartTime(t.cfg.ProcRoot, pid)
+	if err == nil && ok && start == p.thread.Start {
+		if cred, err := access.CredOf(t.cfg.ProcRoot, pid); err == nil {
+			p.cred = cred // a process may change its user (setuid)
 		}
-		key, info = parent.tgid, parent
+	} else if err == nil {
+		p, err = t.resolve(pid, start)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if err != nil {
+		delete(t.pids, pid)
+		return pidEntry{}, false
+	}
+	p.checked, p.seen = now, now
 	if len(t.pids) >= t.cfg.MaxPids {
 		// Drop the half least recently seen.
 		seen := make([]time.Time, 0, len(t.pids))
@@ -450,28 +572,94 @@ func (t *Tracker) streamOf(pid int) int {
 			}
 		}
 	}
-	t.pids[pid] = pidEntry{stream: key, seen: now}
-	return key
+	t.pids[pid] = p
+	return p, true
 }
 
-// forgetLocked drops s. Only the judge calls it (s's inference is the
-// judge's); its inferred job is ended after the lock is released.
+// resolve finds the stream of thread pid, which started at start: its
+// process, or the highest ancestor of the same user of which it is a
+// worker.
+func (t *Tracker) resolve(pid int, start uint64) (pidEntry, error) {
+	info, err := readProc(t.cfg.ProcRoot, pid)
+	if err != nil {
+		return pidEntry{}, err
+	}
+	p := pidEntry{thread: access.Proc{Pid: pid, Start: start}, cred: info.cred}
+	p.stream = p.thread
+	if info.tgid != pid { // a thread reads for its process
+		ps, err := access.StartTime(t.cfg.ProcRoot, info.tgid)
+		if err != nil {
+			return pidEntry{}, err
+		}
+		p.stream = access.Proc{Pid: info.tgid, Start: ps}
+	}
+	for hops := 0; info.ppid > 1 && hops < 8; hops++ {
+		parent, err := readProc(t.cfg.ProcRoot, info.ppid)
+		if err != nil || parent.cred.Uid != info.cred.Uid || !isWorkerOf(info.cmdline, parent.cmdline) {
+			break
+		}
+		ps, err := access.StartTime(t.cfg.ProcRoot, parent.tgid)
+		if err != nil {
+			break
+		}
+		p.stream, info = access.Proc{Pid: parent.tgid, Start: ps}, parent
+	}
+	return p, nil
+}
+
+// forgetLocked drops s; the judge ends its inferred job (s's inference
+// is the judge's).
 func (t *Tracker) forgetLocked(s *stream) {
-	delete(t.streams, s.pid)
-	if s.inferred != nil {
-		t.ending = append(t.ending, s.inferred.job)
+	if t.streams[s.key] == s {
+		delete(t.streams, s.key)
+		t.dropped = append(t.dropped, s)
 	}
 }
 
-// endDropped ends the inferred jobs of dropped streams.
+// endDropped ends the inferred jobs of dropped streams. Only the judge
+// calls it.
 func (t *Tracker) endDropped() {
 	t.mu.Lock()
-	jobs := t.ending
-	t.ending = nil
+	dropped := t.dropped
+	t.dropped = nil
 	t.mu.Unlock()
-	for _, j := range jobs {
-		if err := t.cfg.Jobs.End(j); err != nil {
-			t.log.Debug("readers: ending a dropped stream's job", "job", j, "err", err)
+	for _, s := range dropped {
+		if s.inferred == nil {
+			continue
+		}
+		if err := t.cfg.Jobs.End(s.inferred.job); err != nil {
+			t.log.Debug("readers: ending a dropped stream's job", "job", s.inferred.job, "err", err)
+		}
+		s.inferred = nil
+	}
+}
+
+// exited drops the streams whose processes have exited, and the pids that
+// led to them.
+func (t *Tracker) exited() {
+	t.mu.Lock()
+	keys := slices.Collect(maps.Keys(t.streams))
+	t.mu.Unlock()
+	var gone []access.Proc
+	for _, k := range keys {
+		if !access.Alive(t.cfg.ProcRoot, k) {
+			gone = append(gone, k)
+		}
+	}
+	if len(gone) == 0 {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, k := range gone {
+		if s := t.streams[k]; s != nil {
+			t.log.Debug("readers: a stream's process exited", "pid", k.Pid)
+			t.forgetLocked(s)
+		}
+	}
+	for pid, p := range t.pids {
+		if slices.Contains(gone, p.stream) {
+			delete(t.pids, pid)
 		}
 	}
 }
@@ -529,6 +717,10 @@ func (t *Tracker) judgeAll(ctx context.Context) {
 	}
 	var todo []work
 	now := time.Now()
+	if now.Sub(t.exitsAt) >= t.cfg.ExitCheck || t.checkExits.Swap(false) {
+		t.exitsAt = now
+		t.exited()
+	}
 	t.mu.Lock()
 	for _, s := range t.streams {
 		if now.Sub(s.last) > t.cfg.Idle {
@@ -575,7 +767,7 @@ func (t *Tracker) judge(ctx context.Context, s *stream, files []*catalog.Entry, 
 	if !waiting {
 		return
 	}
-	idx, positions := t.place(files)
+	idx, positions := t.place(files, s.cred)
 	if idx == nil {
 		return
 	}
@@ -608,7 +800,7 @@ func (t *Tracker) search(ctx context.Context, s *stream) {
 	if s.searched || t.searching || len(first) < SearchReads || s.searches >= maxSearches {
 		return
 	}
-	idx, positions := t.place(first)
+	idx, positions := t.place(first, s.cred)
 	if idx == nil || slices.Contains(positions, -1) {
 		return
 	}
@@ -620,7 +812,7 @@ func (t *Tracker) search(ctx context.Context, s *stream) {
 		defer t.wg.Done()
 		start := time.Now()
 		g, ok := searchDistributed(ctx, positions, idx.n, workers, MaxSeed)
-		t.log.Debug("readers: searched a torch order", "stream", s.pid, "found", ok, "seconds", time.Since(start).Seconds())
+		t.log.Debug("readers: searched a torch order", "stream", s.key.Pid, "found", ok, "seconds", time.Since(start).Seconds())
 		select {
 		case t.found <- searchResult{s, idx, g, ok}:
 		case <-ctx.Done():
@@ -632,7 +824,7 @@ func (t *Tracker) search(ctx context.Context, s *stream) {
 // has no other.
 func (t *Tracker) searched(r searchResult) {
 	t.mu.Lock()
-	alive := t.streams[r.s.pid] == r.s
+	alive := t.streams[r.s.key] == r.s
 	files := r.s.recentLocked()
 	t.mu.Unlock()
 	if !r.ok || !alive || r.s.inferred != nil || t.cfg.Jobs.Announced() || r.idx.snap != t.cfg.Snapshot() {
@@ -649,22 +841,41 @@ func (t *Tracker) setPattern(s *stream, pattern, root, job string) {
 
 // infer registers the job that pattern p in idx implies for s.
 func (t *Tracker) infer(s *stream, idx *indexed, p Pattern, guess Guess, files []*catalog.Entry) {
+	if strings.ContainsAny(idx.root+idx.exts, " \t\n") {
+		return
+	}
 	t.mu.Lock()
+	held := map[uint32][]*stream{}
 	n := 0
 	for _, o := range t.streams {
 		if o.inferred != nil {
+			held[o.cred.Uid] = append(held[o.cred.Uid], o)
 			n++
 		}
 	}
 	t.mu.Unlock()
-	if n >= MaxInferred || strings.ContainsAny(idx.root+idx.exts, " \t\n") {
-		return
+	if n >= MaxInferred {
+		// Inferred jobs are shared per user: a user over its share gives
+		// up its least recently read one to a user under it.
+		victims, ok := overShare(held, s.cred.Uid, MaxInferred)
+		if !ok {
+			return
+		}
+		oldest := victims[0]
+		t.mu.Lock()
+		for _, o := range victims {
+			if o.last.Before(oldest.last) {
+				oldest = o
+			}
+		}
+		t.mu.Unlock()
+		t.drop(oldest, oldest.inferred, fmt.Sprintf("uid %d holds more than its share of inferred jobs, and uid %d less", oldest.cred.Uid, s.cred.Uid))
 	}
 	root := idx.root
 	if root == "" {
 		root = "."
 	}
-	name := fmt.Sprintf("auto-%d", s.pid)
+	name := fmt.Sprintf("auto-%d", s.key.Pid)
 	text := fmt.Sprintf("job=%s root=%s dataset=imagefolder extensions=%s epoch=0 lookahead=2 batch=32 workers=4", name, root, idx.exts)
 	switch p.Kind {
 	case "sequential":
@@ -681,8 +892,8 @@ func (t *Tracker) infer(s *stream, idx *indexed, p Pattern, guess Guess, files [
 	}
 	line := cmds[0].(control.Job)
 	t.cfg.Jobs.SetAhead(name, MinAhead)
-	if err := t.cfg.Jobs.ApplyInferred(line); err != nil {
-		t.log.Info("readers: inferred job refused", "stream", s.pid, "line", text, "err", err)
+	if err := t.cfg.Jobs.ApplyInferred(s.cred, line); err != nil {
+		t.log.Info("readers: inferred job refused", "stream", s.key.Pid, "line", text, "err", err)
 		s.quiet = cooldown
 		return
 	}
@@ -698,12 +909,19 @@ func (t *Tracker) infer(s *stream, idx *indexed, p Pattern, guess Guess, files [
 		}
 	}
 	s.inferred = inf
+	t.mu.Lock()
+	alive := t.streams[s.key] == s
+	t.mu.Unlock()
+	if !alive { // dropped meanwhile, after the judge ended its dropped streams' jobs
+		t.drop(s, inf, "its stream ended")
+		return
+	}
 	pattern := p.String()
 	if p.Kind == "torch" {
 		pattern = fmt.Sprintf("torch seed=%d world=%d rank=%d", guess.Seed, guess.World, guess.Rank)
 	}
 	t.setPattern(s, pattern, idx.root, name)
-	t.log.Info("readers: inferred a job", "stream", s.pid, "pattern", pattern, "root", root, "job", name)
+	t.log.Info("readers: inferred a job", "stream", s.key.Pid, "uid", s.cred.Uid, "pattern", pattern, "root", root, "job", name)
 }
 
 // follow checks an inferred job against the stream's new files (unseen
@@ -757,7 +975,7 @@ func (t *Tracker) follow(s *stream, inf *inference, files []*catalog.Entry, unse
 				next.Set["sampler"] = true
 				inf.line = next
 			}
-			if err := t.cfg.Jobs.ApplyInferred(next); err != nil {
+			if err := t.cfg.Jobs.ApplyInferred(s.cred, next); err != nil {
 				t.drop(s, inf, "moving it to the next epoch failed: "+err.Error())
 				return
 			}
@@ -815,14 +1033,14 @@ func (t *Tracker) drop(s *stream, inf *inference, why string) {
 	s.first = s.first[:0]
 	t.mu.Unlock()
 	t.setPattern(s, "random", inf.idx.root, "")
-	t.log.Info("readers: dropped an inferred job", "stream", s.pid, "job", inf.job, "why", why)
+	t.log.Info("readers: dropped an inferred job", "stream", s.key.Pid, "job", inf.job, "why", why)
 }
 
 // place finds the index that holds files: the ImageFolder index, with the
 // extensions the files have, of the deepest directory above them that
 // holds three quarters of them; and returns each file's position in it
 // (−1: not there).
-func (t *Tracker) place(files []*catalog.Entry) (*indexed, []int) {
+func (t *Tracker) place(files []*catalog.Entry, cred access.Cred) (*indexed, []int) {
 	if len(files) == 0 {
 		return nil, nil
 	}
@@ -848,7 +1066,7 @@ func (t *Tracker) place(files []*catalog.Entry) (*indexed, []int) {
 		if root == "." {
 			root = ""
 		}
-		if idx := t.index(snap, root, exts); idx != nil {
+		if idx := t.index(snap, root, exts, cred); idx != nil {
 			positions := make([]int, len(files))
 			in := 0
 			for i, e := range files {
@@ -869,17 +1087,18 @@ func (t *Tracker) place(files []*catalog.Entry) (*indexed, []int) {
 	}
 }
 
-// index returns the ImageFolder index of root with exts, from a small
-// cache; nil if root is not an ImageFolder.
-func (t *Tracker) index(snap *catalog.Snapshot, root string, exts []string) *indexed {
+// index returns the ImageFolder index of root with exts as cred may read
+// it, from a small cache; nil if root is not an ImageFolder.
+func (t *Tracker) index(snap *catalog.Snapshot, root string, exts []string, cred access.Cred) *indexed {
 	key := strings.Join(exts, ",")
+	view := fmt.Sprint(cred.Uid, cred.Gid, cred.Groups)
 	for i, c := range t.cache {
-		if c.snap == snap && c.root == root && c.exts == key {
+		if c.snap == snap && c.root == root && c.exts == key && c.view == view {
 			t.cache = append(append([]*indexed{c}, t.cache[:i]...), t.cache[i+1:]...)
 			return c
 		}
 	}
-	samples, err := t.cfg.Index(root, exts)
+	samples, err := t.cfg.Index(root, exts, cred)
 	if err != nil || len(samples) == 0 {
 		return nil
 	}
@@ -889,7 +1108,7 @@ func (t *Tracker) index(snap *catalog.Snapshot, root string, exts []string) *ind
 			top = max(top, s.Entry.Ino)
 		}
 	}
-	c := &indexed{snap: snap, root: root, exts: key, n: len(samples), pos: make([]int32, top+1)}
+	c := &indexed{snap: snap, root: root, exts: key, view: view, n: len(samples), pos: make([]int32, top+1)}
 	for i := range c.pos {
 		c.pos[i] = -1
 	}

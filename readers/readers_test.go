@@ -7,11 +7,13 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/dlfs/dlfs/access"
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/control"
 	"github.com/dlfs/dlfs/folder"
@@ -115,17 +117,45 @@ func FuzzParseStatus(f *testing.F) {
 	})
 }
 
-// fakeProc writes a /proc tree: pid -> (ppid, cmdline).
+// fakeProc writes a /proc tree: pid -> (ppid, cmdline), each process
+// root's and started at 1000+pid.
 func fakeProc(t *testing.T, procs map[int][2]string) string {
 	root := t.TempDir()
 	for pid, p := range procs {
-		dir := filepath.Join(root, fmt.Sprint(pid))
-		os.MkdirAll(dir, 0o755)
-		os.WriteFile(filepath.Join(dir, "status"), []byte(fmt.Sprintf("Name:\tpython3\nTgid:\t%d\nPPid:\t%s\n", pid, p[0])), 0o644)
-		os.WriteFile(filepath.Join(dir, "cmdline"), []byte(p[1]), 0o644)
+		ppid, _ := strconv.Atoi(p[0])
+		setProc(t, root, fakeProcess{pid: pid, ppid: ppid, cmdline: p[1], start: 1000 + uint64(pid)})
 	}
 	return root
 }
+
+// fakeProcess is a fake process.
+type fakeProcess struct {
+	pid, ppid int
+	tgid      int // 0: pid
+	cmdline   string
+	uid       uint32
+	start     uint64
+}
+
+// setProc writes (or rewrites) p in a fake /proc under root.
+func setProc(t *testing.T, root string, p fakeProcess) {
+	t.Helper()
+	if p.tgid == 0 {
+		p.tgid = p.pid
+	}
+	dir := filepath.Join(root, fmt.Sprint(p.pid))
+	os.MkdirAll(dir, 0o755)
+	status := fmt.Sprintf("Name:\tpython3\nTgid:\t%d\nPPid:\t%d\nUid:\t%[3]d\t%[3]d\t%[3]d\t%[3]d\nGid:\t%[3]d\t%[3]d\t%[3]d\t%[3]d\nGroups:\t\n", p.tgid, p.ppid, p.uid)
+	stat := fmt.Sprintf("%d (python3) S %d %d %d 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 %d 1000 10\n", p.pid, p.ppid, p.tgid, p.tgid, p.start)
+	for name, data := range map[string]string{"status": status, "stat": stat, "cmdline": p.cmdline} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// endProc removes pid from a fake /proc: it exited.
+func endProc(root string, pid int) { os.RemoveAll(filepath.Join(root, fmt.Sprint(pid))) }
 
 // fakeJobs records what the tracker does to the registry.
 type fakeJobs struct {
@@ -134,12 +164,17 @@ type fakeJobs struct {
 	ended     []string
 	ahead     map[string]int
 	announced bool
+	owners    map[string]uint32 // job -> the uid it was inferred for
 }
 
-func (f *fakeJobs) ApplyInferred(l control.Job) error {
+func (f *fakeJobs) ApplyInferred(owner access.Cred, l control.Job) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.lines = append(f.lines, l)
+	if f.owners == nil {
+		f.owners = map[string]uint32{}
+	}
+	f.owners[l.Name] = owner.Uid
 	return nil
 }
 func (f *fakeJobs) End(name string) error {
@@ -184,7 +219,7 @@ func tree(t *testing.T, classes, per int) (*catalog.Snapshot, []*catalog.Entry) 
 
 func tracker(t *testing.T, snap *catalog.Snapshot, proc string, jobs *fakeJobs) *Tracker {
 	tr := New(Config{ProcRoot: proc, Interval: time.Millisecond, Snapshot: func() *catalog.Snapshot { return snap },
-		Index: func(root string, exts []string) ([]folder.Sample, error) {
+		Index: func(root string, exts []string, cred access.Cred) ([]folder.Sample, error) {
 			idx, err := folder.Build(snap, root, exts)
 			if err != nil {
 				return nil, err
