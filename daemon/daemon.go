@@ -185,8 +185,8 @@ type Node struct {
 	// this node owns before it joined.
 	othersPlacement *placement.Table
 	othersPlaced    []cluster.Member
-	movedIn         atomic.Int64        // blocks fetched from their previous owner's caches
-	batchers        map[string]*batcher // by peer data address
+	movedIn         atomic.Int64 // blocks fetched from their previous owner's caches
+	batchers        batchers     // by peer data address (peers.go)
 	own             ownership
 	refreshed       chan struct{} // capacity 1: the catalog changed
 	stop            chan struct{} // closed by Close: background goroutines end
@@ -324,6 +324,16 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		default:
 			n.onClose("ssd", n.ssd.Close)
 			ssd = n.ssd
+		}
+		// A daemon killed while saving the catalog left its temporary
+		// file here (the SSD tier's lock is ours now, and a save in
+		// progress holds its file's: package atomicfile).
+		if cc.Saved != "" {
+			if removed, err := catalog.RemoveTemps(filepath.Dir(cc.Saved)); err != nil {
+				n.log.Warn("catalog: could not remove a killed save's temporary files", "err", err)
+			} else if len(removed) > 0 {
+				n.log.Info("catalog: removed a killed save's temporary files", "files", removed)
+			}
 		}
 	}
 	lc := cfg.Loader

@@ -12,6 +12,7 @@ import (
 	"github.com/dlfs/dlfs/loader"
 	"github.com/dlfs/dlfs/peer"
 	"github.com/dlfs/dlfs/perfmodel"
+	"github.com/dlfs/dlfs/placement"
 )
 
 // errPeerSkipped fails blocks queued for a peer that failed meanwhile.
@@ -160,6 +161,7 @@ type batcher struct {
 	addr string
 	name string // the peer's name, its source in the model
 	q    chan batchItem
+	gone chan struct{} // closed when the peer is no longer placed: run ends
 }
 
 type batchItem struct {
@@ -184,18 +186,44 @@ const (
 	batchesInFlight = 8
 )
 
+// batchers are the batchers by peer data address, and the placement
+// table they were last checked against.
+type batchers struct {
+	m  map[string]*batcher
+	of *placement.Table
+}
+
+// errPeerGone fails the blocks queued for a peer that is no longer a
+// member.
+var errPeerGone = errors.New("no longer a member with a data address")
+
 // batcherFor returns the batcher of addr, starting it on first use. Its
-// goroutine is owned by the Node and ends when n.stop closes.
+// goroutine is owned by the Node and ends when n.stop closes, or once
+// its peer is no longer placed: when placement changes, the batchers of
+// the members gone are stopped, so they are never more than the members.
 func (n *Node) batcherFor(addr, name string) *batcher {
 	n.tableMu.Lock()
 	defer n.tableMu.Unlock()
-	if n.batchers == nil {
-		n.batchers = map[string]*batcher{}
+	if n.batchers.m == nil {
+		n.batchers.m = map[string]*batcher{}
 	}
-	b := n.batchers[addr]
+	if n.batchers.of != n.placement {
+		n.batchers.of = n.placement
+		placed := map[string]bool{}
+		for _, m := range n.placed {
+			placed[m.Meta.DataAddr] = true
+		}
+		for a, b := range n.batchers.m {
+			if !placed[a] {
+				close(b.gone)
+				delete(n.batchers.m, a)
+			}
+		}
+	}
+	b := n.batchers.m[addr]
 	if b == nil {
-		b = &batcher{n: n, addr: addr, name: name, q: make(chan batchItem, 4*maxBatch)}
-		n.batchers[addr] = b
+		b = &batcher{n: n, addr: addr, name: name, q: make(chan batchItem, 4*maxBatch), gone: make(chan struct{})}
+		n.batchers.m[addr] = b
 		n.wg.Add(1)
 		go b.run()
 	}
@@ -208,12 +236,16 @@ func (b *batcher) fetch(it peer.Item, size int64) (peer.Result, error) {
 	case b.q <- batchItem{it, size, reply}:
 	case <-b.n.stop:
 		return peer.Result{}, peer.ErrClosed
+	case <-b.gone:
+		return peer.Result{}, errPeerGone
 	}
 	select {
 	case r := <-reply:
 		return r.res, r.err
 	case <-b.n.stop:
 		return peer.Result{}, peer.ErrClosed
+	case <-b.gone:
+		return peer.Result{}, errPeerGone
 	}
 }
 
@@ -230,6 +262,8 @@ func (b *batcher) run() {
 		} else {
 			select {
 			case <-b.n.stop:
+				return
+			case <-b.gone:
 				return
 			case first := <-b.q:
 				batch = append(batch, first)
@@ -253,6 +287,8 @@ func (b *batcher) run() {
 		select {
 		case sem <- struct{}{}:
 		case <-b.n.stop:
+			return
+		case <-b.gone:
 			return
 		}
 		inflight.Add(1)
