@@ -1,6 +1,8 @@
 package fusefs
 
 import (
+	"bytes"
+	"hash/fnv"
 	"path"
 	"syscall"
 	"time"
@@ -13,12 +15,25 @@ import (
 // Regular files on this mount are never opened (see noOpen), so a control
 // file cannot ask for direct I/O, and the kernel would serve a second read
 // of "stats" from the page cache. Instead, every lookup of a control file
-// renders its contents and returns a new node ID holding them, immutably,
-// with an entry timeout of zero. Each open walks the path, the kernel
-// revalidates the name, sees a different node ID and instantiates the new
-// inode: every open reads one fresh, consistent document, and no reader can
-// see the head of one rendering and the tail of another. A rendering goes
-// when the kernel forgets its node ID.
+// renders its contents, with an entry timeout of zero, and answers with
+// the node ID of that rendering: each open walks the path, the kernel
+// revalidates the name, and a node ID that changed makes it instantiate
+// the new inode. Every open reads one fresh, consistent document, and no
+// reader can see the head of one rendering and the tail of another.
+//
+// A rendering is immutable and shared: a lookup whose rendering is byte
+// for byte one the kernel still holds gets that one's node ID (so 600
+// open descriptors of one plan file hold one copy of it), and a new node
+// ID only when the contents changed. A rendering goes when the kernel
+// forgets its node ID. Renderings held together are bounded by
+// MaxRenderBytes: past it, the least recently looked-up ones lose their
+// contents (their reads fail with ESTALE; an open looks up a new one).
+//
+// A ViewControl answers for the user who asks: a file's contents may be
+// that user's view (a lookup carries the caller), and entries may have an
+// owner and mode of their own (a job's plans are its user's), which the
+// kernel enforces (default_permissions). Contents that differ per user
+// get different node IDs, so one user is never handed another's view.
 //
 // Control directories keep one node ID per path while the kernel holds it,
 // and so do named pipes (the access log, package accesslog): the kernel
@@ -32,46 +47,136 @@ const pseudoBase = 1 << 62
 
 func isPseudo(ino uint64) bool { return ino >= pseudoBase }
 
+// ViewControl is a ControlPlane that answers for the user who asks. FS
+// uses it when its ControlPlane implements it.
+type ViewControl interface {
+	// ReadFor returns a control file's contents as caller may see them
+	// (Read is then never asked).
+	ReadFor(caller *fuse.Caller, path string) ([]byte, error)
+	// Perm returns the owner, group and permission bits of a control
+	// entry (a directory, or a file that is not writable); ok false keeps
+	// the defaults: the mounting user's, 0555 or 0444.
+	Perm(path string) (p PseudoPerm, ok bool)
+}
+
+// PseudoPerm is a control entry's owner, group and permission bits.
+type PseudoPerm struct {
+	Uid, Gid uint32
+	Mode     uint32 // permission bits only
+}
+
+// MaxRenderBytes bounds the bytes of the control files' renderings held
+// at once (see the top of this file).
+const MaxRenderBytes = 64 << 20
+
 // pseudoNode is a control directory, or one rendering of a control file.
 type pseudoNode struct {
 	path     string // relative to the control directory; "" is the directory itself
 	dir      bool
 	pipe     bool // a named pipe: one node ID per path, like a directory
 	writable bool
-	data     []byte // a file's rendering; never changes
+	data     []byte      // a file's rendering; never changes (nil once evicted; mu)
+	size     int         // len(data) as rendered
+	sum      uint64      // a file's: FNV-1a of data, to find an equal rendering
+	perm     *PseudoPerm // a file's owner and mode, as of its rendering; nil: the defaults
+	evicted  bool        // data was dropped to keep renderings within MaxRenderBytes (mu)
+	used     uint64      // the table's clock at its last lookup or read (mu)
 	born     time.Time
 	lookups  uint64 // the kernel's references
 }
 
 // pseudoTable holds the control tree's node IDs the kernel knows.
+//
+// INVARIANT: bytes == the sum of len(data) of the files in byIno;
+// renders[k] is a file in byIno with k's path and sum, not evicted.
 type pseudoTable struct {
-	byIno map[uint64]*pseudoNode
-	dirs  map[string]uint64 // a directory's or a pipe's node ID by path
-	next  uint64
+	byIno   map[uint64]*pseudoNode
+	dirs    map[string]uint64    // a directory's or a pipe's node ID by path
+	renders map[renderKey]uint64 // a file's renderings held, by path and contents
+	bytes   int64                // of the renderings held
+	limit   int64                // MaxRenderBytes (tests lower it)
+	clock   uint64
+	next    uint64
+}
+
+// renderKey finds a rendering of path with the same contents.
+type renderKey struct {
+	path string
+	sum  uint64
+	size int
 }
 
 func newPseudoTable() pseudoTable {
-	return pseudoTable{byIno: map[uint64]*pseudoNode{}, dirs: map[string]uint64{}, next: pseudoBase}
+	return pseudoTable{byIno: map[uint64]*pseudoNode{}, dirs: map[string]uint64{}, renders: map[renderKey]uint64{},
+		limit: MaxRenderBytes, next: pseudoBase}
 }
 
-// add gives n a node ID, one lookup counted; a directory or a pipe keeps
-// its ID.
+func (n *pseudoNode) key() renderKey { return renderKey{n.path, n.sum, n.size} }
+
+// add gives n a node ID, one lookup counted: a directory or a pipe keeps
+// its ID, and a file's rendering equal to one held gets that one's.
 func (t *pseudoTable) add(n *pseudoNode) uint64 {
+	t.clock++
 	if n.dir || n.pipe {
 		if ino, ok := t.dirs[n.path]; ok {
 			t.byIno[ino].lookups++
 			return ino
 		}
+	} else {
+		h := fnv.New64a()
+		h.Write(n.data)
+		n.sum, n.size = h.Sum64(), len(n.data)
+		if ino, ok := t.renders[n.key()]; ok {
+			if o := t.byIno[ino]; bytes.Equal(o.data, n.data) && samePerm(o.perm, n.perm) {
+				o.lookups++
+				o.used = t.clock
+				return ino
+			}
+		}
 	}
 	ino := t.next
 	t.next++
-	n.lookups = 1
+	n.lookups, n.used = 1, t.clock
 	t.byIno[ino] = n
-	if n.dir || n.pipe {
+	switch {
+	case n.dir || n.pipe:
 		t.dirs[n.path] = ino
+	default:
+		t.renders[n.key()] = ino
+		t.bytes += int64(len(n.data))
+		t.evict(ino)
 	}
 	return ino
 }
+
+// evict drops the contents of the least recently looked-up renderings
+// (but keep's) while they hold more than limit bytes.
+func (t *pseudoTable) evict(keep uint64) {
+	for t.bytes > t.limit {
+		var oldest *pseudoNode
+		for ino, n := range t.byIno {
+			if ino != keep && n.data != nil && (oldest == nil || n.used < oldest.used) {
+				oldest = n
+			}
+		}
+		if oldest == nil {
+			return // keep alone is over the limit: it stays, for its open
+		}
+		t.drop(oldest)
+		oldest.evicted = true
+	}
+}
+
+// drop lets go of a rendering's contents.
+func (t *pseudoTable) drop(n *pseudoNode) {
+	if k := n.key(); n.data != nil && t.byIno[t.renders[k]] == n {
+		delete(t.renders, k)
+	}
+	t.bytes -= int64(len(n.data))
+	n.data = nil
+}
+
+func samePerm(a, b *PseudoPerm) bool { return a == nil && b == nil || a != nil && b != nil && *a == *b }
 
 func (f *FS) node(ino uint64) (*pseudoNode, fuse.Status) {
 	f.mu.Lock()
@@ -91,11 +196,23 @@ func (f *FS) forgetControl(ino, nlookup uint64) {
 	}
 	n.lookups -= min(nlookup, n.lookups)
 	if n.lookups == 0 {
-		delete(f.pseudo.byIno, ino)
 		if n.dir || n.pipe {
 			delete(f.pseudo.dirs, n.path)
+		} else {
+			f.pseudo.drop(n)
+		}
+		delete(f.pseudo.byIno, ino)
+	}
+}
+
+// perm returns path's owner and mode, if the control plane gives them.
+func (f *FS) perm(path string) *PseudoPerm {
+	if v, ok := f.ctl.(ViewControl); ok {
+		if p, ok := v.Perm(path); ok {
+			return &p
 		}
 	}
+	return nil
 }
 
 func (f *FS) fillPseudo(ino uint64, n *pseudoNode, a *fuse.Attr) {
@@ -105,6 +222,9 @@ func (f *FS) fillPseudo(ino uint64, n *pseudoNode, a *fuse.Attr) {
 	if n.dir {
 		a.Mode = syscall.S_IFDIR | 0o555
 		a.Nlink = 2
+		if p := f.perm(n.path); p != nil { // as of now: the kernel asks again (no attribute timeout)
+			a.Uid, a.Gid, a.Mode = p.Uid, p.Gid, syscall.S_IFDIR|p.Mode&0o777
+		}
 		return
 	}
 	if n.pipe {
@@ -119,8 +239,11 @@ func (f *FS) fillPseudo(ino uint64, n *pseudoNode, a *fuse.Attr) {
 			a.Mode = syscall.S_IFREG | 0o660
 		}
 	}
+	if p := n.perm; p != nil && !n.writable {
+		a.Uid, a.Gid, a.Mode = p.Uid, p.Gid, syscall.S_IFREG|p.Mode&0o777
+	}
 	a.Nlink = 1
-	a.Size = uint64(len(n.data))
+	a.Size = uint64(n.size)
 }
 
 // enter registers n and answers the lookup with it.
@@ -144,8 +267,8 @@ func (f *FS) lookupControlRoot(out *fuse.EntryOut) fuse.Status {
 	return f.enter(&pseudoNode{dir: true, born: f.born}, out)
 }
 
-func (f *FS) lookupControl(parent uint64, name string, out *fuse.EntryOut) fuse.Status {
-	d, st := f.node(parent)
+func (f *FS) lookupControl(h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
+	d, st := f.node(h.NodeId)
 	if !st.Ok() {
 		return st
 	}
@@ -164,12 +287,19 @@ func (f *FS) lookupControl(parent uint64, name string, out *fuse.EntryOut) fuse.
 		if pe.Dir || pe.Pipe {
 			return f.enter(&pseudoNode{path: p, dir: pe.Dir, pipe: pe.Pipe, born: f.born}, out)
 		}
-		data, err := f.ctl.Read(p)
+		var data []byte
+		var err error
+		if v, ok := f.ctl.(ViewControl); ok {
+			data, err = v.ReadFor(&h.Caller, p)
+		} else {
+			data, err = f.ctl.Read(p)
+		}
 		if err != nil {
 			return fuse.Status(toErrno(f.log, "read control "+p, err))
 		}
-		// A new node ID every time: see the comment at the top.
-		return f.enter(&pseudoNode{path: p, writable: pe.Writable, data: data, born: time.Now()}, out)
+		// A new node ID unless the kernel holds this very rendering: see
+		// the comment at the top.
+		return f.enter(&pseudoNode{path: p, writable: pe.Writable, data: data, perm: f.perm(p), born: time.Now()}, out)
 	}
 	return fuse.ENOENT
 }
@@ -217,17 +347,21 @@ func (f *FS) openControl(in *fuse.OpenIn) fuse.Status {
 }
 
 func (f *FS) readControl(in *fuse.ReadIn) ([]byte, fuse.Status) {
-	n, st := f.node(in.NodeId)
-	if !st.Ok() {
-		return nil, st
-	}
-	off := int64(in.Offset)
-	if n.dir {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := f.pseudo.byIno[in.NodeId]
+	switch {
+	case n == nil || n.evicted:
+		return nil, fuse.Status(syscall.ESTALE) // forgotten, or its contents dropped: open it again
+	case n.dir:
 		return nil, fuse.Status(syscall.EISDIR)
 	}
+	off := int64(in.Offset)
 	if off >= int64(len(n.data)) {
 		return nil, fuse.OK
 	}
+	f.pseudo.clock++
+	n.used = f.pseudo.clock
 	return n.data[off:min(off+int64(in.Size), int64(len(n.data)))], fuse.OK
 }
 

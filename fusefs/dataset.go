@@ -68,7 +68,7 @@ func (f *FS) fillEntry(e *catalog.Entry, out *fuse.EntryOut) {
 
 func (f *FS) lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
 	if isPseudo(h.NodeId) {
-		return f.lookupControl(h.NodeId, name, out)
+		return f.lookupControl(h, name, out)
 	}
 	if h.NodeId == catalog.RootIno && name == f.cfg.ControlName {
 		return f.lookupControlRoot(out)

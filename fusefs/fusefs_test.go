@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -417,5 +418,195 @@ func TestControlPipeKeepsItsID(t *testing.T) {
 	}
 	if c := lookup(t, f, ctl.NodeId, "accesslog"); c.NodeId == a.NodeId {
 		t.Errorf("a forgotten pipe's ID was reused")
+	}
+}
+
+// fixedPlane is a ControlPlane whose files render what contents holds,
+// counting renderings; with views, stats is per uid and jobs/x is uid
+// 1001's, mode 0500 (its file 0400).
+type fixedPlane struct {
+	plane
+	contents map[string]string
+	views    bool
+}
+
+func (p *fixedPlane) List(dir string) ([]PseudoEntry, error) {
+	switch dir {
+	case "jobs":
+		return []PseudoEntry{{Name: "x", Dir: true}}, nil
+	case "jobs/x":
+		return []PseudoEntry{{Name: "epoch-0"}}, nil
+	}
+	return p.plane.List(dir)
+}
+
+func (p *fixedPlane) Read(path string) ([]byte, error) {
+	p.renders++
+	return []byte(p.contents[path]), nil
+}
+
+// viewPlane is fixedPlane as a ViewControl.
+type viewPlane struct{ fixedPlane }
+
+func (p *viewPlane) ReadFor(c *fuse.Caller, path string) ([]byte, error) {
+	p.renders++
+	if path == "stats" && c.Uid != 0 {
+		return fmt.Appendf(nil, "%s for %d", p.contents[path], c.Uid), nil
+	}
+	return []byte(p.contents[path]), nil
+}
+
+func (p *viewPlane) Perm(path string) (PseudoPerm, bool) {
+	switch path {
+	case "jobs/x":
+		return PseudoPerm{Uid: 1001, Gid: 1001, Mode: 0o500}, true
+	case "jobs/x/epoch-0":
+		return PseudoPerm{Uid: 1001, Gid: 1001, Mode: 0o400}, true
+	}
+	return PseudoPerm{}, false
+}
+
+func lookupAs(t *testing.T, f *FS, parent uint64, name string, uid uint32) fuse.EntryOut {
+	t.Helper()
+	var out fuse.EntryOut
+	h := header(parent)
+	h.Caller.Uid, h.Caller.Gid = uid, uid
+	if st := f.Lookup(nil, &h, name, &out); !st.Ok() {
+		t.Fatalf("lookup %q in %d as %d: %v", name, parent, uid, st)
+	}
+	return out
+}
+
+func readAll(t *testing.T, f *FS, ino uint64) (string, fuse.Status) {
+	t.Helper()
+	buf := make([]byte, 1<<16)
+	res, st := f.Read(nil, &fuse.ReadIn{InHeader: header(ino), Size: uint32(len(buf))}, buf)
+	if !st.Ok() {
+		return "", st
+	}
+	got, _ := res.Bytes(buf)
+	return string(got), st
+}
+
+// TestControlRenderingsShared: 600 lookups of an unchanged plan file hold
+// one rendering under one node ID, not 600 copies; new contents get a new
+// ID while the old one's holders keep reading theirs; forgetting them all
+// frees every byte. Every lookup made a copy of its own before.
+func TestControlRenderingsShared(t *testing.T) {
+	f, _ := newTree(t, 3)
+	plan := strings.Repeat("train/n01440764/img.JPEG\n", 1000)
+	p := &fixedPlane{contents: map[string]string{"stats": plan}}
+	f.ctl = p
+	ctl := lookup(t, f, catalog.RootIno, ".dlfs")
+	first := lookup(t, f, ctl.NodeId, "stats")
+	for i := 1; i < 600; i++ {
+		if again := lookup(t, f, ctl.NodeId, "stats"); again.NodeId != first.NodeId {
+			t.Fatalf("lookup %d of unchanged contents: node %d, want %d", i, again.NodeId, first.NodeId)
+		}
+	}
+	if f.pseudo.bytes != int64(len(plan)) || p.renders != 600 {
+		t.Errorf("600 lookups hold %d bytes (want %d), %d renderings", f.pseudo.bytes, len(plan), p.renders)
+	}
+	p.contents["stats"] = "changed\n"
+	changed := lookup(t, f, ctl.NodeId, "stats")
+	if changed.NodeId == first.NodeId {
+		t.Fatal("new contents under the old node ID")
+	}
+	if got, _ := readAll(t, f, first.NodeId); got[:30] != plan[:30] {
+		t.Errorf("the old rendering reads %q", got[:30])
+	}
+	f.Forget(first.NodeId, 600)
+	f.Forget(changed.NodeId, 1)
+	if f.pseudo.bytes != 0 || len(f.pseudo.renders) != 0 || len(f.pseudo.byIno) != 1 {
+		t.Errorf("after every forget: %d bytes, %d renderings, %d nodes", f.pseudo.bytes, len(f.pseudo.renders), len(f.pseudo.byIno))
+	}
+}
+
+// TestControlRenderingsBounded: whatever the lookups, reads and forgets,
+// the renderings held stay within the limit (or the newest alone), their
+// count matches the table, and a rendering whose contents were dropped
+// answers ESTALE while the newest reads whole.
+func TestControlRenderingsBounded(t *testing.T) {
+	f, _ := newTree(t, 3)
+	p := &fixedPlane{contents: map[string]string{}}
+	f.ctl = p
+	f.pseudo.limit = 4096
+	ctl := lookup(t, f, catalog.RootIno, ".dlfs")
+	rng := rand.New(rand.NewPCG(3, 4))
+	var held []uint64
+	stale := 0
+	for i := 0; i < 3000; i++ {
+		switch op := rng.IntN(10); {
+		case op < 5:
+			p.contents["stats"] = strings.Repeat("x", rng.IntN(3)*1000+rng.IntN(4)) // some equal, some new, one over the limit
+			if rng.IntN(50) == 0 {
+				p.contents["stats"] = strings.Repeat("y", 5000)
+			}
+			e := lookup(t, f, ctl.NodeId, "stats")
+			held = append(held, e.NodeId)
+			if got, st := readAll(t, f, e.NodeId); !st.Ok() || got != p.contents["stats"] {
+				t.Fatalf("the newest rendering reads %d bytes, %v; want %d", len(got), st, len(p.contents["stats"]))
+			}
+		case op < 8 && len(held) > 0:
+			k := rng.IntN(len(held))
+			f.Forget(held[k], 1)
+			held = append(held[:k], held[k+1:]...)
+		case len(held) > 0:
+			switch _, st := readAll(t, f, held[rng.IntN(len(held))]); st {
+			case fuse.OK:
+			case fuse.Status(syscall.ESTALE):
+				stale++
+			default:
+				t.Fatalf("a held rendering reads %v", st)
+			}
+		}
+		var sum, largest int64
+		for _, n := range f.pseudo.byIno {
+			sum += int64(len(n.data))
+			largest = max(largest, int64(len(n.data)))
+		}
+		if sum != f.pseudo.bytes || f.pseudo.bytes > max(f.pseudo.limit, largest) {
+			t.Fatalf("op %d: %d bytes held, table says %d, limit %d", i, sum, f.pseudo.bytes, f.pseudo.limit)
+		}
+	}
+	if stale == 0 {
+		t.Error("no rendering was ever dropped: the limit did not bite")
+	}
+}
+
+// TestControlViews: a ViewControl's files are rendered for the user who
+// looks them up, and users whose views differ get different node IDs;
+// entries take the owner and mode it gives.
+func TestControlViews(t *testing.T) {
+	f, _ := newTree(t, 3)
+	p := &viewPlane{fixedPlane{contents: map[string]string{"stats": "figures", "jobs/x/epoch-0": "a.jpg\n"}}}
+	f.ctl = p
+	ctl := lookup(t, f, catalog.RootIno, ".dlfs")
+	a := lookupAs(t, f, ctl.NodeId, "stats", 1001)
+	b := lookupAs(t, f, ctl.NodeId, "stats", 1002)
+	r := lookupAs(t, f, ctl.NodeId, "stats", 0)
+	if a.NodeId == b.NodeId || a.NodeId == r.NodeId {
+		t.Fatalf("different views share a node: %d %d %d", a.NodeId, b.NodeId, r.NodeId)
+	}
+	for _, c := range []struct {
+		ino  uint64
+		want string
+	}{{a.NodeId, "figures for 1001"}, {b.NodeId, "figures for 1002"}, {r.NodeId, "figures"}} {
+		if got, _ := readAll(t, f, c.ino); got != c.want {
+			t.Errorf("node %d reads %q, want %q", c.ino, got, c.want)
+		}
+	}
+	jobs := lookupAs(t, f, ctl.NodeId, "jobs", 1002)
+	x := lookupAs(t, f, jobs.NodeId, "x", 1001)
+	if x.Attr.Uid != 1001 || x.Attr.Mode != syscall.S_IFDIR|0o500 {
+		t.Errorf("jobs/x: uid %d mode %o", x.Attr.Uid, x.Attr.Mode)
+	}
+	e := lookupAs(t, f, x.NodeId, "epoch-0", 1001)
+	if e.Attr.Uid != 1001 || e.Attr.Mode != syscall.S_IFREG|0o400 {
+		t.Errorf("jobs/x/epoch-0: uid %d mode %o", e.Attr.Uid, e.Attr.Mode)
+	}
+	var attr fuse.AttrOut
+	if st := f.GetAttr(nil, &fuse.GetAttrIn{InHeader: header(x.NodeId)}, &attr); !st.Ok() || attr.Attr.Uid != 1001 || attr.Attr.Mode&0o777 != 0o500 {
+		t.Errorf("getattr of jobs/x: %v uid %d mode %o", st, attr.Attr.Uid, attr.Attr.Mode)
 	}
 }
