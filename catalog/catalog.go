@@ -26,6 +26,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"iter"
 	"log/slog"
 	"os"
@@ -68,6 +69,11 @@ type Config struct {
 	// instead of a scan. Not for a Lister's datasets.
 	Saved    string
 	Identity string // the dataset's identity, bound into the saved file
+	// StallTimeout ends a scan that has read nothing of SOURCE for this
+	// long (a PFS that stopped answering): it fails, and the current
+	// snapshot stays. The goroutines stuck in the kernel are left there,
+	// at most ScanWorkers of them.
+	StallTimeout time.Duration // default 1 minute
 	// Logger receives warnings about entries that could not be scanned.
 	Logger *slog.Logger // nil: discard
 }
@@ -101,8 +107,14 @@ type File struct {
 
 // DefaultConfig returns the defaults for source.
 func DefaultConfig(source string) Config {
-	return Config{Source: source, ScanWorkers: 32}
+	return Config{Source: source, ScanWorkers: 32, StallTimeout: time.Minute}
 }
+
+// ErrStalled means a scan read nothing of SOURCE for Config.StallTimeout.
+var ErrStalled = errors.New("catalog: SOURCE stopped answering")
+
+// maxUnreadable bounds the paths a snapshot lists in Unreadable.
+const maxUnreadable = 32
 
 // Entry is one directory, regular file or symlink. It is immutable and safe
 // for concurrent use.
@@ -232,6 +244,11 @@ type Snapshot struct {
 	Skipped  int       // entries that could not be scanned or are not mirrored
 	Reused   int       // directories kept unread from the previous snapshot (Revalidate)
 	Scanned  time.Time // when the scan that made it began
+	// UnreadableDirs counts the directories the scan could not read; the
+	// first of them (up to 32) are listed in Unreadable. Each keeps the
+	// entries of the previous snapshot, if it had one there.
+	UnreadableDirs int
+	Unreadable     []string
 
 	byIno []*Entry // indexed by Ino; holes are nil
 }
@@ -303,6 +320,9 @@ func Open(ctx context.Context, cfg Config) (*Catalog, error) {
 	}
 	if cfg.ScanWorkers <= 0 {
 		cfg.ScanWorkers = DefaultConfig("").ScanWorkers
+	}
+	if cfg.StallTimeout <= 0 {
+		cfg.StallTimeout = DefaultConfig("").StallTimeout
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -432,7 +452,8 @@ func (c *Catalog) rescan(ctx context.Context, byDir bool) (Diff, error) {
 	d := diff(old, snap)
 	d.ScanTime, d.Reused = snap.ScanTime, snap.Reused
 	if len(d.Changed)+len(d.Removed)+len(d.Added) > 0 || old.Root.Mode != snap.Root.Mode ||
-		old.Root.Mtime != snap.Root.Mtime || old.Root.owner != snap.Root.owner {
+		old.Root.Mtime != snap.Root.Mtime || old.Root.owner != snap.Root.owner ||
+		old.UnreadableDirs+snap.UnreadableDirs > 0 { // what could not be read is news too
 		c.cur.Store(snap)
 	}
 	return d, nil
@@ -483,15 +504,17 @@ func diff(old, cur *Snapshot) Diff {
 func (c *Catalog) scan(ctx context.Context, old *Snapshot, byDir bool) (*Snapshot, error) {
 	start := time.Now()
 	root := &Entry{Ino: RootIno}
-	if err := c.stat(c.cfg.Source, root); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrSource, err)
-	}
 	var oldRoot *Entry
 	if old != nil {
 		oldRoot = old.Root
 	}
 	var skipped, reused int
+	var unreadable []string
+	var unreadableDirs int
 	if c.cfg.Lister != nil {
+		if err := c.stat(c.cfg.Source, root); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrSource, err)
+		}
 		files, err := c.cfg.Lister.List(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrSource, err)
@@ -506,10 +529,21 @@ func (c *Catalog) scan(ctx context.Context, old *Snapshot, byDir bool) (*Snapsho
 			sc.trusted = old.Scanned.Add(-racy).UnixNano()
 		}
 		sc.wg.Add(1)
-		go sc.dir(root, oldRoot)
+		go func() {
+			if err := c.stat(c.cfg.Source, root); err != nil {
+				sc.rootErr = err
+				sc.wg.Done()
+				return
+			}
+			sc.ops.Add(1)
+			sc.dir(root, oldRoot)
+		}()
 		stop := c.progress(&sc.entries, start)
-		sc.wg.Wait()
+		err := c.await(ctx, &sc.wg, &sc.ops)
 		stop()
+		if err != nil {
+			return nil, fmt.Errorf("catalog: scan %s: %w", c.cfg.Source, err)
+		}
 		if sc.entries.Load() > int64(c.cfg.MaxEntries) {
 			return nil, c.tooMany()
 		}
@@ -520,8 +554,11 @@ func (c *Catalog) scan(ctx context.Context, old *Snapshot, byDir bool) (*Snapsho
 			return nil, fmt.Errorf("%w: %v", ErrSource, sc.rootErr)
 		}
 		skipped, reused = int(sc.skipped.Load()), int(sc.reused.Load())
+		unreadable, unreadableDirs = sc.unreadable, sc.unreadableDirs
+		slices.Sort(unreadable)
 	}
-	snap := &Snapshot{Root: root, ScanTime: time.Since(start), Skipped: skipped, Reused: reused, Scanned: start}
+	snap := &Snapshot{Root: root, ScanTime: time.Since(start), Skipped: skipped, Reused: reused, Scanned: start,
+		Unreadable: unreadable, UnreadableDirs: unreadableDirs}
 	snap.byIno = make([]*Entry, c.nextIno.Load())
 	snap.Walk(func(e *Entry) { snap.byIno[e.Ino] = e })
 	snap.count()
@@ -705,6 +742,47 @@ type scanner struct {
 	byDir   bool  // keep the entries of directories unchanged since the old snapshot
 	trusted int64 // a directory's times say it is unchanged only if they are before this (ns)
 	reused  atomic.Int64
+	ops     atomic.Int64 // calls to SOURCE answered: a scan whose count stops moving has stalled
+
+	mu             sync.Mutex
+	unreadable     []string // (mu) the first maxUnreadable directories that could not be read
+	unreadableDirs int      // (mu) how many
+}
+
+// await waits for wg, unless ctx ends first, or ops stops moving for
+// Config.StallTimeout: a PFS that stopped answering leaves goroutines in
+// the kernel, which the scan then abandons.
+func (c *Catalog) await(ctx context.Context, wg *sync.WaitGroup, ops *atomic.Int64) error {
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }() // ends when the last stuck call does
+	tick := time.NewTicker(max(c.cfg.StallTimeout/8, time.Millisecond))
+	defer tick.Stop()
+	last, moved := ops.Load(), time.Now()
+	for {
+		select {
+		case <-finished:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case now := <-tick.C:
+			if n := ops.Load(); n != last {
+				last, moved = n, now
+			} else if now.Sub(moved) >= c.cfg.StallTimeout {
+				return fmt.Errorf("%w: no answer for %s; the current snapshot stays (raise --pfs-timeout if SOURCE is only slow)",
+					ErrStalled, c.cfg.StallTimeout.Round(time.Second))
+			}
+		}
+	}
+}
+
+// cannotRead records that directory path could not be read.
+func (sc *scanner) cannotRead(path string) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	sc.unreadableDirs++
+	if len(sc.unreadable) < maxUnreadable {
+		sc.unreadable = append(sc.unreadable, path)
+	}
 }
 
 // unchangedDirs stats every directory of snap in SOURCE, ScanWorkers at
@@ -718,7 +796,7 @@ func (c *Catalog) unchangedDirs(ctx context.Context, snap *Snapshot) (int, bool)
 		}
 	})
 	trusted := snap.Scanned.Add(-racy).UnixNano()
-	var next atomic.Int64
+	var next, ops atomic.Int64
 	var changed atomic.Bool
 	var wg sync.WaitGroup
 	for range min(c.cfg.ScanWorkers, len(dirs)) {
@@ -738,6 +816,7 @@ func (c *Catalog) unchangedDirs(ctx context.Context, snap *Snapshot) (int, bool)
 					}
 					return unix.Lstat(filepath.Join(c.cfg.Source, filepath.FromSlash(old.Path())), &st)
 				})
+				ops.Add(1)
 				now := Entry{}
 				_ = fill(&now, &st, nil) // the owner is not compared
 				if err != nil || !unchanged(&now, old, trusted) {
@@ -746,7 +825,9 @@ func (c *Catalog) unchangedDirs(ctx context.Context, snap *Snapshot) (int, bool)
 			}
 		}()
 	}
-	wg.Wait()
+	if c.await(ctx, &wg, &ops) != nil {
+		changed.Store(true) // stops the workers not stuck; the scan that follows fails the same way
+	}
 	return len(dirs), ctx.Err() == nil && !changed.Load()
 }
 
@@ -783,15 +864,39 @@ func (sc *scanner) reuse(d, old *Entry) bool {
 		}
 		e.more = nil
 		var st unix.Stat_t
-		if err := source.IgnoringEINTR(func() error { return unix.Lstat(filepath.Join(full, e.Name), &st) }); err != nil ||
-			st.Mode&syscall.S_IFMT != syscall.S_IFDIR || fill(e, &st, &last) != nil {
+		err := source.IgnoringEINTR(func() error { return unix.Lstat(filepath.Join(full, e.Name), &st) })
+		sc.ops.Add(1)
+		if err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFDIR || fill(e, &st, &last) != nil {
 			return false // changed under the scan: read d instead
 		}
 	}
 	sc.reused.Add(1)
+	sc.adopt(d, old, kids)
+	return true
+}
+
+// keep gives d, which could not be read, old's entries as they were, and
+// scans its subdirectories.
+func (sc *scanner) keep(d, old *Entry) {
+	var kids []Entry
+	if old.more != nil {
+		kids = slices.Clone(old.more.kids)
+	}
+	for i := range kids {
+		kids[i].parent = d
+		if kids[i].IsDir() {
+			kids[i].more = nil
+		}
+	}
+	sc.adopt(d, old, kids)
+}
+
+// adopt makes kids, copies of old's entries, d's children, and scans
+// their subdirectories.
+func (sc *scanner) adopt(d, old *Entry, kids []Entry) {
 	sc.entries.Add(int64(len(kids)))
 	if len(kids) == 0 {
-		return true
+		return
 	}
 	d.more = &more{kids: kids}
 	for i := range kids {
@@ -800,7 +905,6 @@ func (sc *scanner) reuse(d, old *Entry) bool {
 			go sc.dir(&kids[i], old.Child(kids[i].Name))
 		}
 	}
-	return true
 }
 
 // dir fills d's children, then scans subdirectories in new goroutines.
@@ -824,6 +928,17 @@ func (sc *scanner) dir(d, old *Entry) {
 	if err != nil {
 		if d.Ino == RootIno {
 			sc.rootErr = err
+			return
+		}
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
+			return // gone since its parent was listed: empty now, removed by the next scan
+		}
+		sc.cannotRead(d.Path())
+		if old != nil && old.IsDir() {
+			// A transient error (EIO, a timeout) must not empty a
+			// directory: every file in it would look removed.
+			sc.c.cfg.Logger.Warn("catalog: cannot read a directory; keeping its entries from the last scan", "path", d.Path(), "err", err)
+			sc.keep(d, old)
 			return
 		}
 		sc.c.cfg.Logger.Warn("catalog: skipping unreadable directory", "path", d.Path(), "err", err)
@@ -871,6 +986,7 @@ func (sc *scanner) read(d *Entry) ([]Entry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("readdir %s: %w", full, err)
 	}
+	sc.ops.Add(1)
 	sort.Strings(list)
 	fd := int(f.Fd())
 	out := make([]Entry, 0, len(list))
@@ -883,7 +999,9 @@ func (sc *scanner) read(d *Entry) ([]Entry, error) {
 			continue
 		}
 		var st unix.Stat_t
-		if err := source.IgnoringEINTR(func() error { return unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
+		err := source.IgnoringEINTR(func() error { return unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) })
+		sc.ops.Add(1)
+		if err != nil {
 			if !errors.Is(err, unix.ENOENT) { // vanished since readdir: not an error
 				sc.c.cfg.Logger.Warn("catalog: skipping entry", "path", join(d.Path(), name), "err", err)
 			}

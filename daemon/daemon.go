@@ -189,6 +189,7 @@ type Node struct {
 	batchers        batchers     // by peer data address (peers.go)
 	own             ownership
 	refreshed       chan struct{} // capacity 1: the catalog changed
+	refresher       *refresher    // runs the rescans control writes ask for
 	stop            chan struct{} // closed by Close: background goroutines end
 	wg              sync.WaitGroup
 	reg             *prometheus.Registry
@@ -286,6 +287,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	cc := cfg.Catalog
 	cc.Source, cc.Hide, cc.Logger = cfg.Source, []string{cfg.FUSE.ControlName}, cfg.Logger
+	if cfg.Loader.PFSTimeout > 0 {
+		cc.StallTimeout = cfg.Loader.PFSTimeout // the operator's one bound on waiting for SOURCE
+	}
 	if n.packed != nil {
 		cc.Lister, pfs = n.packed, n.packed
 	} else if cfg.SSDDir != "" {
@@ -464,6 +468,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.closeFirst("readers") // it ends the jobs it inferred
 	n.closeFirst("warmup")
 
+	n.refresher = newRefresher(n.Refresh)
+	n.onClose("refresher", func() error { n.refresher.close(); return nil })
 	if n.server, err = n.fs.Mount(cfg.Mountpoint, "dlfs:"+n.cat.Source()); err != nil {
 		return nil, fmt.Errorf("mount %s: %w", cfg.Mountpoint, err)
 	}
@@ -589,6 +595,11 @@ func (n *Node) Wait() { n.server.Wait() }
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		var errs []error
+		if n.load != nil {
+			// First: reads waiting on a PFS that hangs must end before
+			// the kernel can let go of the mount.
+			n.load.Close()
+		}
 		if n.stopAccessLog != nil {
 			n.stopAccessLog() // its pipe holds the mount
 		}
@@ -620,9 +631,9 @@ type dataset struct{ n *Node }
 
 func (d dataset) Snapshot() *catalog.Snapshot { return d.n.cat.Snapshot() }
 func (d dataset) Source() string              { return d.n.cat.Source() }
-func (d dataset) ReadAt(e *catalog.Entry, dest []byte, off int64, pid uint32) ([]byte, string, error) {
+func (d dataset) ReadAt(ctx context.Context, e *catalog.Entry, dest []byte, off int64, pid uint32) ([]byte, string, error) {
 	start := time.Now()
-	b, source, waited, err := d.n.load.ReadAtWaited(e, dest, off)
+	b, source, waited, err := d.n.load.ReadAtWaited(ctx, e, dest, off)
 	if err != nil {
 		return b, source, err
 	}
@@ -657,7 +668,7 @@ func (n *Node) nextUseOfKey(key string) int64 {
 // readWhole reads a whole dataset file through the tiers.
 func (n *Node) readWhole(e *catalog.Entry) ([]byte, error) {
 	buf := make([]byte, e.Size)
-	got, err := n.load.ReadAt(e, buf, 0)
+	got, err := n.load.ReadAt(context.Background(), e, buf, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -488,7 +488,7 @@ func TestCloseOrder(t *testing.T) {
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"fuse", "catalog keeper", "warmup", "readers", "prefetch", "peers", "cluster", "peer server", "ssd", "heap governor", "source"}
+	want := []string{"fuse", "catalog keeper", "refresher", "warmup", "readers", "prefetch", "peers", "cluster", "peer server", "ssd", "heap governor", "source"}
 	if strings.Join(n.closed, ",") != strings.Join(want, ",") {
 		t.Errorf("closed %v, want %v", n.closed, want)
 	}

@@ -34,7 +34,7 @@ func (n *Node) Block(it peer.Item) ([]byte, uint32, byte) {
 	if e == nil {
 		return nil, 0, peer.StatusMissing
 	}
-	b, sum, err := n.load.Serve(e, it.Block)
+	b, sum, err := n.load.Serve(context.Background(), e, it.Block)
 	if err != nil {
 		n.log.Warn("peer: serving a block failed", "path", e.Path(), "err", err)
 		return nil, 0, peer.StatusError

@@ -27,21 +27,24 @@ import (
 
 // Stats is the document served as .dlfs/stats.
 type Stats struct {
-	Node          string                               `json:"node"`
-	Source        string                               `json:"source"`
-	Mountpoint    string                               `json:"mountpoint"`
-	UptimeSeconds float64                              `json:"uptime_seconds"`
-	Served        map[string]loader.Served             `json:"served"`
-	Fetched       map[string]loader.Served             `json:"fetched"`
-	Sources       map[string]perfmodel.Source          `json:"sources"`
-	Coalescing    CoalescingStats                      `json:"coalescing"`
-	Copies        CopyStats                            `json:"copies"`
-	PFS           source.Stats                         `json:"pfs"`
-	Cache         CacheStats                           `json:"cache"`
-	Catalog       CatalogStats                         `json:"catalog"`
-	Prefetch      prefetch.Totals                      `json:"prefetch"`
-	Cluster       ClusterStats                         `json:"cluster"`
-	Jobs          map[string]map[string]prefetch.Stats `json:"jobs"`
+	Node          string                      `json:"node"`
+	Source        string                      `json:"source"`
+	Mountpoint    string                      `json:"mountpoint"`
+	UptimeSeconds float64                     `json:"uptime_seconds"`
+	Served        map[string]loader.Served    `json:"served"`
+	Fetched       map[string]loader.Served    `json:"fetched"`
+	Sources       map[string]perfmodel.Source `json:"sources"`
+	Coalescing    CoalescingStats             `json:"coalescing"`
+	Copies        CopyStats                   `json:"copies"`
+	PFS           source.Stats                `json:"pfs"`
+	// PFSStuck counts reads of SOURCE abandoned at --pfs-timeout that the
+	// kernel has not answered yet.
+	PFSStuck int64                                `json:"pfs_stuck"`
+	Cache    CacheStats                           `json:"cache"`
+	Catalog  CatalogStats                         `json:"catalog"`
+	Prefetch prefetch.Totals                      `json:"prefetch"`
+	Cluster  ClusterStats                         `json:"cluster"`
+	Jobs     map[string]map[string]prefetch.Stats `json:"jobs"`
 	// Streams are the processes reading the mount, with their workers
 	// (package readers).
 	Streams []readers.StreamStats `json:"streams"`
@@ -114,6 +117,12 @@ type CatalogStats struct {
 	Bytes       int64   `json:"bytes"`
 	Skipped     int     `json:"skipped"`
 	ScanSeconds float64 `json:"scan_seconds"`
+	// UnreadableDirs counts the directories the last scan could not read
+	// (each kept its entries from the scan before), Unreadable names the
+	// first of them, and Refresh says how the last rescan went.
+	UnreadableDirs int           `json:"unreadable_dirs"`
+	Unreadable     []string      `json:"unreadable,omitempty"`
+	Refresh        refreshStatus `json:"refresh"`
 }
 
 // Stats returns the node's current figures. Safe for concurrent use.
@@ -131,8 +140,10 @@ func (n *Node) Stats() Stats {
 		Sources:       ls.Sources,
 		PFS:           n.src.Stats(),
 		Cache:         CacheStats{RAM: n.ram.Stats()},
+		PFSStuck:      ls.PFSStuck,
 		Catalog: CatalogStats{Files: snap.Files, Dirs: snap.Dirs, Bytes: snap.Bytes, Skipped: snap.Skipped,
-			ScanSeconds: snap.ScanTime.Seconds()},
+			ScanSeconds: snap.ScanTime.Seconds(), UnreadableDirs: snap.UnreadableDirs, Unreadable: snap.Unreadable,
+			Refresh: n.refresher.status()},
 	}
 	s.Copies = CopyStats{ReadBytes: ls.CopiedBytes, RAMBytes: s.Cache.RAM.CopiedBytes}
 	if n.ssd != nil {

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"fmt"
 	"io/fs"
 
@@ -18,15 +19,15 @@ func (s warmSource) RunLimits() (gap, run int64)                 { return s.n.lo
 // Warm fetches first (and its packed neighbours, in one request) as the
 // prefetcher does, and offers each block to RAM; a block a peer owns is
 // kept by that peer, not here (loader.Offer).
-func (s warmSource) Warm(first *catalog.Entry, neighbours []*catalog.Entry) error {
+func (s warmSource) Warm(ctx context.Context, first *catalog.Entry, neighbours []*catalog.Entry) error {
 	keep := func(e *catalog.Entry, i int64, b ramcache.Block) bool {
 		return s.n.load.Offer(loader.BlockKey(e.Path(), i), b)
 	}
 	if len(neighbours) > 0 {
-		_, err := s.n.load.PrefetchRun(first, neighbours, keep)
+		_, err := s.n.load.PrefetchRun(ctx, first, neighbours, keep)
 		return err
 	}
-	_, err := s.n.load.Prefetch(first, keep)
+	_, err := s.n.load.Prefetch(ctx, first, keep)
 	return err
 }
 

@@ -1,7 +1,9 @@
 package fusefs
 
 import (
+	"context"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 
@@ -125,7 +127,7 @@ func (f *FS) open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fu
 }
 
 // read answers a read with the bytes and the tier that served them.
-func (f *FS) read(in *fuse.ReadIn, buf []byte) ([]byte, string, fuse.Status) {
+func (f *FS) read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) ([]byte, string, fuse.Status) {
 	if isPseudo(in.NodeId) {
 		b, st := f.readControl(in)
 		return b, "control", st
@@ -137,7 +139,7 @@ func (f *FS) read(in *fuse.ReadIn, buf []byte) ([]byte, string, fuse.Status) {
 	if e.IsDir() {
 		return nil, "", fuse.Status(syscall.EISDIR)
 	}
-	b, source, err := f.data.ReadAt(e, buf[:min(int(in.Size), len(buf))], int64(in.Offset), in.Caller.Pid)
+	b, source, err := f.data.ReadAt(requestContext{cancel}, e, buf[:min(int(in.Size), len(buf))], int64(in.Offset), in.Caller.Pid)
 	if err != nil {
 		return nil, source, fuse.Status(toErrno(f.log, "read "+e.Path(), err))
 	}
@@ -146,7 +148,7 @@ func (f *FS) read(in *fuse.ReadIn, buf []byte) ([]byte, string, fuse.Status) {
 
 func (f *FS) write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
 	if isPseudo(in.NodeId) {
-		return f.writeControl(in, data)
+		return f.writeControl(cancel, in, data)
 	}
 	return 0, fuse.EROFS
 }
@@ -351,4 +353,22 @@ func (f *FS) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.Status
 
 func (f *FS) CopyFileRange(cancel <-chan struct{}, in *fuse.CopyFileRangeIn) (uint32, fuse.Status) {
 	return 0, fuse.EROFS
+}
+
+// requestContext is a FUSE request's context: done when go-fuse closes the
+// request's cancel channel, which it does when the kernel interrupts the
+// request (the process reading got a signal) or the connection dies. It
+// needs no goroutine of its own.
+type requestContext struct{ cancel <-chan struct{} }
+
+func (c requestContext) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (c requestContext) Done() <-chan struct{}       { return c.cancel }
+func (c requestContext) Value(any) any               { return nil }
+func (c requestContext) Err() error {
+	select {
+	case <-c.cancel:
+		return context.Canceled
+	default:
+		return nil
+	}
 }

@@ -38,6 +38,8 @@
 package fusefs
 
 import (
+	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"sync"
@@ -101,7 +103,9 @@ type Dataset interface {
 	// or of an immutable cached buffer, for the process pid (0: unknown),
 	// and the tier that served them (for the access log). It may block on
 	// I/O.
-	ReadAt(e *catalog.Entry, dest []byte, off int64, pid uint32) ([]byte, string, error)
+	// ctx is done when the kernel interrupts the request (the reader
+	// got a signal) or the mount goes away.
+	ReadAt(ctx context.Context, e *catalog.Entry, dest []byte, off int64, pid uint32) ([]byte, string, error)
 	// Source is SOURCE's path, for statfs.
 	Source() string
 }
@@ -124,8 +128,9 @@ type ControlPlane interface {
 	List(dir string) ([]PseudoEntry, error)
 	// Read returns the current contents of a control file.
 	Read(path string) ([]byte, error)
-	// Write applies data written to a control file.
-	Write(path string, data []byte) error
+	// Write applies data written to a control file. ctx is done when the
+	// kernel interrupts the write (the writer got a signal).
+	Write(ctx context.Context, path string, data []byte) error
 }
 
 // FS is the mounted filesystem. Safe for concurrent use.
@@ -147,6 +152,8 @@ type FS struct {
 	pseudo pseudoTable           // the control tree's node IDs (mu)
 	dirs   map[uint64]*dirHandle // open directories by handle (mu)
 	nextFh uint64                // (mu)
+
+	statfs statfsCall
 }
 
 // New returns a filesystem over data with the control directory served by
@@ -262,14 +269,70 @@ func (f *FS) Invalidate(d catalog.Diff) {
 	}
 }
 
-// statFs reports SOURCE's filesystem.
-func (f *FS) statFs(out *fuse.StatfsOut) fuse.Status {
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(f.data.Source(), &st); err != nil {
+// statFs reports SOURCE's filesystem (see statfsCall).
+func (f *FS) statFs(cancel <-chan struct{}, out *fuse.StatfsOut) fuse.Status {
+	st, err := f.statfs.get(cancel, f.data.Source())
+	if err != nil {
 		return fuse.Status(toErrno(f.log, "statfs", err))
 	}
 	out.FromStatfsT(&st)
 	return fuse.OK
+}
+
+// statfsWait is how long a statfs request waits for SOURCE's answer
+// before it is answered from the last one.
+const statfsWait = 5 * time.Second
+
+// statfsCall asks SOURCE's filesystem for its figures one call at a time,
+// so that a PFS that hangs holds one goroutine, not one per df. A request
+// waits for the call under way for statfsWait at most, then gets the last
+// answer SOURCE gave (or ETIMEDOUT if it never gave one): df on a mount
+// whose PFS hangs returns. The call's goroutine ends when the kernel
+// answers it.
+type statfsCall struct {
+	wait time.Duration // 0: statfsWait
+	mu   sync.Mutex
+	last *syscall.Statfs_t // mu guards last and busy
+	busy chan struct{}     // closed when the call under way ends; nil when none runs
+}
+
+func (c *statfsCall) get(cancel <-chan struct{}, path string) (syscall.Statfs_t, error) {
+	c.mu.Lock()
+	if c.busy == nil {
+		busy := make(chan struct{})
+		c.busy = busy
+		go func() {
+			var st syscall.Statfs_t
+			err := syscall.Statfs(path, &st)
+			c.mu.Lock()
+			if err == nil {
+				c.last = &st
+			}
+			c.busy = nil
+			c.mu.Unlock()
+			close(busy)
+		}()
+	}
+	busy := c.busy
+	c.mu.Unlock()
+	wait := c.wait
+	if wait == 0 {
+		wait = statfsWait
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-busy:
+	case <-timer.C:
+	case <-cancel:
+		return syscall.Statfs_t{}, syscall.EINTR
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.last == nil {
+		return syscall.Statfs_t{}, fmt.Errorf("statfs %s: %w", path, syscall.ETIMEDOUT)
+	}
+	return *c.last, nil
 }
 
 func setTimes(a *fuse.Attr, t time.Time) {

@@ -23,7 +23,7 @@ type tree struct{ cat *catalog.Catalog }
 
 func (t tree) Snapshot() *catalog.Snapshot { return t.cat.Snapshot() }
 func (t tree) Source() string              { return t.cat.Source() }
-func (t tree) ReadAt(e *catalog.Entry, dest []byte, off int64, pid uint32) ([]byte, string, error) {
+func (t tree) ReadAt(ctx context.Context, e *catalog.Entry, dest []byte, off int64, pid uint32) ([]byte, string, error) {
 	f, err := os.Open(filepath.Join(t.cat.Source(), e.Path()))
 	if err != nil {
 		return nil, "", err
@@ -58,7 +58,7 @@ func (p *plane) Read(path string) ([]byte, error) {
 	return fmt.Appendf(nil, "%s %d\n", path, p.renders), nil
 }
 
-func (p *plane) Write(path string, data []byte) error {
+func (p *plane) Write(ctx context.Context, path string, data []byte) error {
 	p.written = append(p.written, string(data))
 	return nil
 }

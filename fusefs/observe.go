@@ -114,7 +114,7 @@ func (f *FS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fu
 
 func (f *FS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
 	t0 := f.begin()
-	b, source, st := f.read(in, buf)
+	b, source, st := f.read(cancel, in, buf)
 	f.done(t0, opRead, &in.InHeader, in.NodeId, "", int64(in.Offset), len(b), source, st)
 	if !st.Ok() {
 		return nil, st
@@ -165,7 +165,7 @@ func (f *FS) ReleaseDir(in *fuse.ReleaseIn) {
 
 func (f *FS) StatFs(cancel <-chan struct{}, in *fuse.InHeader, out *fuse.StatfsOut) fuse.Status {
 	t0 := f.begin()
-	st := f.statFs(out)
+	st := f.statFs(cancel, out)
 	f.done(t0, opStatfs, in, in.NodeId, "", -1, 0, "", st)
 	return st
 }

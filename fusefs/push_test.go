@@ -25,11 +25,11 @@ type countingTree struct {
 	reads map[uint64]int
 }
 
-func (c *countingTree) ReadAt(e *catalog.Entry, dest []byte, off int64, pid uint32) ([]byte, string, error) {
+func (c *countingTree) ReadAt(ctx context.Context, e *catalog.Entry, dest []byte, off int64, pid uint32) ([]byte, string, error) {
 	c.mu.Lock()
 	c.reads[e.Ino]++
 	c.mu.Unlock()
-	return c.tree.ReadAt(e, dest, off, pid)
+	return c.tree.ReadAt(ctx, e, dest, off, pid)
 }
 
 func (c *countingTree) readsOf(ino uint64) int {

@@ -1,6 +1,7 @@
 package loader
 
 import (
+	"context"
 	"math"
 	"testing"
 
@@ -44,7 +45,7 @@ func TestReadAtNearMaxSize(t *testing.T) {
 	l := New(Config{BlockSize: 1 << 20}, ramcache.New(ramcache.Config{Capacity: 1 << 22}), nil, sparsePFS{})
 	e := entry("huge", math.MaxInt64)
 	for _, off := range []int64{math.MaxInt64 - 1, math.MaxInt64 - 4096, math.MaxInt64 - 1<<20 - 10, math.MaxInt64 &^ (1<<20 - 1)} {
-		b, err := l.ReadAt(e, make([]byte, 128<<10), off)
+		b, err := l.ReadAt(context.Background(), e, make([]byte, 128<<10), off)
 		if err != nil {
 			t.Fatalf("read at %d: %v", off, err)
 		}
@@ -74,7 +75,7 @@ func FuzzReadAtBounds(f *testing.F) {
 		bs := int64(1) << (10 + shift%11) // 1 KiB to 1 MiB
 		n %= 4 << 20
 		l := New(Config{BlockSize: bs}, ramcache.New(ramcache.Config{Capacity: 8 << 20}), nil, sparsePFS{})
-		b, err := l.ReadAt(entry("f", size), make([]byte, n), off)
+		b, err := l.ReadAt(context.Background(), entry("f", size), make([]byte, n), off)
 		if err != nil {
 			t.Fatalf("size %d, read of %d at %d: %v", size, n, off, err)
 		}

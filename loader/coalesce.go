@@ -1,6 +1,7 @@
 package loader
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sort"
@@ -58,7 +59,10 @@ func (l *Loader) RunLimits() (gap, run int64) {
 // fetched and whether keep staged each. It leaves out samples RAM or the
 // SSD holds, that a peer owns, that a demand read holds, or that another
 // fetch is already bringing in: the caller prefetches those one by one.
-func (l *Loader) PrefetchRun(first *catalog.Entry, neighbours []*catalog.Entry, keep Keep) (map[uint64]bool, error) {
+//
+// It stops early when ctx is done: the samples not yet read fail with
+// ctx's error (a demand read waiting on one of them fetches it again).
+func (l *Loader) PrefetchRun(ctx context.Context, first *catalog.Entry, neighbours []*catalog.Entry, keep Keep) (map[uint64]bool, error) {
 	c, ok := l.pfs.(Coalescer)
 	if !ok {
 		return nil, nil
@@ -120,7 +124,7 @@ func (l *Loader) PrefetchRun(first *catalog.Entry, neighbours []*catalog.Entry, 
 			}
 			b++
 		}
-		l.readRun(c, first, pick, keys, calls, mine[a:b], paths[a:b], wants[a:b], keep, out)
+		l.readRun(ctx, c, first, pick, keys, calls, mine[a:b], paths[a:b], wants[a:b], keep, out)
 		a = b
 	}
 	return out, nil
@@ -129,10 +133,16 @@ func (l *Loader) PrefetchRun(first *catalog.Entry, neighbours []*catalog.Entry, 
 // readRun reads one run of PrefetchRun's picks (mine indexes pick, keys
 // and calls) with one request, finishes their flights and fills out. If
 // the run fails, each sample is read alone and fails alone.
-func (l *Loader) readRun(c Coalescer, first *catalog.Entry, pick []*catalog.Entry, keys []string, calls []*call,
+func (l *Loader) readRun(ctx context.Context, c Coalescer, first *catalog.Entry, pick []*catalog.Entry, keys []string, calls []*call,
 	mine []int, paths []string, wants []source.Version, keep Keep, out map[uint64]bool) {
 	start := time.Now()
-	bufs, err := c.ReadRun(paths, wants)
+	bufs, err := pfsCall(ctx, l, paths[0], func() ([][]byte, error) { return c.ReadRun(paths, wants) })
+	if err != nil && ctx.Err() != nil {
+		for _, i := range mine {
+			l.flight.finish(keys[i], calls[i], fetch{src: tierPFS}, err)
+		}
+		return
+	}
 	if err == nil && len(bufs) != len(mine) {
 		err = errRunLength
 	}

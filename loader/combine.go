@@ -1,6 +1,7 @@
 package loader
 
 import (
+	"context"
 	"sort"
 	"sync"
 	"time"
@@ -125,7 +126,7 @@ func (l *Loader) serveBatch(c Coalescer, batch []*demandRead) {
 				paths[i], wants[i] = r.e.Path(), r.e.Version()
 			}
 			start := time.Now()
-			bufs, err := c.ReadRun(paths, wants)
+			bufs, err := pfsCall(context.Background(), l, paths[0], func() ([][]byte, error) { return c.ReadRun(paths, wants) })
 			if err == nil && len(bufs) != len(part) {
 				err = errRunLength
 			}

@@ -70,10 +70,12 @@
 package loader
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -102,12 +104,35 @@ type Config struct {
 	NoCoalesce bool
 	// DemandPerContainer bounds the demand reads of one packed container
 	// in flight; reads past it wait and are combined (see combine.go).
-	DemandPerContainer int          // default 16
-	Logger             *slog.Logger // nil: discard
+	DemandPerContainer int // default 16
+	// PFSTimeout bounds every read of SOURCE: past it, the read fails
+	// with ErrPFSTimeout (ETIMEDOUT) and is abandoned (see deadline.go).
+	PFSTimeout time.Duration // default 1 minute
+	// PFSCalls bounds the reads of SOURCE in flight, abandoned ones
+	// included: each holds a goroutine and up to a block of memory.
+	PFSCalls int          // default 256
+	Logger   *slog.Logger // nil: discard
 }
 
 // DefaultConfig returns the defaults.
-func DefaultConfig() Config { return Config{BlockSize: 1 << 20, DemandPerContainer: 16} }
+func DefaultConfig() Config {
+	return Config{BlockSize: 1 << 20, DemandPerContainer: 16, PFSTimeout: time.Minute, PFSCalls: 256}
+}
+
+// Validate reports the first setting that is out of range.
+func (c Config) Validate() error {
+	switch {
+	case c.BlockSize < 0:
+		return fmt.Errorf("loader: block size %d is negative", c.BlockSize)
+	case c.PFSTimeout < 0:
+		return fmt.Errorf("loader: PFS timeout %s is negative; give a duration such as 1m", c.PFSTimeout)
+	case c.PFSCalls < 0:
+		return fmt.Errorf("loader: %d PFS calls is negative", c.PFSCalls)
+	case c.PFSMargin < 0:
+		return fmt.Errorf("loader: PFS margin %g is negative", c.PFSMargin)
+	}
+	return nil
+}
 
 // tier names where bytes came from.
 type tier int
@@ -141,6 +166,9 @@ type Stats struct {
 	// brought in (part of fetched.pfs).
 	Runs       int64 `json:"coalesced_reads"`
 	RunSamples int64 `json:"coalesced_samples"`
+	// PFSStuck counts reads of SOURCE abandoned at their deadline that
+	// the kernel has not answered yet.
+	PFSStuck int64 `json:"pfs_stuck"`
 	// CopiedBytes counts bytes of reads assembled from several blocks: the
 	// only reads dlfs copies in its own memory (one that lies in one block
 	// is answered from the block itself).
@@ -236,6 +264,11 @@ type Loader struct {
 	runs, runSamples atomic.Int64
 	copied           atomic.Int64 // bytes of reads assembled from several blocks
 	combine          combiner
+
+	pfsSlots  chan struct{} // one per read of SOURCE in flight (deadline.go)
+	pfsStuck  atomic.Int64  // reads of SOURCE abandoned at their deadline, still in the kernel
+	closed    chan struct{} // closed by Close
+	closeOnce sync.Once
 }
 
 // New returns a loader over the given tiers. ssd may be nil (an untyped
@@ -253,7 +286,26 @@ func New(cfg Config, ram *ramcache.Cache, ssd SSD, pfs PFS) *Loader {
 	if cfg.DemandPerContainer <= 0 {
 		cfg.DemandPerContainer = DefaultConfig().DemandPerContainer
 	}
-	return &Loader{cfg: cfg, log: cfg.Logger, model: cfg.Model, ram: ram, ssd: ssd, pfs: pfs}
+	if cfg.PFSTimeout <= 0 {
+		cfg.PFSTimeout = DefaultConfig().PFSTimeout
+	}
+	if cfg.PFSCalls <= 0 {
+		cfg.PFSCalls = DefaultConfig().PFSCalls
+	}
+	closed := make(chan struct{})
+	l := &Loader{cfg: cfg, log: cfg.Logger, model: cfg.Model, ram: ram, ssd: ssd, pfs: pfs,
+		pfsSlots: make(chan struct{}, cfg.PFSCalls), closed: closed}
+	l.flight.stop = closed
+	return l
+}
+
+// Close makes every wait on a fetch or on the PFS end at once with
+// ErrClosed, and waits for the fetches running to end (each does at once,
+// leaving a PFS read stuck in the kernel behind). Reads after Close fail.
+func (l *Loader) Close() error {
+	l.closeOnce.Do(func() { close(l.closed) })
+	l.flight.running.Wait()
+	return nil
 }
 
 type stageBox struct{ s Stage }
@@ -302,16 +354,17 @@ func blockOf(e *catalog.Entry, tag uint64, f fetch) ramcache.Block {
 // ReadAt returns up to len(dest) bytes of file e at off. The result is a
 // slice of a cached block when the range lies in one block, or of dest
 // otherwise. It returns an empty slice at or past end of file. The read is
-// reported to the stage, once, with the time it waited on the PFS.
-func (l *Loader) ReadAt(e *catalog.Entry, dest []byte, off int64) ([]byte, error) {
-	b, _, _, err := l.ReadAtWaited(e, dest, off)
+// reported to the stage, once, with the time it waited on the PFS. It
+// stops waiting, with ctx's error, when ctx is done.
+func (l *Loader) ReadAt(ctx context.Context, e *catalog.Entry, dest []byte, off int64) ([]byte, error) {
+	b, _, _, err := l.ReadAtWaited(ctx, e, dest, off)
 	return b, err
 }
 
 // ReadAtWaited is ReadAt that also says which tier supplied the read (the
 // slowest, for a read of several blocks: "ram", "stage", "ssd", "peer",
 // "moved" or "pfs") and how long it waited on the PFS (0: a hit).
-func (l *Loader) ReadAtWaited(e *catalog.Entry, dest []byte, off int64) ([]byte, string, time.Duration, error) {
+func (l *Loader) ReadAtWaited(ctx context.Context, e *catalog.Entry, dest []byte, off int64) ([]byte, string, time.Duration, error) {
 	if off < 0 || off >= e.Size || len(dest) == 0 {
 		return dest[:0], tierNames[tierRAM], 0, nil
 	}
@@ -330,7 +383,7 @@ func (l *Loader) ReadAtWaited(e *catalog.Entry, dest []byte, off int64) ([]byte,
 		out    []byte
 	)
 	if first == last {
-		b, t, w, err := l.block(e, first, end == blockEnd(e.Size, bs, first), &held)
+		b, t, w, err := l.block(ctx, e, first, end == blockEnd(e.Size, bs, first), &held)
 		if err != nil {
 			return nil, "", 0, err
 		}
@@ -338,7 +391,7 @@ func (l *Loader) ReadAtWaited(e *catalog.Entry, dest []byte, off int64) ([]byte,
 	} else {
 		n := 0
 		for i := first; i <= last; i++ {
-			b, t, w, err := l.block(e, i, end >= blockEnd(e.Size, bs, i), &held)
+			b, t, w, err := l.block(ctx, e, i, end >= blockEnd(e.Size, bs, i), &held)
 			if err != nil {
 				return nil, "", 0, err
 			}
@@ -367,7 +420,7 @@ func (l *Loader) count(t tier, n int64) {
 // how long it waited on the PFS. done says the read reaches the block's
 // end. A block it has to fetch (or wait for) is added to held: the read
 // holds it until it is reported to the stage.
-func (l *Loader) block(e *catalog.Entry, i int64, done bool, held *[]string) ([]byte, tier, time.Duration, error) {
+func (l *Loader) block(ctx context.Context, e *catalog.Entry, i int64, done bool, held *[]string) ([]byte, tier, time.Duration, error) {
 	key := BlockKey(e.Path(), i)
 	tag := l.Tag(e, key)
 	if b, ok := l.ram.Get(key, tag); ok {
@@ -380,25 +433,19 @@ func (l *Loader) block(e *catalog.Entry, i int64, done bool, held *[]string) ([]
 	*held = append(*held, key)
 	start := time.Now()
 	kept := false
-	c, shared := l.flight.do(key, forReader, func() (fetch, error) {
-		// A fetch that ended between the looks above and this flight left
-		// the block in RAM or on the stage: do not read it again.
-		if b, ok := l.ram.Get(key, tag); ok {
-			return fetch{b.Data, tierRAM, b.Sum}, nil
+	var (
+		c      *call
+		shared bool
+		err    error
+	)
+	// A shared fetch that its starter cancelled (a warm-up stopped in the
+	// middle of a coalesced read) says nothing of the block: fetch again.
+	for try := 0; try == 0 || (try < 3 && shared && errors.Is(c.err, context.Canceled)); try++ {
+		c, shared, err = l.flight.do(ctx, key, forReader, l.demandFetch(e, i, key, tag, done, &kept))
+		if err != nil {
+			return nil, tierPFS, 0, fmt.Errorf("read %s: %w", e.Path(), err)
 		}
-		if b, ok := l.fromStage(key, tag, e, done); ok {
-			return fetch{b.Data, tierStage, b.Sum}, nil
-		}
-		f, err := l.load(e, i, tag, forReader)
-		// A block from a peer stays with its owner: caching it here too
-		// would spend this node's share of the cluster's RAM on another's
-		// partition. Others are offered to RAM before the flight ends, so
-		// a reader that just missed RAM finds them there.
-		if err == nil && f.src != tierPeer {
-			kept = l.ram.Put(key, blockOf(e, tag, f))
-		}
-		return f, err
-	})
+	}
 	if c.err != nil {
 		return nil, c.src, 0, c.err
 	}
@@ -424,6 +471,30 @@ func (l *Loader) block(e *catalog.Entry, i int64, done bool, held *[]string) ([]
 		waited = time.Since(start)
 	}
 	return c.val, c.src, waited, nil
+}
+
+// demandFetch is the fetch of block i of e (key, tag) that a demand read
+// starts; kept says whether RAM kept it.
+func (l *Loader) demandFetch(e *catalog.Entry, i int64, key string, tag uint64, done bool, kept *bool) func() (fetch, error) {
+	return func() (fetch, error) {
+		// A fetch that ended between the looks above and this flight left
+		// the block in RAM or on the stage: do not read it again.
+		if b, ok := l.ram.Get(key, tag); ok {
+			return fetch{b.Data, tierRAM, b.Sum}, nil
+		}
+		if b, ok := l.fromStage(key, tag, e, done); ok {
+			return fetch{b.Data, tierStage, b.Sum}, nil
+		}
+		f, err := l.load(e, i, tag, forReader)
+		// A block from a peer stays with its owner: caching it here too
+		// would spend this node's share of the cluster's RAM on another's
+		// partition. Others are offered to RAM before the flight ends, so
+		// a reader that just missed RAM finds them there.
+		if err == nil && f.src != tierPeer {
+			*kept = l.ram.Put(key, blockOf(e, tag, f))
+		}
+		return f, err
+	}
 }
 
 // fromStage takes block key of e, whose tag is tag, from the stage, if
@@ -479,7 +550,7 @@ type Keep func(e *catalog.Entry, i int64, b ramcache.Block) bool
 // (not to RAM); it returns how many keep staged. A block that a demand
 // read is fetching, or has fetched and not yet reported to the stage, is
 // left to that read.
-func (l *Loader) Prefetch(e *catalog.Entry, keep Keep) (int, error) {
+func (l *Loader) Prefetch(ctx context.Context, e *catalog.Entry, keep Keep) (int, error) {
 	n := Blocks(e.Size, l.cfg.BlockSize)
 	staged := 0
 	for i := int64(0); i < n; i++ {
@@ -489,13 +560,16 @@ func (l *Loader) Prefetch(e *catalog.Entry, keep Keep) (int, error) {
 		}
 		tag := l.Tag(e, key)
 		took := false
-		c, shared := l.flight.do(key, forPrefetch, func() (fetch, error) {
+		c, shared, err := l.flight.do(ctx, key, forPrefetch, func() (fetch, error) {
 			f, err := l.load(e, i, tag, forPrefetch)
 			if err == nil {
 				took = keep(e, i, blockOf(e, tag, f))
 			}
 			return f, err
 		})
+		if err != nil {
+			return staged, fmt.Errorf("prefetch %s: %w", e.Path(), err)
+		}
 		if c.err != nil {
 			return staged, c.err
 		}
@@ -515,7 +589,7 @@ func (l *Loader) Prefetch(e *catalog.Entry, keep Keep) (int, error) {
 // bounce a request between them). The block stays cached here.
 //
 // It returns the bytes with their sum under the block's tag.
-func (l *Loader) Serve(e *catalog.Entry, i int64) ([]byte, uint32, error) {
+func (l *Loader) Serve(ctx context.Context, e *catalog.Entry, i int64) ([]byte, uint32, error) {
 	key := BlockKey(e.Path(), i)
 	tag := l.Tag(e, key)
 	if b, ok := l.ram.Get(key, tag); ok {
@@ -524,7 +598,10 @@ func (l *Loader) Serve(e *catalog.Entry, i int64) ([]byte, uint32, error) {
 	if b, ok := l.staged(key, tag, e); ok {
 		return b.Data, b.Sum, nil
 	}
-	c, _ := l.flight.do(key, forPeer, func() (fetch, error) { return l.load(e, i, tag, forPeer) })
+	c, _, err := l.flight.do(ctx, key, forPeer, func() (fetch, error) { return l.load(e, i, tag, forPeer) })
+	if err != nil {
+		return nil, 0, fmt.Errorf("serve %s block %d: %w", e.Path(), i, err)
+	}
 	if c.err != nil {
 		return nil, 0, c.err
 	}
@@ -745,12 +822,23 @@ func (l *Loader) toSSD(key string, tag uint64, f fetch) {
 
 // readPFS reads block i (n bytes) of e from SOURCE.
 func (l *Loader) readPFS(e *catalog.Entry, i, n int64) ([]byte, error) {
-	buf := make([]byte, n)
 	off := i * l.cfg.BlockSize
-	got, err := l.pfs.ReadAt(e.Path(), e.Version(), buf, off)
+	type read struct {
+		buf []byte
+		got int
+	}
+	// Inside a flight, which any reader may leave: only the deadline and
+	// Close end the wait.
+	r, err := pfsCall(context.Background(), l, e.Path(), func() (read, error) {
+		// A buffer of the call's own: an abandoned call still writes it.
+		buf := make([]byte, n)
+		got, err := l.pfs.ReadAt(e.Path(), e.Version(), buf, off)
+		return read{buf, got}, err
+	})
 	if err != nil {
 		return nil, err
 	}
+	buf, got := r.buf, r.got
 	if int64(got) != n {
 		return nil, fmt.Errorf("loader: %s: short read at %d: got %d of %d bytes; the file shrank, write 'refresh' to the control file",
 			e.Path(), off, got, n)
@@ -777,7 +865,8 @@ func (l *Loader) Invalidate(e *catalog.Entry) {
 // Stats returns the per-tier counters.
 func (l *Loader) Stats() Stats {
 	s := Stats{Served: make(map[string]Served, numTiers), Fetched: make(map[string]Served, numTiers-2),
-		Sources: l.model.Stats(), Runs: l.runs.Load(), RunSamples: l.runSamples.Load(), CopiedBytes: l.copied.Load()}
+		Sources: l.model.Stats(), Runs: l.runs.Load(), RunSamples: l.runSamples.Load(), CopiedBytes: l.copied.Load(),
+		PFSStuck: l.pfsStuck.Load()}
 	for t := tier(0); t < numTiers; t++ {
 		s.Served[tierNames[t]] = Served{Reads: l.reads[t].Load(), Bytes: l.bytes[t].Load()}
 		if t > tierStage {

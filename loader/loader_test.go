@@ -2,6 +2,7 @@ package loader
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -88,7 +89,7 @@ func TestReadRanges(t *testing.T) {
 	l := New(Config{BlockSize: bs}, ramcache.New(ramcache.Config{Capacity: 1 << 20}), nil, pfs)
 	e := entry("f", int64(len(file)))
 	for _, c := range []struct{ off, n int }{{0, 10}, {990, 20}, {0, 3500}, {2500, 2000}, {3499, 1}, {3500, 10}, {5000, 1}, {100, 0}} {
-		got, err := l.ReadAt(e, make([]byte, c.n), int64(c.off))
+		got, err := l.ReadAt(context.Background(), e, make([]byte, c.n), int64(c.off))
 		if err != nil {
 			t.Fatalf("ReadAt(%d, %d): %v", c.off, c.n, err)
 		}
@@ -112,7 +113,7 @@ func TestConcurrentMissesShareOneFetch(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if b, err := l.ReadAt(e, make([]byte, 5000), 0); err != nil || !bytes.Equal(b, file) {
+			if b, err := l.ReadAt(context.Background(), e, make([]byte, 5000), 0); err != nil || !bytes.Equal(b, file) {
 				t.Errorf("read: %v", err)
 			}
 		}()
@@ -137,7 +138,7 @@ func TestTiers(t *testing.T) {
 	e := entry("f", 2000)
 	read := func() {
 		t.Helper()
-		if b, err := l.ReadAt(e, make([]byte, 2000), 0); err != nil || !bytes.Equal(b, file) {
+		if b, err := l.ReadAt(context.Background(), e, make([]byte, 2000), 0); err != nil || !bytes.Equal(b, file) {
 			t.Fatalf("read: %v", err)
 		}
 	}
@@ -157,7 +158,7 @@ func TestTiers(t *testing.T) {
 	// A new version of the file misses in every tier.
 	pfs.files["f"] = data(1000)
 	e2 := entry("f", 1000)
-	if b, err := l.ReadAt(e2, make([]byte, 1000), 0); err != nil || len(b) != 1000 {
+	if b, err := l.ReadAt(context.Background(), e2, make([]byte, 1000), 0); err != nil || len(b) != 1000 {
 		t.Fatalf("new version: %v", err)
 	}
 	if pfs.reads.Load() != 2 {
@@ -173,11 +174,11 @@ func TestErrorsAreNotCached(t *testing.T) {
 	pfs := &fakePFS{files: map[string][]byte{}}
 	l := New(DefaultConfig(), ramcache.New(ramcache.Config{Capacity: 1 << 20}), nil, pfs)
 	e := entry("gone", 10)
-	if _, err := l.ReadAt(e, make([]byte, 10), 0); !errors.Is(err, syscall.ENOENT) {
+	if _, err := l.ReadAt(context.Background(), e, make([]byte, 10), 0); !errors.Is(err, syscall.ENOENT) {
 		t.Fatalf("got %v, want ENOENT", err)
 	}
 	pfs.files["gone"] = data(10)
-	if _, err := l.ReadAt(e, make([]byte, 10), 0); err != nil {
+	if _, err := l.ReadAt(context.Background(), e, make([]byte, 10), 0); err != nil {
 		t.Fatalf("after the file came back: %v", err)
 	}
 }
@@ -277,12 +278,12 @@ func TestSourceChoice(t *testing.T) {
 				if c.prefetch {
 					var got []byte
 					keep := func(_ *catalog.Entry, _ int64, b ramcache.Block) bool { got = b.Data; return true }
-					if _, err := l.Prefetch(e, keep); err != nil || !bytes.Equal(got, files[e.Path()]) {
+					if _, err := l.Prefetch(context.Background(), e, keep); err != nil || !bytes.Equal(got, files[e.Path()]) {
 						t.Fatalf("prefetch %s: %v", e.Path(), err)
 					}
 					continue
 				}
-				got, err := l.ReadAt(e, make([]byte, e.Size), 0)
+				got, err := l.ReadAt(context.Background(), e, make([]byte, e.Size), 0)
 				if err != nil || !bytes.Equal(got, files[e.Path()]) {
 					t.Fatalf("read %s: %v", e.Path(), err)
 				}
@@ -342,7 +343,7 @@ func TestCombinedDemandReads(t *testing.T) {
 	read := func(p string) {
 		defer wg.Done()
 		e := entry(p, int64(len(files[p])))
-		got, err := l.ReadAt(e, make([]byte, e.Size), 0)
+		got, err := l.ReadAt(context.Background(), e, make([]byte, e.Size), 0)
 		if err != nil || !bytes.Equal(got, files[p]) {
 			t.Errorf("%s: %v", p, err)
 		}
@@ -464,13 +465,13 @@ func TestPrefetchStagingAndSharedReads(t *testing.T) {
 	}
 	prefetched := make(chan error, 1)
 	go func() {
-		_, err := l.Prefetch(e, keep)
+		_, err := l.Prefetch(context.Background(), e, keep)
 		prefetched <- err
 	}()
 	waitFor("the prefetch's PFS read", func() bool { return pfs.reads.Load() == 1 })
 	read := make(chan error, 1)
 	go func() {
-		b, err := l.ReadAt(e, make([]byte, 5000), 0)
+		b, err := l.ReadAt(context.Background(), e, make([]byte, 5000), 0)
 		if err == nil && !bytes.Equal(b, file) {
 			err = errors.New("wrong bytes")
 		}
@@ -498,13 +499,13 @@ func TestPrefetchStagingAndSharedReads(t *testing.T) {
 	pfs.gate = make(chan struct{})
 	g := entry("g", 100)
 	go func() {
-		_, err := l.ReadAt(g, make([]byte, 100), 0)
+		_, err := l.ReadAt(context.Background(), g, make([]byte, 100), 0)
 		read <- err
 	}()
 	waitFor("the read's PFS read", func() bool { return pfs.reads.Load() == 2 })
 	staged := make(chan int, 1)
 	go func() {
-		n, err := l.Prefetch(g, st.keep)
+		n, err := l.Prefetch(context.Background(), g, st.keep)
 		if err != nil {
 			t.Errorf("prefetch: %v", err)
 		}
@@ -539,11 +540,11 @@ func TestPrefetchLeavesUnreportedReadsAlone(t *testing.T) {
 	e := entry("f", 5000)
 	read := make(chan error, 1)
 	go func() {
-		_, err := l.ReadAt(e, make([]byte, 5000), 0)
+		_, err := l.ReadAt(context.Background(), e, make([]byte, 5000), 0)
 		read <- err
 	}()
 	<-st.observing // fetched, not yet reported
-	if n, err := l.Prefetch(e, st.keep); err != nil || n != 0 {
+	if n, err := l.Prefetch(context.Background(), e, st.keep); err != nil || n != 0 {
 		t.Errorf("prefetch during an unreported read: %d staged, %v; want 0", n, err)
 	}
 	close(st.observed)
@@ -555,7 +556,7 @@ func TestPrefetchLeavesUnreportedReadsAlone(t *testing.T) {
 	}
 	// Reported, the hold ends.
 	st.observing = nil
-	if n, err := l.Prefetch(e, st.keep); err != nil || n != 1 {
+	if n, err := l.Prefetch(context.Background(), e, st.keep); err != nil || n != 1 {
 		t.Errorf("prefetch after the read was reported: %d staged, %v; want 1", n, err)
 	}
 }
@@ -571,7 +572,7 @@ func TestDamagedPeerBlock(t *testing.T) {
 	r := &fakeRemote{files: pfs.files, bs: 1 << 20, damage: true}
 	l.SetRemote(r)
 	e := entry("f", 3000)
-	got, err := l.ReadAt(e, make([]byte, 3000), 0)
+	got, err := l.ReadAt(context.Background(), e, make([]byte, 3000), 0)
 	if err != nil || !bytes.Equal(got, file) {
 		t.Fatalf("read: %v (bytes equal %v)", err, bytes.Equal(got, file))
 	}

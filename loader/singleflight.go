@@ -1,14 +1,20 @@
 package loader
 
-import "sync"
+import (
+	"context"
+	"fmt"
+	"sync"
+)
 
 // flight deduplicates concurrent fetches of the same key: the first caller
-// runs fn, later callers wait for its result. Unlike a context-aware group,
+// starts fn, later callers wait for its result. Unlike a context-aware group,
 // a waiter that gives up does not cancel the shared fetch, whose result is
 // cached for the next reader anyway.
 type flight struct {
-	mu    sync.Mutex
-	calls map[string]*call // mu guards calls and unreported
+	stop    <-chan struct{} // closed when the loader closes: waiters leave
+	running sync.WaitGroup  // fetches running on the flight's goroutines
+	mu      sync.Mutex
+	calls   map[string]*call // mu guards calls and unreported
 	// unreported counts, per key, the demand reads that missed RAM and
 	// the stage and have not yet reported the read to the stage. Until
 	// they do, the prefetcher has not seen the sample consumed, and a
@@ -37,7 +43,13 @@ type fetch struct {
 
 // do runs fn once per key at a time and reports whether this caller shared
 // another's result. why says who calls: a reader marks the call read.
-func (f *flight) do(key string, why purpose, fn func() (fetch, error)) (*call, bool) {
+//
+// fn runs on a goroutine of the flight's, so that every caller, the one
+// that started it included, can stop waiting when its ctx is done (a
+// reader interrupted by a signal, a warm-up stopped) or the flight is
+// stopped; fn goes on for the others, and its result is kept as usual.
+// The error is ctx's, or errStopped; a call's own error is in the call.
+func (f *flight) do(ctx context.Context, key string, why purpose, fn func() (fetch, error)) (*call, bool, error) {
 	f.mu.Lock()
 	if f.calls == nil {
 		f.calls = make(map[string]*call)
@@ -45,19 +57,48 @@ func (f *flight) do(key string, why purpose, fn func() (fetch, error)) (*call, b
 	if c, ok := f.calls[key]; ok {
 		c.read = c.read || why == forReader
 		f.mu.Unlock()
-		<-c.done
-		return c, true
+		return c, true, f.wait(ctx, c)
 	}
 	c := &call{done: make(chan struct{}), read: why == forReader}
 	f.calls[key] = c
+	f.running.Add(1)
 	f.mu.Unlock()
 
-	c.fetch, c.err = fn()
-	f.mu.Lock()
-	delete(f.calls, key)
-	f.mu.Unlock()
-	close(c.done)
-	return c, false
+	go func() {
+		defer f.running.Done()
+		defer func() {
+			if p := recover(); p != nil {
+				c.fetch, c.err = fetch{}, fmt.Errorf("loader: internal error fetching %q: %v", key, p)
+			}
+			f.mu.Lock()
+			delete(f.calls, key)
+			f.mu.Unlock()
+			close(c.done)
+		}()
+		c.fetch, c.err = fn()
+	}()
+	return c, false, f.wait(ctx, c)
+}
+
+// errStopped means the flight was stopped (the loader closed) while a
+// caller waited.
+var errStopped = fmt.Errorf("%w: a fetch was waited for", ErrClosed)
+
+// wait waits for c, ctx or stop, whichever comes first.
+func (f *flight) wait(ctx context.Context, c *call) error {
+	select {
+	case <-c.done:
+		return nil
+	default:
+	}
+	select {
+	case <-c.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-f.stop:
+		return errStopped
+	}
 }
 
 // claim registers a call for every key no fetch is running for, and

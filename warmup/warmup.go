@@ -11,12 +11,16 @@
 // another node owns is fetched through that node, which keeps it.
 //
 // One warm-up runs at a time; starting another stops the first. Stopping
-// leaves the caches consistent: a block is cached whole or not at all.
+// returns at once: the fetches in flight are cancelled (Source.Warm ends
+// when its context does), and the caches stay consistent: a block is
+// cached whole or not at all. Sizes are summed without overflow: sparse
+// files may claim up to 2^63 bytes each.
 package warmup
 
 import (
 	"context"
 	"log/slog"
+	"math"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -36,7 +40,8 @@ type Source interface {
 	RunLimits() (gap, run int64)
 	// Warm fetches first, and the neighbours in its container in the same
 	// request, into the caches.
-	Warm(first *catalog.Entry, neighbours []*catalog.Entry) error
+	// Warm stops early, with ctx's error, when ctx is done.
+	Warm(ctx context.Context, first *catalog.Entry, neighbours []*catalog.Entry) error
 }
 
 // Config configures a Warmer.
@@ -67,14 +72,20 @@ type Warmer struct {
 	src Source
 	log *slog.Logger
 
+	runs sync.WaitGroup // every warm-up's goroutines, stopped ones included
+
 	mu     sync.Mutex
-	status Status
-	start  time.Time
-	cancel context.CancelFunc
-	done   chan struct{} // closed when the current warm-up's goroutines end
-	files  atomic.Int64
-	bytes  atomic.Int64
-	errs   atomic.Int64
+	status Status    // (mu) the latest warm-up's
+	cur    *progress // (mu) the latest warm-up's; nil before the first
+}
+
+// progress is one warm-up's: a stopped one's fetches may still end after
+// the next has started, and count for their own.
+type progress struct {
+	start              time.Time
+	cancel             context.CancelFunc
+	done               chan struct{} // closed when its goroutines end
+	files, bytes, errs atomic.Int64
 }
 
 // New returns an idle Warmer.
@@ -96,21 +107,20 @@ func (w *Warmer) Start(paths []string, entries []*catalog.Entry, capacity int64)
 	units, st := plan(w.src, entries, capacity)
 	st.State, st.Paths = "running", paths
 	ctx, cancel := context.WithCancel(context.Background())
+	p := &progress{start: time.Now(), cancel: cancel, done: make(chan struct{})}
 	w.mu.Lock()
-	w.status, w.start, w.cancel, w.done = st, time.Now(), cancel, make(chan struct{})
-	w.files.Store(0)
-	w.bytes.Store(0)
-	w.errs.Store(0)
-	done := w.done
+	w.status, w.cur = st, p
 	w.mu.Unlock()
 	w.log.Info("warm-up started", "paths", paths, "files", st.Files, "bytes", st.Bytes, "fit_bytes", st.FitBytes)
-	go w.run(ctx, units, done)
+	w.runs.Add(1)
+	go w.run(ctx, units, p)
 	return w.Status()
 }
 
 // run fetches units with the workers, then marks the warm-up over.
-func (w *Warmer) run(ctx context.Context, units [][]*catalog.Entry, done chan struct{}) {
-	defer close(done)
+func (w *Warmer) run(ctx context.Context, units [][]*catalog.Entry, p *progress) {
+	defer w.runs.Done()
+	defer close(p.done)
 	next := make(chan []*catalog.Entry)
 	var wg sync.WaitGroup
 	for i := 0; i < w.cfg.Workers; i++ {
@@ -118,17 +128,17 @@ func (w *Warmer) run(ctx context.Context, units [][]*catalog.Entry, done chan st
 		go func() {
 			defer wg.Done()
 			for u := range next {
-				if err := w.src.Warm(u[0], u[1:]); err != nil {
-					w.errs.Add(1)
+				if err := w.src.Warm(ctx, u[0], u[1:]); err != nil {
+					p.errs.Add(1)
 					w.log.Debug("warm-up: fetch failed", "path", u[0].Path(), "err", err)
 					continue
 				}
 				var b int64
 				for _, e := range u {
-					b += e.Size
+					b = addSat(b, e.Size)
 				}
-				w.files.Add(int64(len(u)))
-				w.bytes.Add(b)
+				p.files.Add(int64(len(u)))
+				p.bytes.Add(b)
 			}
 		}()
 	}
@@ -144,46 +154,52 @@ feed:
 	wg.Wait()
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.cur != p {
+		return // a later warm-up's status is showing
+	}
 	if w.status.State == "running" {
 		w.status.State = "done"
 		if ctx.Err() != nil {
 			w.status.State = "stopped"
 		}
 	}
-	w.status.Seconds = time.Since(w.start).Seconds()
-	w.log.Info("warm-up over", "state", w.status.State, "files", w.files.Load(), "bytes", w.bytes.Load(),
-		"errors", w.errs.Load(), "seconds", w.status.Seconds)
+	w.status.Seconds = time.Since(p.start).Seconds()
+	w.log.Info("warm-up over", "state", w.status.State, "files", p.files.Load(), "bytes", p.bytes.Load(),
+		"errors", p.errs.Load(), "seconds", w.status.Seconds)
 }
 
-// Stop stops the warm-up under way, if any, and waits for its fetches.
-func (w *Warmer) Stop() { <-w.cancelCurrent() }
-
-// cancelCurrent stops feeding the warm-up under way and returns a channel
-// closed once its fetches are over.
-func (w *Warmer) cancelCurrent() <-chan struct{} {
+// Stop stops the warm-up under way, if any, and returns at once; its
+// fetches in flight end on their own, cancelled.
+func (w *Warmer) Stop() {
 	w.mu.Lock()
-	cancel, done := w.cancel, w.done
-	w.mu.Unlock()
-	if cancel == nil {
-		done = make(chan struct{})
-		close(done)
-		return done
+	defer w.mu.Unlock()
+	if w.cur == nil {
+		return
 	}
-	cancel()
-	return done
+	w.cur.cancel()
+	if w.status.State == "running" {
+		w.status.State = "stopped"
+		w.status.Seconds = time.Since(w.cur.start).Seconds()
+	}
 }
 
-// Close stops the warm-up under way.
-func (w *Warmer) Close() { w.Stop() }
+// Close stops the warm-up under way and waits for every warm-up's
+// fetches to end.
+func (w *Warmer) Close() {
+	w.Stop()
+	w.runs.Wait()
+}
 
 // Status returns the latest warm-up's figures.
 func (w *Warmer) Status() Status {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	st := w.status
-	st.DoneFiles, st.DoneBytes, st.Errors = w.files.Load(), w.bytes.Load(), w.errs.Load()
-	if st.State == "running" {
-		st.Seconds = time.Since(w.start).Seconds()
+	if p := w.cur; p != nil {
+		st.DoneFiles, st.DoneBytes, st.Errors = p.files.Load(), p.bytes.Load(), p.errs.Load()
+		if st.State == "running" {
+			st.Seconds = time.Since(p.start).Seconds()
+		}
 	}
 	if st.Seconds > 0 {
 		st.BytesPerSec = float64(st.DoneBytes) / st.Seconds
@@ -205,7 +221,7 @@ func plan(src Source, entries []*catalog.Entry, capacity int64) ([][]*catalog.En
 		sp, ok := src.Locate(e)
 		items = append(items, item{e, sp, ok})
 		st.Files++
-		st.Bytes += e.Size
+		st.Bytes = addSat(st.Bytes, e.Size)
 	}
 	sort.Slice(items, func(i, j int) bool {
 		a, b := items[i], items[j]
@@ -222,7 +238,7 @@ func plan(src Source, entries []*catalog.Entry, capacity int64) ([][]*catalog.En
 	})
 	// What fits: the first items, in that order, up to capacity.
 	n := 0
-	for n < len(items) && st.FitBytes+items[n].e.Size <= capacity {
+	for n < len(items) && items[n].e.Size <= capacity-st.FitBytes {
 		st.FitBytes += items[n].e.Size
 		n++
 	}
@@ -248,4 +264,13 @@ func plan(src Source, entries []*catalog.Entry, capacity int64) ([][]*catalog.En
 		i = j
 	}
 	return units, st
+}
+
+// addSat is a+b for sizes (not negative), or the largest int64 where that
+// overflows.
+func addSat(a, b int64) int64 {
+	if b > math.MaxInt64-a {
+		return math.MaxInt64
+	}
+	return a + b
 }

@@ -1,7 +1,9 @@
 package warmup
 
 import (
+	"context"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +18,8 @@ type fakeSource struct {
 	mu    sync.Mutex
 	units [][]string
 	hold  chan struct{} // nil: no wait
+	// ctxAware: a held Warm ends when its context does, as the loader's.
+	ctxAware bool
 }
 
 func (f *fakeSource) Locate(e *catalog.Entry) (loader.Span, bool) {
@@ -26,9 +30,13 @@ func (f *fakeSource) Locate(e *catalog.Entry) (loader.Span, bool) {
 	return loader.Span{Container: fmt.Sprint(k), Off: off, Len: 10}, true
 }
 func (f *fakeSource) RunLimits() (gap, run int64) { return 5, 40 }
-func (f *fakeSource) Warm(first *catalog.Entry, ns []*catalog.Entry) error {
+func (f *fakeSource) Warm(ctx context.Context, first *catalog.Entry, ns []*catalog.Entry) error {
 	if f.hold != nil {
-		<-f.hold
+		select {
+		case <-f.hold:
+		case <-ctxDone(ctx, f.ctxAware):
+			return ctx.Err()
+		}
 	}
 	u := []string{first.Path()}
 	for _, e := range ns {
@@ -37,6 +45,14 @@ func (f *fakeSource) Warm(first *catalog.Entry, ns []*catalog.Entry) error {
 	f.mu.Lock()
 	f.units = append(f.units, u)
 	f.mu.Unlock()
+	return nil
+}
+
+// ctxDone is ctx.Done(), or nil (never ready) when aware is false.
+func ctxDone(ctx context.Context, aware bool) <-chan struct{} {
+	if aware {
+		return ctx.Done()
+	}
 	return nil
 }
 
@@ -106,10 +122,49 @@ func TestRunAndStop(t *testing.T) {
 	defer w.Close()
 	w.Start([]string{"x"}, entries("p1", "p2", "p3", "p4"), 1<<20)
 	src.hold <- struct{}{} // p1 through; p2 is held
-	stopped := w.cancelCurrent()
+	w.Stop()
 	close(src.hold)
-	<-stopped
+	w.Close()
 	if st := w.Status(); st.State != "stopped" || st.DoneFiles < 1 {
 		t.Errorf("stopped: %+v", st)
+	}
+}
+
+// Stop returns at once, its fetches cancelled: a fetch from a PFS that
+// never answers (Warm waits for ever, but for its context) does not hold
+// it up, nor Close, nor the next warm-up.
+func TestStopReturnsAtOnce(t *testing.T) {
+	src := &fakeSource{hold: make(chan struct{}), ctxAware: true}
+	w := New(Config{Workers: 2}, src)
+	w.Start([]string{"x"}, entries("p1", "p2", "p3"), 1<<20)
+	w.Stop()
+	if st := w.Status(); st.State != "stopped" {
+		t.Errorf("after Stop: %+v", st)
+	}
+	w.Start([]string{"y"}, entries("p4"), 1<<20)
+	if st := w.Status(); st.State != "running" || st.Paths[0] != "y" {
+		t.Errorf("the next warm-up: %+v", st)
+	}
+	w.Close()
+	if st := w.Status(); st.State != "stopped" || st.Paths[0] != "y" {
+		t.Errorf("after Close: %+v", st)
+	}
+}
+
+// Sizes that sum past 2^63 (sparse files) neither wrap nor make
+// everything fit.
+func TestPlanSizesNear2to63(t *testing.T) {
+	var es []*catalog.Entry
+	for i := range 3 {
+		es = append(es, catalog.At(fmt.Sprintf("p%d", i), catalog.Entry{Ino: uint64(i + 1), Size: math.MaxInt64/2 + 1}))
+	}
+	es = append(es, catalog.At("small", catalog.Entry{Ino: 9, Size: 10}))
+	units, st := plan(&fakeSource{}, es, 16<<20)
+	if st.Bytes != math.MaxInt64 || st.FitFiles != 0 || st.FitBytes != 0 || len(units) != 0 {
+		t.Errorf("plan of huge sparse files into 16 MiB: %+v, %d units; want none to fit and bytes saturated", st, len(units))
+	}
+	_, st = plan(&fakeSource{}, es, math.MaxInt64)
+	if st.FitFiles != 1 || st.FitBytes != math.MaxInt64/2+1 {
+		t.Errorf("plan into all of int64: %+v; want one huge file to fit", st)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/dlfs/dlfs/allocator"
 	"github.com/dlfs/dlfs/catalog"
@@ -59,6 +60,8 @@ type mountOptions struct {
 	placeEpochs  int
 	coalesce     bool
 	pfsMargin    float64
+	pfsTimeout   time.Duration
+	stopTimeout  time.Duration
 	infer        bool
 	push         bool
 	latency      bool
@@ -170,6 +173,13 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 				return fmt.Errorf("--pfs-margin %g: want 0 (never) or a factor above 1", o.pfsMargin)
 			}
 			cfg.Loader.PFSMargin = o.pfsMargin
+			if o.pfsTimeout <= 0 {
+				return fmt.Errorf("--pfs-timeout %v: want a positive duration, such as 1m", o.pfsTimeout)
+			}
+			cfg.Loader.PFSTimeout = o.pfsTimeout
+			if o.stopTimeout <= 0 {
+				return fmt.Errorf("--stop-timeout %v: want a positive duration, such as 30s", o.stopTimeout)
+			}
 			cfg.Prefetch.Staging = int64(o.staging)
 			if o.pfWorkers <= 0 || o.pfWorkers > 4096 {
 				return fmt.Errorf("--prefetch-workers %d: want 1 to 4096", o.pfWorkers)
@@ -213,6 +223,8 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 	f.StringVar(&o.placement, "placement", "demand", "cluster placement: demand (each sample on the node whose ranks read it most, from the gossiped jobs) or hash")
 	f.IntVar(&o.placeEpochs, "placement-epochs", 4, "epochs of each job, from its first, that demand placement counts reads over")
 	f.Float64Var(&o.pfsMargin, "pfs-margin", 0, "read the PFS instead of a peer's copy that the model expects to be this many times slower; 0 never")
+	f.DurationVar(&o.pfsTimeout, "pfs-timeout", def.Loader.PFSTimeout, "how long a read of SOURCE may take before the reader gets ETIMEDOUT (a PFS that stops answering)")
+	f.DurationVar(&o.stopTimeout, "stop-timeout", 30*time.Second, "how long unmounting on SIGTERM may take before dlfs detaches the mount lazily and exits 1 (a second SIGTERM does so at once)")
 	f.BoolVar(&o.latency, "latency-histograms", true, "keep latency histograms (reads by source, FUSE requests by operation, peer requests by member) in stats and metrics")
 	f.BoolVar(&o.push, "push", true, "write prefetched samples into the kernel's page cache ahead of their reads, so a read costs no round trip to dlfs")
 	f.BoolVar(&o.coalesce, "coalesce", true, "read neighbouring samples of a packed SOURCE in one request when the PFS model says it is cheaper")
@@ -300,7 +312,35 @@ func runMount(cmd *cobra.Command, cfg daemon.Config, o *mountOptions) error {
 	case <-done:
 		cfg.Logger.Info("unmounted from outside", "mountpoint", cfg.Mountpoint)
 	}
-	return node.Close()
+	return closeBounded(node, cfg, o.stopTimeout)
+}
+
+// closeBounded closes node, unless that takes longer than limit or a
+// second signal comes: then it detaches the mount lazily, so the kernel
+// lets go of it once its last user does, and gives up on the rest (the
+// process is about to exit).
+func closeBounded(node *daemon.Node, cfg daemon.Config, limit time.Duration) error {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	closed := make(chan error, 1)
+	go func() { closed <- node.Close() }() // abandoned at exit if it cannot end
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	var why string
+	select {
+	case err := <-closed:
+		return err
+	case <-sigs:
+		why = "a second signal came"
+	case <-timer.C:
+		why = fmt.Sprintf("it took longer than --stop-timeout %s", limit)
+	}
+	cfg.Logger.Error("could not unmount cleanly; detaching the mount and exiting", "mountpoint", cfg.Mountpoint, "why", why)
+	if err := unix.Unmount(cfg.Mountpoint, unix.MNT_DETACH); err != nil && err != unix.EINVAL {
+		return fmt.Errorf("unmount %s: %s, and detaching it failed: %w", cfg.Mountpoint, why, err)
+	}
+	return fmt.Errorf("unmount %s: %s; detached it lazily", cfg.Mountpoint, why)
 }
 
 // unwrapPath turns *PathError into its bare cause, since the path is

@@ -58,11 +58,11 @@ func main() {
 				continue
 			case syscall.SIGUSR2:
 				sim.Hang()
-				fmt.Println("pfssim: hung")
+				fmt.Fprintln(os.Stderr, "pfssim: hung")
 				continue
 			case syscall.SIGHUP:
 				sim.Resume()
-				fmt.Println("pfssim: resumed")
+				fmt.Fprintln(os.Stderr, "pfssim: resumed")
 				continue
 			}
 			if err := sim.Unmount(); err != nil {

@@ -15,6 +15,8 @@
 //
 // # Faults
 //
+// FailDir makes a directory's opens fail with an errno.
+//
 // Hang makes every open, read, lookup, getattr and listing wait, deaf to
 // interrupts, until Resume or Unmount: a PFS that stops answering (a
 // hard-mounted NFS server gone, a Lustre OST in recovery). Reading counts
@@ -78,8 +80,9 @@ type Sim struct {
 	opens, readOps, bytes, dumps atomic.Int64
 	reading                      atomic.Int64 // reads past their slot, not yet answered
 
-	gateMu sync.Mutex
-	gate   chan struct{} // gateMu guards gate: non-nil while hung, closed by Resume
+	gateMu    sync.Mutex
+	gate      chan struct{}            // gateMu guards gate: non-nil while hung, closed by Resume
+	dirFaults map[string]syscall.Errno // (gateMu) by path: FailDir
 
 	bwMu   sync.Mutex
 	bwNext time.Time // bwMu guards bwNext: when the link is next free
@@ -217,6 +220,28 @@ func (s *Sim) Resume() {
 	}
 }
 
+// FailDir makes every open of the directory at path (relative to Dir)
+// fail with errno, until FailDir(path, 0): an unreadable directory, or a
+// server's transient error.
+func (s *Sim) FailDir(path string, errno syscall.Errno) {
+	s.gateMu.Lock()
+	defer s.gateMu.Unlock()
+	if s.dirFaults == nil {
+		s.dirFaults = map[string]syscall.Errno{}
+	}
+	if errno == 0 {
+		delete(s.dirFaults, path)
+	} else {
+		s.dirFaults[path] = errno
+	}
+}
+
+func (s *Sim) dirFault(path string) syscall.Errno {
+	s.gateMu.Lock()
+	defer s.gateMu.Unlock()
+	return s.dirFaults[path]
+}
+
 // Reading reports how many reads are being served now.
 func (s *Sim) Reading() int64 { return s.reading.Load() }
 
@@ -275,7 +300,14 @@ var (
 	_ = (fs.NodeLookuper)((*node)(nil))
 	_ = (fs.NodeGetattrer)((*node)(nil))
 	_ = (fs.NodeReaddirer)((*node)(nil))
+	_ = (fs.NodeOpendirHandler)((*node)(nil))
+	_ = (fs.NodeStatfser)((*node)(nil))
 )
+
+func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	n.sim.wait()
+	return n.LoopbackNode.Statfs(ctx, out)
+}
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	n.sim.wait()
@@ -290,6 +322,14 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 	n.sim.wait()
 	return n.LoopbackNode.Readdir(ctx)
+}
+
+func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	n.sim.wait()
+	if errno := n.sim.dirFault(n.Path(n.Root())); errno != 0 {
+		return nil, 0, errno
+	}
+	return n.LoopbackNode.OpendirHandle(ctx, flags)
 }
 
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {

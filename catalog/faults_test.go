@@ -1,0 +1,105 @@
+package catalog
+
+import (
+	"context"
+	"errors"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlfs/dlfs/test/pfssim"
+)
+
+// simSource mounts a simulated PFS over a tree of a/1, a/2, a/deep/3 and
+// b/4, and opens a catalog of it.
+func simSource(t *testing.T, stall time.Duration) (*pfssim.Sim, *Catalog) {
+	t.Helper()
+	dir, mnt := t.TempDir(), t.TempDir()
+	for _, p := range []string{"a/1", "a/2", "a/deep/3", "b/4"} {
+		write(t, dir, p, p)
+	}
+	sim, err := pfssim.Mount(mnt, pfssim.Config{Dir: dir, NoAttrCache: true})
+	if err != nil {
+		t.Skipf("no FUSE here: %v", err)
+	}
+	t.Cleanup(func() { sim.Unmount() })
+	cfg := DefaultConfig(mnt)
+	cfg.StallTimeout = stall
+	c, err := Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sim, c
+}
+
+// A directory that fails to read during a rescan keeps its entries from
+// the last scan, is named in the snapshot, and its subdirectories are
+// still scanned; whatever the rescan, Refresh or Revalidate.
+func TestRescanKeepsUnreadableDirectory(t *testing.T) {
+	for _, how := range []string{"refresh", "revalidate"} {
+		t.Run(how, func(t *testing.T) {
+			sim, c := simSource(t, time.Minute)
+			sim.FailDir("a", syscall.EIO)
+			var d Diff
+			var err error
+			if how == "refresh" {
+				d, err = c.Refresh(context.Background())
+			} else {
+				// Revalidate reads only directories that changed: touch a.
+				write(t, c.Source(), "a/new", "n")
+				d, err = c.Revalidate(context.Background())
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(d.Removed) > 0 {
+				t.Errorf("a transient error removed %d entries, the first %s", len(d.Removed), d.Removed[0].Path())
+			}
+			snap := c.Snapshot()
+			for _, p := range []string{"a/1", "a/2", "a/deep/3", "b/4"} {
+				if snap.Lookup(p) == nil {
+					t.Errorf("%s is gone after a rescan that could not read its directory", p)
+				}
+			}
+			if snap.UnreadableDirs != 1 || len(snap.Unreadable) != 1 || snap.Unreadable[0] != "a" {
+				t.Errorf("unreadable %d %v, want 1 [a]", snap.UnreadableDirs, snap.Unreadable)
+			}
+			sim.FailDir("a", 0)
+			if _, err := c.Refresh(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if snap := c.Snapshot(); snap.UnreadableDirs != 0 || (how == "revalidate" && snap.Lookup("a/new") == nil) {
+				t.Errorf("after the error cleared: unreadable %d, a/new %v", snap.UnreadableDirs, snap.Lookup("a/new"))
+			}
+		})
+	}
+}
+
+// A rescan of a PFS that stops answering fails once nothing moved for
+// StallTimeout, or when its context ends, and the snapshot stays.
+func TestRescanOfHungSource(t *testing.T) {
+	sim, c := simSource(t, 50*time.Millisecond)
+	before := c.Snapshot()
+	sim.Hang()
+	defer sim.Resume()
+	if _, err := c.Refresh(context.Background()); !errors.Is(err, ErrStalled) {
+		t.Fatalf("a refresh of a hung PFS: %v, want ErrStalled", err)
+	}
+	if _, err := c.Revalidate(context.Background()); !errors.Is(err, ErrStalled) {
+		t.Fatalf("a revalidation of a hung PFS: %v, want ErrStalled", err)
+	}
+	if c.Snapshot() != before {
+		t.Error("a failed rescan replaced the snapshot")
+	}
+	cfg := c.cfg
+	cfg.StallTimeout = time.Hour
+	slow := &Catalog{cfg: cfg}
+	slow.cur.Store(before)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { _, err := slow.Refresh(ctx); done <- err }()
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("a cancelled refresh of a hung PFS: %v, want context.Canceled", err)
+	}
+}

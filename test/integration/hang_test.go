@@ -1,0 +1,132 @@
+package integration
+
+// A PFS that stops answering (issue 27, "Hangs"): reads through dlfs end
+// at --pfs-timeout with ETIMEDOUT, a reader's Ctrl-C ends its read at once,
+// and SIGTERM unmounts and exits while reads of SOURCE are stuck.
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// hungPFS starts a simulated PFS over files a, b and c (c of 3 MiB, three
+// blocks), mounts dlfs over it with flags, reads a through dlfs, and hangs
+// the PFS.
+func hungPFS(t *testing.T, flags ...string) (*pfs, *proc) {
+	t.Helper()
+	dir := t.TempDir()
+	for name, n := range map[string]int{"a": 300 << 10, "b": 300 << 10, "c": 3 << 20} {
+		if err := os.WriteFile(filepath.Join(dir, name), randomBytes(n, uint64(n)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := startPFS(t, dir)
+	d := startDlfs(t, p.Mnt, append([]string{"--infer=false", "--push=false"}, flags...)...)
+	if _, err := os.ReadFile(filepath.Join(d.Mnt, "a")); err != nil {
+		t.Fatal(err)
+	}
+	p.Cmd.Process.Signal(syscall.SIGUSR2)
+	p.waitLog(t, "pfssim: hung")
+	return p, d
+}
+
+// blockedInFUSE waits until process pid is waiting for a FUSE answer.
+func blockedInFUSE(t *testing.T, pid int) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		b, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stack"))
+		if strings.Contains(string(b), "request_wait_answer") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d never blocked in FUSE:\n%s", pid, b)
+		}
+	}
+}
+
+// stopWhileHung sends d SIGTERM while p hangs, and checks that the mount
+// goes and the daemon exits within a bound. A thread in a FUSE request
+// that the PFS never answers cannot be killed (the kernel waits for the
+// answer), so the daemon's process lingers as a zombie until the PFS
+// answers: the test then resumes p, and the cleanup reaps d.
+func stopWhileHung(t *testing.T, p *pfs, d *proc) {
+	t.Helper()
+	d.Cmd.Process.Signal(syscall.SIGTERM)
+	stat := filepath.Join("/proc", strconv.Itoa(d.Cmd.Process.Pid), "stat")
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		b, err := os.ReadFile(stat)
+		exited := err != nil || strings.Contains(string(b), ") Z ")
+		if exited && !isMounted(d.Mnt) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("SIGTERM with the PFS hung: exited %v, mounted %v after 30s\n%s", exited, isMounted(d.Mnt), d.Stderr)
+		}
+	}
+	p.Cmd.Process.Signal(syscall.SIGHUP)
+	p.waitLog(t, "pfssim: resumed")
+	d.stop(t) // reaps it: exit status 0
+}
+
+func TestHungPFSReadTimesOut(t *testing.T) {
+	p, d := hungPFS(t, "--pfs-timeout", "1s")
+	start := time.Now()
+	code, _, stderr := runCmd(t, "timeout", "60", "cat", filepath.Join(d.Mnt, "b"))
+	if code == 0 || !strings.Contains(stderr, "timed out") {
+		t.Fatalf("a read of a hung PFS: exit %d, %q; want ETIMEDOUT (Connection timed out)", code, stderr)
+	}
+	t.Logf("the read failed after %v", time.Since(start).Round(time.Millisecond))
+	d.alive(t) // stats still answer
+	if got := num(dlfsStats(t, d.Mnt), "pfs_stuck"); got < 1 {
+		t.Errorf("stats pfs_stuck %v, want the read abandoned in the kernel counted", got)
+	}
+	// df asks SOURCE too: it answers (ETIMEDOUT at worst) instead of hanging.
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(d.Mnt, &st); err != nil && err != syscall.ETIMEDOUT {
+		t.Errorf("statfs of a mount over a hung PFS: %v", err)
+	}
+	stopWhileHung(t, p, d)
+}
+
+// Ctrl-C of a reader waiting on a hung PFS ends its read at once (dd
+// handles SIGINT, so only the FUSE INTERRUPT frees it: the kernel waits
+// for the daemon's answer), and SIGTERM unmounts and exits with reads of
+// SOURCE stuck and a reader still waiting.
+func TestHungPFSInterruptAndStop(t *testing.T) {
+	p, d := hungPFS(t, "--pfs-timeout", "1h")
+	dd := func(name string) (*exec.Cmd, chan error) {
+		cmd := exec.Command("dd", "if="+filepath.Join(d.Mnt, name), "of=/dev/null", "bs=4096", "count=1", "iflag=direct")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		blockedInFUSE(t, cmd.Process.Pid)
+		return cmd, exited
+	}
+	reader, exited := dd("c")
+	reader.Process.Signal(syscall.SIGINT)
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		reader.Process.Kill()
+		t.Fatal("a reader's Ctrl-C did not end its read of a hung PFS")
+	}
+	second, done := dd("b")
+	stopWhileHung(t, p, d)
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("a read cut short by unmounting succeeded")
+		}
+	case <-time.After(30 * time.Second):
+		second.Process.Kill()
+		t.Fatal("a reader stayed stuck after the daemon exited")
+	}
+}
