@@ -266,7 +266,12 @@ func (f *FS) readDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntry
 
 // readDirPlus answers the entries with their attributes, as lookups would;
 // the control tree's and the dot entries come without (node ID 0: the
-// kernel looks them up when asked).
+// kernel looks them up when asked). The names are the handle's, as of the
+// open, but the attributes are the current snapshot's: a refresh during a
+// listing has invalidated what changed, and the old attributes must not
+// come back (the kernel drops an answer to a request older than an
+// invalidation, not one made after it from old figures). An entry a
+// refresh removed comes without attributes.
 //
 // Without Config.ListingAttrs the kernel asks for attributes with a
 // directory's first chunk only (READDIRPLUS_AUTO), and makes an inode for
@@ -282,14 +287,20 @@ func (f *FS) readDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirE
 	if !f.cfg.ListingAttrs && in.Offset == 0 {
 		end = min(end, 2)
 	}
+	snap := f.data.Snapshot()
 	for i := int(in.Offset); i < end; i++ {
 		de, e := h.at(i)
 		eo := out.AddDirLookupEntry(de)
 		if eo == nil {
 			break
 		}
-		if e != nil {
-			f.fillEntry(e, eo)
+		if e == nil {
+			continue
+		}
+		// An inode number names one path and type for good (package
+		// catalog), so the current entry is the one of that number.
+		if cur := snap.ByIno(e.Ino); cur != nil {
+			f.fillEntry(cur, eo)
 		}
 	}
 	return fuse.OK

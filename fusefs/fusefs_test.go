@@ -610,3 +610,50 @@ func TestControlViews(t *testing.T) {
 		t.Errorf("getattr of jobs/x: %v uid %d mode %o", st, attr.Attr.Uid, attr.Attr.Mode)
 	}
 }
+
+// A listing under way when a refresh changes a file answers the file's new
+// attributes, not the ones of the snapshot the directory was opened on: a
+// file that grew must not read back cut short.
+func TestReadDirPlusAfterRefresh(t *testing.T) {
+	f, _ := newTree(t, 6)
+	f.cfg.ListingAttrs = true
+	cat := f.data.(tree).cat
+	dir := lookup(t, f, catalog.RootIno, "class_1")
+	var open fuse.OpenOut
+	if st := f.OpenDir(nil, &fuse.OpenIn{InHeader: header(dir.NodeId)}, &open); !st.Ok() {
+		t.Fatal(st)
+	}
+	defer f.ReleaseDir(&fuse.ReleaseIn{Fh: open.Fh})
+	grown := filepath.Join(cat.Source(), "class_1", "img_0004.jpg")
+	if err := os.WriteFile(grown, []byte(strings.Repeat("y", 1000)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(cat.Source(), "class_1", "img_0001.jpg")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cat.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	out := fuse.NewDirEntryList(make([]byte, 1<<16), 0)
+	if st := f.ReadDirPlus(nil, &fuse.ReadIn{InHeader: header(dir.NodeId), Fh: open.Fh}, out); !st.Ok() {
+		t.Fatal(st)
+	}
+	seen := 0
+	for _, d := range parseDirents(t, out.Bytes(), true) {
+		switch d.name {
+		case "img_0004.jpg":
+			seen++
+			if d.entry.Size != 1000 {
+				t.Errorf("%s: size %d in a listing after a refresh, want 1000", d.name, d.entry.Size)
+			}
+		case "img_0001.jpg":
+			seen++
+			if d.entry.NodeId != 0 {
+				t.Errorf("%s, removed by the refresh, listed with attributes: %+v", d.name, d.entry)
+			}
+		}
+	}
+	if seen != 2 {
+		t.Fatalf("the listing opened before the refresh has %d of the two entries", seen)
+	}
+}
