@@ -53,6 +53,7 @@ import (
 	"github.com/dlfs/dlfs/placement"
 	"github.com/dlfs/dlfs/prefetch"
 	"github.com/dlfs/dlfs/ramcache"
+	"github.com/dlfs/dlfs/ratelog"
 	"github.com/dlfs/dlfs/readers"
 	"github.com/dlfs/dlfs/source"
 	"github.com/dlfs/dlfs/ssdstore"
@@ -223,12 +224,19 @@ func (n *Node) closeFirst(name string) {
 	}
 }
 
+// logEvery is how often one warning or error message may be logged.
+const logEvery = 10 * time.Second
+
 // Start checks the configuration, scans SOURCE, opens the tiers and mounts.
 // On error everything already started is stopped again.
 func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	// Warnings and errors come from requests, peers and strangers as often
+	// as they retry: each message is written at most once per
+	// logEvery, with a count of the rest.
+	cfg.Logger = slog.New(ratelog.NewHandler(cfg.Logger.Handler(), logEvery, slog.LevelWarn))
 	if cfg.NodeName == "" {
 		cfg.NodeName, _ = os.Hostname()
 	}

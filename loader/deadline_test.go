@@ -47,7 +47,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // abandoned call is counted until the kernel answers.
 func TestPFSDeadline(t *testing.T) {
 	pfs := newHungPFS(map[string][]byte{"f": data(100)})
-	l := New(Config{PFSTimeout: 20 * time.Millisecond}, ramcache.New(ramcache.Config{Capacity: 1 << 20}), nil, pfs)
+	// Failures forgotten at once, so the read after the PFS answers tries again.
+	l := New(Config{PFSTimeout: 20 * time.Millisecond, FailureTTL: time.Nanosecond}, ramcache.New(ramcache.Config{Capacity: 1 << 20}), nil, pfs)
 	defer l.Close()
 	_, err := l.ReadAt(context.Background(), entry("f", 100), make([]byte, 100), 0)
 	if !errors.Is(err, ErrPFSTimeout) {
@@ -133,7 +134,7 @@ func TestPFSCallsBound(t *testing.T) {
 		files[fmt.Sprint(i)] = data(10)
 	}
 	pfs := newHungPFS(files)
-	l := New(Config{PFSTimeout: 20 * time.Millisecond, PFSCalls: 2}, ramcache.New(ramcache.Config{Capacity: 1 << 20}), nil, pfs)
+	l := New(Config{PFSTimeout: 20 * time.Millisecond, PFSCalls: 2, FailureTTL: time.Nanosecond}, ramcache.New(ramcache.Config{Capacity: 1 << 20}), nil, pfs)
 	defer l.Close()
 	for name := range files {
 		if _, err := l.ReadAt(context.Background(), entry(name, 10), make([]byte, 10), 0); !errors.Is(err, ErrPFSTimeout) {

@@ -110,13 +110,16 @@ type Config struct {
 	PFSTimeout time.Duration // default 1 minute
 	// PFSCalls bounds the reads of SOURCE in flight, abandoned ones
 	// included: each holds a goroutine and up to a block of memory.
-	PFSCalls int          // default 256
-	Logger   *slog.Logger // nil: discard
+	PFSCalls int // default 256
+	// FailureTTL is how long a failed read of SOURCE is remembered and
+	// answered without another try (failures.go); 0 takes the default.
+	FailureTTL time.Duration // default 2s
+	Logger     *slog.Logger  // nil: discard
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{BlockSize: 1 << 20, DemandPerContainer: 16, PFSTimeout: time.Minute, PFSCalls: 256}
+	return Config{BlockSize: 1 << 20, DemandPerContainer: 16, PFSTimeout: time.Minute, PFSCalls: 256, FailureTTL: 2 * time.Second}
 }
 
 // Validate reports the first setting that is out of range.
@@ -128,6 +131,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("loader: PFS timeout %s is negative; give a duration such as 1m", c.PFSTimeout)
 	case c.PFSCalls < 0:
 		return fmt.Errorf("loader: %d PFS calls is negative", c.PFSCalls)
+	case c.FailureTTL < 0:
+		return fmt.Errorf("loader: failure TTL %s is negative", c.FailureTTL)
 	case c.PFSMargin < 0:
 		return fmt.Errorf("loader: PFS margin %g is negative", c.PFSMargin)
 	}
@@ -267,6 +272,7 @@ type Loader struct {
 
 	pfsSlots  chan struct{} // one per read of SOURCE in flight (deadline.go)
 	pfsStuck  atomic.Int64  // reads of SOURCE abandoned at their deadline, still in the kernel
+	failed    failures      // reads of SOURCE that failed lately (failures.go)
 	closed    chan struct{} // closed by Close
 	closeOnce sync.Once
 }
@@ -291,6 +297,9 @@ func New(cfg Config, ram *ramcache.Cache, ssd SSD, pfs PFS) *Loader {
 	}
 	if cfg.PFSCalls <= 0 {
 		cfg.PFSCalls = DefaultConfig().PFSCalls
+	}
+	if cfg.FailureTTL <= 0 {
+		cfg.FailureTTL = DefaultConfig().FailureTTL
 	}
 	closed := make(chan struct{})
 	l := &Loader{cfg: cfg, log: cfg.Logger, model: cfg.Model, ram: ram, ssd: ssd, pfs: pfs,
@@ -745,6 +754,11 @@ func (l *Loader) loadFrom(e *catalog.Entry, i int64, tag uint64, why purpose) (f
 				return fetch{b.Data, tierSSD, b.Sum}, nil
 			}
 		case srcPFS:
+			fk := failKey{e.Path(), e.Version()}
+			if err := l.failed.get(fk, start); err != nil {
+				pfsErr = err
+				continue // a cache source after it may still hold the block
+			}
 			var buf []byte
 			var err error
 			if c, ok := l.pfs.(Coalescer); ok && why == forReader && !l.cfg.NoCoalesce && e.Size <= bs {
@@ -757,6 +771,7 @@ func (l *Loader) loadFrom(e *catalog.Entry, i int64, tag uint64, why purpose) (f
 				buf, err = l.readPFS(e, i, n)
 			}
 			if err != nil {
+				l.failed.put(fk, err, time.Now(), l.cfg.FailureTTL)
 				pfsErr = err
 				continue // a cache source after it may still hold the block
 			}
@@ -852,6 +867,7 @@ func (l *Loader) Invalidate(e *catalog.Entry) {
 	if !e.IsRegular() {
 		return
 	}
+	l.failed.forget(failKey{e.Path(), e.Version()})
 	blocks := Blocks(e.Size, l.cfg.BlockSize)
 	for i := int64(0); i < blocks; i++ {
 		key := BlockKey(e.Path(), i)

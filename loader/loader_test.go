@@ -170,6 +170,8 @@ func TestTiers(t *testing.T) {
 	}
 }
 
+// A failed read caches nothing: once the failure is no longer remembered
+// (failures.go: a refresh forgets it), the file is read again.
 func TestErrorsAreNotCached(t *testing.T) {
 	pfs := &fakePFS{files: map[string][]byte{}}
 	l := New(DefaultConfig(), ramcache.New(ramcache.Config{Capacity: 1 << 20}), nil, pfs)
@@ -178,6 +180,7 @@ func TestErrorsAreNotCached(t *testing.T) {
 		t.Fatalf("got %v, want ENOENT", err)
 	}
 	pfs.files["gone"] = data(10)
+	l.Invalidate(e)
 	if _, err := l.ReadAt(context.Background(), e, make([]byte, 10), 0); err != nil {
 		t.Fatalf("after the file came back: %v", err)
 	}

@@ -19,7 +19,7 @@
 //
 // # Logs
 //
-// Refusals are logged through Every: the first at once, then at most one
+// Refusals are logged through ratelog.Every: the first at once, then at most one
 // line per interval, which says how many were not logged since. A flood of
 // connections costs a few lines, not one each.
 package netlimit
@@ -32,6 +32,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dlfs/dlfs/ratelog"
 )
 
 // Config bounds the connections of one server. Zero fields take
@@ -110,7 +112,7 @@ func (c Config) Validate() error {
 // nothing blocks.
 type Limiter struct {
 	cfg  Config // read-only after New
-	logs Every
+	logs ratelog.Every
 
 	mu     sync.Mutex
 	held   int            // mu guards held and byHost
@@ -125,7 +127,7 @@ func New(cfg Config) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Limiter{cfg: cfg, logs: Every{Interval: cfg.LogEvery}, byHost: map[string]int{}}, nil
+	return &Limiter{cfg: cfg, logs: ratelog.Every{Interval: cfg.LogEvery}, byHost: map[string]int{}}, nil
 }
 
 // Host is the key a connection is counted under: its source IP.

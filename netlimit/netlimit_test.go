@@ -163,32 +163,3 @@ func TestConfigErrors(t *testing.T) {
 		t.Errorf("negative idle timeout: %v, want ErrConfig", err)
 	}
 }
-
-// Every logs the first event, counts the rest of the interval, and the
-// next line carries the count.
-func TestEvery(t *testing.T) {
-	var buf bytes.Buffer
-	log := slog.New(slog.NewTextHandler(&buf, nil))
-	e := Every{Interval: time.Hour}
-	for range 1000 {
-		e.Warn(log, "refused")
-	}
-	if n := strings.Count(buf.String(), "refused"); n != 1 {
-		t.Fatalf("1000 events in one interval logged %d lines, want 1", n)
-	}
-	e.mu.Lock()
-	e.last = time.Now().Add(-2 * time.Hour) // the interval has passed
-	e.mu.Unlock()
-	e.Warn(log, "refused")
-	if !strings.Contains(buf.String(), "suppressed=999") {
-		t.Fatalf("the next line does not count the 999 suppressed:\n%s", buf.String())
-	}
-	var zero Every
-	buf.Reset()
-	for range 3 {
-		zero.Warn(log, "each")
-	}
-	if n := strings.Count(buf.String(), "each"); n != 3 {
-		t.Fatalf("a zero interval logged %d of 3", n)
-	}
-}

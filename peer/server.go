@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dlfs/dlfs/netlimit"
+	"github.com/dlfs/dlfs/ratelog"
 )
 
 // Source is what a server serves: a block by catalog identity.
@@ -38,7 +39,7 @@ type Server struct {
 	handshaking chan struct{} // a slot per connection in its handshake
 	stop        chan struct{} // closed by Close
 	// Refusals are logged at a bounded rate, one Every per reason.
-	slowLog, authLog netlimit.Every
+	slowLog, authLog ratelog.Every
 
 	wg     sync.WaitGroup
 	mu     sync.Mutex
@@ -87,7 +88,7 @@ func listen(addr string, key []byte, src Source, log *slog.Logger, lim limits) (
 	every := lim.strangers.LogEvery
 	s := &Server{ln: ln, tls: cfg, src: src, log: log, lim: lim, conns: map[net.Conn]struct{}{},
 		handshaking: make(chan struct{}, lim.handshakes), stop: make(chan struct{}),
-		slowLog: netlimit.Every{Interval: every}, authLog: netlimit.Every{Interval: every}}
+		slowLog: ratelog.Every{Interval: every}, authLog: ratelog.Every{Interval: every}}
 	s.wg.Add(1)
 	go s.accept()
 	return s, nil
