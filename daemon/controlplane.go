@@ -25,6 +25,8 @@ type controlPlane struct {
 	errMu   sync.Mutex // guards lastErr and checks: a read of the status never waits for a command
 	lastErr string
 	checks  map[string]CheckResult // the last check command's, by path
+
+	lastErrBy uint32 // errMu guards it too: the uid whose write failed (see controlview.go)
 }
 
 var _ fusefs.ControlPlane = (*controlPlane)(nil)
@@ -197,17 +199,17 @@ func (c *controlPlane) Read(path string) ([]byte, error) {
 	return nil, fmt.Errorf("control: %s: %w", path, fs.ErrNotExist)
 }
 
-func (c *controlPlane) Write(path string, data []byte) error {
+func (c *controlPlane) Write(ctx context.Context, path string, data []byte) error {
 	if path != "control" {
 		return fmt.Errorf("control: %s: %w", path, fs.ErrPermission)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	err := c.exec(data)
+	err := c.exec(ctx, data)
 	c.errMu.Lock()
 	c.lastErr = ""
 	if err != nil {
-		c.lastErr = err.Error()
+		c.lastErr, c.lastErrBy = err.Error(), ownerOf(ctx).Uid
 	}
 	c.errMu.Unlock()
 	if err != nil {
@@ -223,7 +225,10 @@ const followTimeout = 10 * time.Second
 // exec parses every line first, so a bad line changes nothing, then runs
 // them in order; a write with a job line returns once the prefetcher
 // follows the new plans (or after followTimeout).
-func (c *controlPlane) exec(data []byte) error {
+//
+// c.mu is held, except while a refresh runs: a rescan takes as long as
+// SOURCE makes it, and other writers must not wait for it (refresher).
+func (c *controlPlane) exec(ctx context.Context, data []byte) error {
 	cmds, err := control.Parse(data)
 	if err != nil {
 		return err
@@ -249,14 +254,14 @@ func (c *controlPlane) exec(data []byte) error {
 	for _, cmd := range cmds {
 		switch cmd := cmd.(type) {
 		case control.Job:
-			if err := c.n.jobs.Apply(cmd); err != nil {
+			if err := c.n.jobs.ApplyAs(ownerOf(ctx), cmd); err != nil {
 				return err
 			}
 		case control.End:
 			// A job may only report (a dlfs.DataLoader that announced no
 			// sampler); ending it ends its allocation.
 			reported := c.n.alloc.End(cmd.Job)
-			if err := c.n.jobs.End(cmd.Job); err != nil && !reported {
+			if err := c.n.jobs.EndAs(ownerOf(ctx), cmd.Job); err != nil && !reported {
 				return err
 			}
 		case control.Report:
@@ -292,9 +297,9 @@ func (c *controlPlane) exec(data []byte) error {
 			c.checks = results
 			c.errMu.Unlock()
 		case control.Refresh:
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-			_, err := c.n.Refresh(ctx)
-			cancel()
+			c.mu.Unlock()
+			err := c.n.refresher.refresh(ctx)
+			c.mu.Lock()
 			if err != nil {
 				return fmt.Errorf("refresh: %w", err)
 			}

@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"bytes"
+	"context"
 	"hash/fnv"
 	"path"
 	"syscall"
@@ -24,7 +25,9 @@ import (
 // A rendering is immutable and shared: a lookup whose rendering is byte
 // for byte one the kernel still holds gets that one's node ID (so 600
 // open descriptors of one plan file hold one copy of it), and a new node
-// ID only when the contents changed. A rendering goes when the kernel
+// ID only when the contents changed. The writable control file is the
+// exception: its writer truncates the node it opens, so every lookup of
+// it gets a node of its own. A rendering goes when the kernel
 // forgets its node ID. Renderings held together are bounded by
 // MaxRenderBytes: past it, the least recently looked-up ones lose their
 // contents (their reads fail with ESTALE; an open looks up a new one).
@@ -126,7 +129,9 @@ func (t *pseudoTable) add(n *pseudoNode) uint64 {
 		h := fnv.New64a()
 		h.Write(n.data)
 		n.sum, n.size = h.Sum64(), len(n.data)
-		if ino, ok := t.renders[n.key()]; ok {
+		// A writable file is never shared: the writer's truncation (echo >
+		// control) sets its node's size to 0 in the kernel.
+		if ino, ok := t.renders[n.key()]; ok && !n.writable {
 			if o := t.byIno[ino]; bytes.Equal(o.data, n.data) && samePerm(o.perm, n.perm) {
 				o.lookups++
 				o.used = t.clock
@@ -142,7 +147,9 @@ func (t *pseudoTable) add(n *pseudoNode) uint64 {
 	case n.dir || n.pipe:
 		t.dirs[n.path] = ino
 	default:
-		t.renders[n.key()] = ino
+		if !n.writable {
+			t.renders[n.key()] = ino
+		}
 		t.bytes += int64(len(n.data))
 		t.evict(ino)
 	}
@@ -365,7 +372,17 @@ func (f *FS) readControl(in *fuse.ReadIn) ([]byte, fuse.Status) {
 	return n.data[off:min(off+int64(in.Size), int64(len(n.data)))], fuse.OK
 }
 
-func (f *FS) writeControl(in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
+// callerKey holds a control write's fuse.Caller in its context.
+type callerKey struct{}
+
+// CallerOf returns who made a control write, from the context
+// ControlPlane.Write is given.
+func CallerOf(ctx context.Context) (fuse.Caller, bool) {
+	c, ok := ctx.Value(callerKey{}).(fuse.Caller)
+	return c, ok
+}
+
+func (f *FS) writeControl(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
 	n, st := f.node(in.NodeId)
 	if !st.Ok() {
 		return 0, st
@@ -373,7 +390,8 @@ func (f *FS) writeControl(in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
 	if !n.writable {
 		return 0, fuse.EACCES
 	}
-	if err := f.ctl.Write(n.path, data); err != nil {
+	ctx := context.WithValue(requestContext{cancel}, callerKey{}, in.Caller)
+	if err := f.ctl.Write(ctx, n.path, data); err != nil {
 		return 0, fuse.Status(toErrno(f.log, "write control "+n.path, err))
 	}
 	return uint32(len(data)), fuse.OK

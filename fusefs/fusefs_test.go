@@ -515,6 +515,15 @@ func TestControlRenderingsShared(t *testing.T) {
 	if got, _ := readAll(t, f, first.NodeId); got[:30] != plan[:30] {
 		t.Errorf("the old rendering reads %q", got[:30])
 	}
+	// The control file is written through the node its writer looks up,
+	// which the writer truncates first: never one a reader holds.
+	p.contents["control"] = "{}\n"
+	w, r := lookup(t, f, ctl.NodeId, "control"), lookup(t, f, ctl.NodeId, "control")
+	if w.NodeId == r.NodeId {
+		t.Error("two lookups of the writable control file share a node")
+	}
+	f.Forget(w.NodeId, 1)
+	f.Forget(r.NodeId, 1)
 	f.Forget(first.NodeId, 600)
 	f.Forget(changed.NodeId, 1)
 	if f.pseudo.bytes != 0 || len(f.pseudo.renders) != 0 || len(f.pseudo.byIno) != 1 {

@@ -107,7 +107,7 @@ func DefaultConfig() Config {
 
 // Loader is what the prefetcher fetches through.
 type Loader interface {
-	Prefetch(e *catalog.Entry, keep loader.Keep) (int, error)
+	Prefetch(ctx context.Context, e *catalog.Entry, keep loader.Keep) (int, error)
 	// Offer hands RAM a block the stage gives up; RAM keeps it if its next
 	// use warrants, and Offer reports whether it did.
 	Offer(key string, b ramcache.Block) bool
@@ -117,7 +117,7 @@ type Loader interface {
 	// samples of a packed dataset into one PFS read (see loader.Loader).
 	Coalesces() bool
 	Locate(e *catalog.Entry) (loader.Span, bool)
-	PrefetchRun(first *catalog.Entry, neighbours []*catalog.Entry, keep loader.Keep) (map[uint64]bool, error)
+	PrefetchRun(ctx context.Context, first *catalog.Entry, neighbours []*catalog.Entry, keep loader.Keep) (map[uint64]bool, error)
 	RunLimits() (gap, run int64)
 	// Cached returns block i of e if RAM, the stage or the SSD holds it
 	// intact (for pushing).
@@ -1165,7 +1165,7 @@ func (p *Prefetcher) work(ctx context.Context) {
 		var run map[uint64]bool
 		if len(group) > 1 {
 			var err error
-			if run, err = p.load.PrefetchRun(group[0], group[1:], keep); err != nil {
+			if run, err = p.load.PrefetchRun(ctx, group[0], group[1:], keep); err != nil {
 				p.log.Warn("prefetch: coalesced read failed; fetching one by one", "samples", len(group), "err", err)
 			}
 		}
@@ -1176,7 +1176,7 @@ func (p *Prefetcher) work(ctx context.Context) {
 					staged = 1
 				}
 			} else {
-				staged, err = p.load.Prefetch(e, keep)
+				staged, err = p.load.Prefetch(ctx, e, keep)
 			}
 			p.finish(e, staged, err)
 		}

@@ -44,7 +44,7 @@ func (f *fakeLoader) Locate(e *catalog.Entry) (loader.Span, bool) {
 	return loader.Span{Container: "c", Off: int64(i) * 1000, Len: e.Size}, true
 }
 
-func (f *fakeLoader) PrefetchRun(first *catalog.Entry, rest []*catalog.Entry, keep loader.Keep) (map[uint64]bool, error) {
+func (f *fakeLoader) PrefetchRun(ctx context.Context, first *catalog.Entry, rest []*catalog.Entry, keep loader.Keep) (map[uint64]bool, error) {
 	f.requests.Add(1)
 	es := append([]*catalog.Entry{first}, rest...)
 	out := map[uint64]bool{}
@@ -80,7 +80,7 @@ func (f *fakeLoader) Cached(e *catalog.Entry, i int64) ([]byte, uint32, bool) {
 	return make([]byte, e.Size), 0, true
 }
 
-func (f *fakeLoader) Prefetch(e *catalog.Entry, keep loader.Keep) (int, error) {
+func (f *fakeLoader) Prefetch(ctx context.Context, e *catalog.Entry, keep loader.Keep) (int, error) {
 	if f.InRAM(e) {
 		return 0, nil
 	}

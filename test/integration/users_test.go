@@ -1,0 +1,235 @@
+package integration
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Two users of one mount (--allow-other): alice (uid 1001, group users,
+// which may write the control file) and bob (uid 1002).
+var (
+	alice = &syscall.Credential{Uid: 1001, Gid: 100, Groups: []uint32{}}
+	bob   = &syscall.Credential{Uid: 1002, Gid: 1002, Groups: []uint32{}}
+)
+
+// as runs a command as cred and returns its combined output.
+func as(cred *syscall.Credential, name string, args ...string) (string, error) {
+	cmd := exec.Command(name, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// holdReader starts, as cred, a Python process that reads files (in
+// order, each whole) and then waits for its stdin to close, so that its
+// stream and inferred job live on while the test looks; the cleanup ends
+// it.
+func holdReader(t *testing.T, cred *syscall.Credential, files []string) int {
+	t.Helper()
+	script := `
+import sys
+for p in sys.argv[1:]:
+    with open(p, "rb") as f:
+        f.read()
+print("read", flush=True)
+sys.stdin.read()
+`
+	cmd := exec.Command("/usr/bin/python3", append([]string{"-c", script}, files...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	in, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Close(); cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "read\n" {
+		t.Fatalf("reader as uid %d: %q %v", cred.Uid, line, err)
+	}
+	go io.Copy(io.Discard, out)
+	return cmd.Process.Pid
+}
+
+// waitUntil polls cond until it holds, for up to 30 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// TestOtherUsers: with --allow-other, what one user does never shows the
+// other's names nor changes the other's jobs.
+//   - Bob's reader, scanning the public class, gets an inferred job over
+//     the dataset that plans none of alice's private class (0700): its
+//     plan files are his, and readable by all only because everything in
+//     them is.
+//   - Alice's reader of her private class gets an inferred job whose plan
+//     files are hers alone (0400 under a 0500 directory): bob cannot list
+//     or read them.
+//   - Bob's stats and stats.prom show his stream and job and none of
+//     alice's; root sees both.
+//   - Alice announces a job; bob reads one file late in her plan: her
+//     cursor does not move (it jumped past 300 samples read by no one).
+func TestOtherUsers(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to act as other users")
+	}
+	src := t.TempDir()
+	os.Chmod(src, 0o755)
+	mk := func(dir string, mode os.FileMode, n int, name string) []string {
+		full := filepath.Join(src, dir)
+		os.MkdirAll(full, 0o755)
+		var out []string
+		for i := 0; i < n; i++ {
+			p := filepath.Join(full, fmt.Sprintf(name, i))
+			os.WriteFile(p, randomBytes(2000+i, uint64(i)), 0o644)
+			os.Chown(p, 1001, 100)
+			out = append(out, filepath.Join(dir, fmt.Sprintf(name, i)))
+		}
+		os.Chown(full, 1001, 100)
+		os.Chmod(full, mode)
+		return out
+	}
+	pub := mk("data/pub", 0o755, 600, "%04d.jpg")
+	mk("data/alice", 0o700, 50, "secret-%02d.jpg")
+	other := mk("other/c", 0o755, 500, "%04d.jpg")
+	mnt := t.TempDir()
+	os.Chmod(mnt, 0o755)
+	os.Chmod(filepath.Dir(mnt), 0o755)
+	d := startMount(t, bin.dlfs, mnt, "mount", "--allow-other", "--push=false", "--control-group", "users", src, mnt)
+	at := func(rel []string) []string {
+		out := make([]string, len(rel))
+		for i, r := range rel {
+			out[i] = filepath.Join(d.Mnt, r)
+		}
+		return out
+	}
+
+	// Bob scans the public class.
+	bobPid := holdReader(t, bob, at(pub))
+	bobJob := fmt.Sprintf("auto-%d", bobPid)
+	waitUntil(t, "bob's inferred job", func() bool {
+		_, err := os.Stat(filepath.Join(d.Mnt, ".dlfs/jobs", bobJob, "rank-0/epoch-0"))
+		return err == nil
+	})
+	plan, err := os.ReadFile(filepath.Join(d.Mnt, ".dlfs/jobs", bobJob, "rank-0/epoch-0"))
+	if err != nil || strings.Contains(string(plan), "alice") || strings.Count(string(plan), "\n") != len(pub) {
+		t.Errorf("bob's plan (%v): %d lines, alice's files in it: %v", err, strings.Count(string(plan), "\n"), strings.Contains(string(plan), "alice"))
+	}
+	checkOwner(t, filepath.Join(d.Mnt, ".dlfs/jobs", bobJob), 1002, 0o555)
+	checkOwner(t, filepath.Join(d.Mnt, ".dlfs/jobs", bobJob, "rank-0/epoch-0"), 1002, 0o444)
+
+	// Alice reads her private class.
+	alicePid := holdReader(t, alice, at([]string{"data/alice/secret-00.jpg", "data/alice/secret-01.jpg", "data/alice/secret-02.jpg",
+		"data/alice/secret-03.jpg", "data/alice/secret-04.jpg", "data/alice/secret-05.jpg", "data/alice/secret-06.jpg",
+		"data/alice/secret-07.jpg", "data/alice/secret-08.jpg", "data/alice/secret-09.jpg", "data/alice/secret-10.jpg",
+		"data/alice/secret-11.jpg"}))
+	aliceJob := fmt.Sprintf("auto-%d", alicePid)
+	alicePlan := filepath.Join(d.Mnt, ".dlfs/jobs", aliceJob, "rank-0/epoch-0")
+	waitUntil(t, "alice's inferred job", func() bool { _, err := os.Stat(alicePlan); return err == nil })
+	checkOwner(t, filepath.Join(d.Mnt, ".dlfs/jobs", aliceJob), 1001, 0o500)
+	checkOwner(t, alicePlan, 1001, 0o400)
+	if out, err := as(bob, "cat", alicePlan); err == nil || strings.Contains(out, "secret") {
+		t.Errorf("bob read alice's plan: %v %q", err, out[:min(len(out), 80)])
+	}
+	if out, err := as(bob, "ls", filepath.Join(d.Mnt, ".dlfs/jobs", aliceJob)); err == nil {
+		t.Errorf("bob listed alice's job: %q", out)
+	}
+	if out, err := as(alice, "cat", alicePlan); err != nil || !strings.Contains(out, "data/alice/secret-00.jpg") {
+		t.Errorf("alice cannot read her own plan: %v %q", err, out[:min(len(out), 80)])
+	}
+
+	// What each sees of the other in the stats.
+	out, err := as(bob, "cat", filepath.Join(d.Mnt, ".dlfs/stats"))
+	if err != nil {
+		t.Fatalf("bob reads the stats: %v %s", err, out)
+	}
+	var st struct {
+		Streams []struct {
+			Uid uint32 `json:"uid"`
+			Job string `json:"job"`
+		} `json:"streams"`
+		Jobs map[string]any `json:"jobs"`
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := st.Jobs[aliceJob]; ok || st.Jobs[bobJob] == nil || strings.Contains(out, "secret") {
+		t.Errorf("bob's stats show jobs %v", keys(st.Jobs))
+	}
+	for _, s := range st.Streams {
+		if s.Uid != 1002 {
+			t.Errorf("bob's stats show a stream of uid %d (job %q)", s.Uid, s.Job)
+		}
+	}
+	if prom, err := as(bob, "cat", filepath.Join(d.Mnt, ".dlfs/stats.prom")); err != nil || strings.Contains(prom, aliceJob) {
+		t.Errorf("bob's stats.prom (%v) names alice's job: %v", err, strings.Contains(prom, aliceJob))
+	}
+	all := dlfsStats(t, d.Mnt)
+	if jobs, _ := all["jobs"].(map[string]any); jobs[aliceJob] == nil || jobs[bobJob] == nil {
+		t.Errorf("root's stats show jobs %v", keys(jobs))
+	}
+
+	// Alice announces a job and reads its first ten samples; bob reads a
+	// file late in her plan.
+	ctl := filepath.Join(d.Mnt, ".dlfs/control")
+	if out, err := as(alice, "sh", "-c", "echo 'job=a root=other sampler=sequential epoch=0 lookahead=1' > "+ctl); err != nil {
+		t.Fatalf("alice's job line: %v %s", err, out)
+	}
+	if out, err := as(bob, "sh", "-c", "echo 'end job=a' > "+ctl); err == nil {
+		t.Errorf("bob wrote the control file: %s", out)
+	}
+	if out, err := as(alice, "cat", at(other[:10])...); err != nil {
+		t.Fatalf("alice reads: %v %s", err, out[:min(len(out), 200)])
+	}
+	cursor := func() (float64, float64) {
+		s := dlfsStats(t, d.Mnt)
+		return num(s, "jobs", "a", "rank-0", "cursor"), num(s, "jobs", "a", "rank-0", "inferred")
+	}
+	waitUntil(t, "alice's cursor at 10", func() bool { c, _ := cursor(); return c == 10 })
+	if out, err := as(bob, "cat", filepath.Join(d.Mnt, other[400])); err != nil {
+		t.Fatalf("bob reads: %v %s", err, out[:min(len(out), 200)])
+	}
+	if c, inferred := cursor(); c != 10 || inferred != 0 {
+		t.Errorf("bob's read moved alice's cursor to %v (%v samples taken as read)", c, inferred)
+	}
+	if out, err := as(alice, "cat", at(other[10:12])...); err != nil {
+		t.Fatalf("alice reads on: %v %s", err, out[:min(len(out), 200)])
+	}
+	waitUntil(t, "alice's cursor at 12", func() bool { c, _ := cursor(); return c == 12 })
+}
+
+// checkOwner fails the test unless p belongs to uid with permission bits
+// mode.
+func checkOwner(t *testing.T, p string, uid uint32, mode os.FileMode) {
+	t.Helper()
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Errorf("%s: %v", p, err)
+		return
+	}
+	if got := fi.Sys().(*syscall.Stat_t).Uid; got != uid || fi.Mode().Perm() != mode {
+		t.Errorf("%s: uid %d mode %v, want uid %d mode %v", p, got, fi.Mode().Perm(), uid, mode)
+	}
+}
+
+func keys(m map[string]any) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
