@@ -603,10 +603,13 @@ func (n *Node) Wait() { n.server.Wait() }
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		var errs []error
+		// First: requests waiting on a PFS that hangs (reads, a refresh's
+		// writer) must end before the kernel can let go of the mount.
 		if n.load != nil {
-			// First: reads waiting on a PFS that hangs must end before
-			// the kernel can let go of the mount.
 			n.load.Close()
+		}
+		if n.refresher != nil {
+			n.refresher.close()
 		}
 		if n.stopAccessLog != nil {
 			n.stopAccessLog() // its pipe holds the mount

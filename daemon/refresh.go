@@ -106,7 +106,8 @@ func (r *refresher) status() refreshStatus {
 }
 
 // close cancels the rescan under way and waits for it (the catalog's
-// scan gives up on SOURCE at once when its context ends).
+// scan gives up on SOURCE at once when its context ends). It may be
+// called again.
 func (r *refresher) close() {
 	r.stop()
 	r.wg.Wait()

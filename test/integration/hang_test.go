@@ -5,6 +5,7 @@ package integration
 // and SIGTERM unmounts and exits while reads of SOURCE are stuck.
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,7 +22,8 @@ import (
 func hungPFS(t *testing.T, flags ...string) (*pfs, *proc) {
 	t.Helper()
 	dir := t.TempDir()
-	for name, n := range map[string]int{"a": 300 << 10, "b": 300 << 10, "c": 3 << 20} {
+	for name, n := range map[string]int{"a": 300 << 10, "b": 300 << 10, "c": 3 << 20, "cls/x.jpg": 1000} {
+		os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755)
 		if err := os.WriteFile(filepath.Join(dir, name), randomBytes(n, uint64(n)), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -129,4 +131,62 @@ func TestHungPFSInterruptAndStop(t *testing.T) {
 		second.Process.Kill()
 		t.Fatal("a reader stayed stuck after the daemon exited")
 	}
+}
+
+// A refresh stuck on a hung PFS holds up no other control write: a job
+// line, a report and a warm-up and its stop all return while it waits,
+// and the refresh's own writer can be killed.
+func TestHungPFSControlWrites(t *testing.T) {
+	p, d := hungPFS(t, "--pfs-timeout", "1h")
+	refresher := exec.Command("sh", "-c", "echo refresh > "+filepath.Join(d.Mnt, ".dlfs/control"))
+	if err := refresher.Start(); err != nil {
+		t.Fatal(err)
+	}
+	refreshed := make(chan error, 1)
+	go func() { refreshed <- refresher.Wait() }()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		st := dlfsStats(t, d.Mnt)
+		if running, _ := st["catalog"].(map[string]any)["refresh"].(map[string]any)["running"].(bool); running {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the refresh never started")
+		}
+	}
+	writes := make(chan error, 1)
+	go func() {
+		for _, line := range []string{
+			"job=j epoch=0 seed=1",
+			"report job=r rank=0 epoch=0 batch=8 workers=2 step=0.1 wait=0 decode=0.01 cpu=0.01 samples=8",
+			"warmup .",
+			"warmup stop",
+		} {
+			if err := control(d.Mnt, line); err != nil {
+				writes <- fmt.Errorf("%s: %w", line, err)
+				return
+			}
+		}
+		writes <- nil
+	}()
+	select {
+	case err := <-writes:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("control writes waited on a refresh stuck on the PFS")
+	}
+	select {
+	case err := <-refreshed:
+		t.Fatalf("a refresh of a hung PFS ended: %v", err)
+	default:
+	}
+	refresher.Process.Signal(syscall.SIGKILL)
+	select {
+	case <-refreshed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the writer of a refresh stuck on the PFS could not be killed")
+	}
+	d.alive(t)
+	stopWhileHung(t, p, d)
 }
