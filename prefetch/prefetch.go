@@ -30,6 +30,10 @@
 // plans reach only late are offered to RAM (trimStage): otherwise they
 // would hold the stage while the new order waits.
 //
+// A sample larger than Config.Staging is never staged whole: its head is
+// fetched, as much as the stage has room for, and its reader reads the
+// rest through the tiers.
+//
 // # Tracking consumption
 //
 // The daemon reports every demand read through the mount, once per
@@ -1050,7 +1054,20 @@ func (p *Prefetcher) next(gap, run int64) []*catalog.Entry {
 			skipped = true // no fetch to finish, so no kick
 			continue
 		}
-		if held := p.stagedBytes + p.inflightBytes + p.pushedBytes; held+e.Size > p.cfg.Staging && held > 0 {
+		held := p.stagedBytes + p.inflightBytes + p.pushedBytes
+		if e.Size > p.cfg.Staging {
+			// Larger than the stage: fetch its head, as much as the stage
+			// has room for; its reader reads the rest through the tiers.
+			room := (p.cfg.Staging - held) / p.cfg.BlockSize * p.cfg.BlockSize
+			if room <= 0 {
+				return nil // wait for reads
+			}
+			s.frontier++
+			p.inflight[e.Ino] = room
+			p.inflightBytes += room
+			return []*catalog.Entry{e}
+		}
+		if held+e.Size > p.cfg.Staging && held > 0 {
 			return nil // the stage is full: wait for reads
 		}
 		s.frontier++
@@ -1175,6 +1192,8 @@ func (p *Prefetcher) work(ctx context.Context) {
 				if took {
 					staged = 1
 				}
+			} else if head := p.reserved(e); head < e.Size {
+				staged, err = p.fetchHead(ctx, e, head)
 			} else {
 				staged, err = p.load.Prefetch(ctx, e, keep)
 			}
@@ -1182,6 +1201,39 @@ func (p *Prefetcher) work(ctx context.Context) {
 		}
 		p.kick()
 	}
+}
+
+// reserved is the stage's room next reserved for a fetch of e.
+func (p *Prefetcher) reserved(e *catalog.Entry) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.inflight[e.Ino]
+}
+
+// fetchHead fetches the first head bytes of e, a sample larger than the
+// stage, into the stage: the fetch stops at the first block past head
+// (the loader reads at most two blocks more, which are dropped). The
+// reader reads the rest through the tiers as it goes, so one sample never
+// holds more of the stage than head.
+func (p *Prefetcher) fetchHead(ctx context.Context, e *catalog.Entry, head int64) (int, error) {
+	fctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var kept int64
+	staged, err := p.load.Prefetch(fctx, e, func(e *catalog.Entry, i int64, b ramcache.Block) bool {
+		if kept+int64(len(b.Data)) > head {
+			stop()
+			return false
+		}
+		if !p.stage(e, loader.BlockKey(e.Path(), i), b, false) {
+			return false
+		}
+		kept += int64(len(b.Data))
+		return true
+	})
+	if err != nil && fctx.Err() != nil && ctx.Err() == nil {
+		err = nil // stopped at head: done
+	}
+	return staged, err
 }
 
 // stage is the loader.Keep of a fetch: it stages block key of e if a plan

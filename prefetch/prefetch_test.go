@@ -31,6 +31,10 @@ type fakeLoader struct {
 	total      atomic.Int64
 	packed     bool
 	requests   atomic.Int64
+	// With blockSize, Prefetch hands keep a file block by block, stopping
+	// when ctx ends, and counts the blocks it read.
+	blockSize int64
+	blocks    atomic.Int64
 }
 
 func (f *fakeLoader) Coalesces() bool { return f.packed }
@@ -89,6 +93,19 @@ func (f *fakeLoader) Prefetch(ctx context.Context, e *catalog.Entry, keep loader
 	f.mu.Unlock()
 	f.total.Add(1)
 	f.requests.Add(1)
+	if f.blockSize > 0 {
+		staged := 0
+		for off := int64(0); off < e.Size; off += f.blockSize {
+			if err := ctx.Err(); err != nil {
+				return staged, err
+			}
+			f.blocks.Add(1)
+			if keep(e, off/f.blockSize, ramcache.Block{ID: e.Ino, Data: make([]byte, min(f.blockSize, e.Size-off))}) {
+				staged++
+			}
+		}
+		return staged, nil
+	}
 	if keep(e, 0, ramcache.Block{ID: e.Ino, Data: make([]byte, e.Size)}) {
 		return 1, nil
 	}
@@ -515,4 +532,76 @@ func TestOtherUsersReads(t *testing.T) {
 	if st := stats(); st.Cursor != 11 {
 		t.Errorf("a read without a pid moved alice's job: %+v", st)
 	}
+}
+
+// TestSampleLargerThanTheStage: a sample of 1 MiB with a 64 KiB stage is
+// streamed through it, not staged whole: the prefetcher fetches its head
+// (what the stage has room for), reads at most two blocks more, and the
+// stage never holds more than its size; the samples after it are
+// prefetched as before. Before, the stage took all of it once empty.
+func TestSampleLargerThanTheStage(t *testing.T) {
+	root := t.TempDir()
+	for i := 0; i < 8; i++ {
+		size := 1000
+		if i == 2 {
+			size = 1 << 20
+		}
+		p := filepath.Join(root, "data", "c", fmt.Sprintf("%04d.jpg", i))
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, make([]byte, size), 0o644)
+	}
+	cat, err := catalog.Open(context.Background(), catalog.DefaultConfig(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := jobs.New(jobs.Config{Snapshot: cat.Snapshot})
+	const stage, block = 64 << 10, 16 << 10
+	fl := &fakeLoader{fetches: map[string]int{}, blockSize: block}
+	var p *Prefetcher
+	var most atomic.Int64
+	watch := func() {
+		if tot, _ := p.Stats(); tot.StagedBytes > most.Load() {
+			most.Store(tot.StagedBytes)
+		}
+	}
+	p = New(Config{Workers: 1, Staging: stage, BlockSize: block}, &watchingLoader{fl, watch}, reg)
+	t.Cleanup(p.Close)
+	cmds, _ := control.Parse([]byte("job=j root=data sampler=sequential epoch=0 lookahead=1"))
+	if err := reg.Apply(cmds[0].(control.Job)); err != nil {
+		t.Fatal(err)
+	}
+	j := reg.Get("j")
+	at := func(i int) *catalog.Entry { return j.Samples[j.Order(0, 0)[i]].Entry }
+	for i := 0; i < 3; i++ {
+		waitFor(t, fmt.Sprintf("sample %d", i), func() bool { return fl.total.Load() > int64(i) })
+		p.ObserveRead(0, true, at(i), 0, 0)
+		for b := int64(0); b < at(i).Size; b += block {
+			p.Take(loader.BlockKey(at(i).Path(), b/block), 0, true)
+		}
+	}
+	waitFor(t, "the samples after it", func() bool { return fl.total.Load() == 8 })
+	if most.Load() > stage {
+		t.Errorf("the stage held %d bytes, more than its %d", most.Load(), stage)
+	}
+	if n := fl.blocks.Load(); n > 5+stage/block+2 {
+		t.Errorf("%d blocks read for a 1 MiB sample and five small ones with a %d-byte stage", n, stage)
+	}
+	if tot, _ := p.Stats(); tot.Errors != 0 {
+		t.Errorf("%d fetch errors: stopping at the head is not one", tot.Errors)
+	}
+}
+
+// watchingLoader is a Loader that calls watch after every block it hands
+// to keep.
+type watchingLoader struct {
+	*fakeLoader
+	watch func()
+}
+
+func (w *watchingLoader) Prefetch(ctx context.Context, e *catalog.Entry, keep loader.Keep) (int, error) {
+	return w.fakeLoader.Prefetch(ctx, e, func(e *catalog.Entry, i int64, b ramcache.Block) bool {
+		ok := keep(e, i, b)
+		w.watch()
+		return ok
+	})
 }
