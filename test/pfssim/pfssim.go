@@ -69,6 +69,8 @@ type Counters struct {
 	// Dumps counts Dump calls; a reader that asked for a dump waits until
 	// it sees its number.
 	Dumps int64 `json:"dumps"`
+	// Reading is how many reads are being served at the dump (Reading).
+	Reading int64 `json:"reading"`
 }
 
 // Sim is a mounted simulator.
@@ -140,7 +142,8 @@ func Mount(mountpoint string, cfg Config) (*Sim, error) {
 
 // Counters returns the current counts.
 func (s *Sim) Counters() Counters {
-	return Counters{Opens: s.opens.Load(), ReadOps: s.readOps.Load(), Bytes: s.bytes.Load(), Dumps: s.dumps.Load()}
+	return Counters{Opens: s.opens.Load(), ReadOps: s.readOps.Load(), Bytes: s.bytes.Load(), Dumps: s.dumps.Load(),
+		Reading: s.reading.Load()}
 }
 
 // Dump writes the counters to StatsFile now.
