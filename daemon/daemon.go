@@ -664,7 +664,7 @@ type inferJobs struct {
 	off bool
 }
 
-func (j inferJobs) Announced() bool { return j.off || j.Registry.Announced() }
+func (j inferJobs) Announced(uid uint32) bool { return j.off || j.Registry.AnnouncedBy(uid) }
 
 // nextUseOfKey is the SSD tier's oracle: how soon a plan needs the file a
 // block key belongs to.

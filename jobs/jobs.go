@@ -690,6 +690,19 @@ func (r *Registry) aheadLocked(name string) *atomic.Int64 {
 	return a
 }
 
+// AnnouncedBy reports whether user uid has a registered job it announced
+// rather than one inferred.
+func (r *Registry) AnnouncedBy(uid uint32) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, j := range r.jobs {
+		if !j.Inferred && j.Owner.Uid == uid {
+			return true
+		}
+	}
+	return false
+}
+
 // Announced reports whether any registered job was announced rather than
 // inferred.
 func (r *Registry) Announced() bool {

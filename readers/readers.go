@@ -56,7 +56,7 @@
 // MinAhead samples and doubles with every confirmed read, so a guess that
 // later reads contradict costs at most max(MinAhead, 2×confirmed)
 // samples of prefetch; it is ended at the first judgement that contradicts
-// it. While any job has been announced, nothing is inferred.
+// it. Nothing is inferred for a user while it has a job announced.
 package readers
 
 import (
@@ -114,8 +114,9 @@ type Jobs interface {
 	// SetAhead bounds how many samples the prefetcher may fetch ahead of
 	// a job's readers (0: no bound).
 	SetAhead(name string, n int)
-	// Announced reports whether any job was announced (not inferred).
-	Announced() bool
+	// Announced reports whether user uid announced a job (not
+	// inferred): nothing is inferred for that user then.
+	Announced(uid uint32) bool
 }
 
 // Defaults of Config.
@@ -756,7 +757,7 @@ func (t *Tracker) judge(ctx context.Context, s *stream, files []*catalog.Entry, 
 		s.quiet = max(s.quiet-fresh, 0)
 		return
 	}
-	if t.cfg.Jobs.Announced() {
+	if t.cfg.Jobs.Announced(s.cred.Uid) {
 		return
 	}
 	// A stream whose reads rarely wait on the PFS has nothing to gain:
@@ -827,7 +828,7 @@ func (t *Tracker) searched(r searchResult) {
 	alive := t.streams[r.s.key] == r.s
 	files := r.s.recentLocked()
 	t.mu.Unlock()
-	if !r.ok || !alive || r.s.inferred != nil || t.cfg.Jobs.Announced() || r.idx.snap != t.cfg.Snapshot() {
+	if !r.ok || !alive || r.s.inferred != nil || t.cfg.Jobs.Announced(r.s.cred.Uid) || r.idx.snap != t.cfg.Snapshot() {
 		return
 	}
 	t.infer(r.s, r.idx, Pattern{Kind: "torch", Stride: 1}, r.guess, files)

@@ -165,6 +165,8 @@ type fakeJobs struct {
 	ahead     map[string]int
 	announced bool
 	owners    map[string]uint32 // job -> the uid it was inferred for
+	// announcedBy: users with an announced job
+	announcedBy map[uint32]bool
 }
 
 func (f *fakeJobs) ApplyInferred(owner access.Cred, l control.Job) error {
@@ -188,7 +190,7 @@ func (f *fakeJobs) SetAhead(name string, n int) {
 	defer f.mu.Unlock()
 	f.ahead[name] = n
 }
-func (f *fakeJobs) Announced() bool { return f.announced }
+func (f *fakeJobs) Announced(uid uint32) bool { return f.announced || f.announcedBy[uid] }
 
 // tree is an ImageFolder of classes × per files under "train" in a real
 // catalog.

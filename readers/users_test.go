@@ -199,6 +199,36 @@ func TestInferredSlotsShared(t *testing.T) {
 // registryJobs is a real job registry as the tracker sees it.
 type registryJobs struct{ *jobs.Registry }
 
+func (r registryJobs) Announced(uid uint32) bool { return r.AnnouncedBy(uid) }
+
+// TestAnnouncedJobStopsOnlyItsUsersInference: alice announced a job, so
+// nothing is inferred for her readers; bob's scan still gets its job.
+// Before, one user's job line turned inference off for everyone.
+func TestAnnouncedJobStopsOnlyItsUsersInference(t *testing.T) {
+	snap, files := tree(t, 4, 50)
+	proc := t.TempDir()
+	setProc(t, proc, fakeProcess{pid: 10, ppid: 1, cmdline: "a", uid: aliceUid, start: 1})
+	setProc(t, proc, fakeProcess{pid: 20, ppid: 1, cmdline: "b", uid: bobUid, start: 1})
+	js := &fakeJobs{ahead: map[string]int{}, announcedBy: map[uint32]bool{aliceUid: true}}
+	tr := trackerWith(t, snap, proc, js, func(*Config) {})
+	for i := 0; i < 40; i++ {
+		tr.Observe(10, files[i], 0, true, "pfs", time.Millisecond)
+		tr.Observe(20, files[i], 0, true, "pfs", time.Millisecond)
+	}
+	waitFor(t, "bob's inferred job", func() bool { n, _ := js.count(); return n == 1 })
+	// Only alice's stream has fresh reads now: the next judgement is hers.
+	j0 := tr.judged.Load()
+	for i := 40; i < 48; i++ {
+		tr.Observe(10, files[i], 0, true, "pfs", time.Millisecond)
+	}
+	waitFor(t, "alice's stream judged", func() bool { return tr.judged.Load() > j0 })
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	if len(js.lines) != 1 || js.lines[0].Name != "auto-20" {
+		t.Errorf("inferred %v, want bob's alone", js.lines)
+	}
+}
+
 // TestInferenceActsForTheReader: bob scans the public class of a dataset
 // whose sibling class is alice's 0700 directory. His inferred job is
 // rooted at the dataset but holds only what he may read: its plan names
