@@ -60,16 +60,6 @@ sys.stdin.read()
 	return cmd.Process.Pid
 }
 
-// waitUntil polls cond until it holds, for up to 30 s.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
 // TestOtherUsers: with --allow-other, what one user does never shows the
 // other's names nor changes the other's jobs.
 //   - Bob's reader, scanning the public class, gets an inferred job over
@@ -121,7 +111,7 @@ func TestOtherUsers(t *testing.T) {
 	// Bob scans the public class.
 	bobPid := holdReader(t, bob, at(pub))
 	bobJob := fmt.Sprintf("auto-%d", bobPid)
-	waitUntil(t, "bob's inferred job", func() bool {
+	waitFor(t, "bob's inferred job", 30*time.Second, func() bool {
 		_, err := os.Stat(filepath.Join(d.Mnt, ".dlfs/jobs", bobJob, "rank-0/epoch-0"))
 		return err == nil
 	})
@@ -139,7 +129,7 @@ func TestOtherUsers(t *testing.T) {
 		"data/alice/secret-11.jpg"}))
 	aliceJob := fmt.Sprintf("auto-%d", alicePid)
 	alicePlan := filepath.Join(d.Mnt, ".dlfs/jobs", aliceJob, "rank-0/epoch-0")
-	waitUntil(t, "alice's inferred job", func() bool { _, err := os.Stat(alicePlan); return err == nil })
+	waitFor(t, "alice's inferred job", 30*time.Second, func() bool { _, err := os.Stat(alicePlan); return err == nil })
 	checkOwner(t, filepath.Join(d.Mnt, ".dlfs/jobs", aliceJob), 1001, 0o500)
 	checkOwner(t, alicePlan, 1001, 0o400)
 	if out, err := as(bob, "cat", alicePlan); err == nil || strings.Contains(out, "secret") {
@@ -199,7 +189,7 @@ func TestOtherUsers(t *testing.T) {
 		s := dlfsStats(t, d.Mnt)
 		return num(s, "jobs", "a", "rank-0", "cursor"), num(s, "jobs", "a", "rank-0", "inferred")
 	}
-	waitUntil(t, "alice's cursor at 10", func() bool { c, _ := cursor(); return c == 10 })
+	waitFor(t, "alice's cursor at 10", 30*time.Second, func() bool { c, _ := cursor(); return c == 10 })
 	if out, err := as(bob, "cat", filepath.Join(d.Mnt, other[400])); err != nil {
 		t.Fatalf("bob reads: %v %s", err, out[:min(len(out), 200)])
 	}
@@ -209,7 +199,7 @@ func TestOtherUsers(t *testing.T) {
 	if out, err := as(alice, "cat", at(other[10:12])...); err != nil {
 		t.Fatalf("alice reads on: %v %s", err, out[:min(len(out), 200)])
 	}
-	waitUntil(t, "alice's cursor at 12", func() bool { c, _ := cursor(); return c == 12 })
+	waitFor(t, "alice's cursor at 12", 30*time.Second, func() bool { c, _ := cursor(); return c == 12 })
 }
 
 // checkOwner fails the test unless p belongs to uid with permission bits
