@@ -1,7 +1,9 @@
 package integration
 
 import (
+	"bufio"
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,9 +39,9 @@ for crcs, _ in loader:
         i += 1
 print(i)
 `
-	out, err := exec.Command("/usr/bin/python3", "-c", script, filepath.Join(d.Mnt, "val"), filepath.Join(src, "val")).CombinedOutput()
-	if err != nil || strings.TrimSpace(string(out)) != "300" {
-		t.Fatalf("%v\n%s", err, out)
+	out := runHeld(t, exec.Command("/usr/bin/python3", "-c", script+held, filepath.Join(d.Mnt, "val"), filepath.Join(src, "val")))
+	if strings.TrimSpace(out) != "300" {
+		t.Fatalf("%s", out)
 	}
 	st := dlfsStats(t, d.Mnt)
 	streams, _ := st["streams"].([]any)
@@ -86,12 +88,13 @@ func TestInferredTorchOrder(t *testing.T) {
 	dataset(t, filepath.Join(src, "train"), 400)
 	pfs := startPFS(t, src, "-open-latency", "3ms", "-read-latency", "300us")
 	d := startDlfs(t, pfs.Mnt, "--ram-cache", "8MiB") // too small to hold an epoch: epoch 1 needs the plan
-	cmd := exec.Command("/usr/bin/python3", "../../examples/train_imagefolder.py", "--data", filepath.Join(d.Mnt, "train"),
+	// The example runs in a process that stays until the stats are read:
+	// a stream, and its inferred job, end with their process.
+	run := "import runpy, sys\nsys.argv = sys.argv[1:]\nrunpy.run_path(sys.argv[0], run_name='__main__')\n"
+	cmd := exec.Command("/usr/bin/python3", "-c", run+held, "../../examples/train_imagefolder.py", "--data", filepath.Join(d.Mnt, "train"),
 		"--epochs", "2", "--batch", "8", "--workers", "2", "--raw", "--sampler", "torch")
 	cmd.Env = append(os.Environ(), "RANK=1", "WORLD_SIZE=2")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
+	runHeld(t, cmd)
 	st := dlfsStats(t, d.Mnt)
 	streams, _ := st["streams"].([]any)
 	if len(streams) != 1 {
@@ -108,4 +111,42 @@ func TestInferredTorchOrder(t *testing.T) {
 	if num(js, "epoch") != 1 || num(js, "hits") < 0.8*num(s, "files") {
 		t.Errorf("the inferred job: %v (stream %v)", js, s)
 	}
+}
+
+// held ends a Python script run by runHeld.
+const held = "\nimport sys\nprint('dlfs-test: held', flush=True)\nsys.stdin.read()\n"
+
+// runHeld runs cmd, a Python script ending in held, until it prints that
+// it is done, and returns what it wrote (stdout and stderr) before. Its
+// process then waits, so that its stream and inferred job live on while
+// the test looks at them (they end with their process); the cleanup lets
+// it exit. A script that exits first fails the test.
+func runHeld(t *testing.T, cmd *exec.Cmd) string {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = w, w
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	t.Cleanup(func() { in.Close(); cmd.Wait(); r.Close() })
+	var out strings.Builder
+	lines := bufio.NewScanner(r)
+	lines.Buffer(nil, 1<<20)
+	for lines.Scan() {
+		if lines.Text() == "dlfs-test: held" {
+			go io.Copy(io.Discard, r)
+			return out.String()
+		}
+		out.WriteString(lines.Text() + "\n")
+	}
+	t.Fatalf("%v exited before it was done:\n%s", cmd.Args[:min(len(cmd.Args), 3)], out.String())
+	return ""
 }
