@@ -29,6 +29,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
@@ -50,11 +51,23 @@ type Stats struct {
 
 // Source is an open dataset directory.
 type Source struct {
-	root   string
-	rootFD int
+	root string
+
+	// The directory descriptor every open is relative to. Close may come
+	// while opens are stuck in a PFS that stopped answering (their callers
+	// gave up on them): the descriptor is closed when the last of them
+	// ends, never under one, whose open would then resolve against
+	// whatever file took its number.
+	mu     sync.Mutex
+	rootFD int  // (mu)
+	users  int  // (mu) opens in progress
+	closed bool // (mu)
 
 	opens, readOps, bytes atomic.Int64
 }
+
+// ErrClosed means the Source was closed.
+var ErrClosed = errors.New("source: closed")
 
 // Open opens the dataset directory root.
 func Open(root string) (*Source, error) {
@@ -69,14 +82,42 @@ func Open(root string) (*Source, error) {
 	return &Source{root: abs, rootFD: fd}, nil
 }
 
-// Close releases the directory descriptor.
+// Close releases the directory descriptor, at once or when the last
+// open in progress ends.
 func (s *Source) Close() error {
-	if s.rootFD < 0 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
 		return nil
+	}
+	s.closed = true
+	if s.users > 0 {
+		return nil // the last user closes it
 	}
 	err := unix.Close(s.rootFD)
 	s.rootFD = -1
 	return err
+}
+
+// acquire returns the directory descriptor for an open, which must
+// release it.
+func (s *Source) acquire() (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return -1, ErrClosed
+	}
+	s.users++
+	return s.rootFD, nil
+}
+
+func (s *Source) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.users--; s.users == 0 && s.closed && s.rootFD >= 0 {
+		unix.Close(s.rootFD)
+		s.rootFD = -1
+	}
 }
 
 // Stats returns the traffic counters.
@@ -178,9 +219,14 @@ func (s *Source) openFD(path string) (int, error) {
 		Flags:   unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NOFOLLOW,
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
 	}
+	root, err := s.acquire()
+	if err != nil {
+		return -1, fmt.Errorf("source: open %s: %w", path, err)
+	}
+	defer s.release()
 	var fd int
-	err := IgnoringEINTR(func() (err error) {
-		fd, err = unix.Openat2(s.rootFD, path, &how)
+	err = IgnoringEINTR(func() (err error) {
+		fd, err = unix.Openat2(root, path, &how)
 		return err
 	})
 	if err != nil {

@@ -271,3 +271,64 @@ func rewriteInPlace(t *testing.T, path string, b []byte) {
 		t.Fatal(err)
 	}
 }
+
+// Close while an open is stuck in a PFS that stopped answering returns at
+// once; the directory descriptor stays open under the stuck open, which
+// then resolves in SOURCE, not in whatever file took its number, and is
+// closed when it ends. Opens after Close fail.
+func TestCloseDuringStuckOpen(t *testing.T) {
+	dir, mnt := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("bytes"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sim, err := pfssim.Mount(mnt, pfssim.Config{Dir: dir})
+	if err != nil {
+		t.Skipf("no FUSE here: %v", err)
+	}
+	defer sim.Unmount()
+	s, err := Open(mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := versionOf(t, filepath.Join(mnt, "f"))
+	sim.Hang()
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.ReadAt("f", want, make([]byte, 5), 0)
+		done <- err
+	}()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		s.mu.Lock()
+		users := s.users
+		s.mu.Unlock()
+		if users == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the open never started")
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ReadAt("f", want, make([]byte, 5), 0); !errors.Is(err, ErrClosed) {
+		t.Errorf("a read after Close: %v, want ErrClosed", err)
+	}
+	// Numbers freed now would be taken by these.
+	for range 8 {
+		f, err := os.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+	}
+	sim.Resume()
+	if err := <-done; err != nil {
+		t.Errorf("the stuck read, once answered: %v", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.rootFD != -1 {
+		t.Error("the last user did not close the directory descriptor")
+	}
+}
