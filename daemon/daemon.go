@@ -224,8 +224,12 @@ func (n *Node) closeFirst(name string) {
 	}
 }
 
-// logEvery is how often one warning or error message may be logged.
-const logEvery = 10 * time.Second
+// A warning or error message is logged at most logBurst times per
+// logEvery.
+const (
+	logEvery = 10 * time.Second
+	logBurst = 5
+)
 
 // Start checks the configuration, scans SOURCE, opens the tiers and mounts.
 // On error everything already started is stopped again.
@@ -234,9 +238,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	// Warnings and errors come from requests, peers and strangers as often
-	// as they retry: each message is written at most once per
+	// as they retry: each message is written at most logBurst times per
 	// logEvery, with a count of the rest.
-	cfg.Logger = slog.New(ratelog.NewHandler(cfg.Logger.Handler(), logEvery, slog.LevelWarn))
+	cfg.Logger = slog.New(ratelog.NewHandler(cfg.Logger.Handler(), logEvery, logBurst, slog.LevelWarn))
 	if cfg.NodeName == "" {
 		cfg.NodeName, _ = os.Hostname()
 	}

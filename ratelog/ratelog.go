@@ -13,15 +13,18 @@ import (
 	"time"
 )
 
-// Every logs an event at most once per Interval: the first at once, the
-// rest of the interval counted, and the count ("suppressed") carried by
-// the next line. The zero Interval logs every event. Safe for concurrent
-// use; it never blocks on more than its own lock.
+// Every logs an event at most Burst times per Interval (once, if Burst
+// is 0): the first at once, the rest of the interval counted, and the
+// count ("suppressed") carried by the next line. The zero Interval logs
+// every event. Safe for concurrent use; it never blocks on more than its
+// own lock.
 type Every struct {
 	Interval time.Duration
+	Burst    int
 
 	mu         sync.Mutex
-	last       time.Time // mu guards last and suppressed
+	start      time.Time // mu guards start, written and suppressed: the interval's
+	written    int
 	suppressed int64
 }
 
@@ -47,12 +50,15 @@ func (e *Every) Log(log *slog.Logger, level slog.Level, msg string, args ...any)
 func (e *Every) take(now time.Time) (suppressed int64, write bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !e.last.IsZero() && now.Sub(e.last) < e.Interval {
+	if e.start.IsZero() || now.Sub(e.start) >= e.Interval {
+		e.start, e.written = now, 0 // a new interval
+	}
+	if e.written >= max(e.Burst, 1) {
 		e.suppressed++
 		return 0, false
 	}
 	n := e.suppressed
-	e.last, e.suppressed = now, 0
+	e.written, e.suppressed = e.written+1, 0
 	return n, true
 }
 
@@ -64,23 +70,26 @@ const maxMessages = 4096
 // limits is the state a Handler and the handlers derived from it share.
 type limits struct {
 	interval time.Duration
+	burst    int
 	level    slog.Level
 	mu       sync.Mutex
 	byMsg    map[string]*Every // (mu)
 }
 
-// Handler passes a record at or above its level through at most once per
-// interval for each message, counting the rest; records below the level
-// pass as they come.
+// Handler passes a record at or above its level through at most burst
+// times per interval for each message, counting the rest; records below
+// the level pass as they come. A burst lets a few distinct events of one
+// kind (three datasets skipped in one file) each say so, while a loop
+// costs a few lines per interval.
 type Handler struct {
 	next slog.Handler
 	l    *limits
 }
 
-// NewHandler limits next's records at or above level to one per message
-// per interval.
-func NewHandler(next slog.Handler, interval time.Duration, level slog.Level) *Handler {
-	return &Handler{next: next, l: &limits{interval: interval, level: level, byMsg: map[string]*Every{}}}
+// NewHandler limits next's records at or above level to burst per
+// message per interval.
+func NewHandler(next slog.Handler, interval time.Duration, burst int, level slog.Level) *Handler {
+	return &Handler{next: next, l: &limits{interval: interval, burst: burst, level: level, byMsg: map[string]*Every{}}}
 }
 
 func (h *Handler) Enabled(ctx context.Context, level slog.Level) bool {
@@ -94,7 +103,7 @@ func (h *Handler) Handle(ctx context.Context, r slog.Record) error {
 	h.l.mu.Lock()
 	e := h.l.byMsg[r.Message]
 	if e == nil && len(h.l.byMsg) < maxMessages {
-		e = &Every{Interval: h.l.interval}
+		e = &Every{Interval: h.l.interval, Burst: h.l.burst}
 		h.l.byMsg[r.Message] = e
 	}
 	h.l.mu.Unlock()
