@@ -319,7 +319,7 @@ func runMount(cmd *cobra.Command, cfg daemon.Config, o *mountOptions) error {
 // second signal comes: then it detaches the mount lazily, so the kernel
 // lets go of it once its last user does, and gives up on the rest (the
 // process is about to exit).
-func closeBounded(node *daemon.Node, cfg daemon.Config, limit time.Duration) error {
+func closeBounded(node interface{ Close() error }, cfg daemon.Config, limit time.Duration) error {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -69,3 +71,29 @@ func TestMountFlags(t *testing.T) {
 		}
 	}
 }
+
+// stuck is a node whose Close never ends.
+type stuck struct{ release chan struct{} }
+
+func (s stuck) Close() error { <-s.release; return nil }
+
+// A Close that never ends (a request stuck where nothing can cancel it)
+// does not keep the process: past the limit, the mount is detached and the
+// error says so.
+func TestCloseBounded(t *testing.T) {
+	s := stuck{make(chan struct{})}
+	defer close(s.release)
+	cfg := daemon.DefaultConfig(t.TempDir(), t.TempDir())
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	err := closeBounded(s, cfg, 10*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "--stop-timeout") || !strings.Contains(err.Error(), "detached it lazily") {
+		t.Fatalf("a Close past --stop-timeout: %v", err)
+	}
+	if err := closeBounded(stuckFree{}, cfg, time.Hour); err != nil {
+		t.Fatalf("a Close that ends: %v", err)
+	}
+}
+
+type stuckFree struct{}
+
+func (stuckFree) Close() error { return nil }
