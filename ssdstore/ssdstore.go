@@ -234,6 +234,11 @@ func Open(cfg Config) (*Store, error) {
 	// Copies kept on eviction (half a segment) may pass the disk bound
 	// for a moment: data leaves room for them too.
 	dataCap := cfg.Capacity - (2*vlogSize + 2*memSize + 1<<20) - cfg.Capacity/32
+	if dataCap <= 0 {
+		// In memory, two 8 MiB memtables take all of a small capacity;
+		// with no room for data, maintenance would evict for ever.
+		return nil, fmt.Errorf("ssdstore: capacity %d bytes leaves no room for data beside Badger's files; give more", cfg.Capacity)
+	}
 	opts := badger.DefaultOptions(cfg.Dir).
 		WithInMemory(cfg.InMemory).
 		WithLogger(badgerLogger{cfg.Logger}).
@@ -638,8 +643,11 @@ func (s *Store) writer() {
 }
 
 func (s *Store) commit(batch []put) {
+	// Every Put of the batch is released, the ones dropped below too: the
+	// closure must not see batch once it is cut down to the kept copies.
+	queued := batch
 	defer func() {
-		for _, p := range batch {
+		for _, p := range queued {
 			s.pending.Add(-int64(len(p.b.Data)))
 		}
 	}()
