@@ -45,20 +45,22 @@ fuzz:
 # Mutation testing (docs/mutation.md), outside make test: gremlins plants
 # one bug at a time in a package (in a copy of the tree) and runs that
 # package's tests; a mutant the tests still pass "lived". Package by
-# package, one worker by default (the machine is small and shared); a slow
-# test run counts as timed out, not as lived or killed. Each package's
+# package, one worker by default (the machine is small and shared). A
+# mutant's test run may take MUTATE_TIMEOUT_COEFFICIENT times the first,
+# unmutated run (-count=1, so that a cached result does not make that tiny);
+# one that takes longer counts as timed out, neither lived nor killed. Each package's
 # efficacy (killed / (killed + lived)) must reach MUTATE_THRESHOLD.
 # Logs and JSON reports go to bin/mutate/.
 MUTATE_PKGS ?= integrity placement control ssdstore catalog peer fusefs loader
 MUTATE_WORKERS ?= 1
-MUTATE_TIMEOUT_COEFFICIENT ?= 10
+MUTATE_TIMEOUT_COEFFICIENT ?= 20
 MUTATE_THRESHOLD ?= 80
 mutate:
 	./scripts/install-mutate.sh
 	@set -e; g=$$($(GO) env GOPATH)/bin/gremlins; out=bin/mutate; mkdir -p $$out; : >$$out/summary; \
 	for p in $(MUTATE_PKGS); do \
 	  echo "mutate $$p"; \
-	  $$g unleash --workers $(MUTATE_WORKERS) --timeout-coefficient $(MUTATE_TIMEOUT_COEFFICIENT) \
+	  GOFLAGS="$$GOFLAGS -count=1" $$g unleash --workers $(MUTATE_WORKERS) --timeout-coefficient $(MUTATE_TIMEOUT_COEFFICIENT) \
 	    -S lt -o $$out/$$p.json ./$$p 2>&1 | tee $$out/$$p.log; \
 	  eff=$$(sed -n 's/^Test efficacy: \([0-9.]*\)%.*/\1/p' $$out/$$p.log); \
 	  counts=$$(grep -E '^(Killed|Timed out):' $$out/$$p.log | tr '\n' ' '); \
