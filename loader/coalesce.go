@@ -18,6 +18,14 @@ import (
 // from the model's fit of the PFS (RunLimits). Demand reads are combined
 // in combine.go.
 
+// perSample reports whether a coalesced read's failure may be one
+// sample's (a corrupt or changed record), so that reading the samples one
+// by one is worth it; a PFS past its deadline, or a closing loader, fails
+// them all alike, and another try of each would wait as long again.
+func perSample(err error) bool {
+	return !errors.Is(err, ErrPFSTimeout) && !errors.Is(err, ErrClosed)
+}
+
 // errRunLength means a Coalescer returned the wrong number of samples.
 var errRunLength = errors.New("loader: a coalesced read returned the wrong number of samples")
 
@@ -95,10 +103,12 @@ func (l *Loader) PrefetchRun(ctx context.Context, first *catalog.Entry, neighbou
 		pick = append(pick, e)
 	}
 	keys := make([]string, len(pick))
+	tags := make([]uint64, len(pick))
 	for i, e := range pick {
 		keys[i] = BlockKey(e.Path(), 0)
+		tags[i] = l.Tag(e, keys[i])
 	}
-	calls := l.flight.claim(keys)
+	calls := l.flight.claim(keys, tags)
 	var (
 		paths []string
 		wants []source.Version
@@ -124,7 +134,7 @@ func (l *Loader) PrefetchRun(ctx context.Context, first *catalog.Entry, neighbou
 			}
 			b++
 		}
-		l.readRun(ctx, c, first, pick, keys, calls, mine[a:b], paths[a:b], wants[a:b], keep, out)
+		l.readRun(ctx, c, first, pick, keys, tags, calls, mine[a:b], paths[a:b], wants[a:b], keep, out)
 		a = b
 	}
 	return out, nil
@@ -133,13 +143,13 @@ func (l *Loader) PrefetchRun(ctx context.Context, first *catalog.Entry, neighbou
 // readRun reads one run of PrefetchRun's picks (mine indexes pick, keys
 // and calls) with one request, finishes their flights and fills out. If
 // the run fails, each sample is read alone and fails alone.
-func (l *Loader) readRun(ctx context.Context, c Coalescer, first *catalog.Entry, pick []*catalog.Entry, keys []string, calls []*call,
+func (l *Loader) readRun(ctx context.Context, c Coalescer, first *catalog.Entry, pick []*catalog.Entry, keys []string, tags []uint64, calls []*call,
 	mine []int, paths []string, wants []source.Version, keep Keep, out map[uint64]bool) {
 	start := time.Now()
 	bufs, err := pfsCall(ctx, l, paths[0], func() ([][]byte, error) { return c.ReadRun(paths, wants) })
-	if err != nil && ctx.Err() != nil {
+	if err != nil && (ctx.Err() != nil || !perSample(err)) {
 		for _, i := range mine {
-			l.flight.finish(keys[i], calls[i], fetch{src: tierPFS}, err)
+			l.flight.finish(keys[i], tags[i], calls[i], fetch{src: tierPFS}, err)
 		}
 		return
 	}
@@ -156,7 +166,7 @@ func (l *Loader) readRun(ctx context.Context, c Coalescer, first *catalog.Entry,
 			var rerr error
 			if bufs[k], rerr = l.readPFS(pick[i], 0, pick[i].Size); rerr != nil {
 				failed[k] = true
-				l.flight.finish(keys[i], calls[i], fetch{src: tierPFS}, rerr)
+				l.flight.finish(keys[i], tags[i], calls[i], fetch{src: tierPFS}, rerr)
 			}
 		}
 	}
@@ -171,12 +181,12 @@ func (l *Loader) readRun(ctx context.Context, c Coalescer, first *catalog.Entry,
 		l.fetches[tierPFS].Add(1)
 		l.fetched[tierPFS].Add(int64(len(b)))
 		// RAM or the stage take the block before its flight ends (see Keep).
-		tag := l.Tag(e, keys[i])
+		tag := tags[i]
 		f := fetch{b, tierPFS, integrity.Sum(tag, b)} // ReadRun checked the records
 		blk := blockOf(e, tag, f)
 		inRAM := e != first && l.ram.Put(keys[i], blk)
 		out[e.Ino] = !inRAM && keep(e, 0, blk)
-		l.flight.finish(keys[i], calls[i], f, nil)
+		l.flight.finish(keys[i], tags[i], calls[i], f, nil)
 		l.toSSD(keys[i], tag, f)
 	}
 	if err == nil {

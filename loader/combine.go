@@ -130,7 +130,12 @@ func (l *Loader) serveBatch(c Coalescer, batch []*demandRead) {
 			if err == nil && len(bufs) != len(part) {
 				err = errRunLength
 			}
-			if err != nil {
+			switch {
+			case err != nil && !perSample(err):
+				for _, r := range part {
+					r.err = err // all alike: another try of each would wait as long
+				}
+			case err != nil:
 				// One bad record must not fail its neighbours: read each
 				// alone.
 				l.log.Warn("loader: a coalesced read failed; reading its samples one by one", "samples", len(part), "err", err)

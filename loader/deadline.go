@@ -28,6 +28,10 @@ import (
 // reader gets ETIMEDOUT.
 var ErrPFSTimeout = fmt.Errorf("loader: the PFS did not answer in time (%w)", syscall.ETIMEDOUT)
 
+// errNoSlot means a read of SOURCE found no slot by its deadline: it says
+// nothing of the file it was for, so it is not remembered (failures.go).
+var errNoSlot = fmt.Errorf("%w: no slot", ErrPFSTimeout)
+
 // ErrClosed means the loader closed while a read waited; the reader gets
 // EIO.
 var ErrClosed = fmt.Errorf("loader: closed (%w)", syscall.EIO)
@@ -43,7 +47,7 @@ func pfsCall[T any](ctx context.Context, l *Loader, what string, read func() (T,
 	case l.pfsSlots <- struct{}{}:
 	case <-timer.C:
 		return zero, fmt.Errorf("%w: %s: all %d reads of SOURCE are taken, %d of them past their deadline; check the PFS, or raise --pfs-timeout (now %s)",
-			ErrPFSTimeout, what, cap(l.pfsSlots), l.pfsStuck.Load(), l.cfg.PFSTimeout)
+			errNoSlot, what, cap(l.pfsSlots), l.pfsStuck.Load(), l.cfg.PFSTimeout)
 	case <-l.closed:
 		return zero, fmt.Errorf("%w: %s", ErrClosed, what)
 	case <-ctx.Done():
@@ -57,8 +61,16 @@ func pfsCall[T any](ctx context.Context, l *Loader, what string, read func() (T,
 	var state atomic.Int32 // running, then finished or abandoned, whichever first
 	go func() {
 		defer func() { <-l.pfsSlots }()
-		v, err := read()
-		done <- result{v, err}
+		var r result
+		func() {
+			defer func() {
+				if p := recover(); p != nil { // a decoder's bug must not kill the daemon
+					r.err = fmt.Errorf("loader: internal error reading %s: %v", what, p)
+				}
+			}()
+			r.v, r.err = read()
+		}()
+		done <- r
 		if !state.CompareAndSwap(running, finished) {
 			l.pfsStuck.Add(-1) // abandoned: the kernel answered at last
 		}

@@ -1,10 +1,12 @@
 package loader
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -149,4 +151,54 @@ func TestPFSCallsBound(t *testing.T) {
 	}
 	close(pfs.release)
 	waitFor(t, "the stuck calls to end", func() bool { return l.Stats().PFSStuck == 0 })
+}
+
+// versionedPFS serves each version of f (by mtime) with its own bytes, and
+// holds reads of version 1 until released.
+type versionedPFS struct {
+	v1, v2  []byte
+	release chan struct{}
+	inside  atomic.Int64
+}
+
+func (p *versionedPFS) ReadAt(path string, want source.Version, b []byte, off int64) (int, error) {
+	if want.Mtime == 1 {
+		p.inside.Add(1)
+		<-p.release
+		return copy(b, p.v1[off:]), nil
+	}
+	return copy(b, p.v2[off:]), nil
+}
+
+// A fetch is shared only by readers of one version: a reader holding the
+// refreshed entry never gets the bytes of a fetch of the old version still
+// under way (a file of two versions), whatever their sizes.
+func TestFetchNotSharedAcrossVersions(t *testing.T) {
+	for _, sizes := range [][2]int64{{200, 200}, {100, 200}, {200, 100}} {
+		const bs = 100
+		pfs := &versionedPFS{v1: bytes.Repeat([]byte{'1'}, int(sizes[0])), v2: bytes.Repeat([]byte{'2'}, int(sizes[1])), release: make(chan struct{})}
+		l := New(Config{BlockSize: bs, PFSTimeout: time.Hour}, ramcache.New(ramcache.Config{Capacity: 1 << 20}), nil, pfs)
+		e1 := catalog.At("f", catalog.Entry{Size: sizes[0], Mtime: 1, Mode: syscall.S_IFREG | 0o644})
+		e2 := catalog.At("f", catalog.Entry{Size: sizes[1], Mtime: 2, Mode: syscall.S_IFREG | 0o644})
+		go l.ReadAt(context.Background(), e1, make([]byte, bs), 0) // an old reader, on a slow PFS
+		waitFor(t, "the old read to reach the PFS", func() bool { return pfs.inside.Load() == 1 })
+		got := make(chan []byte, 1)
+		go func() {
+			b, err := l.ReadAt(context.Background(), e2, make([]byte, sizes[1]), 0)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- b
+		}()
+		select {
+		case b := <-got:
+			if !bytes.Equal(b, pfs.v2) {
+				t.Errorf("sizes %v: a reader of version 2 got %q", sizes, b)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("sizes %v: a reader of version 2 waits on the fetch of version 1", sizes)
+		}
+		close(pfs.release)
+		l.Close()
+	}
 }

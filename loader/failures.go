@@ -51,7 +51,7 @@ func (f *failures) get(key failKey, now time.Time) error {
 // put remembers err for key until now+ttl, unless it says nothing of the
 // file (the loader closed, or a reader gave up).
 func (f *failures) put(key failKey, err error, now time.Time, ttl time.Duration) {
-	if ttl <= 0 || errors.Is(err, ErrClosed) || errors.Is(err, errStopped) {
+	if ttl <= 0 || errors.Is(err, ErrClosed) || errors.Is(err, errStopped) || errors.Is(err, errNoSlot) {
 		return
 	}
 	f.mu.Lock()

@@ -313,7 +313,7 @@ func New(cfg Config, ram *ramcache.Cache, ssd SSD, pfs PFS) *Loader {
 // leaving a PFS read stuck in the kernel behind). Reads after Close fail.
 func (l *Loader) Close() error {
 	l.closeOnce.Do(func() { close(l.closed) })
-	l.flight.running.Wait()
+	l.flight.stopAndWait()
 	return nil
 }
 
@@ -343,6 +343,16 @@ func Blocks(size, bs int64) int64 {
 		n++
 	}
 	return n
+}
+
+// wholeBlock fails unless b is as long as block i of e: every tier checks
+// a block's version, so a block of another length is a bug, and is a miss
+// rather than a panic or wrong bytes.
+func wholeBlock(e *catalog.Entry, i, bs int64, b []byte) error {
+	if want := blockEnd(e.Size, bs, i) - i*bs; int64(len(b)) != want {
+		return fmt.Errorf("%w: %s: block %d is %d bytes, the catalog's version has %d", source.ErrChanged, e.Path(), i, len(b), want)
+	}
+	return nil
 }
 
 // blockEnd is where block i of a file of size bytes ends: (i+1)*bs, or
@@ -396,12 +406,18 @@ func (l *Loader) ReadAtWaited(ctx context.Context, e *catalog.Entry, dest []byte
 		if err != nil {
 			return nil, "", 0, err
 		}
+		if err := wholeBlock(e, first, bs, b); err != nil {
+			return nil, "", 0, err
+		}
 		from, waited, out = t, w, b[off-first*bs:end-first*bs]
 	} else {
 		n := 0
 		for i := first; i <= last; i++ {
 			b, t, w, err := l.block(ctx, e, i, end >= blockEnd(e.Size, bs, i), &held)
 			if err != nil {
+				return nil, "", 0, err
+			}
+			if err := wholeBlock(e, i, bs, b); err != nil {
 				return nil, "", 0, err
 			}
 			from = max(from, t) // the slowest tier involved supplied the read
@@ -450,7 +466,7 @@ func (l *Loader) block(ctx context.Context, e *catalog.Entry, i int64, done bool
 	// A shared fetch that its starter cancelled (a warm-up stopped in the
 	// middle of a coalesced read) says nothing of the block: fetch again.
 	for try := 0; try == 0 || (try < 3 && shared && errors.Is(c.err, context.Canceled)); try++ {
-		c, shared, err = l.flight.do(ctx, key, forReader, l.demandFetch(e, i, key, tag, done, &kept))
+		c, shared, err = l.flight.do(ctx, key, tag, forReader, l.demandFetch(e, i, key, tag, done, &kept))
 		if err != nil {
 			return nil, tierPFS, 0, fmt.Errorf("read %s: %w", e.Path(), err)
 		}
@@ -569,7 +585,7 @@ func (l *Loader) Prefetch(ctx context.Context, e *catalog.Entry, keep Keep) (int
 		}
 		tag := l.Tag(e, key)
 		took := false
-		c, shared, err := l.flight.do(ctx, key, forPrefetch, func() (fetch, error) {
+		c, shared, err := l.flight.do(ctx, key, tag, forPrefetch, func() (fetch, error) {
 			f, err := l.load(e, i, tag, forPrefetch)
 			if err == nil {
 				took = keep(e, i, blockOf(e, tag, f))
@@ -607,7 +623,7 @@ func (l *Loader) Serve(ctx context.Context, e *catalog.Entry, i int64) ([]byte, 
 	if b, ok := l.staged(key, tag, e); ok {
 		return b.Data, b.Sum, nil
 	}
-	c, _, err := l.flight.do(ctx, key, forPeer, func() (fetch, error) { return l.load(e, i, tag, forPeer) })
+	c, _, err := l.flight.do(ctx, key, tag, forPeer, func() (fetch, error) { return l.load(e, i, tag, forPeer) })
 	if err != nil {
 		return nil, 0, fmt.Errorf("serve %s block %d: %w", e.Path(), i, err)
 	}

@@ -445,7 +445,7 @@ func TestPrefetchStagingAndSharedReads(t *testing.T) {
 	inFlight := func() (ok, read bool) {
 		l.flight.mu.Lock()
 		defer l.flight.mu.Unlock()
-		if c := l.flight.calls[key]; c != nil {
+		if c := l.flight.calls[flightKey{key, l.Tag(e, key)}]; c != nil {
 			return true, c.read
 		}
 		return false, false

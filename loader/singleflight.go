@@ -6,20 +6,30 @@ import (
 	"sync"
 )
 
-// flight deduplicates concurrent fetches of the same key: the first caller
-// starts fn, later callers wait for its result. Unlike a context-aware group,
-// a waiter that gives up does not cancel the shared fetch, whose result is
-// cached for the next reader anyway.
+// flight deduplicates concurrent fetches of the same block: the first
+// caller starts fn, later callers wait for its result. A fetch is shared
+// only by callers that want the same version of the block (its key and
+// tag): a reader of a file's new version never gets the bytes of a fetch
+// of the old one still under way. Unlike a context-aware group, a waiter
+// that gives up does not cancel the shared fetch, whose result is cached
+// for the next reader anyway.
 type flight struct {
 	stop    <-chan struct{} // closed when the loader closes: waiters leave
 	running sync.WaitGroup  // fetches running on the flight's goroutines
 	mu      sync.Mutex
-	calls   map[string]*call // mu guards calls and unreported
+	stopped bool                // (mu) Close began: no fetch starts
+	calls   map[flightKey]*call // mu guards calls and unreported
 	// unreported counts, per key, the demand reads that missed RAM and
 	// the stage and have not yet reported the read to the stage. Until
 	// they do, the prefetcher has not seen the sample consumed, and a
 	// prefetch of the key would read it a second time.
 	unreported map[string]int
+}
+
+// flightKey names one version of a block.
+type flightKey struct {
+	key string
+	tag uint64
 }
 
 type call struct {
@@ -49,18 +59,23 @@ type fetch struct {
 // reader interrupted by a signal, a warm-up stopped) or the flight is
 // stopped; fn goes on for the others, and its result is kept as usual.
 // The error is ctx's, or errStopped; a call's own error is in the call.
-func (f *flight) do(ctx context.Context, key string, why purpose, fn func() (fetch, error)) (*call, bool, error) {
+func (f *flight) do(ctx context.Context, key string, tag uint64, why purpose, fn func() (fetch, error)) (*call, bool, error) {
+	fk := flightKey{key, tag}
 	f.mu.Lock()
-	if f.calls == nil {
-		f.calls = make(map[string]*call)
+	if f.stopped {
+		f.mu.Unlock()
+		return nil, false, errStopped
 	}
-	if c, ok := f.calls[key]; ok {
+	if f.calls == nil {
+		f.calls = make(map[flightKey]*call)
+	}
+	if c, ok := f.calls[fk]; ok {
 		c.read = c.read || why == forReader
 		f.mu.Unlock()
 		return c, true, f.wait(ctx, c)
 	}
 	c := &call{done: make(chan struct{}), read: why == forReader}
-	f.calls[key] = c
+	f.calls[fk] = c
 	f.running.Add(1)
 	f.mu.Unlock()
 
@@ -71,7 +86,7 @@ func (f *flight) do(ctx context.Context, key string, why purpose, fn func() (fet
 				c.fetch, c.err = fetch{}, fmt.Errorf("loader: internal error fetching %q: %v", key, p)
 			}
 			f.mu.Lock()
-			delete(f.calls, key)
+			delete(f.calls, fk)
 			f.mu.Unlock()
 			close(c.done)
 		}()
@@ -101,34 +116,48 @@ func (f *flight) wait(ctx context.Context, c *call) error {
 	}
 }
 
-// claim registers a call for every key no fetch is running for, and
-// returns them by position (nil where another fetch runs: that key is
-// left to it). Whoever claims must finish every call it got.
-func (f *flight) claim(keys []string) []*call {
+// claim registers a call for every block (keys[i] of version tags[i]) no
+// fetch is running for, and returns them by position (nil where another
+// fetch runs: that block is left to it; all nil once stopped). Whoever
+// claims must finish every call it got.
+func (f *flight) claim(keys []string, tags []uint64) []*call {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.calls == nil {
-		f.calls = make(map[string]*call)
-	}
 	out := make([]*call, len(keys))
+	if f.stopped {
+		return out
+	}
+	if f.calls == nil {
+		f.calls = make(map[flightKey]*call)
+	}
 	for i, k := range keys {
-		if _, busy := f.calls[k]; busy {
+		fk := flightKey{k, tags[i]}
+		if _, busy := f.calls[fk]; busy {
 			continue
 		}
 		c := &call{done: make(chan struct{})}
-		f.calls[k] = c
+		f.calls[fk] = c
 		out[i] = c
 	}
 	return out
 }
 
 // finish completes a claimed call and wakes its waiters.
-func (f *flight) finish(key string, c *call, v fetch, err error) {
+func (f *flight) finish(key string, tag uint64, c *call, v fetch, err error) {
 	c.fetch, c.err = v, err
 	f.mu.Lock()
-	delete(f.calls, key)
+	delete(f.calls, flightKey{key, tag})
 	f.mu.Unlock()
 	close(c.done)
+}
+
+// stopAndWait makes every later do and claim fail or claim nothing, and
+// waits for the fetches running on the flight's goroutines.
+func (f *flight) stopAndWait() {
+	f.mu.Lock()
+	f.stopped = true
+	f.mu.Unlock()
+	f.running.Wait()
 }
 
 // hold marks key as fetched by a demand read not yet reported.
