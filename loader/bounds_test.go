@@ -3,10 +3,15 @@ package loader
 import (
 	"context"
 	"math"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/ramcache"
 	"github.com/dlfs/dlfs/source"
+	"github.com/dlfs/dlfs/ssdstore"
 )
 
 // sparsePFS serves a file of any size, all zeros, as a sparse file does.
@@ -92,4 +97,49 @@ func FuzzReadAtBounds(f *testing.F) {
 			}
 		}
 	})
+}
+
+// prefixSSD is a fakeSSD that can drop a file's blocks at once.
+type prefixSSD struct{ *fakeSSD }
+
+func (s prefixSSD) DeletePrefix(prefix string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range s.m {
+		if strings.HasPrefix(k, prefix) {
+			delete(s.m, k)
+		}
+	}
+}
+
+// Invalidating a sparse file of 2^63 bytes (2^43 blocks) drops its cached
+// blocks without a delete per block, which would run for days under the
+// refresh (or an evict's control write).
+func TestInvalidateHugeFile(t *testing.T) {
+	ssd := prefixSSD{&fakeSSD{m: map[string]ssdstore.Block{}}}
+	ram := ramcache.New(ramcache.Config{Capacity: 1 << 22})
+	l := New(Config{BlockSize: 1 << 20}, ram, ssd, sparsePFS{})
+	defer l.Close()
+	e := catalog.At("huge", catalog.Entry{Ino: 7, Size: math.MaxInt64, Mtime: 7, Mode: syscall.S_IFREG | 0o644})
+	other := catalog.At("other", catalog.Entry{Ino: 8, Size: 10, Mtime: 7, Mode: syscall.S_IFREG | 0o644})
+	for _, off := range []int64{0, math.MaxInt64 - 4096} {
+		if _, err := l.ReadAt(context.Background(), e, make([]byte, 4096), off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.ReadAt(context.Background(), other, make([]byte, 10), 0)
+	waitFor(t, "the SSD writes", func() bool { ssd.mu.Lock(); defer ssd.mu.Unlock(); return len(ssd.m) == 3 })
+	done := make(chan struct{})
+	go func() { l.Invalidate(e); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Invalidate of a 2^63-byte file walks its blocks")
+	}
+	if l.InRAM(e) || ram.Contains(BlockKey("huge", math.MaxInt64>>20)) || l.OnSSD(e) {
+		t.Error("a block of the invalidated file is still cached")
+	}
+	if !l.InRAM(other) {
+		t.Error("Invalidate dropped another file's block")
+	}
 }

@@ -332,8 +332,11 @@ func (l *Loader) BlockSize() int64 { return l.cfg.BlockSize }
 
 // BlockKey is the cache key of block i of the file at path.
 func BlockKey(path string, i int64) string {
-	return path + "\x00" + strconv.FormatInt(i, 10)
+	return blockPrefix(path) + strconv.FormatInt(i, 10)
 }
+
+// blockPrefix is what every block key of the file at path begins with.
+func blockPrefix(path string) string { return path + "\x00" }
 
 // Blocks is how many blocks of bs bytes a file of size bytes is cached
 // in: at least one, for an empty file. It cannot overflow, whatever size.
@@ -579,6 +582,9 @@ func (l *Loader) Prefetch(ctx context.Context, e *catalog.Entry, keep Keep) (int
 	n := Blocks(e.Size, l.cfg.BlockSize)
 	staged := 0
 	for i := int64(0); i < n; i++ {
+		if err := ctx.Err(); err != nil {
+			return staged, fmt.Errorf("prefetch %s: %w", e.Path(), err)
+		}
 		key := BlockKey(e.Path(), i)
 		if l.ram.Contains(key) || l.flight.held(key) {
 			continue // cached, or a demand read has it
@@ -877,6 +883,9 @@ func (l *Loader) readPFS(e *catalog.Entry, i, n int64) ([]byte, error) {
 	return buf, nil
 }
 
+// walkBlocks is the most blocks of one file Invalidate deletes one by one.
+const walkBlocks = 1 << 16
+
 // Invalidate drops every cached block of e (an entry of an older snapshot)
 // from all tiers.
 func (l *Loader) Invalidate(e *catalog.Entry) {
@@ -885,6 +894,16 @@ func (l *Loader) Invalidate(e *catalog.Entry) {
 	}
 	l.failed.forget(failKey{e.Path(), e.Version()})
 	blocks := Blocks(e.Size, l.cfg.BlockSize)
+	if blocks > walkBlocks {
+		// A sparse file may claim 2^43 blocks: walk what the tiers hold
+		// instead.
+		l.ram.DeleteID(e.Ino)
+		if s, ok := l.ssd.(interface{ DeletePrefix(string) }); ok {
+			s.DeletePrefix(blockPrefix(e.Path()))
+			return
+		}
+		blocks = walkBlocks // an SSD tier that cannot walk: what a reader can have cached in practice
+	}
 	for i := int64(0); i < blocks; i++ {
 		key := BlockKey(e.Path(), i)
 		l.ram.Delete(key)

@@ -60,6 +60,9 @@ type fetch struct {
 // stopped; fn goes on for the others, and its result is kept as usual.
 // The error is ctx's, or errStopped; a call's own error is in the call.
 func (f *flight) do(ctx context.Context, key string, tag uint64, why purpose, fn func() (fetch, error)) (*call, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, err // no fetch for a caller that gave up
+	}
 	fk := flightKey{key, tag}
 	f.mu.Lock()
 	if f.stopped {

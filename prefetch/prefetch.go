@@ -953,6 +953,17 @@ func (p *Prefetcher) dropIfUnneededLocked(e *catalog.Entry) {
 func (p *Prefetcher) unstageFileLocked(e *catalog.Entry) []stagedBlock {
 	var out []stagedBlock
 	n := loader.Blocks(e.Size, p.cfg.BlockSize)
+	if n > int64(len(p.staged)) {
+		// A file of more blocks than the stage holds (a sparse file may
+		// claim 2^43): walk the stage instead, under p.mu either way.
+		for key, b := range p.staged {
+			if b.ID == e.Ino {
+				p.unstageLocked(key, b)
+				out = append(out, stagedBlock{key, b})
+			}
+		}
+		return out
+	}
 	for i := int64(0); i < n && p.stagedIno[e.Ino] > 0; i++ {
 		key := loader.BlockKey(e.Path(), i)
 		if b, ok := p.staged[key]; ok {

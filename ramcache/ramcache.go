@@ -279,6 +279,18 @@ func (c *Cache) Delete(key string) {
 	}
 }
 
+// DeleteID drops every block whose ID is id (a file's), walking the
+// cache: for a file of more blocks than the cache holds.
+func (c *Cache) DeleteID(id uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, it := range c.items {
+		if it.b.ID == id {
+			c.removeLocked(it)
+		}
+	}
+}
+
 // candidates is how many blocks from the LRU end, and again at random,
 // the Belady approximation compares.
 const candidates = 16

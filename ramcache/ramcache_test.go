@@ -198,3 +198,20 @@ func TestSliceOfALargerBuffer(t *testing.T) {
 		t.Errorf("costs %d bytes, want %d", st.Bytes, AllocSize(100)+overhead)
 	}
 }
+
+// DeleteID drops a file's blocks and nothing else.
+func TestDeleteID(t *testing.T) {
+	c := New(Config{Capacity: 1 << 20})
+	for i := range 10 {
+		b := blk(100 + i)
+		b.ID = uint64(i % 2)
+		c.Put(fmt.Sprint(i), b)
+	}
+	c.DeleteID(1)
+	for i := range 10 {
+		if got := c.Contains(fmt.Sprint(i)); got != (i%2 == 0) {
+			t.Errorf("block %d of file %d: cached %v after DeleteID(1)", i, i%2, got)
+		}
+	}
+	checkInvariant(t, c)
+}

@@ -47,6 +47,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -597,6 +598,23 @@ func (s *Store) Delete(key string) {
 	s.dropMu.RUnlock()
 	if err != nil && !errors.Is(err, badger.ErrDBClosed) {
 		s.log.Warn("ssdstore: delete failed", "key", key, "err", err)
+	}
+}
+
+// DeletePrefix removes every key that begins with prefix (a file's
+// blocks), walking the index: for a file of more blocks than the store
+// holds.
+func (s *Store) DeletePrefix(prefix string) {
+	s.mu.Lock()
+	var keys []string
+	for k := range s.index {
+		if strings.HasPrefix(k, prefix) {
+			keys = append(keys, k)
+		}
+	}
+	s.mu.Unlock()
+	for _, k := range keys {
+		s.Delete(k)
 	}
 }
 

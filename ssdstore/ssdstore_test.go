@@ -445,3 +445,17 @@ func TestCacheInUse(t *testing.T) {
 		t.Errorf("a cache in use was moved aside: %v", asides)
 	}
 }
+
+// DeletePrefix removes a file's blocks and nothing else.
+func TestDeletePrefix(t *testing.T) {
+	s := mustOpen(t, testConfig(t.TempDir()))
+	for _, k := range []string{"a\x000", "a\x007", "ab\x000", "b\x000"} {
+		store(t, s, k, block(100, 1))
+	}
+	s.DeletePrefix("a\x00")
+	for k, want := range map[string]bool{"a\x000": false, "a\x007": false, "ab\x000": true, "b\x000": true} {
+		if _, ok, _ := s.Get(k, tagOf(100)); ok != want {
+			t.Errorf("%q: cached %v after DeletePrefix(a\\x00), want %v", k, ok, want)
+		}
+	}
+}
