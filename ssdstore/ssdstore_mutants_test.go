@@ -633,3 +633,128 @@ func TestPageOut(t *testing.T) {
 		t.Fatalf("pageOut of a directory with no mappings: %d, %v", n, err)
 	}
 }
+
+// TestNoRoomForDataAtZero: a capacity whose data share is exactly zero is
+// refused too.
+func TestNoRoomForDataAtZero(t *testing.T) {
+	share := func(c int64) int64 {
+		vlog := min(max(c/16, 1<<20), 1<<30-1)
+		return c - (2*vlog + 2*(8<<20) + 1<<20) - c/32
+	}
+	c := int64(16 << 20)
+	for share(c) < 0 {
+		c++
+	}
+	if share(c) != 0 {
+		t.Skipf("no capacity leaves exactly 0 bytes of data in memory (the first with room leaves %d)", share(c))
+	}
+	if _, err := Open(Config{Capacity: c, InMemory: true}); err == nil || !strings.Contains(err.Error(), "no room for data") {
+		t.Fatalf("capacity %d (0 bytes of data): %v, want a refusal", c, err)
+	}
+	mustOpen(t, Config{Capacity: c + 64, InMemory: true})
+}
+
+// TestCommitCountsTraffic: a commit counts each block's data and header
+// towards the next page-out.
+func TestCommitCountsTraffic(t *testing.T) {
+	s, _ := bare(t, Config{Segments: 1, InMemory: true, QueueBytes: 1 << 30, TrimBytes: 1000 + headerSize}, 1<<30, true)
+	s.commit([]put{{key: "a", b: block(999, 1)}})
+	if len(s.kick) != 0 || s.traffic.Load() != 999+headerSize {
+		t.Fatalf("traffic %d after a block of 999 bytes, kick %d", s.traffic.Load(), len(s.kick))
+	}
+	s.traffic.Store(0)
+	s.commit([]put{{key: "b", b: block(1000, 2)}})
+	if len(s.kick) != 1 {
+		t.Fatalf("a block of 1000 bytes and its header (%d bytes of TrimBytes) did not wake maintenance", s.traffic.Load())
+	}
+}
+
+// TestRewriteDeletesTheOldCopy: a block written again into a newer
+// segment loses its copy in the older one, which a reopen would count
+// again.
+func TestRewriteDeletesTheOldCopy(t *testing.T) {
+	s, _ := bare(t, Config{Segments: 4, InMemory: true, QueueBytes: 1 << 30}, 4000, true)
+	s.commit([]put{{key: "k", b: block(100, 1)}})
+	s.commit([]put{{key: "filler", b: block(1000, 2)}}) // closes segment 0
+	s.commit([]put{{key: "k", b: block(100, 3)}})
+	if s.index["k"].seg != 1 {
+		t.Fatalf("the rewrite went to segment %d, want 1", s.index["k"].seg)
+	}
+	err := s.db.View(func(txn *badger.Txn) error {
+		_, err := txn.Get(dbKey(meta{seg: 0, len: 100}, "k"))
+		return err
+	})
+	if !errors.Is(err, badger.ErrKeyNotFound) {
+		t.Fatalf("the old copy in segment 0: %v, want deleted", err)
+	}
+	if s.bytes != 1100 || s.segBytes[0] != 1000 || s.segBytes[1] != 100 {
+		t.Fatalf("%d bytes, segments %v; want 1100, 1000 and 100", s.bytes, s.segBytes)
+	}
+}
+
+// TestSpaceLogsTransitions: stopping and resuming writes are logged once
+// each, not on every write in between.
+func TestSpaceLogsTransitions(t *testing.T) {
+	dir := t.TempDir()
+	s, rec := bare(t, Config{Dir: dir, Capacity: 1 << 40}, 1<<30, false)
+	s.lowSpace(0, 0)
+	s.lowSpace(0, 1<<41) // full
+	s.lowSpace(0, 1<<41)
+	s.lowSpace(0, 0) // room again
+	s.lowSpace(0, 0)
+	rec.mu.Lock()
+	got := strings.Join(rec.recs, "; ")
+	rec.mu.Unlock()
+	if want := "WARN ssdstore: not caching on the SSD until there is room; INFO ssdstore: caching on the SSD again"; got != want {
+		t.Fatalf("logs %q, want %q", got, want)
+	}
+}
+
+// TestTrimQuiet: a page-out that works logs nothing.
+func TestTrimQuiet(t *testing.T) {
+	s, rec := bare(t, Config{Dir: t.TempDir(), TrimBytes: 1}, 1<<30, false)
+	s.traffic.Store(1)
+	s.trim()
+	if w := rec.warnings(); len(w) != 0 {
+		t.Fatalf("warnings: %q", w)
+	}
+}
+
+// TestCheckTableLeavesNoTrace: checking a damaged table, whether Badger
+// returns an error or panics on it, leaves the file as it was and no
+// mapping of it behind.
+func TestCheckTableLeavesNoTrace(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cache")
+	cfg := testConfig(dir)
+	fill(t, cfg, 50)
+	tables, _ := filepath.Glob(filepath.Join(dir, "*.sst"))
+	if len(tables) == 0 {
+		t.Fatal("no table written")
+	}
+	good, err := os.ReadFile(tables[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, damaged := range map[string][]byte{
+		"truncated":     good[:len(good)/2],
+		"tail garbled":  append(append([]byte(nil), good[:len(good)-8]...), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff),
+		"one byte":      {1},
+		"a garbled end": append(append([]byte(nil), good[:len(good)-64]...), make([]byte, 64)...),
+	} {
+		p := filepath.Join(t.TempDir(), "000001.sst")
+		if err := os.WriteFile(p, damaged, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := checkTable(p); err == nil {
+			t.Errorf("%s: a damaged table checked as good", name)
+			continue
+		}
+		if fi, err := os.Stat(p); err != nil || fi.Size() != int64(len(damaged)) {
+			t.Errorf("%s: the table is %v bytes after the check, was %d (%v)", name, fi.Size(), len(damaged), err)
+		}
+		maps, _ := os.ReadFile("/proc/self/maps")
+		if strings.Contains(string(maps), p) {
+			t.Errorf("%s: the table is still mapped after the check", name)
+		}
+	}
+}
