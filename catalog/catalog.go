@@ -26,6 +26,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"iter"
 	"log/slog"
@@ -244,11 +245,11 @@ type Snapshot struct {
 	Skipped  int       // entries that could not be scanned or are not mirrored
 	Reused   int       // directories kept unread from the previous snapshot (Revalidate)
 	Scanned  time.Time // when the scan that made it began
-	// UnreadableDirs counts the directories the scan could not read; the
-	// first of them (up to 32) are listed in Unreadable. Each keeps the
-	// entries of the previous snapshot, if it had one there.
-	UnreadableDirs int
-	Unreadable     []string
+	// UnreadableEntries counts the directories and entries the scan could
+	// not read; the first of them (up to 32) are listed in Unreadable.
+	// Each keeps what the previous snapshot had of it, if anything.
+	UnreadableEntries int
+	Unreadable        []string
 
 	byIno []*Entry // indexed by Ino; holes are nil
 }
@@ -453,7 +454,7 @@ func (c *Catalog) rescan(ctx context.Context, byDir bool) (Diff, error) {
 	d.ScanTime, d.Reused = snap.ScanTime, snap.Reused
 	if len(d.Changed)+len(d.Removed)+len(d.Added) > 0 || old.Root.Mode != snap.Root.Mode ||
 		old.Root.Mtime != snap.Root.Mtime || old.Root.owner != snap.Root.owner ||
-		old.UnreadableDirs+snap.UnreadableDirs > 0 { // what could not be read is news too
+		old.UnreadableEntries+snap.UnreadableEntries > 0 { // what could not be read is news too
 		c.cur.Store(snap)
 	}
 	return d, nil
@@ -510,21 +511,23 @@ func (c *Catalog) scan(ctx context.Context, old *Snapshot, byDir bool) (*Snapsho
 	}
 	var skipped, reused int
 	var unreadable []string
-	var unreadableDirs int
+	var unreadableEntries int
 	if c.cfg.Lister != nil {
-		if err := c.stat(c.cfg.Source, root); err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrSource, err)
-		}
-		files, err := c.cfg.Lister.List(ctx)
+		files, err := c.list(ctx, root)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrSource, err)
+			return nil, err
 		}
 		if len(files) > c.cfg.MaxEntries {
 			return nil, c.tooMany()
 		}
 		skipped = c.build(root, oldRoot, files)
 	} else {
-		sc := &scanner{c: c, ctx: ctx, sem: make(chan struct{}, c.cfg.ScanWorkers), byDir: byDir}
+		// Cancelled when the scan returns: a scan abandoned on a stall
+		// stops where it stands, and its goroutines not stuck in the
+		// kernel end.
+		sctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		sc := &scanner{c: c, ctx: sctx, sem: make(chan struct{}, c.cfg.ScanWorkers), byDir: byDir}
 		if old != nil {
 			sc.trusted = old.Scanned.Add(-racy).UnixNano()
 		}
@@ -554,15 +557,45 @@ func (c *Catalog) scan(ctx context.Context, old *Snapshot, byDir bool) (*Snapsho
 			return nil, fmt.Errorf("%w: %v", ErrSource, sc.rootErr)
 		}
 		skipped, reused = int(sc.skipped.Load()), int(sc.reused.Load())
-		unreadable, unreadableDirs = sc.unreadable, sc.unreadableDirs
+		unreadable, unreadableEntries = sc.unreadable, sc.unreadableEntries
 		slices.Sort(unreadable)
 	}
 	snap := &Snapshot{Root: root, ScanTime: time.Since(start), Skipped: skipped, Reused: reused, Scanned: start,
-		Unreadable: unreadable, UnreadableDirs: unreadableDirs}
+		Unreadable: unreadable, UnreadableEntries: unreadableEntries}
 	snap.byIno = make([]*Entry, c.nextIno.Load())
 	snap.Walk(func(e *Entry) { snap.byIno[e.Ino] = e })
 	snap.count()
 	return snap, nil
+}
+
+// list stats SOURCE into root and asks the Lister for its files, giving
+// up when ctx ends (the calls stuck in a PFS that stopped answering are
+// left to end on their own goroutine).
+func (c *Catalog) list(ctx context.Context, root *Entry) ([]File, error) {
+	type result struct {
+		files []File
+		err   error
+	}
+	done := make(chan result, 1)
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		if err := c.stat(c.cfg.Source, root); err != nil {
+			done <- result{nil, fmt.Errorf("%w: %v", ErrSource, err)}
+			return
+		}
+		files, err := c.cfg.Lister.List(lctx)
+		if err != nil {
+			err = fmt.Errorf("%w: %v", ErrSource, err)
+		}
+		done <- result{files, err}
+	}()
+	select {
+	case r := <-done:
+		return r.files, r.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("catalog: list %s: %w", c.cfg.Source, ctx.Err())
+	}
 }
 
 // build makes the tree under root from a Lister's files, keeping the
@@ -744,9 +777,9 @@ type scanner struct {
 	reused  atomic.Int64
 	ops     atomic.Int64 // calls to SOURCE answered: a scan whose count stops moving has stalled
 
-	mu             sync.Mutex
-	unreadable     []string // (mu) the first maxUnreadable directories that could not be read
-	unreadableDirs int      // (mu) how many
+	mu                sync.Mutex
+	unreadable        []string // (mu) the first maxUnreadable entries that could not be read
+	unreadableEntries int      // (mu) how many
 }
 
 // await waits for wg, unless ctx ends first, or ops stops moving for
@@ -775,11 +808,25 @@ func (c *Catalog) await(ctx context.Context, wg *sync.WaitGroup, ops *atomic.Int
 	}
 }
 
-// cannotRead records that directory path could not be read.
+// acquire takes a slot for I/O, unless the scan is given up first.
+func (sc *scanner) acquire() bool {
+	select {
+	case sc.sem <- struct{}{}:
+	case <-sc.ctx.Done():
+		return false
+	}
+	if sc.ctx.Err() != nil {
+		<-sc.sem
+		return false
+	}
+	return true
+}
+
+// cannotRead records that the entry at path could not be read.
 func (sc *scanner) cannotRead(path string) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
-	sc.unreadableDirs++
+	sc.unreadableEntries++
 	if len(sc.unreadable) < maxUnreadable {
 		sc.unreadable = append(sc.unreadable, path)
 	}
@@ -915,15 +962,19 @@ func (sc *scanner) dir(d, old *Entry) {
 		return
 	}
 	if sc.byDir && unchanged(d, old, sc.trusted) {
-		sc.sem <- struct{}{}
+		if !sc.acquire() {
+			return
+		}
 		ok := sc.reuse(d, old)
 		<-sc.sem
 		if ok {
 			return
 		}
 	}
-	sc.sem <- struct{}{}
-	kids, err := sc.read(d)
+	if !sc.acquire() {
+		return
+	}
+	kids, err := sc.read(d, old)
 	<-sc.sem
 	if err != nil {
 		if d.Ino == RootIno {
@@ -975,18 +1026,35 @@ func (sc *scanner) dir(d, old *Entry) {
 // descriptor, which is one lookup per entry instead of one per path
 // component. The entries come in name order, in one array, their names in
 // one buffer.
-func (sc *scanner) read(d *Entry) ([]Entry, error) {
+//
+// An entry that cannot be stat'ed for another reason than being gone keeps
+// its entry in old, the last scan's d, if it had one (a directory keeps
+// its subtree, scanned again), and is recorded as unreadable: a transient
+// error never drops an entry.
+func (sc *scanner) read(d, old *Entry) ([]Entry, error) {
 	full := filepath.Join(sc.c.cfg.Source, filepath.FromSlash(d.Path()))
 	f, err := os.Open(full)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	list, err := f.Readdirnames(-1)
-	if err != nil {
-		return nil, fmt.Errorf("readdir %s: %w", full, err)
+	var list []string
+	for {
+		// In chunks, each counted: a huge directory on a slow but
+		// healthy PFS is progress, not a stall.
+		names, err := f.Readdirnames(readdirChunk)
+		list = append(list, names...)
+		sc.ops.Add(1)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("readdir %s: %w", full, err)
+		}
+		if sc.ctx.Err() != nil {
+			return nil, sc.ctx.Err()
+		}
 	}
-	sc.ops.Add(1)
 	sort.Strings(list)
 	fd := int(f.Fd())
 	out := make([]Entry, 0, len(list))
@@ -1002,10 +1070,13 @@ func (sc *scanner) read(d *Entry) ([]Entry, error) {
 		err := source.IgnoringEINTR(func() error { return unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) })
 		sc.ops.Add(1)
 		if err != nil {
-			if !errors.Is(err, unix.ENOENT) { // vanished since readdir: not an error
-				sc.c.cfg.Logger.Warn("catalog: skipping entry", "path", join(d.Path(), name), "err", err)
+			if errors.Is(err, unix.ENOENT) { // vanished since readdir: not an error
+				sc.skipped.Add(1)
+				continue
 			}
-			sc.skipped.Add(1)
+			if e, ok := sc.keepEntry(d, old, name, err); ok {
+				out = append(out, e)
+			}
 			continue
 		}
 		e := Entry{Name: arena.intern(name)}
@@ -1021,7 +1092,9 @@ func (sc *scanner) read(d *Entry) ([]Entry, error) {
 			var n int
 			err := source.IgnoringEINTR(func() (err error) { n, err = unix.Readlinkat(fd, name, buf); return err })
 			if err != nil {
-				sc.skipped.Add(1)
+				if e, ok := sc.keepEntry(d, old, name, err); ok && e.IsSymlink() {
+					out = append(out, e)
+				}
 				continue
 			}
 			e.more = &more{target: string(buf[:n])}
@@ -1032,6 +1105,32 @@ func (sc *scanner) read(d *Entry) ([]Entry, error) {
 		out = append(out, e)
 	}
 	return out, nil
+}
+
+// readdirChunk is how many names a scan lists at a time.
+const readdirChunk = 4096
+
+// keepEntry is the entry named name of old (the last scan's d), if it had
+// one, for an entry of d that could not be read this time (err); it
+// records the failure either way.
+func (sc *scanner) keepEntry(d, old *Entry, name string, err error) (Entry, bool) {
+	path := join(d.Path(), name)
+	sc.cannotRead(path)
+	var prev *Entry
+	if old != nil {
+		prev = old.Child(name)
+	}
+	if prev == nil {
+		sc.c.cfg.Logger.Warn("catalog: skipping entry", "path", path, "err", err)
+		sc.skipped.Add(1)
+		return Entry{}, false
+	}
+	sc.c.cfg.Logger.Warn("catalog: cannot read an entry; keeping it as the last scan had it", "path", path, "err", err)
+	e := *prev
+	if e.IsDir() {
+		e.more = nil // scanned again: its own listing, or its kept entries
+	}
+	return e, true
 }
 
 func (c *Catalog) stat(path string, e *Entry) error {

@@ -117,12 +117,12 @@ type CatalogStats struct {
 	Bytes       int64   `json:"bytes"`
 	Skipped     int     `json:"skipped"`
 	ScanSeconds float64 `json:"scan_seconds"`
-	// UnreadableDirs counts the directories the last scan could not read
-	// (each kept its entries from the scan before), Unreadable names the
+	// UnreadableEntries counts the directories and entries the last scan
+	// could not read (each kept what the scan before had), Unreadable names the
 	// first of them, and Refresh says how the last rescan went.
-	UnreadableDirs int           `json:"unreadable_dirs"`
-	Unreadable     []string      `json:"unreadable,omitempty"`
-	Refresh        refreshStatus `json:"refresh"`
+	UnreadableEntries int           `json:"unreadable_entries"`
+	Unreadable        []string      `json:"unreadable,omitempty"`
+	Refresh           refreshStatus `json:"refresh"`
 }
 
 // Stats returns the node's current figures. Safe for concurrent use.
@@ -142,7 +142,7 @@ func (n *Node) Stats() Stats {
 		Cache:         CacheStats{RAM: n.ram.Stats()},
 		PFSStuck:      ls.PFSStuck,
 		Catalog: CatalogStats{Files: snap.Files, Dirs: snap.Dirs, Bytes: snap.Bytes, Skipped: snap.Skipped,
-			ScanSeconds: snap.ScanTime.Seconds(), UnreadableDirs: snap.UnreadableDirs, Unreadable: snap.Unreadable,
+			ScanSeconds: snap.ScanTime.Seconds(), UnreadableEntries: snap.UnreadableEntries, Unreadable: snap.Unreadable,
 			Refresh: n.refresher.status()},
 	}
 	s.Copies = CopyStats{ReadBytes: ls.CopiedBytes, RAMBytes: s.Cache.RAM.CopiedBytes}

@@ -15,7 +15,8 @@
 //
 // # Faults
 //
-// FailDir makes a directory's opens fail with an errno.
+// FailDir makes a directory's opens fail with an errno, FailStat a path's
+// lookups and getattrs.
 //
 // Hang makes every open, read, lookup, getattr and listing wait, deaf to
 // interrupts, until Resume or Unmount: a PFS that stops answering (a
@@ -82,9 +83,10 @@ type Sim struct {
 	opens, readOps, bytes, dumps atomic.Int64
 	reading                      atomic.Int64 // reads past their slot, not yet answered
 
-	gateMu    sync.Mutex
-	gate      chan struct{}            // gateMu guards gate: non-nil while hung, closed by Resume
-	dirFaults map[string]syscall.Errno // (gateMu) by path: FailDir
+	gateMu  sync.Mutex
+	gate    chan struct{}              // gateMu guards gate: non-nil while hung, closed by Resume
+	faults  map[faultKey]syscall.Errno // (gateMu): FailDir, FailStat
+	dirGate chan struct{}              // (gateMu) like gate, for HangDirs
 
 	bwMu   sync.Mutex
 	bwNext time.Time // bwMu guards bwNext: when the link is next free
@@ -213,7 +215,7 @@ func (s *Sim) Hang() {
 	}
 }
 
-// Resume answers the requests Hang held, and every later one.
+// Resume answers the requests Hang and HangDirs held, and every later one.
 func (s *Sim) Resume() {
 	s.gateMu.Lock()
 	defer s.gateMu.Unlock()
@@ -221,28 +223,69 @@ func (s *Sim) Resume() {
 		close(s.gate)
 		s.gate = nil
 	}
+	if s.dirGate != nil {
+		close(s.dirGate)
+		s.dirGate = nil
+	}
+}
+
+// Kinds of injected faults.
+const (
+	dirFault  = iota // an open of a directory
+	statFault        // a lookup or getattr
+)
+
+type faultKey struct {
+	kind int
+	path string
 }
 
 // FailDir makes every open of the directory at path (relative to Dir)
 // fail with errno, until FailDir(path, 0): an unreadable directory, or a
 // server's transient error.
-func (s *Sim) FailDir(path string, errno syscall.Errno) {
+func (s *Sim) FailDir(path string, errno syscall.Errno) { s.setFault(dirFault, path, errno) }
+
+// FailStat makes every lookup and getattr of path (relative to Dir) fail
+// with errno, until FailStat(path, 0).
+func (s *Sim) FailStat(path string, errno syscall.Errno) { s.setFault(statFault, path, errno) }
+
+func (s *Sim) setFault(kind int, path string, errno syscall.Errno) {
 	s.gateMu.Lock()
 	defer s.gateMu.Unlock()
-	if s.dirFaults == nil {
-		s.dirFaults = map[string]syscall.Errno{}
+	if s.faults == nil {
+		s.faults = map[faultKey]syscall.Errno{}
 	}
 	if errno == 0 {
-		delete(s.dirFaults, path)
+		delete(s.faults, faultKey{kind, path})
 	} else {
-		s.dirFaults[path] = errno
+		s.faults[faultKey{kind, path}] = errno
 	}
 }
 
-func (s *Sim) dirFault(path string) syscall.Errno {
+func (s *Sim) fault(kind int, path string) syscall.Errno {
 	s.gateMu.Lock()
 	defer s.gateMu.Unlock()
-	return s.dirFaults[path]
+	return s.faults[faultKey{kind, path}]
+}
+
+// HangDirs makes opens of directories other than the root wait, deaf to
+// interrupts, until Resume or Unmount: a PFS that stops answering in the
+// middle of a scan.
+func (s *Sim) HangDirs() {
+	s.gateMu.Lock()
+	defer s.gateMu.Unlock()
+	if s.dirGate == nil {
+		s.dirGate = make(chan struct{})
+	}
+}
+
+func (s *Sim) waitDirs() {
+	s.gateMu.Lock()
+	g := s.dirGate
+	s.gateMu.Unlock()
+	if g != nil {
+		<-g
+	}
 }
 
 // Reading reports how many reads are being served now.
@@ -314,11 +357,17 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	n.sim.wait()
+	if errno := n.sim.fault(statFault, filepath.Join(n.Path(n.Root()), name)); errno != 0 {
+		return nil, errno
+	}
 	return n.LoopbackNode.Lookup(ctx, name, out)
 }
 
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	n.sim.wait()
+	if errno := n.sim.fault(statFault, n.Path(n.Root())); errno != 0 {
+		return errno
+	}
 	return n.LoopbackNode.Getattr(ctx, f, out)
 }
 
@@ -329,7 +378,10 @@ func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	n.sim.wait()
-	if errno := n.sim.dirFault(n.Path(n.Root())); errno != 0 {
+	if p := n.Path(n.Root()); p != "" {
+		n.sim.waitDirs()
+	}
+	if errno := n.sim.fault(dirFault, n.Path(n.Root())); errno != 0 {
 		return nil, 0, errno
 	}
 	return n.LoopbackNode.OpendirHandle(ctx, flags)
