@@ -30,6 +30,7 @@ import (
 	"io/fs"
 	"iter"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -109,6 +110,16 @@ type File struct {
 // DefaultConfig returns the defaults for source.
 func DefaultConfig(source string) Config {
 	return Config{Source: source, ScanWorkers: 32, StallTimeout: time.Minute}
+}
+
+// AddSize is total+size for sizes of SOURCE's files (not negative), or
+// the largest int64 where that overflows: sparse files may claim 2^63
+// bytes each.
+func AddSize(total, size int64) int64 {
+	if size > math.MaxInt64-total {
+		return math.MaxInt64
+	}
+	return total + size
 }
 
 // ErrStalled means a scan read nothing of SOURCE for Config.StallTimeout.
@@ -296,7 +307,7 @@ func (s *Snapshot) count() {
 			s.Dirs++
 		case e.IsRegular():
 			s.Files++
-			s.Bytes += e.Size
+			s.Bytes = AddSize(s.Bytes, e.Size)
 		}
 	})
 }
@@ -307,8 +318,8 @@ type Catalog struct {
 
 	cur     atomic.Pointer[Snapshot]
 	nextIno atomic.Uint64
-	scanMu  sync.Mutex // serializes Refresh and Save
-	loaded  bool       // the first snapshot came from Config.Saved
+	scanMu  chan struct{} // one slot: serializes rescans and Save
+	loaded  bool          // the first snapshot came from Config.Saved
 }
 
 // ErrSource means SOURCE itself cannot be used as a dataset.
@@ -340,7 +351,7 @@ func Open(ctx context.Context, cfg Config) (*Catalog, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("%w: %s is not a directory", ErrSource, abs)
 	}
-	c := &Catalog{cfg: cfg}
+	c := &Catalog{cfg: cfg, scanMu: make(chan struct{}, 1)}
 	c.nextIno.Store(RootIno + 1)
 	if snap := c.loadSaved(); snap != nil {
 		c.cur.Store(snap)
@@ -395,8 +406,8 @@ func (c *Catalog) Save() error {
 	if c.cfg.Saved == "" || c.cfg.Lister != nil {
 		return nil
 	}
-	c.scanMu.Lock()
-	defer c.scanMu.Unlock()
+	c.scanMu <- struct{}{}
+	defer func() { <-c.scanMu }()
 	return Save(c.cfg.Saved, c.cur.Load(), c.cfg.Identity, c.nextIno.Load())
 }
 
@@ -435,8 +446,12 @@ func (c *Catalog) Refresh(ctx context.Context) (Diff, error) { return c.rescan(c
 func (c *Catalog) Revalidate(ctx context.Context) (Diff, error) { return c.rescan(ctx, true) }
 
 func (c *Catalog) rescan(ctx context.Context, byDir bool) (Diff, error) {
-	c.scanMu.Lock()
-	defer c.scanMu.Unlock()
+	select { // another rescan may be stuck on SOURCE: wait for it only as long as ctx
+	case c.scanMu <- struct{}{}:
+	case <-ctx.Done():
+		return Diff{}, fmt.Errorf("catalog: rescan %s: %w", c.cfg.Source, ctx.Err())
+	}
+	defer func() { <-c.scanMu }()
 	old := c.cur.Load()
 	if byDir && c.cfg.Lister == nil {
 		// Most often nothing changed: a stat of every directory shows it

@@ -3,6 +3,7 @@ package catalog
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -242,5 +243,15 @@ func TestLister(t *testing.T) {
 	}
 	if got := c.Snapshot().Lookup("train/b/2.jpg").Ino; got != ino {
 		t.Errorf("inode %d after refresh, was %d", got, ino)
+	}
+}
+
+func TestAddSize(t *testing.T) {
+	for _, c := range []struct{ a, b, want int64 }{
+		{1, 2, 3}, {0, math.MaxInt64, math.MaxInt64}, {math.MaxInt64, 1, math.MaxInt64}, {math.MaxInt64 / 2, math.MaxInt64/2 + 2, math.MaxInt64},
+	} {
+		if got := AddSize(c.a, c.b); got != c.want {
+			t.Errorf("AddSize(%d, %d) = %d, want %d", c.a, c.b, got, c.want)
+		}
 	}
 }

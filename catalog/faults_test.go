@@ -95,7 +95,7 @@ func TestRescanOfHungSource(t *testing.T) {
 	}
 	cfg := c.cfg
 	cfg.StallTimeout = time.Hour
-	slow := &Catalog{cfg: cfg}
+	slow := &Catalog{cfg: cfg, scanMu: make(chan struct{}, 1)}
 	slow.cur.Store(before)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -191,6 +191,7 @@ type Node struct {
 	own             ownership
 	refreshed       chan struct{} // capacity 1: the catalog changed
 	refresher       *refresher    // runs the rescans control writes ask for
+	stopKeeper      func()        // cancels the catalog keeper's rescan
 	stop            chan struct{} // closed by Close: background goroutines end
 	wg              sync.WaitGroup
 	reg             *prometheus.Registry
@@ -223,6 +224,10 @@ func (n *Node) closeFirst(name string) {
 		}
 	}
 }
+
+// detachWait is how long Close waits, after detaching a busy mount, for
+// its last open file to close.
+const detachWait = 5 * time.Second
 
 // A warning or error message is logged at most logBurst times per
 // logEvery.
@@ -505,6 +510,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 // mount.
 func (n *Node) keepCatalog() {
 	ctx, cancel := context.WithCancel(context.Background())
+	n.stopKeeper = cancel
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -536,7 +542,7 @@ func (n *Node) warmAll() {
 	}
 	var total int64
 	for _, e := range files {
-		total += e.Size
+		total = catalog.AddSize(total, e.Size)
 	}
 	if c := n.cacheCapacity(); total > c {
 		n.log.Warn("warm-up skipped: the caches hold less than the dataset", "dataset_bytes", total, "cache_bytes", c)
@@ -612,6 +618,9 @@ func (n *Node) Close() error {
 		if n.load != nil {
 			n.load.Close()
 		}
+		if n.stopKeeper != nil {
+			n.stopKeeper() // its rescan holds the catalog's, which a refresh waits for
+		}
 		if n.refresher != nil {
 			n.refresher.close()
 		}
@@ -619,6 +628,7 @@ func (n *Node) Close() error {
 			n.stopAccessLog() // its pipe holds the mount
 		}
 		if n.server != nil {
+			detached := false
 			if err := n.server.Unmount(); err != nil {
 				// Busy (a process holds a file open): detach, so the daemon
 				// can still exit; the kernel finishes when it is idle.
@@ -626,8 +636,23 @@ func (n *Node) Close() error {
 				if err := unix.Unmount(n.cfg.Mountpoint, unix.MNT_DETACH); err != nil {
 					errs = append(errs, fmt.Errorf("unmount %s: %w", n.cfg.Mountpoint, err))
 				}
+				detached = true
 			}
-			n.server.Wait()
+			served := make(chan struct{})
+			go func() { n.server.Wait(); close(served) }() // ends with the exit at worst
+			if detached {
+				// A detached mount is served until its last open file
+				// closes: a training job may hold one for hours. Stop
+				// waiting after a while; files still open then read EIO
+				// or ENOTCONN once the daemon is gone.
+				select {
+				case <-served:
+				case <-time.After(detachWait):
+					n.log.Warn("files under the detached mount are still open; stopping anyway", "mountpoint", n.cfg.Mountpoint)
+				}
+			} else {
+				<-served
+			}
 			n.closed = append(n.closed, "fuse")
 		}
 		for i := len(n.closers) - 1; i >= 0; i-- {

@@ -86,7 +86,7 @@ func (o *ownership) compute(snap *catalog.Snapshot, t *placement.Table, plan Pla
 				if e.IsRegular() {
 					c := &o.buckets[placement.Bucket(e.Path())]
 					c[0]++
-					c[1] += e.Size
+					c[1] = catalog.AddSize(c[1], e.Size)
 				}
 			})
 		}
@@ -95,7 +95,7 @@ func (o *ownership) compute(snap *catalog.Snapshot, t *placement.Table, plan Pla
 		for b, c := range o.buckets {
 			m := &per[t.BucketOwner(b)]
 			m[0] += c[0]
-			m[1] += c[1]
+			m[1] = catalog.AddSize(m[1], c[1])
 		}
 		t.Assigned(func(key string, owner int) {
 			if e := snap.Lookup(key); e != nil && e.IsRegular() {
@@ -103,7 +103,7 @@ func (o *ownership) compute(snap *catalog.Snapshot, t *placement.Table, plan Pla
 				from[0]--
 				from[1] -= e.Size
 				per[owner][0]++
-				per[owner][1] += e.Size
+				per[owner][1] = catalog.AddSize(per[owner][1], e.Size)
 			}
 		})
 		for i, m := range ms {

@@ -109,6 +109,8 @@ func (r *refresher) status() refreshStatus {
 // scan gives up on SOURCE at once when its context ends). It may be
 // called again.
 func (r *refresher) close() {
-	r.stop()
+	r.mu.Lock()
+	r.stop() // under mu: refresh checks the context and starts a run under it
+	r.mu.Unlock()
 	r.wg.Wait()
 }

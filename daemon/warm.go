@@ -101,17 +101,17 @@ func (n *Node) check(path string) (CheckResult, error) {
 	var ram, ssd, peer, none int64
 	for _, e := range files {
 		r.Files++
-		r.Bytes += e.Size
+		r.Bytes = catalog.AddSize(r.Bytes, e.Size)
 		switch {
 		case n.load.InRAM(e):
-			ram += e.Size
+			ram = catalog.AddSize(ram, e.Size)
 		case n.ssd != nil && n.load.OnSSD(e):
-			ssd += e.Size
+			ssd = catalog.AddSize(ssd, e.Size)
 		default:
 			if _, ok := n.owner(e.Path()); ok {
-				peer += e.Size
+				peer = catalog.AddSize(peer, e.Size)
 			} else {
-				none += e.Size
+				none = catalog.AddSize(none, e.Size)
 			}
 		}
 	}

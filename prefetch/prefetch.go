@@ -488,7 +488,7 @@ func (p *Prefetcher) trimStage() []stagedBlock {
 				continue
 			}
 			window[e.Ino] = true
-			bytes += e.Size
+			bytes = catalog.AddSize(bytes, e.Size)
 			if staged[e.Ino] {
 				seen++
 			}

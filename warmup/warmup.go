@@ -20,7 +20,6 @@ package warmup
 import (
 	"context"
 	"log/slog"
-	"math"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -135,7 +134,7 @@ func (w *Warmer) run(ctx context.Context, units [][]*catalog.Entry, p *progress)
 				}
 				var b int64
 				for _, e := range u {
-					b = addSat(b, e.Size)
+					b = catalog.AddSize(b, e.Size)
 				}
 				p.files.Add(int64(len(u)))
 				p.bytes.Add(b)
@@ -221,7 +220,7 @@ func plan(src Source, entries []*catalog.Entry, capacity int64) ([][]*catalog.En
 		sp, ok := src.Locate(e)
 		items = append(items, item{e, sp, ok})
 		st.Files++
-		st.Bytes = addSat(st.Bytes, e.Size)
+		st.Bytes = catalog.AddSize(st.Bytes, e.Size)
 	}
 	sort.Slice(items, func(i, j int) bool {
 		a, b := items[i], items[j]
@@ -264,13 +263,4 @@ func plan(src Source, entries []*catalog.Entry, capacity int64) ([][]*catalog.En
 		i = j
 	}
 	return units, st
-}
-
-// addSat is a+b for sizes (not negative), or the largest int64 where that
-// overflows.
-func addSat(a, b int64) int64 {
-	if b > math.MaxInt64-a {
-		return math.MaxInt64
-	}
-	return a + b
 }

@@ -29,7 +29,7 @@ func hungPFS(t *testing.T, flags ...string) (*pfs, *proc) {
 		}
 	}
 	p := startPFS(t, dir)
-	d := startDlfs(t, p.Mnt, append([]string{"--infer=false", "--push=false"}, flags...)...)
+	d := startDlfs(t, p.Mnt, append([]string{"--infer=false", "--push=false", "--stop-timeout", "10s"}, flags...)...)
 	if _, err := os.ReadFile(filepath.Join(d.Mnt, "a")); err != nil {
 		t.Fatal(err)
 	}
@@ -189,4 +189,26 @@ func TestHungPFSControlWrites(t *testing.T) {
 	}
 	d.alive(t)
 	stopWhileHung(t, p, d)
+}
+
+// SIGTERM with a file held open under the mount (a training job's) detaches
+// it and exits 0 within a bound, instead of waiting for the file to close.
+func TestStopWithFileOpen(t *testing.T) {
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "a"), []byte("bytes"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := startDlfs(t, src, "--stop-timeout", "60s")
+	holder := exec.Command("sleep", "600")
+	f, err := os.Open(filepath.Join(d.Mnt, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder.Stdin = f
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	defer func() { holder.Process.Kill(); holder.Wait() }()
+	d.stop(t) // exit 0, unmounted, within 30 s
 }
