@@ -51,6 +51,7 @@ import (
 	"github.com/dlfs/dlfs/accesslog"
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/latency"
+	"github.com/dlfs/dlfs/source"
 )
 
 // Config configures the filesystem.
@@ -290,10 +291,11 @@ const statfsWait = 5 * time.Second
 // whose PFS hangs returns. The call's goroutine ends when the kernel
 // answers it.
 type statfsCall struct {
-	wait time.Duration // 0: statfsWait
-	mu   sync.Mutex
-	last *syscall.Statfs_t // mu guards last and busy
-	busy chan struct{}     // closed when the call under way ends; nil when none runs
+	wait    time.Duration // 0: statfsWait
+	mu      sync.Mutex
+	last    *syscall.Statfs_t // mu guards last, lastErr and busy: the last answer
+	lastErr error             // the last call's error, if it failed
+	busy    chan struct{}     // closed when the call under way ends; nil when none runs
 }
 
 func (c *statfsCall) get(cancel <-chan struct{}, path string) (syscall.Statfs_t, error) {
@@ -303,9 +305,9 @@ func (c *statfsCall) get(cancel <-chan struct{}, path string) (syscall.Statfs_t,
 		c.busy = busy
 		go func() {
 			var st syscall.Statfs_t
-			err := syscall.Statfs(path, &st)
+			err := source.IgnoringEINTR(func() error { return syscall.Statfs(path, &st) })
 			c.mu.Lock()
-			if err == nil {
+			if c.lastErr = err; err == nil {
 				c.last = &st
 			}
 			c.busy = nil
@@ -323,6 +325,12 @@ func (c *statfsCall) get(cancel <-chan struct{}, path string) (syscall.Statfs_t,
 	defer timer.Stop()
 	select {
 	case <-busy:
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.lastErr != nil {
+			return syscall.Statfs_t{}, fmt.Errorf("statfs %s: %w", path, c.lastErr) // answered: an error is news
+		}
+		return *c.last, nil
 	case <-timer.C:
 	case <-cancel:
 		return syscall.Statfs_t{}, syscall.EINTR

@@ -47,3 +47,15 @@ func TestStatfsOfHungSource(t *testing.T) {
 	}
 	sim.Resume()
 }
+
+// A statfs that SOURCE answers with an error reports that error, not a
+// timeout, and not an older answer.
+func TestStatfsError(t *testing.T) {
+	c := &statfsCall{wait: time.Minute}
+	if _, err := c.get(nil, t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.get(nil, "/nonexistent/dlfs-statfs"); !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("statfs of a missing SOURCE: %v, want ENOENT", err)
+	}
+}

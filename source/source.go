@@ -159,10 +159,31 @@ func (s *Source) ReadAt(path string, want Version, p []byte, off int64) (int, er
 	}
 	// Checked again after the bytes: a file rewritten while they were
 	// read may have handed back some of each version.
-	if err := checkVersion(fd, path, want); err != nil {
+	if err := checkVersionAfter(fd, path, want); err != nil {
 		return 0, err
 	}
 	return n, nil
+}
+
+// checkVersionAfter is checkVersion after a read, asking the filesystem
+// itself (AT_STATX_FORCE_SYNC): a PFS client that caches attributes (NFS
+// for seconds) would otherwise answer from before the rewrite. The check
+// before a read needs no such care: the open just revalidated them.
+func checkVersionAfter(fd int, path string, want Version) error {
+	var stx unix.Statx_t
+	err := IgnoringEINTR(func() error {
+		return unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_STATX_FORCE_SYNC,
+			unix.STATX_SIZE|unix.STATX_MTIME|unix.STATX_CTIME|unix.STATX_INO, &stx)
+	})
+	if err == unix.ENOSYS || err == unix.EINVAL {
+		return checkVersion(fd, path, want) // no statx here
+	}
+	if err != nil {
+		return fmt.Errorf("source: stat %s: %w", path, err)
+	}
+	got := Version{Size: int64(stx.Size), Mtime: stx.Mtime.Sec*1e9 + int64(stx.Mtime.Nsec),
+		Ctime: stx.Ctime.Sec*1e9 + int64(stx.Ctime.Nsec), Ino: stx.Ino}
+	return changed(path, got, want)
 }
 
 // checkVersion fails with ErrChanged unless the open file fd has
@@ -172,7 +193,12 @@ func checkVersion(fd int, path string, want Version) error {
 	if err := IgnoringEINTR(func() error { return unix.Fstat(fd, &st) }); err != nil {
 		return fmt.Errorf("source: stat %s: %w", path, err)
 	}
-	if got := VersionOf(&st); got != want {
+	return changed(path, VersionOf(&st), want)
+}
+
+// changed fails with ErrChanged unless got is want.
+func changed(path string, got, want Version) error {
+	if got != want {
 		return fmt.Errorf("%w: %s (size %d, mtime %d, ctime %d, inode %d; the catalog has %d, %d, %d, %d); write 'refresh' to the control file",
 			ErrChanged, path, got.Size, got.Mtime, got.Ctime, got.Ino, want.Size, want.Mtime, want.Ctime, want.Ino)
 	}
@@ -308,7 +334,7 @@ func (h *Handle) ReadAt(p []byte, off int64) (int, error) {
 // Check fails with ErrChanged if the file's Version is no longer the one
 // it had when opened. A library that reads the file itself calls it after
 // its reads.
-func (h *Handle) Check() error { return checkVersion(int(h.f.Fd()), h.path, h.v) }
+func (h *Handle) Check() error { return checkVersionAfter(int(h.f.Fd()), h.path, h.v) }
 
 // Close closes the file.
 func (h *Handle) Close() error { return h.f.Close() }

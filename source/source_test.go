@@ -179,7 +179,7 @@ func TestReadAtRewrittenDuringRead(t *testing.T) {
 	if err := os.WriteFile(path, []byte("old bytes"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	sim, err := pfssim.Mount(mnt, pfssim.Config{Dir: dir, ReadLatency: time.Second, NoAttrCache: true})
+	sim, err := pfssim.Mount(mnt, pfssim.Config{Dir: dir, ReadLatency: time.Second})
 	if err != nil {
 		t.Skipf("no FUSE here: %v", err)
 	}
