@@ -13,6 +13,7 @@ import (
 
 	"github.com/dlfs/dlfs/allocator"
 	"github.com/dlfs/dlfs/control"
+	"github.com/dlfs/dlfs/folder"
 	"github.com/dlfs/dlfs/fusefs"
 	"github.com/dlfs/dlfs/jobs"
 )
@@ -203,6 +204,9 @@ func (c *controlPlane) Write(ctx context.Context, path string, data []byte) erro
 	if path != "control" {
 		return fmt.Errorf("control: %s: %w", path, fs.ErrPermission)
 	}
+	if err := c.readLists(ctx, data); err != nil {
+		return err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	err := c.exec(ctx, data)
@@ -216,6 +220,32 @@ func (c *controlPlane) Write(ctx context.Context, path string, data []byte) erro
 		c.n.log.Warn("control command failed", "err", err)
 	}
 	return err
+}
+
+// readLists reads the list files that the job lines of data name
+// (dataset=list:PATH) into the caches, with the writer's context and
+// before the control plane's lock: on a PFS that stopped answering, only
+// this writer waits, and it can be interrupted. The job line then finds
+// the list cached (a failure here is left for it to report).
+func (c *controlPlane) readLists(ctx context.Context, data []byte) error {
+	cmds, err := control.Parse(data)
+	if err != nil {
+		return nil // exec reports it
+	}
+	for _, cmd := range cmds {
+		j, ok := cmd.(control.Job)
+		if !ok || j.ListPath == "" {
+			continue
+		}
+		e, err := folder.Resolve(c.n.cat.Snapshot(), j.ListPath)
+		if err != nil || !e.IsRegular() || e.Size > jobs.DefaultMaxListBytes {
+			continue
+		}
+		if _, err := c.n.load.ReadAt(ctx, e, make([]byte, e.Size), 0); ctx.Err() != nil {
+			return fmt.Errorf("dataset=list:%s: %w", j.ListPath, err)
+		}
+	}
+	return nil
 }
 
 // followTimeout bounds how long a job line waits for the prefetcher to

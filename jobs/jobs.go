@@ -71,7 +71,7 @@ type Config struct {
 	// ReadFile reads a whole dataset file (for dataset=list:PATH).
 	ReadFile func(e *catalog.Entry) ([]byte, error)
 	// MaxListBytes bounds a list file.
-	MaxListBytes int64 // default 256 MiB
+	MaxListBytes int64 // default DefaultMaxListBytes
 	// MaxJobs bounds the jobs registered at once.
 	MaxJobs int // default 64
 	// MaxPositions bounds the sample positions all jobs plan on this node
@@ -97,6 +97,8 @@ type Config struct {
 // Defaults of Config.
 const (
 	DefaultMaxJobs = 64
+	// DefaultMaxListBytes is the default Config.MaxListBytes: 256 MiB.
+	DefaultMaxListBytes = 256 << 20
 	// PositionsPerFile and MinPositions make the default MaxPositions:
 	// 8 positions per file of SOURCE (192 bytes), and 1 Mi (24 MiB) for
 	// a small one.
@@ -601,7 +603,7 @@ type Registry struct {
 // New returns an empty registry.
 func New(cfg Config) *Registry {
 	if cfg.MaxListBytes <= 0 {
-		cfg.MaxListBytes = 256 << 20
+		cfg.MaxListBytes = DefaultMaxListBytes
 	}
 	if cfg.MaxJobs <= 0 {
 		cfg.MaxJobs = DefaultMaxJobs

@@ -22,7 +22,7 @@ import (
 func hungPFS(t *testing.T, flags ...string) (*pfs, *proc) {
 	t.Helper()
 	dir := t.TempDir()
-	for name, n := range map[string]int{"a": 300 << 10, "b": 300 << 10, "c": 3 << 20, "cls/x.jpg": 1000} {
+	for name, n := range map[string]int{"a": 300 << 10, "b": 300 << 10, "c": 3 << 20, "cls/x.jpg": 1000, "list.txt": 100} {
 		os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755)
 		if err := os.WriteFile(filepath.Join(dir, name), randomBytes(n, uint64(n)), 0o644); err != nil {
 			t.Fatal(err)
@@ -133,11 +133,19 @@ func TestHungPFSInterruptAndStop(t *testing.T) {
 	}
 }
 
-// A refresh stuck on a hung PFS holds up no other control write: a job
-// line, a report and a warm-up and its stop all return while it waits,
-// and the refresh's own writer can be killed.
+// A refresh stuck on a hung PFS, and a job line whose list file it must
+// read, hold up no other control write: a job line, a report and a
+// warm-up and its stop all return while they wait, and their own writers
+// can be killed.
 func TestHungPFSControlWrites(t *testing.T) {
 	p, d := hungPFS(t, "--pfs-timeout", "1h")
+	lister := exec.Command("sh", "-c", "echo job=l epoch=0 dataset=list:list.txt > "+filepath.Join(d.Mnt, ".dlfs/control"))
+	if err := lister.Start(); err != nil {
+		t.Fatal(err)
+	}
+	listed := make(chan error, 1)
+	go func() { listed <- lister.Wait() }()
+	blockedInFUSE(t, lister.Process.Pid)
 	refresher := exec.Command("sh", "-c", "echo refresh > "+filepath.Join(d.Mnt, ".dlfs/control"))
 	if err := refresher.Start(); err != nil {
 		t.Fatal(err)
@@ -182,10 +190,13 @@ func TestHungPFSControlWrites(t *testing.T) {
 	default:
 	}
 	refresher.Process.Signal(syscall.SIGKILL)
-	select {
-	case <-refreshed:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the writer of a refresh stuck on the PFS could not be killed")
+	lister.Process.Signal(syscall.SIGKILL)
+	for _, done := range []chan error{refreshed, listed} {
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the writer of a control line stuck on the PFS could not be killed")
+		}
 	}
 	d.alive(t)
 	stopWhileHung(t, p, d)
