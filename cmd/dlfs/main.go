@@ -5,16 +5,30 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime"
 
 	"github.com/spf13/cobra"
 )
 
+// The kernel hands a signal sent to the process to its main thread first,
+// and a thread blocked in a call to a PFS that stopped answering never
+// takes it (a FUSE or hard NFS wait is uninterruptible): SIGTERM would be
+// lost. So the main thread does nothing but wait, and the command runs on
+// the others.
+func init() { runtime.LockOSThread() }
+
 func main() {
-	root := newRootCmd()
-	if err := root.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "dlfs:", err)
-		os.Exit(1)
-	}
+	code := make(chan int)
+	go func() {
+		root := newRootCmd()
+		if err := root.Execute(); err != nil {
+			fmt.Fprintln(os.Stderr, "dlfs:", err)
+			code <- 1
+			return
+		}
+		code <- 0
+	}()
+	os.Exit(<-code)
 }
 
 func newRootCmd() *cobra.Command {

@@ -295,7 +295,24 @@ func runMount(cmd *cobra.Command, cfg daemon.Config, o *mountOptions) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// A signal during the start cancels it; a start stuck in a call to a
+	// PFS that stopped answering (which no context reaches) is given
+	// --stop-timeout, then the process leaves it.
+	started := make(chan struct{})
+	go func() {
+		select {
+		case <-started:
+		case <-ctx.Done():
+			select {
+			case <-started:
+			case <-time.After(o.stopTimeout):
+				fmt.Fprintf(os.Stderr, "dlfs: mount %s: stopped while SOURCE did not answer (--stop-timeout %s)\n", cfg.Source, o.stopTimeout)
+				os.Exit(1)
+			}
+		}
+	}()
 	node, err := daemon.Start(ctx, cfg)
+	close(started)
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ package integration
 // and SIGTERM unmounts and exits while reads of SOURCE are stuck.
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -52,6 +53,20 @@ func blockedInFUSE(t *testing.T, pid int) {
 	}
 }
 
+// exiting reports whether process pid has exited, or is exiting: a thread
+// in a FUSE request that the PFS never answers cannot be killed (the
+// kernel waits for the answer), so a process that exits with one lingers,
+// exiting (PF_EXITING) or a zombie, until the PFS answers.
+func exiting(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return true
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	flags, _ := strconv.ParseUint(f[6], 10, 64)
+	return f[0] == "Z" || flags&0x4 != 0 // PF_EXITING
+}
+
 // stopWhileHung sends d SIGTERM while p hangs, and checks that the mount
 // goes and the daemon exits within a bound. A thread in a FUSE request
 // that the PFS never answers cannot be killed (the kernel waits for the
@@ -60,10 +75,8 @@ func blockedInFUSE(t *testing.T, pid int) {
 func stopWhileHung(t *testing.T, p *pfs, d *proc) {
 	t.Helper()
 	d.Cmd.Process.Signal(syscall.SIGTERM)
-	stat := filepath.Join("/proc", strconv.Itoa(d.Cmd.Process.Pid), "stat")
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		b, err := os.ReadFile(stat)
-		exited := err != nil || strings.Contains(string(b), ") Z ")
+		exited := exiting(d.Cmd.Process.Pid)
 		if exited && !isMounted(d.Mnt) {
 			break
 		}
@@ -222,4 +235,50 @@ func TestStopWithFileOpen(t *testing.T) {
 	f.Close()
 	defer func() { holder.Process.Kill(); holder.Wait() }()
 	d.stop(t) // exit 0, unmounted, within 30 s
+}
+
+// SIGTERM while dlfs mounts a PFS that already stopped answering (its
+// first stat of SOURCE hangs) ends the process within --stop-timeout.
+func TestHungPFSAtMount(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a"), []byte("a"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := startPFS(t, dir)
+	p.Cmd.Process.Signal(syscall.SIGUSR2)
+	p.waitLog(t, "pfssim: hung")
+	mnt := t.TempDir()
+	var stderr bytes.Buffer
+	d := exec.Command(bin.dlfs, "mount", "--stop-timeout", "2s", p.Mnt, mnt)
+	d.Stderr = &stderr
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- d.Wait() }()
+	task := filepath.Join("/proc", strconv.Itoa(d.Process.Pid), "task")
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		stuck := false
+		tids, _ := os.ReadDir(task)
+		for _, tid := range tids {
+			b, _ := os.ReadFile(filepath.Join(task, tid.Name(), "stack"))
+			stuck = stuck || strings.Contains(string(b), "request_wait_answer")
+		}
+		if stuck {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("dlfs never reached the hung PFS")
+		}
+	}
+	d.Process.Signal(syscall.SIGTERM)
+	for deadline := time.Now().Add(30 * time.Second); !exiting(d.Process.Pid); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("SIGTERM while mounting a hung PFS: still running after 30s\n%s", stderr.String())
+		}
+	}
+	p.Cmd.Process.Signal(syscall.SIGHUP)
+	if err := <-exited; err == nil {
+		t.Errorf("dlfs stopped while mounting exited 0; want a failure\n%s", stderr.String())
+	}
 }
