@@ -164,7 +164,7 @@ func (l *Loader) readRun(ctx context.Context, c Coalescer, first *catalog.Entry,
 		bufs = make([][]byte, len(mine))
 		for k, i := range mine {
 			var rerr error
-			if bufs[k], rerr = l.readPFS(pick[i], 0, pick[i].Size); rerr != nil {
+			if bufs[k], rerr = l.readPFS(ctx, pick[i], 0, pick[i].Size); rerr != nil {
 				failed[k] = true
 				l.flight.finish(keys[i], tags[i], calls[i], fetch{src: tierPFS}, rerr)
 			}

@@ -42,7 +42,7 @@ type demandRead struct {
 
 // readDemand reads the whole single-block sample e, which lies at span in
 // a container of c, combining with other waiting reads of the container.
-func (l *Loader) readDemand(c Coalescer, e *catalog.Entry, span Span) ([]byte, error) {
+func (l *Loader) readDemand(ctx context.Context, c Coalescer, e *catalog.Entry, span Span) ([]byte, error) {
 	m := &l.combine
 	m.mu.Lock()
 	if m.queues == nil {
@@ -57,7 +57,7 @@ func (l *Loader) readDemand(c Coalescer, e *catalog.Entry, span Span) ([]byte, e
 	if q.active < limit {
 		q.active++
 		m.mu.Unlock()
-		b, err := l.readPFS(e, 0, e.Size)
+		b, err := l.readPFS(ctx, e, 0, e.Size)
 		l.release(span.Container, q)
 		return b, err
 	}
@@ -118,7 +118,7 @@ func (l *Loader) serveBatch(c Coalescer, batch []*demandRead) {
 		}
 		part := sorted[a:b]
 		if len(part) == 1 {
-			part[0].val, part[0].err = l.readPFS(part[0].e, 0, part[0].e.Size)
+			part[0].val, part[0].err = l.readPFS(context.Background(), part[0].e, 0, part[0].e.Size) // for others too: only the deadline ends it
 		} else {
 			paths := make([]string, len(part))
 			wants := make([]source.Version, len(part))
@@ -140,7 +140,7 @@ func (l *Loader) serveBatch(c Coalescer, batch []*demandRead) {
 				// alone.
 				l.log.Warn("loader: a coalesced read failed; reading its samples one by one", "samples", len(part), "err", err)
 				for _, r := range part {
-					r.val, r.err = l.readPFS(r.e, 0, r.e.Size)
+					r.val, r.err = l.readPFS(context.Background(), r.e, 0, r.e.Size)
 				}
 			}
 			var total int64

@@ -1,6 +1,7 @@
 package loader
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -49,9 +50,10 @@ func (f *failures) get(key failKey, now time.Time) error {
 }
 
 // put remembers err for key until now+ttl, unless it says nothing of the
-// file (the loader closed, or a reader gave up).
+// file (the loader closed, a reader gave up, no slot was free).
 func (f *failures) put(key failKey, err error, now time.Time, ttl time.Duration) {
-	if ttl <= 0 || errors.Is(err, ErrClosed) || errors.Is(err, errStopped) || errors.Is(err, errNoSlot) {
+	if ttl <= 0 || errors.Is(err, ErrClosed) || errors.Is(err, errStopped) || errors.Is(err, errNoSlot) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return
 	}
 	f.mu.Lock()

@@ -503,8 +503,8 @@ func (l *Loader) block(ctx context.Context, e *catalog.Entry, i int64, done bool
 
 // demandFetch is the fetch of block i of e (key, tag) that a demand read
 // starts; kept says whether RAM kept it.
-func (l *Loader) demandFetch(e *catalog.Entry, i int64, key string, tag uint64, done bool, kept *bool) func() (fetch, error) {
-	return func() (fetch, error) {
+func (l *Loader) demandFetch(e *catalog.Entry, i int64, key string, tag uint64, done bool, kept *bool) func(context.Context) (fetch, error) {
+	return func(ctx context.Context) (fetch, error) {
 		// A fetch that ended between the looks above and this flight left
 		// the block in RAM or on the stage: do not read it again.
 		if b, ok := l.ram.Get(key, tag); ok {
@@ -513,7 +513,7 @@ func (l *Loader) demandFetch(e *catalog.Entry, i int64, key string, tag uint64, 
 		if b, ok := l.fromStage(key, tag, e, done); ok {
 			return fetch{b.Data, tierStage, b.Sum}, nil
 		}
-		f, err := l.load(e, i, tag, forReader)
+		f, err := l.load(ctx, e, i, tag, forReader)
 		// A block from a peer stays with its owner: caching it here too
 		// would spend this node's share of the cluster's RAM on another's
 		// partition. Others are offered to RAM before the flight ends, so
@@ -591,8 +591,8 @@ func (l *Loader) Prefetch(ctx context.Context, e *catalog.Entry, keep Keep) (int
 		}
 		tag := l.Tag(e, key)
 		took := false
-		c, shared, err := l.flight.do(ctx, key, tag, forPrefetch, func() (fetch, error) {
-			f, err := l.load(e, i, tag, forPrefetch)
+		c, shared, err := l.flight.do(ctx, key, tag, forPrefetch, func(ctx context.Context) (fetch, error) {
+			f, err := l.load(ctx, e, i, tag, forPrefetch)
 			if err == nil {
 				took = keep(e, i, blockOf(e, tag, f))
 			}
@@ -629,7 +629,7 @@ func (l *Loader) Serve(ctx context.Context, e *catalog.Entry, i int64) ([]byte, 
 	if b, ok := l.staged(key, tag, e); ok {
 		return b.Data, b.Sum, nil
 	}
-	c, _, err := l.flight.do(ctx, key, tag, forPeer, func() (fetch, error) { return l.load(e, i, tag, forPeer) })
+	c, _, err := l.flight.do(ctx, key, tag, forPeer, func(ctx context.Context) (fetch, error) { return l.load(ctx, e, i, tag, forPeer) })
 	if err != nil {
 		return nil, 0, fmt.Errorf("serve %s block %d: %w", e.Path(), i, err)
 	}
@@ -698,8 +698,8 @@ const (
 // load reads block i of e from the SSD, the owning peer (unless for a
 // peer) or the PFS, in the order the model estimates fastest, and queues
 // a PFS read for the SSD (see Choice of source). It runs inside a flight.
-func (l *Loader) load(e *catalog.Entry, i int64, tag uint64, why purpose) (fetch, error) {
-	f, err := l.loadFrom(e, i, tag, why)
+func (l *Loader) load(ctx context.Context, e *catalog.Entry, i int64, tag uint64, why purpose) (fetch, error) {
+	f, err := l.loadFrom(ctx, e, i, tag, why)
 	if err == nil {
 		l.fetches[f.src].Add(1)
 		l.fetched[f.src].Add(int64(len(f.val)))
@@ -707,7 +707,7 @@ func (l *Loader) load(e *catalog.Entry, i int64, tag uint64, why purpose) (fetch
 	return f, err
 }
 
-func (l *Loader) loadFrom(e *catalog.Entry, i int64, tag uint64, why purpose) (fetch, error) {
+func (l *Loader) loadFrom(ctx context.Context, e *catalog.Entry, i int64, tag uint64, why purpose) (fetch, error) {
 	key := BlockKey(e.Path(), i)
 	bs := l.cfg.BlockSize
 	n := blockEnd(e.Size, bs, i) - i*bs
@@ -785,12 +785,12 @@ func (l *Loader) loadFrom(e *catalog.Entry, i int64, tag uint64, why purpose) (f
 			var err error
 			if c, ok := l.pfs.(Coalescer); ok && why == forReader && !l.cfg.NoCoalesce && e.Size <= bs {
 				if span, ok := c.Locate(e.Path()); ok {
-					buf, err = l.readDemand(c, e, span)
+					buf, err = l.readDemand(ctx, c, e, span)
 				} else {
-					buf, err = l.readPFS(e, i, n)
+					buf, err = l.readPFS(ctx, e, i, n)
 				}
 			} else {
-				buf, err = l.readPFS(e, i, n)
+				buf, err = l.readPFS(ctx, e, i, n)
 			}
 			if err != nil {
 				l.failed.put(fk, err, time.Now(), l.cfg.FailureTTL)
@@ -858,15 +858,13 @@ func (l *Loader) toSSD(key string, tag uint64, f fetch) {
 }
 
 // readPFS reads block i (n bytes) of e from SOURCE.
-func (l *Loader) readPFS(e *catalog.Entry, i, n int64) ([]byte, error) {
+func (l *Loader) readPFS(ctx context.Context, e *catalog.Entry, i, n int64) ([]byte, error) {
 	off := i * l.cfg.BlockSize
 	type read struct {
 		buf []byte
 		got int
 	}
-	// Inside a flight, which any reader may leave: only the deadline and
-	// Close end the wait.
-	r, err := pfsCall(context.Background(), l, e.Path(), func() (read, error) {
+	r, err := pfsCall(ctx, l, e.Path(), func() (read, error) {
 		// A buffer of the call's own: an abandoned call still writes it.
 		buf := make([]byte, n)
 		got, err := l.pfs.ReadAt(e.Path(), e.Version(), buf, off)

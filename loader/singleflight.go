@@ -7,7 +7,7 @@ import (
 )
 
 // flight deduplicates concurrent fetches of the same block: the first
-// caller starts fn, later callers wait for its result. A fetch is shared
+// caller runs fn, later callers wait for its result. A fetch is shared
 // only by callers that want the same version of the block (its key and
 // tag): a reader of a file's new version never gets the bytes of a fetch
 // of the old one still under way. Unlike a context-aware group, a waiter
@@ -15,7 +15,7 @@ import (
 // for the next reader anyway.
 type flight struct {
 	stop    <-chan struct{} // closed when the loader closes: waiters leave
-	running sync.WaitGroup  // fetches running on the flight's goroutines
+	running sync.WaitGroup  // fetches running
 	mu      sync.Mutex
 	stopped bool                // (mu) Close began: no fetch starts
 	calls   map[flightKey]*call // mu guards calls and unreported
@@ -54,12 +54,14 @@ type fetch struct {
 // do runs fn once per key at a time and reports whether this caller shared
 // another's result. why says who calls: a reader marks the call read.
 //
-// fn runs on a goroutine of the flight's, so that every caller, the one
-// that started it included, can stop waiting when its ctx is done (a
-// reader interrupted by a signal, a warm-up stopped) or the flight is
-// stopped; fn goes on for the others, and its result is kept as usual.
-// The error is ctx's, or errStopped; a call's own error is in the call.
-func (f *flight) do(ctx context.Context, key string, tag uint64, why purpose, fn func() (fetch, error)) (*call, bool, error) {
+// The caller that starts the call runs fn, with its own ctx: its reads of
+// SOURCE end when ctx does (pfsCall), and the call then fails with ctx's
+// error, which a caller that shared it takes as no answer (block fetches
+// again). The callers that share a call wait for it until their own ctx is
+// done (a reader interrupted by a signal, a warm-up stopped) or the
+// flight stops. The error is ctx's, or errStopped; a call's own error is
+// in the call.
+func (f *flight) do(ctx context.Context, key string, tag uint64, why purpose, fn func(context.Context) (fetch, error)) (*call, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, false, err // no fetch for a caller that gave up
 	}
@@ -82,20 +84,20 @@ func (f *flight) do(ctx context.Context, key string, tag uint64, why purpose, fn
 	f.running.Add(1)
 	f.mu.Unlock()
 
-	go func() {
+	func() {
 		defer f.running.Done()
 		defer func() {
-			if p := recover(); p != nil {
-				c.fetch, c.err = fetch{}, fmt.Errorf("loader: internal error fetching %q: %v", key, p)
-			}
 			f.mu.Lock()
 			delete(f.calls, fk)
 			f.mu.Unlock()
 			close(c.done)
 		}()
-		c.fetch, c.err = fn()
+		c.fetch, c.err = fn(ctx)
 	}()
-	return c, false, f.wait(ctx, c)
+	if c.err != nil && ctx.Err() != nil {
+		return c, false, ctx.Err()
+	}
+	return c, false, nil
 }
 
 // errStopped means the flight was stopped (the loader closed) while a
@@ -155,7 +157,8 @@ func (f *flight) finish(key string, tag uint64, c *call, v fetch, err error) {
 }
 
 // stopAndWait makes every later do and claim fail or claim nothing, and
-// waits for the fetches running on the flight's goroutines.
+// waits for the fetches running (each ends at once: Close ends their
+// waits on SOURCE).
 func (f *flight) stopAndWait() {
 	f.mu.Lock()
 	f.stopped = true
