@@ -20,9 +20,10 @@ import (
 // PFS hangs for good, later reads wait for a slot until their own
 // deadline and fail, rather than pile up goroutines and memory.
 //
-// Readers wait on a fetch with their own context (a FUSE request's is
-// done when the kernel interrupts it: Ctrl-C of the reader), and the fetch
-// goes on for whoever else waits on it.
+// The reader that starts a fetch waits on SOURCE with its own context (a
+// FUSE request's is done when the kernel interrupts it: Ctrl-C of the
+// reader); readers that share the fetch wait with theirs, and fetch again
+// if its starter gave up.
 
 // ErrPFSTimeout means a read of SOURCE did not end by its deadline; the
 // reader gets ETIMEDOUT.
