@@ -143,7 +143,7 @@ func TestLoadBounds(t *testing.T) {
 		{"checksum short", smallSnap().sealed()[:len(smallSnap().b)+3], 100, "checksum mismatch"},
 		{"bytes after the checksum", append(smallSnap().sealed(), 0), 100, "bytes after the checksum"},
 	}
-	for _, bad := range []string{".", "..", "a/b", "a\x00b"} {
+	for _, bad := range []string{".", "..", "a/b", "a\x00b", "/a", "\x00a", "a/"} {
 		f := snapHeader(snapID, 2, 3).rec("", snapDir, 0, 1).dir(1, snapNames(bad)).rec(bad, snapReg, 0, 2)
 		cases = append(cases, struct {
 			name string
