@@ -633,8 +633,8 @@ func (n *Node) Close() error {
 				// Busy (a process holds a file open): detach, so the daemon
 				// can still exit; the kernel finishes when it is idle.
 				n.log.Warn("unmount failed; detaching lazily", "mountpoint", n.cfg.Mountpoint, "err", err)
-				if err := unix.Unmount(n.cfg.Mountpoint, unix.MNT_DETACH); err != nil {
-					errs = append(errs, fmt.Errorf("unmount %s: %w", n.cfg.Mountpoint, err))
+				if err := fusefs.Unmount(n.cfg.Mountpoint, true); err != nil {
+					errs = append(errs, err)
 				}
 				detached = true
 			}

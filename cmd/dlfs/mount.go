@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -24,6 +25,7 @@ import (
 	"github.com/dlfs/dlfs/allocator"
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/daemon"
+	"github.com/dlfs/dlfs/fusefs"
 	"github.com/dlfs/dlfs/netlimit"
 )
 
@@ -354,7 +356,7 @@ func closeBounded(node interface{ Close() error }, cfg daemon.Config, limit time
 		why = fmt.Sprintf("it took longer than --stop-timeout %s", limit)
 	}
 	cfg.Logger.Error("could not unmount cleanly; detaching the mount and exiting", "mountpoint", cfg.Mountpoint, "why", why)
-	if err := unix.Unmount(cfg.Mountpoint, unix.MNT_DETACH); err != nil && err != unix.EINVAL {
+	if err := fusefs.Unmount(cfg.Mountpoint, true); err != nil && !errors.Is(err, unix.EINVAL) {
 		return fmt.Errorf("unmount %s: %s, and detaching it failed: %w", cfg.Mountpoint, why, err)
 	}
 	return fmt.Errorf("unmount %s: %s; detached it lazily", cfg.Mountpoint, why)

@@ -3,10 +3,11 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os/exec"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
+
+	"github.com/dlfs/dlfs/fusefs"
 )
 
 func newUmountCmd() *cobra.Command {
@@ -24,28 +25,9 @@ func newUmountCmd() *cobra.Command {
 }
 
 func umount(mp string, lazy bool) error {
-	flags := 0
-	if lazy {
-		flags = unix.MNT_DETACH
-	}
-	err := unix.Unmount(mp, flags)
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, unix.EINVAL):
-		return fmt.Errorf("%s is not mounted", mp)
-	case errors.Is(err, unix.EBUSY):
+	err := fusefs.Unmount(mp, lazy)
+	if errors.Is(err, unix.EBUSY) {
 		return fmt.Errorf("%s is busy: a process has files open there; stop it, or use --lazy", mp)
-	case errors.Is(err, unix.EPERM):
-		// Not root: fusermount3 unmounts FUSE mounts of the calling user.
-		args := []string{"-u", mp}
-		if lazy {
-			args = []string{"-uz", mp}
-		}
-		if out, ferr := exec.Command("fusermount3", args...).CombinedOutput(); ferr != nil {
-			return fmt.Errorf("unmount %s: %v: %s", mp, ferr, out)
-		}
-		return nil
 	}
-	return fmt.Errorf("unmount %s: %w", mp, err)
+	return err
 }
