@@ -47,28 +47,18 @@ fuzz:
 # package's tests; a mutant the tests still pass "lived". Package by
 # package, one worker by default (the machine is small and shared). A
 # mutant's test run may take MUTATE_TIMEOUT_COEFFICIENT times the first,
-# unmutated run (-count=1, so that a cached result does not make that tiny);
-# one that takes longer counts as timed out, neither lived nor killed. Each package's
-# efficacy (killed / (killed + lived)) must reach MUTATE_THRESHOLD.
-# Logs and JSON reports go to bin/mutate/.
+# unmutated run (-count=1, so that a cached result does not make that
+# tiny); one that takes longer counts as timed out, neither lived nor
+# killed. Each package's efficacy (killed / (killed + lived)) must reach
+# MUTATE_THRESHOLD. Logs, JSON reports and the sources as mutated go to
+# bin/mutate/ (see scripts/mutate.sh).
 MUTATE_PKGS ?= integrity placement control ssdstore catalog peer fusefs loader
 MUTATE_WORKERS ?= 1
 MUTATE_TIMEOUT_COEFFICIENT ?= 20
 MUTATE_THRESHOLD ?= 80
 mutate:
 	./scripts/install-mutate.sh
-	@set -e; g=$$($(GO) env GOPATH)/bin/gremlins; out=bin/mutate; mkdir -p $$out; : >$$out/summary; \
-	for p in $(MUTATE_PKGS); do \
-	  echo "mutate $$p"; \
-	  GOFLAGS="$$GOFLAGS -count=1" $$g unleash --workers $(MUTATE_WORKERS) --timeout-coefficient $(MUTATE_TIMEOUT_COEFFICIENT) \
-	    -S lt -o $$out/$$p.json ./$$p 2>&1 | tee $$out/$$p.log; \
-	  eff=$$(sed -n 's/^Test efficacy: \([0-9.]*\)%.*/\1/p' $$out/$$p.log); \
-	  counts=$$(grep -E '^(Killed|Timed out):' $$out/$$p.log | tr '\n' ' '); \
-	  echo "$$p $${eff:-none} $$counts" >>$$out/summary; \
-	done; \
-	echo; echo "package efficacy% (threshold $(MUTATE_THRESHOLD)%)"; cat $$out/summary; \
-	awk -v t=$(MUTATE_THRESHOLD) '$$2 == "none" || $$2 + 0 < t { bad = bad " " $$1 } \
-	  END { if (bad != "") { print "mutate: below " t "% (or not measured):" bad > "/dev/stderr"; exit 1 } }' $$out/summary
+	./scripts/mutate.sh bin/mutate $(MUTATE_THRESHOLD) $(MUTATE_WORKERS) $(MUTATE_TIMEOUT_COEFFICIENT) $(MUTATE_PKGS)
 
 bench: deps build
 	./bin/dlfsbench

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Mutation testing, package by package (make mutate; docs/mutation.md).
+#   scripts/mutate.sh OUTDIR THRESHOLD WORKERS COEFFICIENT PKG...
+# For each package: a copy of its sources as mutated (OUTDIR/PKG.src, where
+# the survivors' line numbers point), gremlins' log (OUTDIR/PKG.log) and
+# JSON report (OUTDIR/PKG.json), and a line in OUTDIR/summary. Exits 1 if a
+# package's efficacy (killed / (killed + lived)) is under THRESHOLD, or was
+# not measured.
+#
+# A mutant can make a test hang on a FUSE mount it serves itself (the
+# hung-PFS tests): gremlins kills `go test` at its timeout, but the test
+# binary, stuck on its own mount, stays, and gremlins' clean-up then waits
+# on the mount for ever. So each package runs with a TMPDIR of its own, and
+# once gremlins has reported, the FUSE connections of mounts left under it
+# are aborted and the mounts detached.
+set -uo pipefail
+
+out=$1 threshold=$2 workers=$3 coefficient=$4
+shift 4
+export PATH="/usr/local/go/bin:$PATH"
+gremlins="$(go env GOPATH)/bin/gremlins"
+mkdir -p "$out"
+: >"$out/summary"
+
+# reap aborts the FUSE connections of mounts under $1 and detaches them.
+reap() {
+  local dir=$1
+  grep -qs fusectl /proc/mounts || mount -t fusectl none /sys/fs/fuse/connections 2>/dev/null || true
+  # mountinfo: ID PARENT MAJOR:MINOR ROOT MOUNTPOINT ...; a FUSE
+  # connection's id is its mount's minor device number.
+  awk -v d="$dir/" 'index($5, d) == 1 { split($3, dev, ":"); print dev[2], $5 }' /proc/self/mountinfo |
+    while read -r minor mnt; do
+      [ -w "/sys/fs/fuse/connections/$minor/abort" ] && echo 1 >"/sys/fs/fuse/connections/$minor/abort"
+      umount -l "$mnt" 2>/dev/null && echo "mutate: detached a mount a test left: $mnt" >&2
+    done
+}
+
+for p in "$@"; do
+  echo "mutate $p"
+  rm -rf "$out/$p.src" && cp -r "./$p" "$out/$p.src"
+  tmp=$(mktemp -d "/tmp/dlfs-mutate-$p.XXXXXX")
+  TMPDIR=$tmp GOFLAGS="${GOFLAGS:-} -count=1" "$gremlins" unleash --workers "$workers" --timeout-coefficient "$coefficient" \
+    -S lt -o "$out/$p.json" "./$p" >"$out/$p.log" 2>&1 &
+  pid=$!
+  tail -n +1 -f --pid=$pid "$out/$p.log" &
+  while kill -0 $pid 2>/dev/null; do
+    sleep 5
+    grep -q '^Mutator coverage:' "$out/$p.log" && reap "$tmp"
+  done
+  wait $pid
+  reap "$tmp"
+  rm -rf "$tmp"
+  eff=$(sed -n 's/^Test efficacy: \([0-9.]*\)%.*/\1/p' "$out/$p.log")
+  counts=$(grep -E '^(Killed|Timed out):' "$out/$p.log" | tr '\n' ' ')
+  echo "$p ${eff:-none} $counts" >>"$out/summary"
+done
+echo
+echo "package efficacy% (threshold $threshold%)"
+cat "$out/summary"
+awk -v t="$threshold" '$2 == "none" || $2 + 0 < t { bad = bad " " $1 }
+  END { if (bad != "") { print "mutate: below " t "% (or not measured):" bad > "/dev/stderr"; exit 1 } }' "$out/summary"
