@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -79,6 +80,18 @@ func (n *Node) startAccessLog() {
 			return nil, &os.PathError{Op: "open", Path: filepath.Join(dir, accessLogName), Err: err}
 		}
 		return os.NewFile(uintptr(fd), accessLogName), nil
+	}
+	// The daemon's own requests to its mount are served by itself: one in
+	// flight when the process is killed (SIGKILL, the OOM killer) never
+	// gets its answer, and the kernel then keeps the dying process, and
+	// its mount, for ever. So the lookups happen here, before the mount is
+	// announced: the control directory is held open, and the pipe's entry
+	// stays in the kernel's cache (for Config.TTL), so the polls below
+	// send no request.
+	if w, err := open(); err == nil {
+		w.Close() // a reader already: Run opens it again
+	} else if !errors.Is(err, unix.ENXIO) { // ENXIO: nobody reads it yet
+		n.log.Debug("access log: first open", "err", err)
 	}
 	go func() {
 		defer close(done)

@@ -264,11 +264,18 @@ func (f *FS) enter(n *pseudoNode, out *fuse.EntryOut) fuse.Status {
 	if n.pipe {
 		out.SetEntryTimeout(f.cfg.TTL) // always there, always the same node
 	}
-	if !n.dir {
-		out.SetAttrTimeout(f.cfg.TTL) // the contents never change
+	if f.fixedAttrs(n) {
+		out.SetAttrTimeout(f.cfg.TTL)
 	}
 	return fuse.OK
 }
+
+// fixedAttrs reports whether n's attributes never change, so the kernel
+// may cache them: a file's rendering never changes, nor does a directory
+// whose owner and mode are not a job's. The daemon's own access-log
+// writer then walks to the pipe with no request to itself, which the
+// kernel would never see answered if the daemon were killed meanwhile.
+func (f *FS) fixedAttrs(n *pseudoNode) bool { return !n.dir || f.perm(n.path) == nil }
 
 func (f *FS) lookupControlRoot(out *fuse.EntryOut) fuse.Status {
 	return f.enter(&pseudoNode{dir: true, born: f.born}, out)
@@ -317,7 +324,7 @@ func (f *FS) getattrControl(ino uint64, out *fuse.AttrOut) fuse.Status {
 		return st
 	}
 	f.fillPseudo(ino, n, &out.Attr)
-	if !n.dir {
+	if f.fixedAttrs(n) {
 		out.SetTimeout(f.cfg.TTL)
 	}
 	return fuse.OK

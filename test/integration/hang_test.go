@@ -282,3 +282,26 @@ func TestHungPFSAtMount(t *testing.T) {
 		t.Errorf("dlfs stopped while mounting exited 0; want a failure\n%s", stderr.String())
 	}
 }
+
+// A daemon killed outright (SIGKILL, the OOM killer) dies whole: it never
+// has a request of its own to its mount in flight, which the kernel would
+// wait on for ever (the killed daemon is the one to answer it), keeping
+// the process and the mount.
+func TestKilledDaemonExits(t *testing.T) {
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "a"), []byte("a"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		d := startDlfs(t, src)
+		d.Cmd.Process.Kill()
+		select {
+		case <-d.Exited:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("kill %d: the daemon did not die (a request to its own mount in flight?)", i)
+		}
+		if code, _, stderr := runCmd(t, bin.dlfs, "umount", d.Mnt); code != 0 {
+			t.Fatalf("kill %d: dlfs umount of the dead mount: %s", i, stderr)
+		}
+	}
+}
