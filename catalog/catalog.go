@@ -15,6 +15,15 @@
 // Inode numbers are stable across refreshes for paths whose type did not
 // change, so the kernel's caches stay valid for unchanged files.
 //
+// # Faults
+//
+// A rescan never takes an error for an answer: a directory it cannot read,
+// or an entry it cannot stat, keeps what the last snapshot had of it, and
+// is named in the new one (Unreadable). A rescan that hears nothing from
+// SOURCE for Config.StallTimeout, or whose context ends, is given up and
+// cancelled; the current snapshot stays, and only the calls stuck in the
+// kernel (at most ScanWorkers) stay behind.
+//
 // # Identity
 //
 // A file's identity is its relative path plus its source.Version (size,

@@ -16,7 +16,7 @@
 //
 // # Fetching
 //
-// Concurrent misses on one block share a single fetch. A block read from the
+// Concurrent misses on one version of a block share a single fetch. A block read from the
 // PFS goes into the RAM tier and is queued for the SSD tier; a block found on
 // the SSD is promoted to RAM. Returned slices alias cached blocks and must not
 // be modified.
