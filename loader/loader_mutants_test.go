@@ -4,13 +4,19 @@ package loader
 // docs/mutation.md), on the parts of the loader that stand alone.
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/perfmodel"
+	"github.com/dlfs/dlfs/ramcache"
 	"github.com/dlfs/dlfs/source"
 )
 
@@ -116,5 +122,130 @@ func TestFailureExpires(t *testing.T) {
 	}
 	if err := f.get(failKeyN(1), now.Add(time.Second)); err != nil || f.len() != 0 {
 		t.Fatalf("at the TTL's end: %v, %d remembered", err, f.len())
+	}
+}
+
+// TestRunLimits: a gap is worth reading through up to latency ×
+// bandwidth (at most 8 MiB); a run stops at ten gaps, at least a block,
+// at most 32 MiB; a PFS of unmeasurable transfer time coalesces nothing
+// beyond a block.
+func TestRunLimits(t *testing.T) {
+	limits := func(lat time.Duration, bw float64) (int64, int64) {
+		m := perfmodel.New(perfmodel.Config{Priors: map[string]perfmodel.Prior{"pfs": {Latency: lat, Bandwidth: bw}}})
+		return New(Config{Model: m}, nil, nil, nil).RunLimits()
+	}
+	bs := DefaultConfig().BlockSize
+	for _, c := range []struct {
+		lat     time.Duration
+		bw      float64
+		gap     int64
+		run     int64
+		approx  bool
+		comment string
+	}{
+		{time.Millisecond, 1e9, 1_000_000, 10_000_000, true, "1 ms at 1 GB/s"},
+		{time.Second, 1e9, 8 << 20, 32 << 20, false, "both capped"},
+		{time.Microsecond, 1e9, 1000, bs, true, "a run of at least a block"},
+		{time.Millisecond, math.Inf(1), 0, bs, false, "no transfer time"},
+	} {
+		gap, run := limits(c.lat, c.bw)
+		if c.approx {
+			if gap < c.gap-1 || gap > c.gap+1 || run < c.run-10 || run > c.run+10 {
+				t.Errorf("%s: gap %d, run %d; want about %d and %d", c.comment, gap, run, c.gap, c.run)
+			}
+			continue
+		}
+		if gap != c.gap || run != c.run {
+			t.Errorf("%s: gap %d, run %d; want %d and %d", c.comment, gap, run, c.gap, c.run)
+		}
+	}
+}
+
+// TestReadAtEOF: a read at or past the end, at a negative offset, or into
+// nothing, returns no bytes and touches no tier.
+func TestReadAtEOF(t *testing.T) {
+	l := New(Config{}, nil, nil, nil) // no tiers: touching one would panic
+	e := &catalog.Entry{Name: "f", Mode: syscall.S_IFREG | 0o644, Size: 10}
+	for _, c := range []struct {
+		off int64
+		n   int
+	}{{10, 5}, {11, 5}, {-1, 5}, {0, 0}, {math.MaxInt64, 1}} {
+		b, err := l.ReadAt(context.Background(), e, make([]byte, c.n), c.off)
+		if err != nil || len(b) != 0 {
+			t.Errorf("%d bytes at %d of 10: %d bytes, %v", c.n, c.off, len(b), err)
+		}
+	}
+}
+
+// recSSD records what the loader deletes from the SSD tier.
+type recSSD struct {
+	SSD
+	deleted  []string
+	prefixes []string
+}
+
+func (s *recSSD) Delete(key string)          { s.deleted = append(s.deleted, key) }
+func (s *recSSD) DeletePrefix(prefix string) { s.prefixes = append(s.prefixes, prefix) }
+
+// TestInvalidateBlocks: a file's blocks are deleted one by one, each once,
+// up to walkBlocks of them; past that the tiers are walked instead.
+func TestInvalidateBlocks(t *testing.T) {
+	const bs = 4096
+	for _, c := range []struct {
+		blocks int64
+		walked bool
+	}{{1, false}, {3, false}, {walkBlocks, false}, {walkBlocks + 1, true}} {
+		ssd := &recSSD{}
+		l := New(Config{BlockSize: bs}, ramcache.New(ramcache.Config{Capacity: 1 << 20}), ssd, nil)
+		e := &catalog.Entry{Name: "f", Mode: syscall.S_IFREG | 0o644, Size: c.blocks * bs, Ino: 7}
+		l.Invalidate(e)
+		if c.walked {
+			if len(ssd.prefixes) != 1 || ssd.prefixes[0] != blockPrefix(e.Path()) || len(ssd.deleted) != 0 {
+				t.Errorf("%d blocks: prefixes %q, %d keys deleted; want the file's prefix alone", c.blocks, ssd.prefixes, len(ssd.deleted))
+			}
+			continue
+		}
+		if len(ssd.prefixes) != 0 || int64(len(ssd.deleted)) != c.blocks {
+			t.Errorf("%d blocks: %d keys deleted, prefixes %q", c.blocks, len(ssd.deleted), ssd.prefixes)
+			continue
+		}
+		for i, k := range ssd.deleted {
+			if k != BlockKey(e.Path(), int64(i)) {
+				t.Errorf("%d blocks: key %d is %q", c.blocks, i, k)
+				break
+			}
+		}
+	}
+}
+
+// TestFlightReadFlag: a fetch started for a reader is marked read; one
+// started ahead of any reader is not.
+func TestFlightReadFlag(t *testing.T) {
+	var f flight
+	f.stop = make(chan struct{})
+	ok := func(context.Context) (fetch, error) { return fetch{}, nil }
+	c, shared, err := f.do(context.Background(), "k", 1, forReader, ok)
+	if err != nil || shared || !c.read {
+		t.Fatalf("a reader's fetch: read %v, shared %v, %v", c.read, shared, err)
+	}
+	c, _, _ = f.do(context.Background(), "k", 1, forPrefetch, ok)
+	if c.read {
+		t.Fatal("a prefetch nobody read is marked read")
+	}
+}
+
+// TestFlightHolds: a key is held while any demand read holds it, and
+// forgotten when the last lets go.
+func TestFlightHolds(t *testing.T) {
+	var f flight
+	f.hold("k")
+	f.hold("k")
+	f.release("k")
+	if !f.held("k") {
+		t.Fatal("released by one of two holders")
+	}
+	f.release("k")
+	if f.held("k") || len(f.unreported) != 0 {
+		t.Fatalf("after the last release: held %v, %d keys remembered", f.held("k"), len(f.unreported))
 	}
 }
