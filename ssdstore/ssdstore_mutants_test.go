@@ -674,21 +674,26 @@ func TestCommitCountsTraffic(t *testing.T) {
 // again.
 func TestRewriteDeletesTheOldCopy(t *testing.T) {
 	s, _ := bare(t, Config{Segments: 4, InMemory: true, QueueBytes: 1 << 30}, 4000, true)
-	s.commit([]put{{key: "k", b: block(100, 1)}})
-	s.commit([]put{{key: "filler", b: block(1000, 2)}}) // closes segment 0
-	s.commit([]put{{key: "k", b: block(100, 3)}})
-	if s.index["k"].seg != 1 {
-		t.Fatalf("the rewrite went to segment %d, want 1", s.index["k"].seg)
+	s.commit([]put{{key: "k", b: block(100, 1)}, {key: "j", b: block(50, 1)}})
+	s.commit([]put{{key: "filler", b: block(850, 2)}}) // closes segment 0
+	s.commit([]put{{key: "k", b: block(100, 3)}, {key: "j", b: block(50, 3)}})
+	if s.index["k"].seg != 1 || s.index["j"].seg != 1 {
+		t.Fatalf("the rewrites went to segments %d and %d, want 1", s.index["k"].seg, s.index["j"].seg)
 	}
-	err := s.db.View(func(txn *badger.Txn) error {
-		_, err := txn.Get(dbKey(meta{seg: 0, len: 100}, "k"))
-		return err
-	})
-	if !errors.Is(err, badger.ErrKeyNotFound) {
-		t.Fatalf("the old copy in segment 0: %v, want deleted", err)
+	for _, old := range []struct {
+		key string
+		len int64
+	}{{"k", 100}, {"j", 50}} {
+		err := s.db.View(func(txn *badger.Txn) error {
+			_, err := txn.Get(dbKey(meta{seg: 0, len: old.len}, old.key))
+			return err
+		})
+		if !errors.Is(err, badger.ErrKeyNotFound) {
+			t.Fatalf("the old copy of %s in segment 0: %v, want deleted", old.key, err)
+		}
 	}
-	if s.bytes != 1100 || s.segBytes[0] != 1000 || s.segBytes[1] != 100 {
-		t.Fatalf("%d bytes, segments %v; want 1100, 1000 and 100", s.bytes, s.segBytes)
+	if s.bytes != 1000 || s.segBytes[0] != 850 || s.segBytes[1] != 150 {
+		t.Fatalf("%d bytes, segments %v; want 1000, 850 and 150", s.bytes, s.segBytes)
 	}
 }
 
