@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"log/slog"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -177,5 +178,43 @@ func TestAnswerByteBound(t *testing.T) {
 	res = s.answer([]Item{{Path: "a", Block: half}, {Path: "b", Block: half + 1}, {Path: "c", Block: 1}}, false)
 	if res[0].Status != StatusOK || res[1].Status != StatusError || res[1].Data != nil || res[2].Status != StatusError {
 		t.Errorf("a block past the bound: %d, %d (%d bytes), %d; want it and the rest StatusError", res[0].Status, res[1].Status, len(res[1].Data), res[2].Status)
+	}
+}
+
+// panicSource panics on every block.
+type panicSource struct{ sizedSource }
+
+func (panicSource) Block(Item) ([]byte, uint32, byte) { panic("a bug while serving") }
+
+// logCount counts the records a logger was given.
+type logCount struct{ n atomic.Int32 }
+
+func (c *logCount) Enabled(context.Context, slog.Level) bool  { return true }
+func (c *logCount) Handle(context.Context, slog.Record) error { c.n.Add(1); return nil }
+func (c *logCount) WithAttrs([]slog.Attr) slog.Handler        { return c }
+func (c *logCount) WithGroup(string) slog.Handler             { return c }
+
+// TestServerUsesTheLogger: what the server logs goes to the logger given
+// to Listen.
+func TestServerUsesTheLogger(t *testing.T) {
+	logs := &logCount{}
+	s, err := Listen("127.0.0.1:0", mutKey, panicSource{}, slog.New(logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	cl, err := NewClient(mutKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := cl.Fetch(ctx, s.Addr(), []Item{{Path: "a", Block: 1}})
+	if err != nil || len(res) != 1 || res[0].Status != StatusError {
+		t.Fatalf("a panicking block: %+v, %v; want StatusError", res, err)
+	}
+	if logs.n.Load() == 0 {
+		t.Fatal("the panic was not logged to the logger given")
 	}
 }
