@@ -366,6 +366,9 @@ func TestFault04SameSizeRewrite(t *testing.T) {
 	}
 	d.stop(t)
 	d = startDlfs(t, src, "--ssd-cache", ssd)
+	// The remount starts from the saved snapshot and revalidates SOURCE in
+	// the background; until then the rewritten file reads ESTALE.
+	d.waitLog(t, "refreshed catalog")
 	if got, err := os.ReadFile(filepath.Join(d.Mnt, "big.bin")); err != nil || !bytes.Equal(got, fresh) {
 		t.Errorf("after a remount: %v (new bytes %v)", err, bytes.Equal(got, fresh))
 	}
