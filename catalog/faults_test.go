@@ -14,6 +14,9 @@ import (
 
 // simSource mounts a simulated PFS over a tree of a/1, a/2, a/deep/3 and
 // b/4, and opens a catalog of it.
+// stall is the catalog's StallTimeout: long enough that a healthy scan
+// on a loaded machine (the race detector, other tests) is never taken for
+// a stalled one.
 func simSource(t *testing.T, stall time.Duration) (*pfssim.Sim, *Catalog) {
 	t.Helper()
 	dir, mnt := t.TempDir(), t.TempDir()
@@ -80,7 +83,7 @@ func TestRescanKeepsUnreadableDirectory(t *testing.T) {
 // A rescan of a PFS that stops answering fails once nothing moved for
 // StallTimeout, or when its context ends, and the snapshot stays.
 func TestRescanOfHungSource(t *testing.T) {
-	sim, c := simSource(t, 50*time.Millisecond)
+	sim, c := simSource(t, time.Second)
 	before := c.Snapshot()
 	sim.Hang()
 	defer sim.Resume()
@@ -135,7 +138,7 @@ func TestRescanKeepsUnstatableEntry(t *testing.T) {
 // only those stuck in the kernel (at most ScanWorkers) remain, not one per
 // directory waiting for a slot.
 func TestAbandonedScanStops(t *testing.T) {
-	sim, c := simSource(t, 50*time.Millisecond)
+	sim, c := simSource(t, time.Second)
 	for i := range 200 {
 		write(t, c.Source(), fmt.Sprintf("d%03d/f", i), "x")
 	}
