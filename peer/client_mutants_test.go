@@ -29,14 +29,32 @@ func (sizedSource) Block(it Item) ([]byte, uint32, byte) {
 
 func (s sizedSource) Cached(it Item) ([]byte, uint32, byte) { return s.Block(it) }
 
-// TestClientDialsWithADeadline: a dial gives up after 2 s, whatever the
-// caller's context.
-func TestClientDialsWithADeadline(t *testing.T) {
+// mutServer starts a server of src with the test key, closed with the test.
+func mutServer(t *testing.T, src Source, log *slog.Logger) *Server {
+	t.Helper()
+	s, err := Listen("127.0.0.1:0", mutKey, src, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// mutClient returns a client with the test key, closed with the test.
+func mutClient(t *testing.T) *Client {
+	t.Helper()
 	cl, err := NewClient(mutKey)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// TestClientDialsWithADeadline: a dial gives up after 2 s, whatever the
+// caller's context.
+func TestClientDialsWithADeadline(t *testing.T) {
+	cl := mutClient(t)
 	if cl.dialTimeout != 2*time.Second {
 		t.Fatalf("dial timeout %v, want 2s", cl.dialTimeout)
 	}
@@ -45,16 +63,8 @@ func TestClientDialsWithADeadline(t *testing.T) {
 // TestFetchMaxItems: a request of MaxItems items is sent and answered
 // whole; one more is refused before anything is sent.
 func TestFetchMaxItems(t *testing.T) {
-	s, err := Listen("127.0.0.1:0", mutKey, sizedSource{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	cl, err := NewClient(mutKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	s := mutServer(t, sizedSource{}, nil)
+	cl := mutClient(t)
 	items := make([]Item, MaxItems+1)
 	for i := range items {
 		items[i] = Item{Path: "f", Block: 1, Tag: uint64(i)}
@@ -125,11 +135,7 @@ func fakePeer(t *testing.T, answer func([]Item) []Result) (addr string, conns *a
 // than items asked is a malformed answer, never results.
 func TestFetchWrongCount(t *testing.T) {
 	addr, _ := fakePeer(t, func(items []Item) []Result { return make([]Result, len(items)+1) })
-	cl, err := NewClient(mutKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := mutClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	res, err := cl.Fetch(ctx, addr, []Item{{Path: "a", Tag: 1}, {Path: "b", Tag: 2}})
@@ -142,11 +148,7 @@ func TestFetchWrongCount(t *testing.T) {
 // works.
 func TestConnectionReused(t *testing.T) {
 	addr, conns := fakePeer(t, func(items []Item) []Result { return make([]Result, len(items)) })
-	cl, err := NewClient(mutKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := mutClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for i := 0; i < 5; i++ {
@@ -162,11 +164,7 @@ func TestConnectionReused(t *testing.T) {
 // TestAnswerByteBound: a response carries blocks up to MaxResponseBytes
 // exactly; past them, items get StatusError, an empty block too.
 func TestAnswerByteBound(t *testing.T) {
-	s, err := Listen("127.0.0.1:0", mutKey, sizedSource{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := mutServer(t, sizedSource{}, nil)
 	half := int64(MaxResponseBytes / 2)
 	res := s.answer([]Item{{Path: "a", Block: half}, {Path: "b", Block: half}, {Path: "c", Block: 0}, {Path: "d", Block: 1}}, false)
 	want := []byte{StatusOK, StatusOK, StatusError, StatusError}
@@ -198,16 +196,8 @@ func (c *logCount) WithGroup(string) slog.Handler             { return c }
 // to Listen.
 func TestServerUsesTheLogger(t *testing.T) {
 	logs := &logCount{}
-	s, err := Listen("127.0.0.1:0", mutKey, panicSource{}, slog.New(logs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	cl, err := NewClient(mutKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	s := mutServer(t, panicSource{}, slog.New(logs))
+	cl := mutClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	res, err := cl.Fetch(ctx, s.Addr(), []Item{{Path: "a", Block: 1}})
