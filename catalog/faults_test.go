@@ -37,6 +37,22 @@ func simSource(t *testing.T, stall time.Duration) (*pfssim.Sim, *Catalog) {
 	return sim, c
 }
 
+// keptAll checks that rescan d of simSource's tree, which met transient
+// errors, removed nothing and kept every file, and returns the snapshot.
+func keptAll(t *testing.T, c *Catalog, d Diff) *Snapshot {
+	t.Helper()
+	if len(d.Removed) > 0 {
+		t.Errorf("a transient error removed %d entries, the first %s", len(d.Removed), d.Removed[0].Path())
+	}
+	snap := c.Snapshot()
+	for _, p := range []string{"a/1", "a/2", "a/deep/3", "b/4"} {
+		if snap.Lookup(p) == nil {
+			t.Errorf("%s is gone after a rescan that could not read it or a parent", p)
+		}
+	}
+	return snap
+}
+
 // A directory that fails to read during a rescan keeps its entries from
 // the last scan, is named in the snapshot, and its subdirectories are
 // still scanned; whatever the rescan, Refresh or Revalidate.
@@ -57,15 +73,7 @@ func TestRescanKeepsUnreadableDirectory(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(d.Removed) > 0 {
-				t.Errorf("a transient error removed %d entries, the first %s", len(d.Removed), d.Removed[0].Path())
-			}
-			snap := c.Snapshot()
-			for _, p := range []string{"a/1", "a/2", "a/deep/3", "b/4"} {
-				if snap.Lookup(p) == nil {
-					t.Errorf("%s is gone after a rescan that could not read its directory", p)
-				}
-			}
+			snap := keptAll(t, c, d)
 			if snap.UnreadableEntries != 1 || len(snap.Unreadable) != 1 || snap.Unreadable[0] != "a" {
 				t.Errorf("unreadable %d %v, want 1 [a]", snap.UnreadableEntries, snap.Unreadable)
 			}
@@ -120,15 +128,7 @@ func TestRescanKeepsUnstatableEntry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(d.Removed) > 0 {
-		t.Errorf("a transient error removed %d entries, the first %s", len(d.Removed), d.Removed[0].Path())
-	}
-	snap := c.Snapshot()
-	for _, p := range []string{"a/1", "a/2", "a/deep/3", "b/4"} {
-		if snap.Lookup(p) == nil {
-			t.Errorf("%s is gone after a rescan that could not stat it or a parent", p)
-		}
-	}
+	snap := keptAll(t, c, d)
 	if snap.UnreadableEntries != 2 || len(snap.Unreadable) != 2 || snap.Unreadable[0] != "a" || snap.Unreadable[1] != "b/4" {
 		t.Errorf("unreadable %d %v, want 2 [a b/4]", snap.UnreadableEntries, snap.Unreadable)
 	}

@@ -111,16 +111,7 @@ func TestReadAtRetriesInterruptedOpens(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sim, err := pfssim.Mount(mnt, pfssim.Config{Dir: dir, MaxInFlight: 1, ReadLatency: 300 * time.Millisecond})
-	if err != nil {
-		t.Skipf("no FUSE here: %v", err)
-	}
-	defer sim.Unmount()
-	s, err := Open(mnt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	sim, s := simSource(t, mnt, pfssim.Config{Dir: dir, MaxInFlight: 1, ReadLatency: 300 * time.Millisecond})
 	want := versionOf(t, filepath.Join(mnt, "a"))
 
 	slow := make(chan error, 1)
@@ -179,16 +170,7 @@ func TestReadAtRewrittenDuringRead(t *testing.T) {
 	if err := os.WriteFile(path, []byte("old bytes"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	sim, err := pfssim.Mount(mnt, pfssim.Config{Dir: dir, ReadLatency: time.Second})
-	if err != nil {
-		t.Skipf("no FUSE here: %v", err)
-	}
-	defer sim.Unmount()
-	s, err := Open(mnt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	sim, s := simSource(t, mnt, pfssim.Config{Dir: dir, ReadLatency: time.Second})
 	want := versionOf(t, filepath.Join(mnt, "f"))
 	type result struct {
 		b   []byte
@@ -249,6 +231,23 @@ func TestHandleReadAtRewritten(t *testing.T) {
 	}
 }
 
+// simSource mounts a simulated PFS of cfg at mnt and opens a Source over
+// it; both go at the test's end (a Source may be closed twice).
+func simSource(t *testing.T, mnt string, cfg pfssim.Config) (*pfssim.Sim, *Source) {
+	t.Helper()
+	sim, err := pfssim.Mount(mnt, cfg)
+	if err != nil {
+		t.Skipf("no FUSE here: %v", err)
+	}
+	t.Cleanup(func() { sim.Unmount() })
+	s, err := Open(mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return sim, s
+}
+
 // rewriteInPlace writes b over the start of the file at path, keeping its
 // size, and puts its mtime back: only the ctime tells.
 func rewriteInPlace(t *testing.T, path string, b []byte) {
@@ -281,15 +280,7 @@ func TestCloseDuringStuckOpen(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("bytes"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	sim, err := pfssim.Mount(mnt, pfssim.Config{Dir: dir})
-	if err != nil {
-		t.Skipf("no FUSE here: %v", err)
-	}
-	defer sim.Unmount()
-	s, err := Open(mnt)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sim, s := simSource(t, mnt, pfssim.Config{Dir: dir})
 	want := versionOf(t, filepath.Join(mnt, "f"))
 	sim.Hang()
 	done := make(chan error, 1)
