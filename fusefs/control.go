@@ -222,7 +222,13 @@ func (f *FS) perm(path string) *PseudoPerm {
 	return nil
 }
 
-func (f *FS) fillPseudo(ino uint64, n *pseudoNode, a *fuse.Attr) {
+// fillPseudo fills a with n's attributes (node ID ino). It reports
+// whether they never change, so that the kernel may cache
+// them: a file's rendering never changes, nor does a directory whose owner
+// and mode are not a job's. The daemon's own access-log writer then walks
+// to the pipe with no request to itself, which the kernel would never see
+// answered if the daemon were killed meanwhile.
+func (f *FS) fillPseudo(ino uint64, n *pseudoNode, a *fuse.Attr) (fixed bool) {
 	a.Ino = ino
 	a.Uid, a.Gid = f.cfg.Owner.Uid, f.cfg.Owner.Gid
 	setTimes(a, n.born)
@@ -231,13 +237,14 @@ func (f *FS) fillPseudo(ino uint64, n *pseudoNode, a *fuse.Attr) {
 		a.Nlink = 2
 		if p := f.perm(n.path); p != nil { // as of now: the kernel asks again (no attribute timeout)
 			a.Uid, a.Gid, a.Mode = p.Uid, p.Gid, syscall.S_IFDIR|p.Mode&0o777
+			return false
 		}
-		return
+		return true
 	}
 	if n.pipe {
 		// The mounting user's only: it shows every user's requests.
 		a.Mode, a.Nlink = syscall.S_IFIFO|0o600, 1
-		return
+		return true
 	}
 	a.Mode = syscall.S_IFREG | 0o444
 	if n.writable {
@@ -251,6 +258,7 @@ func (f *FS) fillPseudo(ino uint64, n *pseudoNode, a *fuse.Attr) {
 	}
 	a.Nlink = 1
 	a.Size = uint64(n.size)
+	return true
 }
 
 // enter registers n and answers the lookup with it.
@@ -260,22 +268,15 @@ func (f *FS) enter(n *pseudoNode, out *fuse.EntryOut) fuse.Status {
 	n = f.pseudo.byIno[ino]
 	f.mu.Unlock()
 	out.NodeId = ino
-	f.fillPseudo(ino, n, &out.Attr)
+	fixed := f.fillPseudo(ino, n, &out.Attr)
 	if n.pipe {
 		out.SetEntryTimeout(f.cfg.TTL) // always there, always the same node
 	}
-	if f.fixedAttrs(n) {
+	if fixed {
 		out.SetAttrTimeout(f.cfg.TTL)
 	}
 	return fuse.OK
 }
-
-// fixedAttrs reports whether n's attributes never change, so the kernel
-// may cache them: a file's rendering never changes, nor does a directory
-// whose owner and mode are not a job's. The daemon's own access-log
-// writer then walks to the pipe with no request to itself, which the
-// kernel would never see answered if the daemon were killed meanwhile.
-func (f *FS) fixedAttrs(n *pseudoNode) bool { return !n.dir || f.perm(n.path) == nil }
 
 func (f *FS) lookupControlRoot(out *fuse.EntryOut) fuse.Status {
 	return f.enter(&pseudoNode{dir: true, born: f.born}, out)
@@ -323,8 +324,7 @@ func (f *FS) getattrControl(ino uint64, out *fuse.AttrOut) fuse.Status {
 	if !st.Ok() {
 		return st
 	}
-	f.fillPseudo(ino, n, &out.Attr)
-	if f.fixedAttrs(n) {
+	if f.fillPseudo(ino, n, &out.Attr) {
 		out.SetTimeout(f.cfg.TTL)
 	}
 	return fuse.OK

@@ -10,9 +10,9 @@ import (
 // caller runs fn, later callers wait for its result. A fetch is shared
 // only by callers that want the same version of the block (its key and
 // tag): a reader of a file's new version never gets the bytes of a fetch
-// of the old one still under way. Unlike a context-aware group, a waiter
-// that gives up does not cancel the shared fetch, whose result is cached
-// for the next reader anyway.
+// of the old one still under way. A waiter that gives up leaves the fetch
+// to the others; when the one that started it gives up, it ends, and the
+// others fetch again (see do).
 type flight struct {
 	stop    <-chan struct{} // closed when the loader closes: waiters leave
 	running sync.WaitGroup  // fetches running
