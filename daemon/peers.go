@@ -231,6 +231,13 @@ func (n *Node) batcherFor(addr, name string) *batcher {
 }
 
 func (b *batcher) fetch(it peer.Item, size int64) (peer.Result, error) {
+	// A batcher already stopped takes nothing: a select with a free queue
+	// slot could otherwise pick the send.
+	select {
+	case <-b.gone:
+		return peer.Result{}, errPeerGone
+	default:
+	}
 	reply := make(chan batchReply, 1)
 	select {
 	case b.q <- batchItem{it, size, reply}:
