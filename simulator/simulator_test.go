@@ -85,3 +85,45 @@ func TestValidate(t *testing.T) {
 		t.Error("a cancelled simulation succeeded")
 	}
 }
+
+// TestRanksPerNode: the ranks of one node share its cache, so Algorithm 1
+// balances nodes, not ranks. With r ranks per node and a local batch b,
+// the imbalance is that of one rank per node with a local batch r·b (the
+// paper's figures for 64 and 128), the stock order still sends (p−1)/p of
+// the reads over the network, and a global batch is b·r·p samples.
+func TestRanksPerNode(t *testing.T) {
+	res, err := Simulate(context.Background(), Config{Nodes: []int{16}, RanksPerNode: 2, Batches: []int{32, 64}, Samples: 300000, Epochs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	paper := map[int]float64{32: 4.8, 64: 3.4} // the paper's medians for local batches 64 and 128
+	for _, r := range res.Runs {
+		t.Logf("p=%d ranks=%d B=%d: imbalance %+v, network %+v, %d transfers at most", r.Nodes, r.Ranks, r.Batch, r.ImbalancePct, r.Network, r.MaxTrans)
+		if r.Ranks != 32 || r.GlobalBatch != 32*r.Batch {
+			t.Errorf("B=%d: %d ranks, global batch %d; want 32 ranks, %d", r.Batch, r.Ranks, r.GlobalBatch, 32*r.Batch)
+		}
+		if want := (300000 + r.GlobalBatch - 1) / r.GlobalBatch; r.Steps < want-1 || r.Steps > want {
+			t.Errorf("B=%d: %d global batches in an epoch of 300000 samples, want about %d", r.Batch, r.Steps, want)
+		}
+		if math.Abs(r.ImbalancePct.Median-paper[r.Batch]) > 0.7 {
+			t.Errorf("B=%d on 2 ranks per node: median imbalance %.2f%%, want about the paper's %.1f%% for one rank with B=%d",
+				r.Batch, r.ImbalancePct.Median, paper[r.Batch], 2*r.Batch)
+		}
+		if math.Abs(r.Network.Stock-15.0/16) > 0.01 {
+			t.Errorf("B=%d: stock network fraction %.3f, want (p-1)/p = %.3f", r.Batch, r.Network.Stock, 15.0/16)
+		}
+		if r.Network.Locality > 0.08 || r.MaxTrans > r.Ranks-1 {
+			t.Errorf("B=%d: locality network fraction %.3f (want at most 0.08), %d transfers in a batch", r.Batch, r.Network.Locality, r.MaxTrans)
+		}
+	}
+	// Ranks of one node are contiguous (rank k on node k / r, as torchrun
+	// numbers them): on 2 nodes of 3 ranks, a rank placed on a node that
+	// does not exist would read nothing locally.
+	res, err = Simulate(context.Background(), Config{Nodes: []int{2}, RanksPerNode: 3, Batches: []int{8}, Samples: 6000, Epochs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := res.Runs[0]; math.Abs(r.Network.Stock-0.5) > 0.03 || r.Network.Locality > 0.2 {
+		t.Errorf("2 nodes x 3 ranks: network %+v, want stock about 0.5 and locality below 0.2", r.Network)
+	}
+}
