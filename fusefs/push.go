@@ -47,8 +47,11 @@ func (f *FS) Push(e *catalog.Entry, blockSize int64, block func(i int64) ([]byte
 	if s == nil || mnt == "" {
 		return 0, ErrNoMount
 	}
-	if e.IsDir() || e.IsSymlink() || blockSize <= 0 {
+	if e.IsDir() || e.IsSymlink() {
 		return 0, fmt.Errorf("fusefs: push %s: not a regular file", e.Path())
+	}
+	if blockSize <= 0 {
+		return 0, fmt.Errorf("fusefs: push %s: block size %d; it must be positive", e.Path(), blockSize)
 	}
 	path := filepath.Join(mnt, e.Path())
 	// A raw open, not os.Open: os.Open registers the descriptor with the

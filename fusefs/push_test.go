@@ -236,3 +236,69 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// Push refuses a block size that is not positive with an error, before it
+// divides by it.
+func TestPushRefusesBlockSize(t *testing.T) {
+	f, data, _ := mountTree(t, 10_000)
+	e := data.Snapshot().Lookup("c/" + fileName(0))
+	for _, bs := range []int64{0, -4096} {
+		stored, err := f.Push(e, bs, blocksOf(t, data, e, 4096))
+		if err == nil || stored != 0 || !strings.Contains(err.Error(), "block size") {
+			t.Errorf("push with block size %d: stored %d, err %v; want an error about the block size", bs, stored, err)
+		}
+	}
+}
+
+// A file of a whole number of blocks, and of pages, is stored whole (no
+// block past its end is asked for), and is then found cached whole.
+func TestPushWholeBlocks(t *testing.T) {
+	size := 3 * pageSize
+	f, data, mnt := mountTree(t, int(size))
+	e := data.Snapshot().Lookup("c/" + fileName(0))
+	var asked []int64
+	blocks := blocksOf(t, data, e, pageSize)
+	block := func(i int64) ([]byte, bool) {
+		asked = append(asked, i)
+		return blocks(i)
+	}
+	if stored, err := f.Push(e, pageSize, block); err != nil || stored != size {
+		t.Fatalf("push of %d bytes in blocks of %d: stored %d, err %v (blocks asked %v)", size, pageSize, stored, err, asked)
+	}
+	if stored, err := f.Push(e, pageSize, block); err != nil || stored != 0 {
+		t.Fatalf("second push of a file of %d whole pages: stored %d, err %v; want 0, nil", size/pageSize, stored, err)
+	}
+	if len(asked) != 3 {
+		t.Errorf("blocks asked %v, want 0, 1 and 2 once", asked)
+	}
+	if got, err := os.ReadFile(filepath.Join(mnt, e.Path())); err != nil || int64(len(got)) != size || data.readsOf(e.Ino) != 0 {
+		t.Fatalf("read after the push: %d bytes, err %v, %d reads reached the daemon", len(got), err, data.readsOf(e.Ino))
+	}
+}
+
+// A push that fails names the block that failed, and returns the bytes it
+// stored before it.
+func TestPushErrorNamesTheBlock(t *testing.T) {
+	const bs = 4096
+	f, data, _ := mountTree(t, 10_000) // blocks 0, 1 and 2 (1808 bytes)
+	e := data.Snapshot().Lookup("c/" + fileName(0))
+	blocks := blocksOf(t, data, e, bs)
+	missing := func(i int64) ([]byte, bool) {
+		if i == 2 {
+			return nil, false
+		}
+		return blocks(i)
+	}
+	if stored, err := f.Push(e, bs, missing); err == nil || stored != 2*bs || !strings.Contains(err.Error(), "block 2 is not cached") {
+		t.Errorf("push missing block 2: stored %d, err %v; want %d and block 2 named", stored, err, 2*bs)
+	}
+	short := func(i int64) ([]byte, bool) {
+		if i == 1 {
+			return make([]byte, 100), true
+		}
+		return blocks(i)
+	}
+	if stored, err := f.Push(e, bs, short); err == nil || stored != bs || !strings.Contains(err.Error(), "block 1 has 100 bytes, want 4096") {
+		t.Errorf("push with block 1 short: stored %d, err %v; want %d and block 1 named", stored, err, bs)
+	}
+}
