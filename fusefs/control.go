@@ -372,7 +372,7 @@ func (f *FS) readControl(in *fuse.ReadIn) ([]byte, fuse.Status) {
 	}
 	off := int64(in.Offset)
 	if off >= int64(len(n.data)) {
-		return nil, fuse.OK
+		return nil, fuse.OK // not a use: its reader is done with it
 	}
 	f.pseudo.clock++
 	n.used = f.pseudo.clock

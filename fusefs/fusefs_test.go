@@ -8,9 +8,11 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -580,6 +582,145 @@ func TestControlRenderingsBounded(t *testing.T) {
 	}
 	if stale == 0 {
 		t.Error("no rendering was ever dropped: the limit did not bite")
+	}
+}
+
+// TestControlRenderingsLRU: renderings exactly at the limit are all kept;
+// past it, the least recently used go first, where a use is a lookup or a
+// read that returns bytes (a read at the end means its reader is done).
+func TestControlRenderingsLRU(t *testing.T) {
+	f, _ := newTree(t, 3)
+	p := &fixedPlane{contents: map[string]string{}}
+	f.ctl = p
+	f.pseudo.limit = 3000
+	ctl := lookup(t, f, catalog.RootIno, ".dlfs")
+	render := func(c byte) uint64 {
+		p.contents["stats"] = strings.Repeat(string(c), 1000)
+		return lookup(t, f, ctl.NodeId, "stats").NodeId
+	}
+	held := func() string { // the renderings whose contents are held, by their first byte
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		var s []string
+		for _, n := range f.pseudo.byIno {
+			if len(n.data) > 0 {
+				s = append(s, string(n.data[0]))
+			}
+		}
+		sort.Strings(s)
+		return strings.Join(s, "")
+	}
+	read := func(ino uint64, off uint64) int {
+		t.Helper()
+		buf := make([]byte, 100)
+		res, st := f.Read(nil, &fuse.ReadIn{InHeader: header(ino), Offset: off, Size: 100}, buf)
+		if !st.Ok() {
+			t.Fatalf("read of node %d at %d: %v", ino, off, st)
+		}
+		got, _ := res.Bytes(buf)
+		return len(got)
+	}
+	a := render('a')
+	b := render('b')
+	render('c')
+	if got := held(); got != "abc" || f.pseudo.bytes != 3000 {
+		t.Fatalf("renderings of exactly the limit: %q held (%d bytes), want all three", got, f.pseudo.bytes)
+	}
+	if n := read(a, 1000); n != 0 {
+		t.Fatalf("a read at the end returned %d bytes", n)
+	}
+	if n := read(b, 0); n != 100 {
+		t.Fatalf("a read of b returned %d bytes, want 100", n)
+	}
+	render('d')
+	if got := held(); got != "bcd" {
+		t.Fatalf("past the limit, %q held; want a dropped (its read at the end was no use)", got)
+	}
+	render('e')
+	if got := held(); got != "bde" {
+		t.Fatalf("past the limit again, %q held; want c dropped (b was read after its lookup)", got)
+	}
+	if _, st := readAll(t, f, a); st != fuse.Status(syscall.ESTALE) {
+		t.Errorf("a dropped rendering reads %v, want ESTALE", st)
+	}
+}
+
+// permPlane is viewPlane with owners and modes that change.
+type permPlane struct {
+	viewPlane
+	perms map[string]PseudoPerm
+}
+
+func (p *permPlane) Perm(path string) (PseudoPerm, bool) {
+	pp, ok := p.perms[path]
+	return pp, ok
+}
+
+// TestControlRenderingsSharedPerm: a rendering is shared only with
+// lookups that give it the same owner and mode; equal contents with
+// another owner or mode, or none, get a node of their own.
+func TestControlRenderingsSharedPerm(t *testing.T) {
+	f, _ := newTree(t, 3)
+	p := &permPlane{viewPlane: viewPlane{fixedPlane{contents: map[string]string{"stats": "figures"}}}, perms: map[string]PseudoPerm{}}
+	f.ctl = p
+	ctl := lookup(t, f, catalog.RootIno, ".dlfs")
+	var last fuse.EntryOut
+	for i, c := range []struct {
+		perm   *PseudoPerm
+		shared bool // with the lookup before
+	}{
+		{nil, false},
+		{nil, true},
+		{&PseudoPerm{Uid: 1001, Gid: 1001, Mode: 0o440}, false},
+		{&PseudoPerm{Uid: 1001, Gid: 1001, Mode: 0o440}, true},
+		{&PseudoPerm{Uid: 1001, Gid: 1001, Mode: 0o400}, false},
+		{&PseudoPerm{Uid: 1002, Gid: 1001, Mode: 0o400}, false},
+		{nil, false},
+	} {
+		want := PseudoPerm{Uid: f.cfg.Owner.Uid, Gid: f.cfg.Owner.Gid, Mode: 0o444}
+		delete(p.perms, "stats")
+		if c.perm != nil {
+			p.perms["stats"], want = *c.perm, *c.perm
+		}
+		e := lookupAs(t, f, ctl.NodeId, "stats", 0)
+		if i > 0 && (e.NodeId == last.NodeId) != c.shared {
+			t.Errorf("lookup %d (owner and mode %+v): node %d, the one before %d; shared %v, want %v", i, c.perm, e.NodeId, last.NodeId, !c.shared, c.shared)
+		}
+		if got := (PseudoPerm{Uid: e.Attr.Uid, Gid: e.Attr.Gid, Mode: e.Attr.Mode &^ syscall.S_IFMT}); got != want {
+			t.Errorf("lookup %d: owner and mode %+v, want %+v", i, got, want)
+		}
+		last = e
+	}
+}
+
+// TestControlAttrTimeouts: a control entry's attributes are cached by the
+// kernel unless they can change: those of a directory whose owner and
+// mode the control plane gives (a job's), which it asks for every time.
+func TestControlAttrTimeouts(t *testing.T) {
+	f, _ := newTree(t, 3)
+	f.ctl = &viewPlane{fixedPlane{contents: map[string]string{"stats": "figures", "jobs/x/epoch-0": "a.jpg\n"}}}
+	ttl := uint64(f.cfg.TTL / time.Second)
+	ctl := lookup(t, f, catalog.RootIno, ".dlfs")
+	jobs := lookup(t, f, ctl.NodeId, "jobs")
+	x := lookup(t, f, jobs.NodeId, "x")
+	for _, c := range []struct {
+		name  string
+		entry fuse.EntryOut
+		ttl   uint64
+	}{
+		{".dlfs", ctl, ttl},
+		{"jobs", jobs, ttl},
+		{"jobs/x (a job's)", x, 0},
+		{"jobs/x/epoch-0 (a job's file)", lookup(t, f, x.NodeId, "epoch-0"), ttl},
+		{"stats", lookup(t, f, ctl.NodeId, "stats"), ttl},
+	} {
+		if c.entry.AttrValid != c.ttl || c.entry.AttrValidNsec != 0 {
+			t.Errorf("lookup of %s: attributes valid %ds, want %ds", c.name, c.entry.AttrValid, c.ttl)
+		}
+		var attr fuse.AttrOut
+		if st := f.GetAttr(nil, &fuse.GetAttrIn{InHeader: header(c.entry.NodeId)}, &attr); !st.Ok() || attr.AttrValid != c.ttl || attr.AttrValidNsec != 0 {
+			t.Errorf("getattr of %s: %v, attributes valid %ds, want %ds", c.name, st, attr.AttrValid, c.ttl)
+		}
 	}
 }
 
