@@ -73,6 +73,10 @@ type Config struct {
 	SSDDir      string // "" disables the SSD tier
 	SSDCapacity int64  // bytes; default 4 GiB
 
+	// DatasetID names the dataset for every host alike; "" draws its
+	// identity from its oldest files (package integrity).
+	DatasetID string
+
 	Catalog  catalog.Config  // Source and Hide are set by Start
 	FUSE     fusefs.Config   // ControlName, TTL, AllowOther, Debug
 	Loader   loader.Config   // BlockSize
@@ -261,6 +265,11 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := checkMountpoint(cfg.Mountpoint); err != nil {
 		return nil, err
 	}
+	if cfg.DatasetID != "" {
+		if err := integrity.ValidDatasetID(cfg.DatasetID); err != nil {
+			return nil, fmt.Errorf("daemon: %w: give --dataset-id a name such as imagenet-2012", err)
+		}
+	}
 	if cc := cfg.Cluster; (cc.Bind != "" || len(cc.Join) > 0) && len(cc.Key) == 0 && !cc.Insecure {
 		return nil, fmt.Errorf("%w: no cluster key: anyone who reaches the gossip or data port could join and read the dataset; give --cluster-key-file, or --insecure on a network only trusted nodes reach", cluster.ErrConfig)
 	}
@@ -299,7 +308,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.packed != nil {
 		format = n.packed.Kind()
 	}
-	if n.dataset, err = integrity.DatasetOf(cfg.Source, format); err != nil {
+	mount, err := integrity.MountOf(cfg.Source, format)
+	if err != nil {
 		return nil, err
 	}
 	cc := cfg.Catalog
@@ -310,16 +320,17 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.packed != nil {
 		cc.Lister, pfs = n.packed, n.packed
 	} else if cfg.SSDDir != "" {
-		// The catalog is saved beside the SSD tier, bound to the dataset
-		// and the path it is mounted from.
+		// The catalog is saved beside the SSD tier, bound to SOURCE as
+		// this host mounts it: it holds this mount's inode numbers.
 		cc.Saved = filepath.Join(cfg.SSDDir, "catalog.snap")
-		cc.Identity = n.dataset.String() + " " + cfg.Source
+		cc.Identity = mount
 	}
 	if n.cat, err = catalog.Open(ctx, cc); err != nil {
 		return nil, err
 	}
 	snap := n.cat.Snapshot()
-	n.log.Info("scanned SOURCE", "source", n.cat.Source(), "format", format, "files", snap.Files, "dirs", snap.Dirs,
+	n.dataset = datasetOf(snap, format, cfg.DatasetID)
+	n.log.Info("scanned SOURCE", "source", n.cat.Source(), "format", format, "dataset", n.dataset.String(), "files", snap.Files, "dirs", snap.Dirs,
 		"bytes", snap.Bytes, "seconds", snap.ScanTime.Seconds())
 	// The RAM tier evicts by next use once the prefetcher knows the future.
 	rc := ramcache.Config{Capacity: max(cfg.RAMCache, 0), NextUse: func(ino uint64) int64 {
@@ -664,6 +675,20 @@ func (n *Node) Close() error {
 		n.closeErr = errors.Join(errs...)
 	})
 	return n.closeErr
+}
+
+// datasetOf is the identity of the dataset in snap, as every host
+// mounting it computes it (package integrity).
+func datasetOf(snap *catalog.Snapshot, format, operatorID string) integrity.Dataset {
+	var id integrity.Identifier
+	if operatorID == "" {
+		snap.Walk(func(e *catalog.Entry) {
+			if e.IsRegular() {
+				id.Add(e)
+			}
+		})
+	}
+	return id.Dataset(format, operatorID)
 }
 
 // dataset adapts the node to fusefs.Dataset.

@@ -18,20 +18,38 @@
 // checksum held), and travels with the bytes from then on: no tier makes
 // a fresh sum over bytes it did not check.
 //
+// The tag binds the part of a file's version that every host mounting
+// the PFS sees alike: size, mtime and ctime (both in ns). The inode number
+// is left out: FUSE clients without use_ino number inodes per mount, so
+// two hosts would tag one block differently. Each host still checks its
+// whole source.Version, inode included, before and after every read of
+// SOURCE, and a refresh that sees any part change drops the file's blocks
+// from its tiers.
+//
 // # Dataset identity
 //
-// A Dataset is a hash of SOURCE's filesystem (statfs's f_fsid where the
-// filesystem has one, else st_dev), its inode number, and the format it
-// is shown as. Nodes gossip it, and a member of another dataset is never
-// given a share of this one.
+// A Dataset is what every host computes alike for one dataset, whatever
+// its mount path, device number or inode numbering (Identifier): the
+// operator's --dataset-id, or a hash of the format and of the paths and
+// shared versions of the dataset's 32 oldest files. Nodes gossip it, and
+// a member of another dataset is never given a share of this one.
+//
+// Drawing it from the oldest files keeps it stable while a dataset grows
+// (new files are younger) and across refreshes. It separates datasets by
+// ctime, which the filesystem sets on every create and write and no user
+// can set: a copy of a dataset, even with names, sizes and mtimes kept,
+// has new ctimes. Two datasets that agreed on all of it would still never
+// exchange a block whose file's version differs, since every tag binds it.
+//
+// MountOf is the other identity: of SOURCE as this host mounts it, for
+// state only this host keeps (the saved catalog, which holds inode
+// numbers).
 package integrity
 
 import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/dlfs/dlfs/source"
 )
@@ -42,30 +60,9 @@ type Dataset uint64
 // String is the identity as gossiped and shown in stats: 16 hex digits.
 func (d Dataset) String() string { return fmt.Sprintf("%016x", uint64(d)) }
 
-// DatasetOf returns the identity of the dataset directory dir shown as
-// format ("directory", "seqfile", "recordio", "hdf5").
-func DatasetOf(dir, format string) (Dataset, error) {
-	var st unix.Stat_t
-	if err := unix.Stat(dir, &st); err != nil {
-		return 0, fmt.Errorf("integrity: stat %s: %w", dir, err)
-	}
-	var fs unix.Statfs_t
-	if err := unix.Statfs(dir, &fs); err != nil {
-		return 0, fmt.Errorf("integrity: statfs %s: %w", dir, err)
-	}
-	fsid := uint64(uint32(fs.Fsid.Val[0]))<<32 | uint64(uint32(fs.Fsid.Val[1]))
-	if fsid == 0 {
-		fsid = st.Dev // FUSE and some others report no fsid
-	}
-	h := newHash()
-	h.u64(fsid)
-	h.u64(st.Ino)
-	h.str(format)
-	return Dataset(h.sum), nil
-}
-
 // Tag is the tag of the block with key (path and block number) of the
-// file at version v in dataset ds.
+// file at version v in dataset ds. It binds v's size, mtime and ctime,
+// not its inode number (see the package doc).
 func Tag(ds Dataset, key string, v source.Version) uint64 {
 	h := newHash()
 	h.u64(uint64(ds))
@@ -73,7 +70,6 @@ func Tag(ds Dataset, key string, v source.Version) uint64 {
 	h.u64(uint64(v.Size))
 	h.u64(uint64(v.Mtime))
 	h.u64(uint64(v.Ctime))
-	h.u64(v.Ino)
 	return h.sum
 }
 

@@ -37,6 +37,7 @@ type mountOptions struct {
 	ramCache     sizeValue
 	ssdCache     string
 	ssdCacheSize sizeValue
+	datasetID    string
 	allowOther   bool
 	listingAttrs bool
 	controlGroup string
@@ -100,6 +101,7 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 			cfg.RAMCache = int64(o.ramCache)
 			cfg.SSDDir = o.ssdCache
 			cfg.SSDCapacity = int64(o.ssdCacheSize)
+			cfg.DatasetID = o.datasetID
 			cfg.FUSE.AllowOther = o.allowOther
 			cfg.FUSE.ListingAttrs = o.listingAttrs
 			if o.maxFiles <= 0 {
@@ -202,6 +204,7 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 	f.Var(&o.ramCache, "ram-cache", "RAM tier size (e.g. 512MiB, 4GiB; 0 disables)")
 	f.StringVar(&o.ssdCache, "ssd-cache", "", "directory of the persistent SSD tier (off when empty)")
 	f.Var(&o.ssdCacheSize, "ssd-cache-size", "SSD tier size")
+	f.StringVar(&o.datasetID, "dataset-id", "", "name the dataset alike on every host (e.g. imagenet-2012); by default its identity is drawn from its 32 oldest files' paths, sizes, mtimes and ctimes. Nodes share samples only within one dataset")
 	f.BoolVar(&o.allowOther, "allow-other", false, "let other users access the mount, as SOURCE's modes and owners allow")
 	f.BoolVar(&o.listingAttrs, "listing-attrs", false, "answer every directory listing with attributes (READDIRPLUS): faster ls -l, find and du, slower plain listings such as ImageFolder's")
 	f.IntVar(&o.maxFiles, "max-files", defaultMaxFiles(), "the most files and directories (or packed samples) SOURCE may hold; each costs about 120 bytes of RAM in the catalog (default: as many as an eighth of this machine's memory holds)")

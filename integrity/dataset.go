@@ -1,0 +1,148 @@
+package integrity
+
+import (
+	"container/heap"
+	"fmt"
+	"slices"
+	"strings"
+	"unicode"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dlfs/dlfs/source"
+)
+
+// IdentityFiles is how many of a dataset's files its identity is drawn
+// from: the oldest ones.
+const IdentityFiles = 32
+
+// MaxDatasetID bounds an operator's dataset id, in bytes.
+const MaxDatasetID = 256
+
+// File is what Identifier needs of a file of the catalog.
+type File interface {
+	Path() string
+	Version() source.Version
+}
+
+// Identifier draws a dataset's identity from its files (see the package
+// doc). Add every regular file in the catalog's order, which is the same
+// on every host; Dataset then hashes the IdentityFiles oldest, by mtime,
+// then ctime, then size, the first added winning a tie. Memory is
+// IdentityFiles files, whatever the dataset's size.
+type Identifier struct {
+	oldest youngestFirst
+	added  int
+}
+
+type idFile struct {
+	f   File
+	v   source.Version
+	seq int
+}
+
+// older reports whether a is older than b.
+func older(a, b idFile) bool {
+	switch {
+	case a.v.Mtime != b.v.Mtime:
+		return a.v.Mtime < b.v.Mtime
+	case a.v.Ctime != b.v.Ctime:
+		return a.v.Ctime < b.v.Ctime
+	case a.v.Size != b.v.Size:
+		return a.v.Size < b.v.Size
+	}
+	return a.seq < b.seq
+}
+
+// youngestFirst is a heap whose top is the youngest file kept.
+type youngestFirst []idFile
+
+func (h youngestFirst) Len() int           { return len(h) }
+func (h youngestFirst) Less(i, j int) bool { return older(h[j], h[i]) }
+func (h youngestFirst) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *youngestFirst) Push(x any)        { *h = append(*h, x.(idFile)) }
+func (h *youngestFirst) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// Add offers one regular file.
+func (id *Identifier) Add(f File) {
+	c := idFile{f: f, v: f.Version(), seq: id.added}
+	id.added++
+	switch {
+	case len(id.oldest) < IdentityFiles:
+		heap.Push(&id.oldest, c)
+	case older(c, id.oldest[0]):
+		id.oldest[0] = c
+		heap.Fix(&id.oldest, 0)
+	}
+}
+
+// Dataset returns the identity of the dataset shown as format: from
+// operatorID if it is not empty (see ValidDatasetID), else from the files
+// added.
+func (id *Identifier) Dataset(format, operatorID string) Dataset {
+	h := newHash()
+	if operatorID != "" {
+		h.str("dlfs dataset id")
+		h.str(format)
+		h.str(operatorID)
+		return Dataset(h.sum)
+	}
+	type file struct {
+		path string
+		v    source.Version
+	}
+	files := make([]file, len(id.oldest))
+	for i, c := range id.oldest {
+		files[i] = file{c.f.Path(), c.v}
+	}
+	slices.SortFunc(files, func(a, b file) int { return strings.Compare(a.path, b.path) })
+	h.str("dlfs dataset files")
+	h.str(format)
+	h.u64(uint64(len(files)))
+	for _, f := range files {
+		h.str(f.path)
+		h.u64(uint64(f.v.Size))
+		h.u64(uint64(f.v.Mtime))
+		h.u64(uint64(f.v.Ctime))
+	}
+	return Dataset(h.sum)
+}
+
+// ValidDatasetID checks an operator's dataset id: 1 to MaxDatasetID bytes
+// of printable characters without spaces, such as "imagenet-2012-v3".
+func ValidDatasetID(s string) error {
+	if len(s) == 0 || len(s) > MaxDatasetID {
+		return fmt.Errorf("dataset id %q: want 1 to %d bytes", s, MaxDatasetID)
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) || unicode.IsSpace(r) {
+			return fmt.Errorf("dataset id %q: want printable characters without spaces", s)
+		}
+	}
+	return nil
+}
+
+// MountOf identifies the directory dir shown as format as this host
+// mounts it: statfs's f_fsid (st_dev where the filesystem reports none,
+// as FUSE and NFS do), the directory's inode number, the format and the
+// path. Hosts do not agree on it, and a remount may change it.
+func MountOf(dir, format string) (string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return "", fmt.Errorf("integrity: stat %s: %w", dir, err)
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err != nil {
+		return "", fmt.Errorf("integrity: statfs %s: %w", dir, err)
+	}
+	fsid := uint64(uint32(fs.Fsid.Val[0]))<<32 | uint64(uint32(fs.Fsid.Val[1]))
+	if fsid == 0 {
+		fsid = st.Dev
+	}
+	return fmt.Sprintf("%016x:%d %s %s", fsid, st.Ino, format, dir), nil
+}
