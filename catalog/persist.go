@@ -29,8 +29,8 @@ import (
 // children, the bytes of their names, and their records in name order,
 // each directory's children following its record. A CRC-32C of everything
 // before it ends the file. A reader trusts nothing: counts, lengths,
-// depth, inode numbers, name order and types are checked against bounds as
-// they are read, and the snapshot is used only if the checksum holds at
+// depth, inode numbers, name order and types (the root must be a
+// directory) are checked against bounds as they are read, and the snapshot is used only if the checksum holds at
 // the end. Anything else is a miss: the caller scans.
 
 const (
@@ -192,6 +192,9 @@ func load(r io.Reader, size int64, id string, maxEntries int) (*Snapshot, uint64
 	d.entry(root, nil, 0)
 	if d.err == nil && root.Ino != RootIno {
 		d.err = d.fail("the root is not inode 1")
+	}
+	if d.err == nil && !root.IsDir() {
+		d.err = d.fail(fmt.Sprintf("the root is not a directory (mode %o)", root.Mode))
 	}
 	if d.err == nil && d.left != 0 {
 		d.err = d.fail(fmt.Sprintf("%d entries announced, %d read", total, total-d.left))

@@ -121,6 +121,8 @@ func TestLoadBounds(t *testing.T) {
 		{"next inode past 2×total+1024", snapHeader(snapID, 1, 1027).rec("", snapDir, 0, 1).dir(0, 0).sealed(), 100, "next inode number 1027"},
 		{"root not inode 1", snapHeader(snapID, 1, 3).rec("", snapDir, 0, 2).dir(0, 0).sealed(), 100, "the root is not inode 1"},
 		{"root with a name", snapHeader(snapID, 1, 2).rec("r", snapDir, 0, 1).dir(0, 0).sealed(), 100, "the root has a name"},
+		{"root a file", snapHeader(snapID, 1, 2).rec("", snapReg, 0, 1).sealed(), 100, "the root is not a directory"},
+		{"root a symlink", snapHeader(snapID, 1, 2).rec("", snapLink, 0, 1).target("a").sealed(), 100, "the root is not a directory"},
 		{"fewer entries than announced", snapHeader(snapID, 2, 3).rec("", snapDir, 0, 1).dir(0, 0).sealed(), 100, "2 entries announced, 1 read"},
 		{"a directory of more than left", snapHeader(snapID, 2, 4).rec("", snapDir, 0, 1).dir(2, 2).rec("a", snapReg, 0, 2).rec("b", snapReg, 0, 3).sealed(), 100, "a directory of 2 entries"},
 		{"more entries than announced", snapHeader(snapID, 3, 5).rec("", snapDir, 0, 1).dir(2, 2).
@@ -252,6 +254,7 @@ func FuzzLoadResealed(f *testing.F) {
 	f.Add(good)
 	f.Add(smallSnap().sealed())
 	f.Add(snapHeader(snapID, 3, 4).rec("", snapDir, 0, 1).dir(2, 2).rec("a", snapReg, 0, 2).rec("b", snapLink, 0, 3).target("a").sealed())
+	f.Add(snapHeader(snapID, 1, 2).rec("", snapReg, 0, 1).sealed()) // a file for the root: refused
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) < 4 {
 			return
@@ -285,8 +288,8 @@ func FuzzLoadResealed(f *testing.F) {
 				prev = c.Name
 			}
 		})
-		if n > 1001 || snap.Root.Ino != RootIno {
-			t.Fatalf("%d entries loaded (at most 1001), root inode %d", n, snap.Root.Ino)
+		if n > 1001 || snap.Root.Ino != RootIno || !snap.Root.IsDir() {
+			t.Fatalf("%d entries loaded (at most 1001), root inode %d, mode %o", n, snap.Root.Ino, snap.Root.Mode)
 		}
 	})
 }

@@ -84,7 +84,7 @@ func TestSavedRoundTrip(t *testing.T) {
 }
 
 // TestSavedIgnored: a snapshot of another dataset, a damaged or truncated
-// one, is ignored and SOURCE scanned.
+// one, or one whose root is not a directory, is ignored and SOURCE scanned.
 func TestSavedIgnored(t *testing.T) {
 	path, _, cfg := saved(t)
 	good, err := os.ReadFile(path)
@@ -99,11 +99,12 @@ func TestSavedIgnored(t *testing.T) {
 		cfg  Config
 		file []byte
 	}{
-		"another dataset": {other, good},
-		"a flipped bit":   {cfg, flipped},
-		"truncated":       {cfg, good[:len(good)-5]},
-		"empty":           {cfg, nil},
-		"trailing bytes":  {cfg, append(bytes.Clone(good), 0)},
+		"another dataset":     {other, good},
+		"a flipped bit":       {cfg, flipped},
+		"truncated":           {cfg, good[:len(good)-5]},
+		"empty":               {cfg, nil},
+		"trailing bytes":      {cfg, append(bytes.Clone(good), 0)},
+		"a file for the root": {cfg, snapHeader(cfg.Identity, 1, 2).rec("", snapReg, 0, 1).sealed()},
 	} {
 		if err := os.WriteFile(path, c.file, 0o600); err != nil {
 			t.Fatal(err)
@@ -143,8 +144,8 @@ func FuzzLoad(f *testing.F) {
 				t.Fatalf("lookup %q does not find its entry", p)
 			}
 		})
-		if n > 1001 {
-			t.Fatalf("%d entries loaded, at most 1001", n)
+		if n > 1001 || !snap.Root.IsDir() {
+			t.Fatalf("%d entries loaded (at most 1001), the root's mode %o", n, snap.Root.Mode)
 		}
 	})
 }
