@@ -533,16 +533,23 @@ func TestControlRenderingsShared(t *testing.T) {
 	}
 }
 
+// boundedControl returns a filesystem whose control files render p's
+// contents, holding at most limit bytes of renderings, and its control
+// directory.
+func boundedControl(t *testing.T, limit int64) (*FS, *fixedPlane, fuse.EntryOut) {
+	f, _ := newTree(t, 3)
+	p := &fixedPlane{contents: map[string]string{}}
+	f.ctl = p
+	f.pseudo.limit = limit
+	return f, p, lookup(t, f, catalog.RootIno, ".dlfs")
+}
+
 // TestControlRenderingsBounded: whatever the lookups, reads and forgets,
 // the renderings held stay within the limit (or the newest alone), their
 // count matches the table, and a rendering whose contents were dropped
 // answers ESTALE while the newest reads whole.
 func TestControlRenderingsBounded(t *testing.T) {
-	f, _ := newTree(t, 3)
-	p := &fixedPlane{contents: map[string]string{}}
-	f.ctl = p
-	f.pseudo.limit = 4096
-	ctl := lookup(t, f, catalog.RootIno, ".dlfs")
+	f, p, ctl := boundedControl(t, 4096)
 	rng := rand.New(rand.NewPCG(3, 4))
 	var held []uint64
 	stale := 0
@@ -589,11 +596,7 @@ func TestControlRenderingsBounded(t *testing.T) {
 // past it, the least recently used go first, where a use is a lookup or a
 // read that returns bytes (a read at the end means its reader is done).
 func TestControlRenderingsLRU(t *testing.T) {
-	f, _ := newTree(t, 3)
-	p := &fixedPlane{contents: map[string]string{}}
-	f.ctl = p
-	f.pseudo.limit = 3000
-	ctl := lookup(t, f, catalog.RootIno, ".dlfs")
+	f, p, ctl := boundedControl(t, 3000)
 	render := func(c byte) uint64 {
 		p.contents["stats"] = strings.Repeat(string(c), 1000)
 		return lookup(t, f, ctl.NodeId, "stats").NodeId
