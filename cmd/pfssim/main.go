@@ -19,6 +19,7 @@ func main() {
 	bw := flag.Float64("bandwidth-mbps", 0, "aggregate read bandwidth in MB/s (0: unlimited)")
 	flag.IntVar(&cfg.MaxInFlight, "max-inflight", 64, "opens and reads served at once")
 	flag.BoolVar(&cfg.NoAttrCache, "no-attr-cache", false, "let the kernel cache no attributes, so a change to DIR shows at once")
+	flag.BoolVar(&cfg.PerMountInodes, "per-mount-inodes", false, "number inodes afresh on each mount, as FUSE clients without use_ino do")
 	flag.StringVar(&cfg.StatsFile, "stats", "", "file the counters are written to (JSON); SIGUSR1 writes it at once")
 	// SIGUSR2 hangs the simulator (every request waits, deaf to
 	// interrupts) and SIGHUP resumes it: a PFS that stops answering.

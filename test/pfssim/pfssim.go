@@ -35,6 +35,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
@@ -58,6 +59,11 @@ type Config struct {
 	// change to Dir shows at once (default: cached for a second, as a PFS
 	// client caches them).
 	NoAttrCache bool
+	// PerMountInodes numbers inodes afresh on each mount, from a base of
+	// its own, as FUSE clients without use_ino do (s3fs, JuiceFS without
+	// it): two mounts of one directory then show every file with another
+	// inode number. By default the backing files' numbers show through.
+	PerMountInodes bool
 	// FlushInterval bounds how often StatsFile is rewritten.
 	FlushInterval time.Duration // default 50ms
 }
@@ -91,6 +97,10 @@ type Sim struct {
 	bwMu   sync.Mutex
 	bwNext time.Time // bwMu guards bwNext: when the link is next free
 
+	inoMu   sync.Mutex
+	inos    map[[2]uint64]uint64 // inoMu guards inos: (st_dev, st_ino) to this mount's number (PerMountInodes)
+	inoBase uint64               // this mount's first number
+
 	writeMu sync.Mutex // serializes StatsFile writes
 	stop    chan struct{}
 	done    chan struct{}
@@ -109,7 +119,8 @@ func Mount(mountpoint string, cfg Config) (*Sim, error) {
 		return nil, err
 	}
 	cfg.Dir = abs
-	s := &Sim{cfg: cfg, slots: make(chan struct{}, cfg.MaxInFlight), stop: make(chan struct{}), done: make(chan struct{})}
+	s := &Sim{cfg: cfg, slots: make(chan struct{}, cfg.MaxInFlight), stop: make(chan struct{}), done: make(chan struct{}),
+		inos: map[[2]uint64]uint64{}, inoBase: 1<<32 + uint64(rand.Uint32())<<8}
 	var st syscall.Stat_t
 	if err := syscall.Stat(abs, &st); err != nil {
 		return nil, fmt.Errorf("pfssim: %w", err)
@@ -360,7 +371,32 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	if errno := n.sim.fault(statFault, filepath.Join(n.Path(n.Root()), name)); errno != 0 {
 		return nil, errno
 	}
-	return n.LoopbackNode.Lookup(ctx, name, out)
+	if !n.sim.cfg.PerMountInodes {
+		return n.LoopbackNode.Lookup(ctx, name, out)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Lstat(filepath.Join(n.RootData.Path, n.Path(n.Root()), name), &st); err != nil {
+		return nil, fs.ToErrno(err)
+	}
+	out.Attr.FromStat(&st)
+	ino := n.sim.inoOf(&st)
+	out.Attr.Ino = ino
+	child := n.RootData.NewNode(n.RootData, n.EmbeddedInode(), name, &st)
+	return n.NewInode(ctx, child, fs.StableAttr{Mode: st.Mode, Ino: ino, Gen: 1}), 0
+}
+
+// inoOf is this mount's inode number of the file st describes: numbered
+// in the order first looked up, from the mount's base.
+func (s *Sim) inoOf(st *syscall.Stat_t) uint64 {
+	s.inoMu.Lock()
+	defer s.inoMu.Unlock()
+	k := [2]uint64{uint64(st.Dev), st.Ino}
+	ino, ok := s.inos[k]
+	if !ok {
+		ino = s.inoBase + uint64(len(s.inos))
+		s.inos[k] = ino
+	}
+	return ino
 }
 
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {

@@ -3,6 +3,7 @@ package pfssim
 import (
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 )
 
@@ -36,5 +37,55 @@ func TestCounts(t *testing.T) {
 	got, err := ReadCounters(stats)
 	if err != nil || got.Bytes != c.Bytes || got.Dumps != 1 {
 		t.Errorf("stats file %+v, %v; want %+v with 1 dump", got, err, c)
+	}
+}
+
+// TestPerMountInodes: two mounts of one directory with PerMountInodes show
+// a file under two inode numbers, each stable within its mount, distinct
+// between files, and the bytes and times alike; without it the backing
+// file's number shows through.
+func TestPerMountInodes(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"a", "b"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(name), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stat := func(p string) *syscall.Stat_t {
+		var st syscall.Stat_t
+		if err := syscall.Stat(p, &st); err != nil {
+			t.Fatal(err)
+		}
+		return &st
+	}
+	mount := func(perMount bool) string {
+		mnt := t.TempDir()
+		sim, err := Mount(mnt, Config{Dir: dir, PerMountInodes: perMount, NoAttrCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sim.Unmount() })
+		return mnt
+	}
+	m1, m2, plain := mount(true), mount(true), mount(false)
+	backing := stat(filepath.Join(dir, "a"))
+	a1, a2 := stat(filepath.Join(m1, "a")), stat(filepath.Join(m2, "a"))
+	if a1.Ino == a2.Ino || a1.Ino == backing.Ino {
+		t.Errorf("inode of a: %d and %d on two mounts, %d backing; want three numbers", a1.Ino, a2.Ino, backing.Ino)
+	}
+	if again := stat(filepath.Join(m1, "a")); again.Ino != a1.Ino {
+		t.Errorf("a's inode changed within one mount: %d then %d", a1.Ino, again.Ino)
+	}
+	if b1 := stat(filepath.Join(m1, "b")); b1.Ino == a1.Ino {
+		t.Errorf("a and b share inode %d", a1.Ino)
+	}
+	if a1.Size != backing.Size || a1.Mtim != backing.Mtim || a1.Ctim != backing.Ctim {
+		t.Errorf("a on a mount %+v, backing %+v: size and times differ", a1, backing)
+	}
+	if p := stat(filepath.Join(plain, "a")); p.Ino != backing.Ino {
+		t.Errorf("without PerMountInodes a's inode is %d, backing %d", p.Ino, backing.Ino)
+	}
+	if b, err := os.ReadFile(filepath.Join(m2, "b")); err != nil || string(b) != "b" {
+		t.Errorf("read b on a per-mount mount: %q, %v", b, err)
 	}
 }
