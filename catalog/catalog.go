@@ -85,6 +85,10 @@ type Config struct {
 	// snapshot stays. The goroutines stuck in the kernel are left there,
 	// at most ScanWorkers of them.
 	StallTimeout time.Duration // default 1 minute
+	// Now is the clock a scan's start (Snapshot.Scanned) is read from:
+	// Revalidate trusts a directory's times only if they are a minute
+	// (racy) before the last scan's start.
+	Now func() time.Time // default time.Now
 	// Logger receives warnings about entries that could not be scanned.
 	Logger *slog.Logger // nil: discard
 }
@@ -118,7 +122,7 @@ type File struct {
 
 // DefaultConfig returns the defaults for source.
 func DefaultConfig(source string) Config {
-	return Config{Source: source, ScanWorkers: 32, StallTimeout: time.Minute}
+	return Config{Source: source, ScanWorkers: 32, StallTimeout: time.Minute, Now: time.Now}
 }
 
 // AddSize is total+size for sizes of SOURCE's files (not negative), or
@@ -348,6 +352,9 @@ func Open(ctx context.Context, cfg Config) (*Catalog, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	abs, err := filepath.Abs(cfg.Source)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrSource, cfg.Source, err)
@@ -527,7 +534,7 @@ func diff(old, cur *Snapshot) Diff {
 // keep their inode number; with byDir, directories unchanged since old
 // keep their entries (Revalidate).
 func (c *Catalog) scan(ctx context.Context, old *Snapshot, byDir bool) (*Snapshot, error) {
-	start := time.Now()
+	start, scanned := time.Now(), c.cfg.Now()
 	root := &Entry{Ino: RootIno}
 	var oldRoot *Entry
 	if old != nil {
@@ -584,7 +591,7 @@ func (c *Catalog) scan(ctx context.Context, old *Snapshot, byDir bool) (*Snapsho
 		unreadable, unreadableEntries = sc.unreadable, sc.unreadableEntries
 		slices.Sort(unreadable)
 	}
-	snap := &Snapshot{Root: root, ScanTime: time.Since(start), Skipped: skipped, Reused: reused, Scanned: start,
+	snap := &Snapshot{Root: root, ScanTime: time.Since(start), Skipped: skipped, Reused: reused, Scanned: scanned,
 		Unreadable: unreadable, UnreadableEntries: unreadableEntries}
 	snap.byIno = make([]*Entry, c.nextIno.Load())
 	snap.Walk(func(e *Entry) { snap.byIno[e.Ino] = e })
@@ -812,9 +819,9 @@ type scanner struct {
 func (c *Catalog) await(ctx context.Context, wg *sync.WaitGroup, ops *atomic.Int64) error {
 	finished := make(chan struct{})
 	go func() { wg.Wait(); close(finished) }() // ends when the last stuck call does
-	tick := time.NewTicker(max(c.cfg.StallTimeout/8, time.Millisecond))
+	w := stallWatch{timeout: c.cfg.StallTimeout, last: ops.Load(), moved: time.Now()}
+	tick := time.NewTicker(w.every())
 	defer tick.Stop()
-	last, moved := ops.Load(), time.Now()
 	for {
 		select {
 		case <-finished:
@@ -822,14 +829,34 @@ func (c *Catalog) await(ctx context.Context, wg *sync.WaitGroup, ops *atomic.Int
 		case <-ctx.Done():
 			return ctx.Err()
 		case now := <-tick.C:
-			if n := ops.Load(); n != last {
-				last, moved = n, now
-			} else if now.Sub(moved) >= c.cfg.StallTimeout {
+			if w.stalled(now, ops.Load()) {
 				return fmt.Errorf("%w: no answer for %s; the current snapshot stays (raise --pfs-timeout if SOURCE is only slow)",
 					ErrStalled, c.cfg.StallTimeout.Round(time.Second))
 			}
 		}
 	}
+}
+
+// stallWatch tells a scan that has stalled: its count of calls to SOURCE
+// answered has not moved for timeout. Checked every eighth of timeout, it
+// sees a stall at most that late.
+type stallWatch struct {
+	timeout time.Duration
+	last    int64     // the count when it last moved
+	moved   time.Time // when it last moved
+}
+
+// every is how often the watch is checked.
+func (w *stallWatch) every() time.Duration { return max(w.timeout/8, time.Millisecond) }
+
+// stalled reports whether, at now with ops calls answered, the count has
+// not moved for timeout.
+func (w *stallWatch) stalled(now time.Time, ops int64) bool {
+	if ops != w.last {
+		w.last, w.moved = ops, now
+		return false
+	}
+	return now.Sub(w.moved) >= w.timeout
 }
 
 // acquire takes a slot for I/O, unless the scan is given up first.

@@ -1,16 +1,24 @@
 package catalog
 
 // Tests written against the mutants gremlins left alive (make mutate,
-// docs/mutation.md), on the catalog's configuration and bounds.
+// docs/mutation.md): the catalog's configuration and bounds, Revalidate's
+// trust in directories' times, what a rescan keeps.
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestOpenFillsDefaults: zero and negative settings take the defaults;
@@ -73,5 +81,206 @@ func TestListerEntryBound(t *testing.T) {
 	}
 	if _, err := Open(context.Background(), Config{Source: root, Lister: files, MaxEntries: 2}); !errors.Is(err, ErrTooMany) {
 		t.Fatalf("3 files under a bound of 2: %v, want ErrTooMany", err)
+	}
+}
+
+// aheadClock is a clock 2×racy ahead of the machine's: every directory of
+// a tree made now is trusted by the next Revalidate, unless it changes.
+func aheadClock() time.Time { return time.Now().Add(2 * racy) }
+
+// trustedTree writes files at paths under a new SOURCE and opens a
+// catalog of it on aheadClock.
+func trustedTree(t *testing.T, paths ...string) *Catalog {
+	t.Helper()
+	root := t.TempDir()
+	for _, p := range paths {
+		write(t, root, p, p)
+	}
+	cfg := DefaultConfig(root)
+	cfg.Now = aheadClock
+	c, err := Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// changes counts the entries a rescan reported changed, removed or added.
+func changes(d Diff) int { return len(d.Changed) + len(d.Removed) + len(d.Added) }
+
+// TestRevalidateSeesEveryDirectory: of a trusted tree, a file added to any
+// one directory, the root first among them, is found by Revalidate.
+func TestRevalidateSeesEveryDirectory(t *testing.T) {
+	for _, dir := range []string{"", "a", "a/deep", "b"} {
+		c := trustedTree(t, "a/1", "a/deep/2", "b/3")
+		if d, err := c.Revalidate(context.Background()); err != nil || d.Reused != 4 || changes(d) != 0 {
+			t.Fatalf("an unchanged trusted tree: %d of 4 directories unread, %d changes, %v", d.Reused, changes(d), err)
+		}
+		added := join(dir, "new")
+		write(t, c.Source(), added, "n")
+		d, err := c.Revalidate(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(d.Added) != 1 || d.Added[0].Path() != added || c.Snapshot().Lookup(added) == nil {
+			t.Errorf("%s added: the rescan added %d entries, the snapshot has it: %v", added, len(d.Added), c.Snapshot().Lookup(added) != nil)
+		}
+	}
+}
+
+// TestRevalidateRacyBoundary: a directory is trusted only if its mtime and
+// its ctime are both before the last scan's start less racy; at exactly
+// that instant it is read (it sees a file rewritten in place), a
+// nanosecond later trusted (it does not: Revalidate's documented limit).
+func TestRevalidateRacyBoundary(t *testing.T) {
+	for _, which := range []string{"mtime", "ctime"} {
+		t.Run(which, func(t *testing.T) {
+			root := t.TempDir()
+			write(t, root, "f", "")
+			// The boundary on one time, the other before it: an mtime
+			// set an hour ahead (the ctime is now), or an hour back (the
+			// ctime, now, is then the later).
+			mtime := time.Now().Add(time.Hour)
+			if which == "ctime" {
+				mtime = time.Now().Add(-time.Hour)
+			}
+			if err := os.Chtimes(root, mtime, mtime); err != nil {
+				t.Fatal(err)
+			}
+			var st unix.Stat_t
+			if err := unix.Stat(root, &st); err != nil {
+				t.Fatal(err)
+			}
+			edge := time.Unix(0, st.Mtim.Nano())
+			if which == "ctime" {
+				edge = time.Unix(0, st.Ctim.Nano())
+			}
+			for after := range 2 { // the scan starts at edge+racy, then a nanosecond later
+				cfg := DefaultConfig(root)
+				cfg.Now = func() time.Time { return edge.Add(racy + time.Duration(after)) }
+				c, err := Open(context.Background(), cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				write(t, root, "f", strings.Repeat("x", after+1)) // another size; the directory does not change
+				d, err := c.Revalidate(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				read := len(d.Changed) == 1 && d.Changed[0].Path() == "f" && d.Reused == 0
+				trusted := changes(d) == 0 && d.Reused == 1
+				if after == 0 && !read || after == 1 && !trusted {
+					t.Errorf("%s at the scan's start less racy, plus %d ns: changed %d, %d directories unread; want the directory %s",
+						which, after, len(d.Changed), d.Reused, map[int]string{0: "read", 1: "trusted"}[after])
+				}
+			}
+		})
+	}
+}
+
+// allocated is the bytes the process allocated while fn ran.
+func allocated(fn func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	fn()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// TestRevalidateOfUnchangedTreeCopiesNothing: a Revalidate of a trusted
+// tree that has not changed stats its directories and keeps the snapshot,
+// copying none of it: it allocates a small part of what a rescan does.
+func TestRevalidateOfUnchangedTreeCopiesNothing(t *testing.T) {
+	var paths []string
+	for d := range 8 {
+		for f := range 400 {
+			paths = append(paths, fmt.Sprintf("d%d/f%03d", d, f))
+		}
+	}
+	c := trustedTree(t, paths...)
+	snap := c.Snapshot()
+	rescan := func(how func(context.Context) (Diff, error)) uint64 {
+		return allocated(func() {
+			if d, err := how(context.Background()); err != nil || changes(d) != 0 {
+				t.Fatalf("a rescan of an unchanged tree: %d changes, %v", changes(d), err)
+			}
+		})
+	}
+	full := rescan(c.Refresh)
+	fast := min(rescan(c.Revalidate), rescan(c.Revalidate))
+	t.Logf("bytes allocated: %d by a Refresh, %d by a Revalidate", full, fast)
+	if c.Snapshot() != snap {
+		t.Error("a rescan that found nothing replaced the snapshot")
+	}
+	if fast > full/10 {
+		t.Errorf("a Revalidate of an unchanged tree of %d files allocated %d bytes, a Refresh %d: it copied the snapshot", len(paths), fast, full)
+	}
+}
+
+// changingLister lists what it was last given.
+type changingLister struct {
+	mu    sync.Mutex
+	files []File
+}
+
+func (l *changingLister) set(files ...File) { l.mu.Lock(); l.files = files; l.mu.Unlock() }
+
+func (l *changingLister) List(context.Context) ([]File, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.files), nil
+}
+
+// TestRevalidateListsPackedDatasetAgain: a packed dataset changes inside
+// its container, which no directory's times show: Revalidate lists it
+// again even when SOURCE's directory is trusted.
+func TestRevalidateListsPackedDatasetAgain(t *testing.T) {
+	a, b := File{Path: "a", Mode: syscall.S_IFREG | 0o644}, File{Path: "b", Mode: syscall.S_IFREG | 0o644}
+	l := &changingLister{files: []File{a}}
+	cfg := DefaultConfig(t.TempDir())
+	cfg.Lister, cfg.Now = l, aheadClock
+	c, err := Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.set(a, b)
+	d, err := c.Revalidate(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Added) != 1 || d.Added[0].Path() != "b" || c.Snapshot().Lookup("b") == nil {
+		t.Errorf("b added to the packed dataset: %d added, in the snapshot: %v", len(d.Added), c.Snapshot().Lookup("b") != nil)
+	}
+}
+
+// TestStallWatch: a scan has stalled once its count of answers has not
+// moved for the timeout, to the nanosecond; any move starts the wait
+// again; the watch is checked every eighth of the timeout, a millisecond
+// at the least.
+func TestStallWatch(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	const timeout = 8 * time.Second
+	w := stallWatch{timeout: timeout, last: 5, moved: t0}
+	if got := w.every(); got != time.Second {
+		t.Errorf("a watch of %s is checked every %s, want 1s", timeout, got)
+	}
+	if got := (&stallWatch{timeout: 7 * time.Millisecond}).every(); got != time.Millisecond {
+		t.Errorf("a watch of 7ms is checked every %s, want 1ms", got)
+	}
+	for _, step := range []struct {
+		at    time.Duration // after t0
+		ops   int64
+		stall bool
+	}{
+		{time.Second, 5, false},
+		{timeout - 1, 5, false},
+		{timeout, 6, false}, // it moved: the wait starts again
+		{2*timeout - 1, 6, false},
+		{2 * timeout, 6, true},
+		{3 * timeout, 6, true},
+	} {
+		if got := w.stalled(t0.Add(step.at), step.ops); got != step.stall {
+			t.Errorf("%d answers at t0+%s: stalled %v, want %v", step.ops, step.at, got, step.stall)
+		}
 	}
 }
