@@ -26,6 +26,9 @@ type Proc struct {
 	Stderr *SyncBuffer
 	Exited chan struct{} // closed when the process has exited
 	Err    error         // the exit status; valid once Exited is closed
+	// MountInfo is the mountinfo file of the mount namespace the
+	// daemon mounts in ("": this process's).
+	MountInfo string
 }
 
 // SyncBuffer is a bytes.Buffer safe for concurrent writes and reads.
@@ -49,7 +52,14 @@ func (s *SyncBuffer) String() string {
 // Start runs binary with args and waits up to timeout for a stdout line
 // containing "mounted".
 func Start(binary, mnt string, timeout time.Duration, args ...string) (*Proc, error) {
-	p := &Proc{Cmd: exec.Command(binary, args...), Mnt: mnt, Stderr: &SyncBuffer{}, Exited: make(chan struct{})}
+	return StartCmd(exec.Command(binary, args...), mnt, "", timeout)
+}
+
+// StartCmd is Start for a command made by the caller, such as one that
+// runs in another mount namespace, whose mountinfo file is mountInfo.
+func StartCmd(cmd *exec.Cmd, mnt, mountInfo string, timeout time.Duration) (*Proc, error) {
+	binary, args := cmd.Path, cmd.Args[1:]
+	p := &Proc{Cmd: cmd, Mnt: mnt, Stderr: &SyncBuffer{}, Exited: make(chan struct{}), MountInfo: mountInfo}
 	p.Cmd.Stderr = p.Stderr
 	stdout, err := p.Cmd.StdoutPipe()
 	if err != nil {
@@ -101,16 +111,25 @@ func (p *Proc) Stop(timeout time.Duration) error {
 		p.Cmd.Process.Kill()
 		err = fmt.Errorf("%s did not exit within %v of SIGTERM\n%s", p.Cmd.Path, timeout, p.Stderr)
 	}
-	if Mounted(p.Mnt) {
-		syscall.Unmount(p.Mnt, syscall.MNT_DETACH)
+	if MountedIn(p.MountInfo, p.Mnt) {
+		if p.MountInfo == "" {
+			syscall.Unmount(p.Mnt, syscall.MNT_DETACH)
+		}
 		err = errors.Join(err, fmt.Errorf("%s was still mounted after %s exited", p.Mnt, filepath.Base(p.Cmd.Path)))
 	}
 	return err
 }
 
 // Mounted reports whether something is mounted at mnt.
-func Mounted(mnt string) bool {
-	b, err := os.ReadFile("/proc/self/mountinfo")
+func Mounted(mnt string) bool { return MountedIn("", mnt) }
+
+// MountedIn reports whether something is mounted at mnt in the mount
+// namespace whose mountinfo file is mountInfo ("": this process's).
+func MountedIn(mountInfo, mnt string) bool {
+	if mountInfo == "" {
+		mountInfo = "/proc/self/mountinfo"
+	}
+	b, err := os.ReadFile(mountInfo)
 	if err != nil {
 		return false
 	}

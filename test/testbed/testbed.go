@@ -1,0 +1,401 @@
+// Package testbed runs emulated hosts on one machine, for the cluster's
+// integration tests and benchmarks.
+//
+// Each host has a network namespace of its own, joined to the bed's
+// bridge by a veth pair, with an address on the bed's network and,
+// optionally, a bandwidth cap each way (tc tbf on both ends of the pair).
+// It has a mount namespace of its own too, held by a process that sleeps
+// until the host is stopped: what a host mounts (its PFS client, its dlfs)
+// only it sees, at paths of its own, and its /etc/hosts is the bed's, so
+// that a DNS name can resolve to several hosts. Commands run inside both
+// namespaces (Host.Command, through nsenter); the test reads a host's
+// files from outside through /proc/PID/root (Host.Path).
+//
+// Names are prefixed with the bed's id, so beds run side by side. Close
+// removes everything; a bed whose test process died without closing it
+// (a test binary killed at its timeout) is removed by the next New, which
+// finds its owner's pid gone. Set-up needs root and iproute2's ip and tc,
+// util-linux's unshare and nsenter (scripts/install-deps.sh).
+package testbed
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Config says what bed to build.
+type Config struct {
+	Hosts int    // at the start; AddHost adds more; 1 to MaxHosts
+	Dir   string // each host's files go under Dir/NAME; required
+	// Bandwidth caps each host's link, each way, in bits per second
+	// (0: unlimited). Host.SetBandwidth changes one.
+	Bandwidth int64
+}
+
+// MaxHosts bounds a bed: its hosts' addresses are one /24.
+const MaxHosts = 200
+
+// Network is the hosts' network; host i (from 0) has address .(i+10).
+const Network = "10.77.0.0/24"
+
+// stateDir records each bed's owner, so that a later New removes the
+// beds of dead processes.
+const stateDir = "/run/dlfs-testbed"
+
+// Bed is a set of emulated hosts on one bridge.
+type Bed struct {
+	cfg    Config
+	id     string // 4 hex digits: names are "dt" + id + ...
+	bridge string
+	hosts  string // the bed's /etc/hosts
+
+	mu    sync.Mutex
+	all   []*Host // every host ever added, stopped ones too
+	alias map[string][]int
+}
+
+// Host is one emulated host.
+type Host struct {
+	Name string // h00, h01, ...
+	Addr string // its address on the bed's network
+	Dir  string // Config.Dir/Name: its files
+
+	bed    *Bed
+	index  int
+	netns  string
+	veth   string // the root namespace's end of its link
+	holder *exec.Cmd
+	gone   chan struct{} // closed once the holder has exited
+
+	mu      sync.Mutex
+	procs   []*exec.Cmd // started with Command, killed by Stop
+	stopped bool
+}
+
+// New builds a bed of cfg.Hosts hosts.
+func New(cfg Config) (_ *Bed, err error) {
+	if cfg.Hosts < 1 || cfg.Hosts > MaxHosts {
+		return nil, fmt.Errorf("testbed: %d hosts: want 1 to %d", cfg.Hosts, MaxHosts)
+	}
+	if cfg.Dir == "" {
+		return nil, errors.New("testbed: no Dir")
+	}
+	for _, tool := range []string{"ip", "tc", "unshare", "nsenter"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return nil, fmt.Errorf("testbed: %s not found: run scripts/install-deps.sh: %w", tool, err)
+		}
+	}
+	Sweep()
+	b := &Bed{cfg: cfg, id: fmt.Sprintf("%04x", rand.IntN(1<<16)), alias: map[string][]int{}}
+	b.bridge = "dt" + b.id + "br"
+	b.hosts = filepath.Join(cfg.Dir, "hosts")
+	if err := os.MkdirAll(stateDir, 0o755); err != nil {
+		return nil, fmt.Errorf("testbed: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(stateDir, b.id), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		return nil, fmt.Errorf("testbed: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			b.Close()
+		}
+	}()
+	if err := run("ip", "link", "add", b.bridge, "type", "bridge"); err != nil {
+		return nil, err
+	}
+	if err := run("ip", "link", "set", b.bridge, "up"); err != nil {
+		return nil, err
+	}
+	for range cfg.Hosts {
+		if _, err := b.AddHost(); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// Hosts returns the hosts not stopped, in the order added.
+func (b *Bed) Hosts() []*Host {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var hs []*Host
+	for _, h := range b.all {
+		if !h.isStopped() {
+			hs = append(hs, h)
+		}
+	}
+	return hs
+}
+
+// AddHost starts one more host.
+func (b *Bed) AddHost() (_ *Host, err error) {
+	b.mu.Lock()
+	i := len(b.all)
+	if i >= MaxHosts {
+		b.mu.Unlock()
+		return nil, fmt.Errorf("testbed: already %d hosts", i)
+	}
+	h := &Host{bed: b, index: i, Name: fmt.Sprintf("h%02d", i), Addr: fmt.Sprintf("10.77.0.%d", i+10)}
+	h.Dir = filepath.Join(b.cfg.Dir, h.Name)
+	h.netns = fmt.Sprintf("dt%s-%s", b.id, h.Name)
+	h.veth = fmt.Sprintf("dt%sv%d", b.id, i)
+	b.all = append(b.all, h)
+	b.mu.Unlock()
+	defer func() {
+		if err != nil {
+			h.Stop()
+		}
+	}()
+	if err := os.MkdirAll(h.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("testbed: %w", err)
+	}
+	if err := b.writeHosts(); err != nil {
+		return nil, err
+	}
+	steps := [][]string{
+		{"ip", "netns", "add", h.netns},
+		{"ip", "link", "add", h.veth, "type", "veth", "peer", "name", "eth0", "netns", h.netns},
+		{"ip", "link", "set", h.veth, "master", b.bridge, "up"},
+		{"ip", "-n", h.netns, "addr", "add", h.Addr + "/24", "dev", "eth0"},
+		{"ip", "-n", h.netns, "link", "set", "eth0", "up"},
+		{"ip", "-n", h.netns, "link", "set", "lo", "up"},
+	}
+	for _, s := range steps {
+		if err := run(s[0], s[1:]...); err != nil {
+			return nil, err
+		}
+	}
+	if err := h.SetBandwidth(b.cfg.Bandwidth); err != nil {
+		return nil, err
+	}
+	// The holder: a process in the host's network namespace and in a
+	// mount namespace of its own, with the bed's /etc/hosts.
+	h.holder = exec.Command("ip", "netns", "exec", h.netns, "unshare", "--mount", "--propagation", "private", "--",
+		"sh", "-c", `mount --bind "$1" /etc/hosts && exec sleep infinity`, "holder", b.hosts)
+	h.holder.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var stderr strings.Builder
+	h.holder.Stderr = &stderr
+	if err := h.holder.Start(); err != nil {
+		return nil, fmt.Errorf("testbed: %s: start its namespace holder: %w", h.Name, err)
+	}
+	h.gone = make(chan struct{})
+	go func() { h.holder.Wait(); close(h.gone) }()
+	// Ready once its /etc/hosts is the bed's.
+	want, _ := os.Stat(b.hosts)
+	if err := poll(func() (bool, error) {
+		select {
+		case <-h.gone:
+			return false, fmt.Errorf("testbed: %s: namespace holder exited: %s", h.Name, stderr.String())
+		default:
+		}
+		got, err := os.Stat(h.Path("/etc/hosts"))
+		return err == nil && os.SameFile(got, want), nil
+	}); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// Alias makes name resolve, in every host's /etc/hosts, to the addresses
+// of the hosts given (a DNS name with several addresses, such as a
+// Kubernetes headless Service).
+func (b *Bed) Alias(name string, hosts ...*Host) error {
+	b.mu.Lock()
+	b.alias[name] = nil
+	for _, h := range hosts {
+		b.alias[name] = append(b.alias[name], h.index)
+	}
+	b.mu.Unlock()
+	return b.writeHosts()
+}
+
+// writeHosts rewrites the bed's hosts file in place (the hosts bind-mount
+// its inode).
+func (b *Bed) writeHosts() error {
+	b.mu.Lock()
+	var s strings.Builder
+	s.WriteString("127.0.0.1 localhost\n")
+	for _, h := range b.all {
+		fmt.Fprintf(&s, "%s %s\n", h.Addr, h.Name)
+	}
+	for name, is := range b.alias {
+		for _, i := range is {
+			fmt.Fprintf(&s, "%s %s\n", b.all[i].Addr, name)
+		}
+	}
+	b.mu.Unlock()
+	f, err := os.OpenFile(b.hosts, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err == nil {
+		_, err = f.WriteString(s.String())
+		err = errors.Join(err, f.Close())
+	}
+	if err != nil {
+		return fmt.Errorf("testbed: hosts file: %w", err)
+	}
+	return nil
+}
+
+// Close stops every host and removes the bridge.
+func (b *Bed) Close() error {
+	b.mu.Lock()
+	all := append([]*Host(nil), b.all...)
+	b.mu.Unlock()
+	var errs []error
+	for _, h := range all {
+		errs = append(errs, h.Stop())
+	}
+	if linkExists(b.bridge) {
+		errs = append(errs, run("ip", "link", "del", b.bridge))
+	}
+	os.Remove(filepath.Join(stateDir, b.id))
+	return errors.Join(errs...)
+}
+
+// Command returns a command that runs inside the host's namespaces. Stop
+// kills it if it is still running.
+func (h *Host) Command(name string, args ...string) *exec.Cmd {
+	pid := "0"
+	if h.holder != nil && h.holder.Process != nil {
+		pid = strconv.Itoa(h.holder.Process.Pid)
+	}
+	cmd := exec.Command("nsenter", append([]string{"-t", pid, "-m", "-n", "--", name}, args...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	h.mu.Lock()
+	h.procs = append(h.procs, cmd)
+	h.mu.Unlock()
+	return cmd
+}
+
+// Path is where the host's path p is seen from outside its mount
+// namespace.
+func (h *Host) Path(p string) string {
+	return fmt.Sprintf("/proc/%d/root%s", h.holder.Process.Pid, p)
+}
+
+// MountInfo is the mountinfo file of the host's mount namespace.
+func (h *Host) MountInfo() string { return fmt.Sprintf("/proc/%d/mountinfo", h.holder.Process.Pid) }
+
+// SetBandwidth caps the host's link at bits per second each way (0
+// removes the cap).
+func (h *Host) SetBandwidth(bits int64) error {
+	for _, dev := range [][]string{{h.veth}, {"-n", h.netns, "eth0"}} {
+		args := append(append([]string{}, dev[:len(dev)-1]...), "qdisc", "del", "dev", dev[len(dev)-1], "root")
+		_ = exec.Command("tc", args...).Run() // none there yet is fine
+		if bits <= 0 {
+			continue
+		}
+		// A burst of at least a GSO packet (64 KiB) and 20 ms of the
+		// rate: tbf drops a packet larger than its burst.
+		burst := max(bits/8/50, 128<<10)
+		args = append(append([]string{}, dev[:len(dev)-1]...), "qdisc", "add", "dev", dev[len(dev)-1], "root", "tbf",
+			"rate", strconv.FormatInt(bits, 10)+"bit", "burst", strconv.FormatInt(burst, 10), "latency", "200ms")
+		if err := run("tc", args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// LinkDown cuts the host off the bed's network; LinkUp restores it.
+func (h *Host) LinkDown() error { return run("ip", "link", "set", h.veth, "down") }
+
+// LinkUp restores a link LinkDown cut.
+func (h *Host) LinkUp() error { return run("ip", "link", "set", h.veth, "up") }
+
+// Stop kills the host's processes (SIGKILL: a host that dies) and removes
+// its namespaces. Its files stay.
+func (h *Host) Stop() error {
+	h.mu.Lock()
+	if h.stopped {
+		h.mu.Unlock()
+		return nil
+	}
+	h.stopped = true
+	procs := h.procs
+	h.mu.Unlock()
+	for _, c := range procs {
+		if c.Process != nil && c.ProcessState == nil {
+			c.Process.Kill()
+		}
+	}
+	if h.gone != nil {
+		h.holder.Process.Kill()
+		<-h.gone
+	}
+	var err error
+	if nsExists(h.netns) {
+		err = run("ip", "netns", "del", h.netns) // the veth pair goes with it
+	}
+	return err
+}
+
+func (h *Host) isStopped() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.stopped
+}
+
+// Sweep removes the beds whose owning process is gone.
+func Sweep() {
+	ents, _ := os.ReadDir(stateDir)
+	for _, e := range ents {
+		id := e.Name()
+		b, err := os.ReadFile(filepath.Join(stateDir, id))
+		if err != nil {
+			continue
+		}
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && syscall.Kill(pid, 0) == nil {
+			continue // its owner runs
+		}
+		out, _ := exec.Command("ip", "netns", "list").Output()
+		for _, line := range strings.Split(string(out), "\n") {
+			if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], "dt"+id+"-") {
+				_ = exec.Command("ip", "netns", "del", f[0]).Run()
+			}
+		}
+		_ = exec.Command("ip", "link", "del", "dt"+id+"br").Run()
+		os.Remove(filepath.Join(stateDir, id))
+	}
+}
+
+func run(name string, args ...string) error {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("testbed: %s %s: %v: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+func linkExists(name string) bool {
+	_, err := os.Stat("/sys/class/net/" + name)
+	return err == nil
+}
+
+func nsExists(name string) bool {
+	_, err := os.Stat("/run/netns/" + name)
+	return err == nil
+}
+
+// poll calls f until it reports done or an error, for up to a minute.
+func poll(f func() (bool, error)) error {
+	deadline := time.Now().Add(time.Minute)
+	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		done, err := f()
+		if done || err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return errors.New("testbed: a host did not come up within a minute")
+		}
+		time.Sleep(wait)
+	}
+}
