@@ -284,3 +284,69 @@ func TestStallWatch(t *testing.T) {
 		}
 	}
 }
+
+// TestRefreshAppliesAnyChange: a refresh that finds one change, whatever
+// it is, swaps in the new snapshot: in a subdirectory with the root
+// untouched, or of the root itself (its mode, mtime or owner, which no
+// Diff lists).
+func TestRefreshAppliesAnyChange(t *testing.T) {
+	hourAgo := time.Now().Add(-time.Hour).Truncate(time.Second)
+	for _, c := range []struct {
+		name   string
+		change func(root string) error
+		seen   func(s *Snapshot) bool
+	}{
+		{"a file removed in a subdirectory",
+			func(root string) error { return os.Remove(filepath.Join(root, "a/2")) },
+			func(s *Snapshot) bool { return s.Lookup("a/2") == nil }},
+		{"a file rewritten in a subdirectory",
+			func(root string) error { return os.WriteFile(filepath.Join(root, "a/2"), []byte("longer"), 0o644) },
+			func(s *Snapshot) bool { return s.Lookup("a/2").Size == 6 }},
+		{"a file added in a subdirectory",
+			func(root string) error { return os.WriteFile(filepath.Join(root, "a/3"), nil, 0o644) },
+			func(s *Snapshot) bool { return s.Lookup("a/3") != nil }},
+		{"the root's mode",
+			func(root string) error { return os.Chmod(root, 0o705) },
+			func(s *Snapshot) bool { return s.Root.Mode&0o777 == 0o705 }},
+		{"the root's mtime",
+			func(root string) error { return os.Chtimes(root, hourAgo, hourAgo) },
+			func(s *Snapshot) bool { return s.Root.Mtime == hourAgo.UnixNano() }},
+		{"the root's owner",
+			func(root string) error { return os.Chown(root, 4242, 4343) },
+			func(s *Snapshot) bool { return s.Root.Uid() == 4242 && s.Root.Gid() == 4343 }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			root := t.TempDir()
+			write(t, root, "a/1", "1")
+			write(t, root, "a/2", "2")
+			cat := open(t, root)
+			old := cat.Snapshot()
+			if err := c.change(root); errors.Is(err, os.ErrPermission) {
+				t.Skipf("needs root: %v", err)
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := cat.Refresh(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if cat.Snapshot() == old || !c.seen(cat.Snapshot()) {
+				t.Errorf("after a refresh: the snapshot replaced %v, the change in it %v", cat.Snapshot() != old, c.seen(cat.Snapshot()))
+			}
+		})
+	}
+}
+
+// TestRefreshOfUnchangedTreeKeepsSnapshot: a refresh that finds nothing
+// changed keeps the snapshot (its holders keep the only copy).
+func TestRefreshOfUnchangedTreeKeepsSnapshot(t *testing.T) {
+	root := t.TempDir()
+	write(t, root, "a/1", "1")
+	c := open(t, root)
+	old := c.Snapshot()
+	if d, err := c.Refresh(context.Background()); err != nil || changes(d) != 0 {
+		t.Fatalf("a refresh of an unchanged tree: %d changes, %v", changes(d), err)
+	}
+	if c.Snapshot() != old {
+		t.Error("a refresh that found nothing replaced the snapshot")
+	}
+}
