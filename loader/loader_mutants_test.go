@@ -4,9 +4,11 @@ package loader
 // docs/mutation.md), on the parts of the loader that stand alone.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"sort"
 	"strings"
@@ -15,9 +17,11 @@ import (
 	"time"
 
 	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/integrity"
 	"github.com/dlfs/dlfs/perfmodel"
 	"github.com/dlfs/dlfs/ramcache"
 	"github.com/dlfs/dlfs/source"
+	"github.com/dlfs/dlfs/ssdstore"
 )
 
 func TestDefaultConfigValues(t *testing.T) {
@@ -247,5 +251,130 @@ func TestFlightHolds(t *testing.T) {
 	f.release("k")
 	if f.held("k") || len(f.unreported) != 0 {
 		t.Fatalf("after the last release: held %v, %d keys remembered", f.held("k"), len(f.unreported))
+	}
+}
+
+// tick returns once the clock has moved on: a wait a test can count on
+// being longer than zero.
+func tick() {
+	for t0 := time.Now(); !time.Now().After(t0); {
+	}
+}
+
+// tickPFS and tickSSD take some time, however little, over every read.
+type tickPFS struct{ *fakePFS }
+
+func (p tickPFS) ReadAt(path string, want source.Version, b []byte, off int64) (int, error) {
+	tick()
+	return p.fakePFS.ReadAt(path, want, b, off)
+}
+
+type tickSSD struct{ *fakeSSD }
+
+func (s tickSSD) Get(key string, tag uint64) (ssdstore.Block, bool, error) {
+	tick()
+	return s.fakeSSD.Get(key, tag)
+}
+
+// TestWaitedOnPFSOnly: a read says how long it waited on the PFS: some
+// time for a read from it, none for one from the SSD, however long that
+// took.
+func TestWaitedOnPFSOnly(t *testing.T) {
+	files := map[string][]byte{"f": data(100), "g": data(100)}
+	ssd := &fakeSSD{m: map[string]ssdstore.Block{}}
+	l := New(Config{}, ramcache.New(ramcache.Config{Capacity: 0}), tickSSD{ssd}, tickPFS{&fakePFS{files: files}})
+	f, key := entry("f", 100), BlockKey("f", 0)
+	tag := l.Tag(f, key)
+	ssd.m[key] = ssdstore.Block{Data: files["f"], Tag: tag, Sum: integrity.Sum(tag, files["f"])}
+	for _, c := range []struct {
+		e    *catalog.Entry
+		tier string
+	}{{f, "ssd"}, {entry("g", 100), "pfs"}} {
+		_, from, waited, err := l.ReadAtWaited(context.Background(), c.e, make([]byte, 100), 0)
+		if err != nil || from != c.tier || (waited > 0) != (c.tier == "pfs") {
+			t.Errorf("%s: from %s, waited %s, %v; want from %s, and a wait only on the PFS", c.e.Path(), from, waited, err, c.tier)
+		}
+	}
+}
+
+// TestOnSSD: OnSSD says whether the SSD holds a file's first block; with
+// no SSD tier, never.
+func TestOnSSD(t *testing.T) {
+	pfs := &fakePFS{files: map[string][]byte{"f": data(100)}}
+	e := entry("f", 100)
+	if New(Config{}, ramcache.New(ramcache.Config{Capacity: 0}), nil, pfs).OnSSD(e) {
+		t.Error("on the SSD of a loader without one")
+	}
+	l := New(Config{}, ramcache.New(ramcache.Config{Capacity: 0}), &fakeSSD{m: map[string]ssdstore.Block{}}, pfs)
+	if l.OnSSD(e) {
+		t.Error("on the SSD before it was read")
+	}
+	if _, err := l.ReadAt(context.Background(), e, make([]byte, 100), 0); err != nil {
+		t.Fatal(err)
+	}
+	if !l.OnSSD(e) {
+		t.Error("not on the SSD after a read from the PFS")
+	}
+}
+
+// TestFetchedCountsSuccesses: Stats.Fetched counts the blocks brought in,
+// not the fetches that failed.
+func TestFetchedCountsSuccesses(t *testing.T) {
+	l := New(Config{}, ramcache.New(ramcache.Config{Capacity: 0}), nil, &fakePFS{files: map[string][]byte{"f": data(100)}})
+	if _, err := l.ReadAt(context.Background(), entry("gone", 10), make([]byte, 10), 0); err == nil {
+		t.Fatal("a read of a missing file succeeded")
+	}
+	if _, err := l.ReadAt(context.Background(), entry("f", 100), make([]byte, 100), 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Stats().Fetched["pfs"]; got != (Served{Reads: 1, Bytes: 100}) {
+		t.Errorf("fetched from the PFS: %+v, want the one block that came", got)
+	}
+}
+
+// TestPeerBlocksMarked: a block fetched from a peer is marked as a peer's
+// (RAM does not keep it: it holds this node's share); one from the PFS is
+// not.
+func TestPeerBlocksMarked(t *testing.T) {
+	files := map[string][]byte{"f": data(100)}
+	for _, peer := range []bool{false, true} {
+		l := New(Config{}, ramcache.New(ramcache.Config{Capacity: 1 << 20}), nil, &fakePFS{files: files})
+		if peer {
+			l.SetRemote(&fakeRemote{files: files, bs: l.BlockSize()})
+		}
+		var got ramcache.Block
+		if _, err := l.Prefetch(context.Background(), entry("f", 100), func(_ *catalog.Entry, _ int64, b ramcache.Block) bool { got = b; return true }); err != nil {
+			t.Fatal(err)
+		}
+		if got.Peer != peer || l.Offer(BlockKey("f", 0), got) == peer {
+			t.Errorf("from a peer %v: marked a peer's %v", peer, got.Peer)
+		}
+	}
+}
+
+// failingSSD fails every write with err.
+type failingSSD struct {
+	*fakeSSD
+	err error
+}
+
+func (s failingSSD) Put(string, ssdstore.Block) error { return s.err }
+
+// TestSSDWriteFailureLogged: a write to the SSD that fails is logged; one
+// that succeeds, or that a full queue or a closing store drops, is not.
+func TestSSDWriteFailureLogged(t *testing.T) {
+	for _, c := range []struct {
+		err    error
+		logged bool
+	}{{nil, false}, {errors.New("no space left on device"), true}, {ssdstore.ErrBusy, false}, {ssdstore.ErrClosed, false}} {
+		var log bytes.Buffer
+		ssd := failingSSD{&fakeSSD{m: map[string]ssdstore.Block{}}, c.err}
+		l := New(Config{Logger: slog.New(slog.NewTextHandler(&log, nil))}, ramcache.New(ramcache.Config{Capacity: 0}), ssd, &fakePFS{files: map[string][]byte{"f": data(100)}})
+		if _, err := l.ReadAt(context.Background(), entry("f", 100), make([]byte, 100), 0); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(log.String(), "SSD write failed"); got != c.logged {
+			t.Errorf("a write that returned %v: logged %v, want %v (log %q)", c.err, got, c.logged, log.String())
+		}
 	}
 }
