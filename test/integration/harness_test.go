@@ -22,6 +22,9 @@ import (
 var bin struct{ dlfs, pfssim string }
 
 func TestMain(m *testing.M) {
+	if os.Getenv("DLFS_IT_READER") != "" {
+		readerMain() // this binary, run as a reader on a test-bed host
+	}
 	dir, err := os.MkdirTemp("", "dlfs-it-bin")
 	if err != nil {
 		panic(err)

@@ -1,0 +1,290 @@
+package integration
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlfs/dlfs/test/mountproc"
+	"github.com/dlfs/dlfs/test/testbed"
+)
+
+// A cluster on the test bed: each host mounts SOURCE with a pfssim of its
+// own, at a path of its own, and runs dlfs over that mount.
+type bedCluster struct {
+	t     *testing.T
+	bed   *testbed.Bed
+	src   string
+	files []string
+	sums  string // "path sha256" lines, the readers' reference
+	key   string
+	nodes []*bedNode
+}
+
+type bedNode struct {
+	host *testbed.Host
+	pfs  *mountproc.Proc
+	dlfs *mountproc.Proc
+	mnt  string // dlfs's mountpoint, as the host sees it
+	// stats is the pfssim's counters file.
+	stats string
+}
+
+type bedOptions struct {
+	hosts    int
+	files    int
+	perMount map[int]bool // hosts whose PFS client numbers inodes per mount
+	dlfs     []string     // extra flags for every dlfs
+}
+
+func newBedCluster(t *testing.T, o bedOptions) *bedCluster {
+	t.Helper()
+	dir := t.TempDir()
+	bed, err := testbed.New(testbed.Config{Hosts: o.hosts, Dir: filepath.Join(dir, "hosts")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := bed.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	c := &bedCluster{t: t, bed: bed, src: filepath.Join(dir, "src"), key: filepath.Join(dir, "key")}
+	c.files = dataset(t, c.src, o.files)
+	var sums strings.Builder
+	for _, f := range c.files {
+		b, err := os.ReadFile(filepath.Join(c.src, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := sha256.Sum256(b)
+		fmt.Fprintf(&sums, "%s %s\n", f, hex.EncodeToString(s[:]))
+	}
+	c.sums = filepath.Join(dir, "sums")
+	if err := os.WriteFile(c.sums, []byte(sums.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(c.key, []byte(base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for i, h := range bed.Hosts() {
+		c.nodes = append(c.nodes, c.start(h, o.perMount[i], o.dlfs))
+	}
+	return c
+}
+
+// start mounts the PFS on h (at /…/NAME/pfs-NAME) and dlfs over it.
+func (c *bedCluster) start(h *testbed.Host, perMount bool, flags []string) *bedNode {
+	t := c.t
+	t.Helper()
+	n := &bedNode{host: h, mnt: filepath.Join(h.Dir, "mnt"), stats: filepath.Join(h.Dir, "pfs.json")}
+	pfsMnt := filepath.Join(h.Dir, "pfs-"+h.Name)
+	for _, d := range []string{n.mnt, pfsMnt} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := []string{"-stats", n.stats, "-open-latency", "1ms"}
+	if perMount {
+		args = append(args, "-per-mount-inodes")
+	}
+	var err error
+	n.pfs, err = mountproc.StartCmd(h.Command(bin.pfssim, append(args, c.src, pfsMnt)...), pfsMnt, h.MountInfo(), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.pfs.Stop(30 * time.Second) })
+	dl := append([]string{"mount", "--node-name", h.Name, "--bind", h.Addr + ":7946", "--data-addr", h.Addr + ":7947",
+		"--cluster-key-file", c.key, "--join", "h00:7946", "--ram-cache", "256MiB"}, flags...)
+	n.dlfs, err = mountproc.StartCmd(h.Command(bin.dlfs, append(dl, pfsMnt, n.mnt)...), n.mnt, h.MountInfo(), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := n.dlfs.Stop(30 * time.Second); err != nil {
+			t.Error(err)
+		}
+	})
+	return n
+}
+
+// stats reads a node's dlfs stats from outside its host.
+func (n *bedNode) statsDoc(t *testing.T) map[string]any {
+	return dlfsStats(t, n.host.Path(n.mnt))
+}
+
+// pfsBytes is the bytes all hosts' PFS clients have read.
+func (c *bedCluster) pfsBytes() int64 {
+	var total int64
+	for _, n := range c.nodes {
+		got, err := n.pfs.PFSCounters(n.stats, 10*time.Second)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		total += got.Bytes
+	}
+	return total
+}
+
+func (c *bedCluster) datasetBytes() int64 {
+	var total int64
+	for _, f := range c.files {
+		fi, err := os.Stat(filepath.Join(c.src, f))
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		total += fi.Size()
+	}
+	return total
+}
+
+// waitMembers waits until every node sees want alive members.
+func (c *bedCluster) waitMembers(want int) {
+	for _, n := range c.nodes {
+		waitAlive(c.t, n.host.Path(n.mnt), want)
+	}
+}
+
+// readerResult is what a reader process reports.
+type readerResult struct {
+	Files  int      `json:"files"`
+	Bytes  int64    `json:"bytes"`
+	Errors []string `json:"errors"`
+}
+
+// readEverywhere runs a reader on every node, inside its host, over the
+// whole dataset in its own shuffled order, and fails the test on an error
+// or a wrong byte.
+func (c *bedCluster) readEverywhere(seed uint64) {
+	t := c.t
+	t.Helper()
+	var wg sync.WaitGroup
+	for i, n := range c.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cmd := n.host.Command(os.Args[0], "-test.run", "^$")
+			cmd.Env = append(os.Environ(), "DLFS_IT_READER="+n.mnt, "DLFS_IT_SUMS="+c.sums,
+				"DLFS_IT_SEED="+strconv.FormatUint(seed+uint64(i), 10))
+			out, err := cmd.Output()
+			var r readerResult
+			if err == nil {
+				err = json.Unmarshal(out, &r)
+			}
+			switch {
+			case err != nil:
+				t.Errorf("reader on %s: %v: %s", n.host.Name, err, out)
+			case len(r.Errors) > 0:
+				t.Errorf("reader on %s: %d errors, first %s", n.host.Name, len(r.Errors), r.Errors[0])
+			case r.Files != len(c.files):
+				t.Errorf("reader on %s read %d of %d files", n.host.Name, r.Files, len(c.files))
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// readerMain is the test binary run as a reader on a host (TestMain):
+// it reads every file listed in DLFS_IT_SUMS under DLFS_IT_READER with 4
+// threads in a shuffled order, checks each against its SHA-256, and
+// prints a readerResult.
+func readerMain() {
+	root, sums := os.Getenv("DLFS_IT_READER"), os.Getenv("DLFS_IT_SUMS")
+	seed, _ := strconv.ParseUint(os.Getenv("DLFS_IT_SEED"), 10, 64)
+	b, err := os.ReadFile(sums)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	type want struct{ path, sum string }
+	var wants []want
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		p, s, _ := strings.Cut(line, " ")
+		wants = append(wants, want{p, s})
+	}
+	rand.New(rand.NewPCG(seed, 7)).Shuffle(len(wants), func(i, j int) { wants[i], wants[j] = wants[j], wants[i] })
+	var (
+		mu  sync.Mutex
+		res readerResult
+		wg  sync.WaitGroup
+	)
+	next := make(chan want)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for w := range next {
+				data, err := os.ReadFile(filepath.Join(root, w.path))
+				sum := sha256.Sum256(data)
+				mu.Lock()
+				switch {
+				case err != nil:
+					res.Errors = append(res.Errors, err.Error())
+				case hex.EncodeToString(sum[:]) != w.sum:
+					res.Errors = append(res.Errors, w.path+": wrong bytes")
+				default:
+					res.Files++
+					res.Bytes += int64(len(data))
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, w := range wants {
+		next <- w
+	}
+	close(next)
+	wg.Wait()
+	json.NewEncoder(os.Stdout).Encode(res)
+	os.Exit(0)
+}
+
+// TestHostsEachMountThePFS: three hosts, each with its own mount of the
+// PFS at a path of its own (one numbering inodes per mount, as FUSE
+// clients without use_ino do), form one cluster: they compute one dataset
+// identity, share the dataset (PFS bytes at most 1.05x the dataset in the
+// first epoch, 0.02x in the second) and serve every byte right.
+func TestHostsEachMountThePFS(t *testing.T) {
+	c := newBedCluster(t, bedOptions{hosts: 3, files: 300, perMount: map[int]bool{2: true}})
+	c.waitMembers(3)
+	ids := map[string]bool{}
+	for _, n := range c.nodes {
+		members, _ := n.statsDoc(t)["cluster"].(map[string]any)["members"].([]any)
+		for _, m := range members {
+			mm := m.(map[string]any)
+			meta, _ := mm["meta"].(map[string]any)
+			ids[fmt.Sprint(meta["dataset"])] = true
+		}
+	}
+	if len(ids) != 1 {
+		t.Fatalf("the hosts gossip %d dataset identities: %v", len(ids), ids)
+	}
+	total := c.datasetBytes()
+	c.readEverywhere(1)
+	epoch0 := c.pfsBytes()
+	dropPageCache(t)
+	c.readEverywhere(100)
+	epoch1 := c.pfsBytes() - epoch0
+	t.Logf("PFS bytes: epoch 0 %.3fx the dataset, epoch 1 %.3fx", float64(epoch0)/float64(total), float64(epoch1)/float64(total))
+	if epoch0 > total+total/20 {
+		t.Errorf("epoch 0 read %.2fx the dataset from the PFS, want at most 1.05x", float64(epoch0)/float64(total))
+	}
+	if epoch1 > total/50 {
+		t.Errorf("epoch 1 read %.3fx the dataset from the PFS, want at most 0.02x", float64(epoch1)/float64(total))
+	}
+	for _, n := range c.nodes {
+		if num(n.statsDoc(t), "served", "peer", "reads") == 0 {
+			t.Errorf("%s read nothing from its peers", n.host.Name)
+		}
+	}
+}
