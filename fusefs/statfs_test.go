@@ -6,18 +6,28 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hanwen/go-fuse/v2/fuse"
+
 	"github.com/dlfs/dlfs/test/pfssim"
 )
+
+// simulatedSource mounts a simulated PFS, unmounted when t ends, and
+// returns it and its mountpoint.
+func simulatedSource(t *testing.T) (*pfssim.Sim, string) {
+	t.Helper()
+	mnt := t.TempDir()
+	sim, err := pfssim.Mount(mnt, pfssim.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Skipf("no FUSE here: %v", err)
+	}
+	t.Cleanup(func() { _ = sim.Unmount() })
+	return sim, mnt
+}
 
 // statfs of a PFS that hangs answers from the last answer, or ETIMEDOUT
 // when there is none; an interrupted one returns at once.
 func TestStatfsOfHungSource(t *testing.T) {
-	dir, mnt := t.TempDir(), t.TempDir()
-	sim, err := pfssim.Mount(mnt, pfssim.Config{Dir: dir})
-	if err != nil {
-		t.Skipf("no FUSE here: %v", err)
-	}
-	defer sim.Unmount()
+	sim, mnt := simulatedSource(t)
 	c := &statfsCall{wait: 20 * time.Millisecond}
 	sim.Hang()
 	if _, err := c.get(nil, mnt); !errors.Is(err, syscall.ETIMEDOUT) {
@@ -58,4 +68,31 @@ func TestStatfsError(t *testing.T) {
 	if _, err := c.get(nil, "/nonexistent/dlfs-statfs"); !errors.Is(err, syscall.ENOENT) {
 		t.Errorf("statfs of a missing SOURCE: %v, want ENOENT", err)
 	}
+}
+
+// sourceOnly is a Dataset that answers Source only.
+type sourceOnly struct {
+	Dataset
+	dir string
+}
+
+func (s sourceOnly) Source() string { return s.dir }
+
+// A filesystem as New makes it waits statfsWait for SOURCE: while SOURCE
+// hangs, a statfs request interrupted at once is answered EINTR, never
+// ETIMEDOUT (a request that waited for nothing would time out as soon as
+// it began, whenever the runtime chose that of the two).
+func TestStatfsWaitsByDefault(t *testing.T) {
+	sim, mnt := simulatedSource(t)
+	f := New(Config{}, sourceOnly{dir: mnt}, nil)
+	sim.Hang()
+	cancel := make(chan struct{})
+	close(cancel)
+	for i := range 64 {
+		var out fuse.StatfsOut
+		if st := f.StatFs(cancel, &fuse.InHeader{}, &out); st != fuse.Status(syscall.EINTR) {
+			t.Fatalf("statfs %d of a hung SOURCE, interrupted: %v, want EINTR", i, st)
+		}
+	}
+	sim.Resume()
 }
