@@ -810,3 +810,96 @@ func TestReadDirPlusAfterRefresh(t *testing.T) {
 		t.Fatalf("the listing opened before the refresh has %d of the two entries", seen)
 	}
 }
+
+// TestInvalidateMounted: after a refresh's Invalidate, the kernel shows
+// the new tree although it had cached the old one: listings (the root's
+// too, which a refresh never reports changed) and names, of files added
+// and removed. A diff naming the root itself is taken too.
+func TestInvalidateMounted(t *testing.T) {
+	f, data, mnt := mountTree(t, 100, 200)
+	names := func(dir string) string {
+		t.Helper()
+		ents, err := os.ReadDir(filepath.Join(mnt, dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s []string
+		for _, e := range ents {
+			s = append(s, e.Name())
+		}
+		return strings.Join(s, ",")
+	}
+	if root, c := names(""), names("c"); root != "c" || c != "a.jpg,b.jpg" {
+		t.Fatalf("before the refresh: root %q, c %q", root, c)
+	}
+	if _, err := os.Stat(filepath.Join(mnt, "c", "b.jpg")); err != nil {
+		t.Fatal(err)
+	}
+	src := data.Source()
+	for _, p := range []string{"top.jpg", "c/new.jpg"} {
+		if err := os.WriteFile(filepath.Join(src, p), []byte("new"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Remove(filepath.Join(src, "c", "b.jpg")); err != nil {
+		t.Fatal(err)
+	}
+	d, err := data.cat.Refresh(context.Background())
+	if err != nil || len(d.Added) != 2 || len(d.Removed) != 1 {
+		t.Fatalf("refresh: %+v, %v", d, err)
+	}
+	f.Invalidate(d)
+	if root, c := names(""), names("c"); root != "c,top.jpg" || c != "a.jpg,new.jpg" {
+		t.Errorf("after the refresh: root %q, c %q; want c,top.jpg and a.jpg,new.jpg", root, c)
+	}
+	if _, err := os.Stat(filepath.Join(mnt, "c", "b.jpg")); !os.IsNotExist(err) {
+		t.Errorf("stat of a file the refresh removed: %v, want ENOENT", err)
+	}
+	if _, err := os.Stat(filepath.Join(mnt, "c", "new.jpg")); err != nil {
+		t.Errorf("stat of a file the refresh added: %v", err)
+	}
+	f.Invalidate(catalog.Diff{Changed: []*catalog.Entry{data.Snapshot().Root}})
+	if root := names(""); root != "c,top.jpg" {
+		t.Errorf("after invalidating the root: %q", root)
+	}
+}
+
+// TestAccessLogPaths: the access log names a request's node by its path
+// in the current snapshot, and a lookup's name within it; a node a refresh
+// removed (or a forgotten control node) is "?", not the root, and a lookup
+// within it is not a name at the root.
+func TestAccessLogPaths(t *testing.T) {
+	f, _ := newTree(t, 3)
+	cat := f.data.(tree).cat
+	snap := cat.Snapshot()
+	dir, file, gone := snap.Lookup("class_0"), snap.Lookup("class_0/img_0000.jpg"), snap.Lookup("class_1")
+	ctl := lookup(t, f, catalog.RootIno, ".dlfs")
+	stats := lookup(t, f, ctl.NodeId, "stats")
+	if err := os.RemoveAll(filepath.Join(cat.Source(), "class_1")); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := cat.Refresh(context.Background()); err != nil || len(d.Removed) != 1 {
+		t.Fatalf("refresh: %+v, %v", d, err)
+	}
+	f.Forget(stats.NodeId, 1)
+	for _, c := range []struct {
+		ino  uint64
+		name string
+		want string
+	}{
+		{catalog.RootIno, "", ""},
+		{catalog.RootIno, "class_0", "class_0"},
+		{dir.Ino, "", "class_0"},
+		{dir.Ino, "img_0000.jpg", "class_0/img_0000.jpg"},
+		{file.Ino, "", "class_0/img_0000.jpg"},
+		{ctl.NodeId, "", ".dlfs"},
+		{ctl.NodeId, "stats", ".dlfs/stats"},
+		{gone.Ino, "", "?"},
+		{gone.Ino, "img_0001.jpg", "?/img_0001.jpg"},
+		{stats.NodeId, "", "?"},
+	} {
+		if got := f.pathOf(c.ino, c.name); got != c.want {
+			t.Errorf("path of node %d, name %q: %q, want %q", c.ino, c.name, got, c.want)
+		}
+	}
+}

@@ -62,9 +62,11 @@ func (f *FS) done(t0 time.Time, o op, h *fuse.InHeader, ino uint64, name string,
 }
 
 // pathOf names node ino (and name within it) for the access log, relative
-// to the mount's root.
+// to the mount's root. A node the filesystem no longer has (a refresh
+// removed it, or a control node was forgotten) is "?": its request is
+// answered ESTALE, and is neither the root's nor a name within the root.
 func (f *FS) pathOf(ino uint64, name string) string {
-	var p string
+	p := "?"
 	switch {
 	case isPseudo(ino):
 		f.mu.Lock()
@@ -73,6 +75,7 @@ func (f *FS) pathOf(ino uint64, name string) string {
 		}
 		f.mu.Unlock()
 	case ino == catalog.RootIno:
+		p = ""
 	default:
 		if e := f.data.Snapshot().ByIno(ino); e != nil {
 			p = e.Path()
