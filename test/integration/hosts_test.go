@@ -28,6 +28,9 @@ type bedCluster struct {
 	files []string
 	sums  string // "path sha256" lines, the readers' reference
 	key   string
+	// other is a dataset with SOURCE's names, sizes and mtimes and other
+	// bytes, for impostor hosts; otherSums its checksums.
+	other, otherSums string
 	nodes []*bedNode
 }
 
@@ -38,13 +41,17 @@ type bedNode struct {
 	mnt  string // dlfs's mountpoint, as the host sees it
 	// stats is the pfssim's counters file.
 	stats string
+	sums  string // its SOURCE's checksums
 }
 
 type bedOptions struct {
 	hosts    int
 	files    int
 	perMount map[int]bool // hosts whose PFS client numbers inodes per mount
-	dlfs     []string     // extra flags for every dlfs
+	// impostor hosts mount another dataset: SOURCE's names, sizes and
+	// mtimes, other bytes.
+	impostor map[int]bool
+	dlfs     []string // extra flags for every dlfs
 }
 
 func newBedCluster(t *testing.T, o bedOptions) *bedCluster {
@@ -61,33 +68,67 @@ func newBedCluster(t *testing.T, o bedOptions) *bedCluster {
 	})
 	c := &bedCluster{t: t, bed: bed, src: filepath.Join(dir, "src"), key: filepath.Join(dir, "key")}
 	c.files = dataset(t, c.src, o.files)
-	var sums strings.Builder
-	for _, f := range c.files {
-		b, err := os.ReadFile(filepath.Join(c.src, f))
-		if err != nil {
-			t.Fatal(err)
+	c.sums = c.checksums(c.src, filepath.Join(dir, "sums"))
+	if len(o.impostor) > 0 {
+		c.other = filepath.Join(dir, "other")
+		for _, f := range c.files {
+			b, err := os.ReadFile(filepath.Join(c.src, f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			fi, _ := os.Stat(filepath.Join(c.src, f))
+			for i := range b {
+				b[i] ^= 0x5a
+			}
+			p := filepath.Join(c.other, f)
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chtimes(p, fi.ModTime(), fi.ModTime()); err != nil {
+				t.Fatal(err)
+			}
 		}
-		s := sha256.Sum256(b)
-		fmt.Fprintf(&sums, "%s %s\n", f, hex.EncodeToString(s[:]))
-	}
-	c.sums = filepath.Join(dir, "sums")
-	if err := os.WriteFile(c.sums, []byte(sums.String()), 0o644); err != nil {
-		t.Fatal(err)
+		c.otherSums = c.checksums(c.other, filepath.Join(dir, "other-sums"))
 	}
 	if err := os.WriteFile(c.key, []byte(base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for i, h := range bed.Hosts() {
-		c.nodes = append(c.nodes, c.start(h, o.perMount[i], o.dlfs))
+		src, sums := c.src, c.sums
+		if o.impostor[i] {
+			src, sums = c.other, c.otherSums
+		}
+		c.nodes = append(c.nodes, c.start(h, src, sums, o.perMount[i], o.dlfs))
 	}
 	return c
 }
 
-// start mounts the PFS on h (at /…/NAME/pfs-NAME) and dlfs over it.
-func (c *bedCluster) start(h *testbed.Host, perMount bool, flags []string) *bedNode {
+// checksums writes the "path sha256" lines of dir's files to out.
+func (c *bedCluster) checksums(dir, out string) string {
+	var sums strings.Builder
+	for _, f := range c.files {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		s := sha256.Sum256(b)
+		fmt.Fprintf(&sums, "%s %s\n", f, hex.EncodeToString(s[:]))
+	}
+	if err := os.WriteFile(out, []byte(sums.String()), 0o644); err != nil {
+		c.t.Fatal(err)
+	}
+	return out
+}
+
+// start mounts the PFS of src on h (at /…/NAME/pfs-NAME) and dlfs over
+// it; sums are src's checksums.
+func (c *bedCluster) start(h *testbed.Host, src, sums string, perMount bool, flags []string) *bedNode {
 	t := c.t
 	t.Helper()
-	n := &bedNode{host: h, mnt: filepath.Join(h.Dir, "mnt"), stats: filepath.Join(h.Dir, "pfs.json")}
+	n := &bedNode{host: h, mnt: filepath.Join(h.Dir, "mnt"), stats: filepath.Join(h.Dir, "pfs.json"), sums: sums}
 	pfsMnt := filepath.Join(h.Dir, "pfs-"+h.Name)
 	for _, d := range []string{n.mnt, pfsMnt} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -99,7 +140,7 @@ func (c *bedCluster) start(h *testbed.Host, perMount bool, flags []string) *bedN
 		args = append(args, "-per-mount-inodes")
 	}
 	var err error
-	n.pfs, err = mountproc.StartCmd(h.Command(bin.pfssim, append(args, c.src, pfsMnt)...), pfsMnt, h.MountInfo(), time.Minute)
+	n.pfs, err = mountproc.StartCmd(h.Command(bin.pfssim, append(args, src, pfsMnt)...), pfsMnt, h.MountInfo(), time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +215,7 @@ func (c *bedCluster) readEverywhere(seed uint64) {
 		go func() {
 			defer wg.Done()
 			cmd := n.host.Command(os.Args[0], "-test.run", "^$")
-			cmd.Env = append(os.Environ(), "DLFS_IT_READER="+n.mnt, "DLFS_IT_SUMS="+c.sums,
+			cmd.Env = append(os.Environ(), "DLFS_IT_READER="+n.mnt, "DLFS_IT_SUMS="+n.sums,
 				"DLFS_IT_SEED="+strconv.FormatUint(seed+uint64(i), 10))
 			out, err := cmd.Output()
 			var r readerResult
@@ -285,6 +326,31 @@ func TestHostsEachMountThePFS(t *testing.T) {
 	for _, n := range c.nodes {
 		if num(n.statsDoc(t), "served", "peer", "reads") == 0 {
 			t.Errorf("%s read nothing from its peers", n.host.Name)
+		}
+	}
+}
+
+// TestHostOfAnotherDataset: a host whose SOURCE has the same names, sizes
+// and mtimes but other bytes computes another identity. The others log it
+// once and give it no share; no byte crosses between them, and every
+// reader on every host reads its own dataset's bytes.
+func TestHostOfAnotherDataset(t *testing.T) {
+	c := newBedCluster(t, bedOptions{hosts: 3, files: 120, impostor: map[int]bool{2: true}})
+	c.waitMembers(3)
+	c.readEverywhere(1)
+	dropPageCache(t)
+	c.readEverywhere(50)
+	imp := c.nodes[2]
+	st := imp.statsDoc(t)
+	if got := num(st, "served", "peer", "reads") + num(st, "cluster", "served_to_peers"); got != 0 {
+		t.Errorf("the host of another dataset exchanged %v reads with the others", got)
+	}
+	for _, n := range c.nodes[:2] {
+		if got := num(n.statsDoc(t), "served", "peer", "reads"); got == 0 {
+			t.Errorf("%s read nothing from its peer of the same dataset", n.host.Name)
+		}
+		if got := strings.Count(n.dlfs.Stderr.String(), "serve another dataset"); got != 1 {
+			t.Errorf("%s logged the member of another dataset %d times, want once:\n%s", n.host.Name, got, n.dlfs.Stderr)
 		}
 	}
 }
