@@ -31,7 +31,7 @@ type bedCluster struct {
 	// other is a dataset with SOURCE's names, sizes and mtimes and other
 	// bytes, for impostor hosts; otherSums its checksums.
 	other, otherSums string
-	nodes []*bedNode
+	nodes            []*bedNode
 }
 
 type bedNode struct {
