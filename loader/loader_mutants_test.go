@@ -12,6 +12,7 @@ import (
 	"math"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -376,5 +377,88 @@ func TestSSDWriteFailureLogged(t *testing.T) {
 		if got := strings.Contains(log.String(), "SSD write failed"); got != c.logged {
 			t.Errorf("a write that returned %v: logged %v, want %v (log %q)", c.err, got, c.logged, log.String())
 		}
+	}
+}
+
+// movedRemote is a fakeRemote whose owner and previous owner are given
+// ("": none), and whose caches serve every block.
+type movedRemote struct {
+	*fakeRemote
+	owner, previous string
+	cached          atomic.Int64 // FetchCached calls
+}
+
+func (r *movedRemote) Owner(*catalog.Entry) (string, bool)    { return r.owner, r.owner != "" }
+func (r *movedRemote) Previous(*catalog.Entry) (string, bool) { return r.previous, r.previous != "" }
+
+func (r *movedRemote) FetchCached(peer string, e *catalog.Entry, i int64) ([]byte, uint32, error) {
+	r.cached.Add(1)
+	return r.fakeRemote.Fetch(peer, e, i)
+}
+
+// TestSourceChoiceRules: the choice of source at the edges of its rules.
+// No copy to weigh against the PFS with a margin set: the PFS. A copy
+// expected exactly margin times slower than the PFS: still the copy. A
+// copy expected slower than that but never measured: tried first, to see
+// whether it recovered; one that failed lately: not. A moved sample's
+// previous owner is asked before the PFS, unless it is the owner itself.
+func TestSourceChoiceRules(t *testing.T) {
+	const size = 1000
+	same := perfmodel.Prior{Latency: time.Millisecond, Bandwidth: 1e8}
+	for _, c := range []struct {
+		name         string
+		priors       map[string]perfmodel.Prior
+		measure      bool // both measured alike just before the read
+		fail         bool // the peer failed lately
+		margin       float64
+		remote       *movedRemote
+		lacks        bool  // the owner lacks the block
+		peer, cached int64 // fetches from the owner and the previous owner's caches
+		pfs          int64
+		tier         string
+	}{
+		{name: "margin without copies", margin: 2, pfs: 1, tier: "pfs"},
+		{name: "copy exactly margin times slower", priors: map[string]perfmodel.Prior{"pfs": same, "peer": same}, measure: true, margin: 1,
+			remote: &movedRemote{owner: "b"}, peer: 1, tier: "peer"},
+		{name: "slower copy never measured", priors: map[string]perfmodel.Prior{"pfs": same, "peer": {Latency: time.Second, Bandwidth: 1e8}}, margin: 2,
+			remote: &movedRemote{owner: "b"}, peer: 1, tier: "peer"},
+		{name: "failed copy not probed", fail: true, margin: 2, remote: &movedRemote{owner: "b"}, pfs: 1, tier: "pfs"},
+		{name: "previous owner", remote: &movedRemote{previous: "c"}, cached: 1, tier: "moved"},
+		{name: "previous owner is the owner", remote: &movedRemote{owner: "b", previous: "b"}, lacks: true, peer: 1, pfs: 1, tier: "pfs"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			files := map[string][]byte{"f": data(size)}
+			m := perfmodel.New(perfmodel.Config{Priors: c.priors})
+			pfs := &fakePFS{files: files}
+			l := New(Config{Model: m, PFSMargin: c.margin}, ramcache.New(ramcache.Config{Capacity: 0}), nil, pfs)
+			if r := c.remote; r != nil {
+				r.fakeRemote = &fakeRemote{files: files, bs: l.BlockSize()}
+				if c.lacks {
+					r.err = ErrNoBlock
+				}
+				l.SetRemote(r)
+			}
+			if c.measure {
+				for _, src := range []string{"pfs", "peer:b"} {
+					m.Observe(src, size, 2*time.Millisecond)
+				}
+			}
+			if c.fail {
+				m.Fail("peer:b")
+			}
+			b, from, _, err := l.ReadAtWaited(context.Background(), entry("f", size), make([]byte, size), 0)
+			if err != nil || !bytes.Equal(b, files["f"]) {
+				t.Fatalf("read: %v", err)
+			}
+			var peer, cached int64
+			if r := c.remote; r != nil {
+				cached = r.cached.Load()
+				peer = r.fetches.Load() - cached
+			}
+			if from != c.tier || peer != c.peer || cached != c.cached || pfs.reads.Load() != c.pfs {
+				t.Errorf("from %s after %d fetches from the owner, %d from the previous owner's caches, %d PFS reads; want from %s after %d, %d and %d",
+					from, peer, cached, pfs.reads.Load(), c.tier, c.peer, c.cached, c.pfs)
+			}
+		})
 	}
 }
