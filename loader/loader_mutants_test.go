@@ -462,3 +462,203 @@ func TestSourceChoiceRules(t *testing.T) {
 		})
 	}
 }
+
+// TestReadToBlockEndTakesStaged: a read of several blocks takes each it
+// reads to its end off the stage, the last one too when the read ends
+// exactly where it does.
+func TestReadToBlockEndTakesStaged(t *testing.T) {
+	const bs = 100
+	file := data(3 * bs)
+	l := New(Config{BlockSize: bs}, ramcache.New(ramcache.Config{Capacity: 0}), nil, &fakePFS{files: map[string][]byte{"f": file}})
+	st := &fakeStage{m: map[string]ramcache.Block{}}
+	l.SetStage(st)
+	e := entry("f", 3*bs)
+	if n, err := l.Prefetch(context.Background(), e, st.keep); err != nil || n != 3 {
+		t.Fatalf("prefetch: %d blocks staged, %v", n, err)
+	}
+	b, from, _, err := l.ReadAtWaited(context.Background(), e, make([]byte, 150), 50) // to the end of block 1
+	if err != nil || from != "stage" || !bytes.Equal(b, file[50:200]) {
+		t.Fatalf("read: from %s, %v", from, err)
+	}
+	if _, ok := st.m[BlockKey("f", 2)]; !ok || st.len() != 1 {
+		t.Errorf("%d blocks left on the stage, want block 2 alone: the read took blocks 0 and 1 to their ends", st.len())
+	}
+}
+
+// lateStage is a fakeStage that misses a number of looks first, as if
+// the block were staged just after them, and counts Holds.
+type lateStage struct {
+	*fakeStage
+	misses, holds int
+}
+
+func (s *lateStage) Take(key string, tag uint64, done bool) (ramcache.Block, bool) {
+	if s.misses > 0 {
+		s.misses--
+		return ramcache.Block{}, false
+	}
+	return s.fakeStage.Take(key, tag, done)
+}
+
+func (s *lateStage) Hold(key string, b ramcache.Block) {
+	s.holds++
+	s.fakeStage.Hold(key, b)
+}
+
+// TestStagedDuringMiss: a block staged between a read's first look and
+// its fetch is served from the stage as it is: not read again, not
+// staged again.
+func TestStagedDuringMiss(t *testing.T) {
+	pfs := &fakePFS{files: map[string][]byte{"f": data(1000)}}
+	l := New(Config{}, ramcache.New(ramcache.Config{Capacity: 0}), nil, pfs)
+	st := &lateStage{fakeStage: &fakeStage{m: map[string]ramcache.Block{}}}
+	l.SetStage(st)
+	e := entry("f", 1000)
+	if n, err := l.Prefetch(context.Background(), e, st.keep); err != nil || n != 1 {
+		t.Fatalf("prefetch: %d blocks staged, %v", n, err)
+	}
+	st.misses = 1
+	_, from, _, err := l.ReadAtWaited(context.Background(), e, make([]byte, 10), 0) // a part: the block stays staged
+	if err != nil || from != "stage" {
+		t.Fatalf("read: from %s, %v", from, err)
+	}
+	if st.holds != 0 || st.len() != 1 || pfs.reads.Load() != 1 {
+		t.Errorf("%d holds, %d blocks staged, %d PFS reads; want none, the one, and the prefetch's", st.holds, st.len(), pfs.reads.Load())
+	}
+}
+
+// heldRemote is a fakeRemote whose fetches wait for release.
+type heldRemote struct {
+	*fakeRemote
+	release chan struct{}
+	inside  atomic.Int64
+}
+
+func (r *heldRemote) Fetch(peer string, e *catalog.Entry, i int64) ([]byte, uint32, error) {
+	r.inside.Add(1)
+	<-r.release
+	return r.fakeRemote.Fetch(peer, e, i)
+}
+
+// joined reports whether a demand read runs or shares c.
+func (f *flight) joined(c *call) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return c.read
+}
+
+// TestSharedPrefetchOfferedToRAM: a read that shares a prefetch's fetch
+// offers the block to RAM itself (the prefetch only staged it), unless it
+// came from a peer: RAM holds this node's share.
+func TestSharedPrefetchOfferedToRAM(t *testing.T) {
+	for _, peer := range []bool{false, true} {
+		files := map[string][]byte{"f": data(1000)}
+		release := make(chan struct{})
+		pfs := &fakePFS{files: files, gate: release}
+		ram := ramcache.New(ramcache.Config{Capacity: 1 << 20})
+		l := New(Config{}, ram, nil, pfs)
+		st := &fakeStage{m: map[string]ramcache.Block{}}
+		l.SetStage(st)
+		r := &heldRemote{fakeRemote: &fakeRemote{files: files, bs: l.BlockSize()}, release: release}
+		if peer {
+			l.SetRemote(r)
+		}
+		e, key := entry("f", 1000), BlockKey("f", 0)
+		prefetched := make(chan error, 1)
+		go func() {
+			_, err := l.Prefetch(context.Background(), e, st.keep)
+			prefetched <- err
+		}()
+		waitFor(t, "the prefetch's fetch", func() bool { return pfs.reads.Load()+r.inside.Load() == 1 })
+		c := func() *call {
+			l.flight.mu.Lock()
+			defer l.flight.mu.Unlock()
+			return l.flight.calls[flightKey{key, l.Tag(e, key)}]
+		}()
+		read := make(chan error, 1)
+		go func() {
+			_, err := l.ReadAt(context.Background(), e, make([]byte, 1000), 0)
+			read <- err
+		}()
+		waitFor(t, "the read to share the fetch", func() bool { return l.flight.joined(c) })
+		close(release)
+		if err := <-read; err != nil {
+			t.Fatal(err)
+		}
+		if err := <-prefetched; err != nil {
+			t.Fatal(err)
+		}
+		if ram.Contains(key) == peer {
+			t.Errorf("from a peer %v: in RAM %v", peer, ram.Contains(key))
+		}
+	}
+}
+
+// TestSharedCancelledFetchRetried: a read that shared a fetch whose
+// starter gave up (a warm-up stopped in the middle of a coalesced read)
+// fetches again, and may share the next fetch; after three such, it gives
+// up with the starters' error rather than wait on for ever.
+func TestSharedCancelledFetchRetried(t *testing.T) {
+	l := New(Config{}, ramcache.New(ramcache.Config{Capacity: 0}), nil, &fakePFS{files: map[string][]byte{"f": data(100)}})
+	e, key := entry("f", 100), BlockKey("f", 0)
+	fk := flightKey{key, l.Tag(e, key)}
+	// The test plays the starters: each gives up just as the next starts.
+	c := l.flight.claim([]string{key}, []uint64{fk.tag})[0]
+	read := make(chan error, 1)
+	go func() {
+		_, err := l.ReadAt(context.Background(), e, make([]byte, 100), 0)
+		read <- err
+	}()
+	for n := 1; n <= 3; n++ {
+		waitFor(t, fmt.Sprintf("the read to share fetch %d", n), func() bool { return l.flight.joined(c) })
+		next := &call{done: make(chan struct{})}
+		l.flight.mu.Lock()
+		c.err = context.Canceled
+		l.flight.calls[fk] = next
+		l.flight.mu.Unlock()
+		close(c.done)
+		c = next
+	}
+	waitFor(t, "the read to give up or share a fourth fetch", func() bool { return len(read) > 0 || l.flight.joined(c) })
+	if l.flight.joined(c) {
+		t.Error("the read shared a fourth fetch after three were cancelled under it")
+	}
+	l.flight.finish(key, fk.tag, c, fetch{}, errors.New("the test is over"))
+	if err := <-read; !errors.Is(err, context.Canceled) {
+		t.Errorf("the read: %v, want context.Canceled", err)
+	}
+}
+
+// TestFlightGiveUp: a fetch that failed after its caller gave up reports
+// the caller's error (the fetch's own may say only that it was cut
+// short); one that succeeded all the same reports success; one that
+// failed while its caller waited leaves its error in the call alone.
+func TestFlightGiveUp(t *testing.T) {
+	cut := errors.New("the read was cut short")
+	for _, c := range []struct {
+		name   string
+		giveUp bool
+		err    error
+		want   error
+	}{
+		{"gave up, failed", true, cut, context.Canceled},
+		{"gave up, succeeded", true, nil, nil},
+		{"failed", false, cut, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var f flight
+			f.stop = make(chan struct{})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			call, _, err := f.do(ctx, "k", 1, forReader, func(context.Context) (fetch, error) {
+				if c.giveUp {
+					cancel()
+				}
+				return fetch{}, c.err
+			})
+			if !errors.Is(err, c.want) || call.err != c.err {
+				t.Errorf("do: %v, the call's error %v; want %v and %v", err, call.err, c.want, c.err)
+			}
+		})
+	}
+}
