@@ -19,10 +19,12 @@
 //
 // A rescan never takes an error for an answer: a directory it cannot read,
 // or an entry it cannot stat, keeps what the last snapshot had of it, and
-// is named in the new one (Unreadable). A rescan that hears nothing from
-// SOURCE for Config.StallTimeout, or whose context ends, is given up and
-// cancelled; the current snapshot stays, and only the calls stuck in the
-// kernel (at most ScanWorkers) stay behind.
+// is named in the new one (Unreadable). The directory holding it keeps
+// the ctime the last snapshot had (distrust): a Revalidate must not trust
+// its times of now for a listing not all read now. A rescan that hears
+// nothing from SOURCE for Config.StallTimeout, or whose context ends, is
+// given up and cancelled; the current snapshot stays, and only the calls
+// stuck in the kernel (at most ScanWorkers) stay behind.
 //
 // # Identity
 //
@@ -153,7 +155,7 @@ type Entry struct {
 	Ino    uint64
 	Size   int64
 	Mtime  int64  // nanoseconds since the epoch
-	Ctime  int64  // nanoseconds since the epoch; with SrcIno, completes Version
+	Ctime  int64  // nanoseconds since the epoch; with SrcIno, completes Version (a directory's: see distrust)
 	SrcIno uint64 // the inode number in SOURCE (Ino is the view's)
 	Mode   uint32 // syscall.S_IF* type bits | permission bits
 	owner  uint32 // an index into owners: Uid, Gid
@@ -469,9 +471,10 @@ func (c *Catalog) rescan(ctx context.Context, byDir bool) (Diff, error) {
 	}
 	defer func() { <-c.scanMu }()
 	old := c.cur.Load()
-	if byDir && c.cfg.Lister == nil {
+	if byDir && c.cfg.Lister == nil && old.UnreadableEntries == 0 {
 		// Most often nothing changed: a stat of every directory shows it
-		// without copying the snapshot.
+		// without copying the snapshot. (A snapshot that could not read
+		// everything is rescanned: what reads now is news.)
 		start := time.Now()
 		if dirs, same := c.unchangedDirs(ctx, old); same {
 			return Diff{ScanTime: time.Since(start), Reused: dirs}, nil
@@ -976,6 +979,7 @@ func (sc *scanner) reuse(d, old *Entry) bool {
 // keep gives d, which could not be read, old's entries as they were, and
 // scans its subdirectories.
 func (sc *scanner) keep(d, old *Entry) {
+	distrust(d, old)
 	var kids []Entry
 	if old.more != nil {
 		kids = slices.Clone(old.more.kids)
@@ -1161,12 +1165,26 @@ func (sc *scanner) read(d, old *Entry) ([]Entry, error) {
 // readdirChunk is how many names a scan lists at a time.
 const readdirChunk = 4096
 
+// distrust gives directory d, whose listing holds what could not be read
+// now, the ctime it had in old, the last snapshot (none if d is new): a
+// Revalidate, which keeps the listing of a directory whose times are the
+// snapshot's, then reads d again if it changed since old, instead of
+// trusting a listing that was not all read. (Of a directory, only
+// Revalidate reads the ctime; the view shows its mtime.)
+func distrust(d, old *Entry) {
+	d.Ctime = 0
+	if old != nil {
+		d.Ctime = old.Ctime
+	}
+}
+
 // keepEntry is the entry named name of old (the last scan's d), if it had
 // one, for an entry of d that could not be read this time (err); it
 // records the failure either way.
 func (sc *scanner) keepEntry(d, old *Entry, name string, err error) (Entry, bool) {
 	path := join(d.Path(), name)
 	sc.cannotRead(path)
+	distrust(d, old)
 	var prev *Entry
 	if old != nil {
 		prev = old.Child(name)

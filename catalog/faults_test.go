@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -13,14 +16,21 @@ import (
 )
 
 // simSource mounts a simulated PFS over a tree of a/1, a/2, a/deep/3 and
-// b/4, and opens a catalog of it.
+// b/4, and opens a catalog of it (simTree).
 // stall is the catalog's StallTimeout: long enough that a healthy scan
 // on a loaded machine (the race detector, other tests) is never taken for
 // a stalled one.
 func simSource(t *testing.T, stall time.Duration) (*pfssim.Sim, *Catalog) {
 	t.Helper()
+	return simTree(t, func(cfg *Config) { cfg.StallTimeout = stall }, "a/1", "a/2", "a/deep/3", "b/4")
+}
+
+// simTree mounts a simulated PFS over a tree of the files at paths, and
+// opens a catalog of it, its Config as set changes it.
+func simTree(t *testing.T, set func(*Config), paths ...string) (*pfssim.Sim, *Catalog) {
+	t.Helper()
 	dir, mnt := t.TempDir(), t.TempDir()
-	for _, p := range []string{"a/1", "a/2", "a/deep/3", "b/4"} {
+	for _, p := range paths {
 		write(t, dir, p, p)
 	}
 	sim, err := pfssim.Mount(mnt, pfssim.Config{Dir: dir, NoAttrCache: true})
@@ -29,7 +39,7 @@ func simSource(t *testing.T, stall time.Duration) (*pfssim.Sim, *Catalog) {
 	}
 	t.Cleanup(func() { sim.Unmount() })
 	cfg := DefaultConfig(mnt)
-	cfg.StallTimeout = stall
+	set(&cfg)
 	c, err := Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -187,5 +197,85 @@ func TestListerRescanCancelled(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("a cancelled rescan of a hung packed SOURCE did not return")
+	}
+}
+
+// TestUnreadableListBounded: a rescan that cannot stat more than
+// maxUnreadable entries keeps them all, counts them all, and lists the
+// first maxUnreadable.
+func TestUnreadableListBounded(t *testing.T) {
+	var paths []string
+	for i := range maxUnreadable + 3 {
+		paths = append(paths, fmt.Sprintf("many/f%02d", i))
+	}
+	sim, c := simTree(t, func(*Config) {}, paths...)
+	for _, p := range paths {
+		sim.FailStat(p, syscall.EIO)
+	}
+	if _, err := c.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	snap := c.Snapshot()
+	if snap.UnreadableEntries != len(paths) || !slices.Equal(snap.Unreadable, paths[:maxUnreadable]) || snap.Files != len(paths) {
+		t.Errorf("%d entries unreadable: counted %d, listed %v, %d files kept; want all counted, the first %d listed, all kept",
+			len(paths), snap.UnreadableEntries, snap.Unreadable, snap.Files, maxUnreadable)
+	}
+}
+
+// TestRevalidateAfterUnreadable: a directory whose listing holds what
+// could not be read (the directory itself, an entry in it) does not vouch
+// for it with its times of now: once everything can be read, a
+// Revalidate, which keeps the listing of a directory whose times are
+// unchanged, finds what changed meanwhile. And a snapshot that lists
+// unreadable entries is rescanned, not kept as it is.
+func TestRevalidateAfterUnreadable(t *testing.T) {
+	add := func(p string) func(string) { return func(src string) { write(t, src, p, "changed") } }
+	for _, c := range []struct {
+		name   string
+		dir    bool   // a directory that cannot be read, or an entry that cannot be stat'ed
+		path   string // which
+		change func(src string)
+		want   string // a file the last Revalidate must have, with "changed" in it
+	}{
+		{"a directory, a file added to it", true, "a", add("a/new"), "a/new"},
+		{"a directory, nothing changed", true, "a", func(string) {}, ""},
+		{"a file added", false, "b/new", add("b/new"), "b/new"},
+		{"a file in a new directory", false, "c/1", add("c/1"), "c/1"},
+		{"a file replaced", false, "b/3", func(src string) {
+			write(t, src, "b/3.tmp", "changed")
+			if err := os.Rename(filepath.Join(src, "b/3.tmp"), filepath.Join(src, "b/3")); err != nil {
+				t.Fatal(err)
+			}
+		}, "b/3"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sim, cat := simTree(t, func(cfg *Config) { cfg.Now = aheadClock }, "a/1", "a/deep/2", "b/3")
+			fail := func(errno syscall.Errno) {
+				if c.dir {
+					sim.FailDir(c.path, errno)
+				} else {
+					sim.FailStat(c.path, errno)
+				}
+			}
+			c.change(cat.Source()) // then the rescan that cannot read it
+			fail(syscall.EIO)
+			if _, err := cat.Refresh(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if snap := cat.Snapshot(); snap.UnreadableEntries != 1 || snap.Lookup("a/1") == nil {
+				t.Fatalf("%d entries unreadable, a/1 kept %v; want 1, true", snap.UnreadableEntries, snap.Lookup("a/1") != nil)
+			}
+			fail(0)
+			if _, err := cat.Revalidate(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			snap := cat.Snapshot()
+			if e := snap.Lookup(c.want); c.want != "" && (e == nil || e.Size != int64(len("changed"))) {
+				t.Errorf("%s, changed before a rescan that could not read it: %+v after a revalidation that could", c.want, e)
+			}
+			if snap.UnreadableEntries != 0 || len(snap.Unreadable) != 0 {
+				t.Errorf("after a revalidation that read everything: %d entries unreadable %v", snap.UnreadableEntries, snap.Unreadable)
+			}
+		})
 	}
 }
