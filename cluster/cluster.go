@@ -5,7 +5,10 @@
 //
 // A node starts a memberlist on Config.Bind, advertises its data address,
 // dataset identity and tier capacities as node metadata (Meta), and joins
-// the nodes in Config.Join; with none, it is a cluster of one. Members()
+// the nodes in Config.Join; with none, it is a cluster of one. Addresses
+// bound on every interface are never advertised as such (addr.go); join
+// names may resolve to several addresses, and a node none of them
+// answers serves alone and keeps trying (join.go). Members()
 // is the current view: every node alive or suspect, and those dead or
 // gone for at most Config.ForgetDead, with its metadata. Subscribers hear
 // of every change without blocking.
@@ -47,7 +50,7 @@ type Config struct {
 	NodeName  string   // unique in the cluster; required
 	Bind      string   // HOST:PORT for gossip; port 0 picks one
 	Advertise string   // HOST:PORT others reach this node on; default Bind
-	Join      []string // HOST:PORT of members to join; empty: a cluster of one
+	Join      []string // HOST:PORT of members to join, HOST a name or an IP; empty: a cluster of one
 	Key       []byte   // cluster key: gossip is encrypted and authenticated with it
 	// Insecure lets a node gossip without a key: anyone who reaches the
 	// port can join, read and forge gossip. Without it, Start refuses a
@@ -136,10 +139,6 @@ func Start(cfg Config) (*Cluster, error) {
 	if cfg.ForgetDead < 0 {
 		return nil, fmt.Errorf("%w: ForgetDead %v is negative", ErrConfig, cfg.ForgetDead)
 	}
-	meta, err := cfg.Meta.Encode()
-	if err != nil {
-		return nil, err
-	}
 	mc := memberlist.DefaultLANConfig()
 	if cfg.Local {
 		mc = memberlist.DefaultLocalConfig()
@@ -155,13 +154,31 @@ func Start(cfg Config) (*Cluster, error) {
 	if cfg.Local {
 		mc.DeadNodeReclaimTime = time.Second
 	}
+	var err error
 	if mc.BindAddr, mc.BindPort, err = splitHostPort(cfg.Bind, "bind"); err != nil {
 		return nil, err
 	}
+	mc.AdvertisePort = mc.BindPort // newTransport sets the one bound, for port 0
 	if cfg.Advertise != "" {
-		if mc.AdvertiseAddr, mc.AdvertisePort, err = splitHostPort(cfg.Advertise, "advertise"); err != nil {
+		if _, mc.AdvertisePort, err = splitHostPort(cfg.Advertise, "advertise"); err != nil {
 			return nil, err
 		}
+	}
+	// Never an unspecified address (addr.go).
+	ip, err := advertised(cfg, mc.BindAddr)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkReach(cfg, ip); err != nil {
+		return nil, err
+	}
+	mc.AdvertiseAddr = ip.String()
+	if cfg.Meta.DataAddr, err = dataAdvertised(cfg.Meta.DataAddr, ip); err != nil {
+		return nil, err
+	}
+	meta, err := cfg.Meta.Encode()
+	if err != nil {
+		return nil, err
 	}
 	if len(cfg.Key) > 0 {
 		mc.SecretKey = cfg.Key
@@ -185,12 +202,18 @@ func Start(cfg Config) (*Cluster, error) {
 	local := c.ml.LocalNode()
 	c.addr = net.JoinHostPort(local.Addr.String(), strconv.Itoa(int(local.Port)))
 	if len(cfg.Join) > 0 {
-		if _, err := c.ml.Join(cfg.Join); err != nil {
+		n, err := c.join() // join.go
+		if err != nil {
 			c.ml.Shutdown()
 			return nil, fmt.Errorf("cluster: join %v: %w (is the cluster key the same on every node?)", cfg.Join, err)
 		}
 		c.wg.Add(1)
-		go c.rejoin(mc.DeadNodeReclaimTime)
+		if n > 0 {
+			go c.rejoin(mc.DeadNodeReclaimTime)
+		} else {
+			c.log.Warn("cluster: no member named by --join answered yet; serving alone and trying again", "join", cfg.Join)
+			go c.keepJoining(mc.DeadNodeReclaimTime)
+		}
 	}
 	return c, nil
 }
@@ -207,7 +230,7 @@ func (c *Cluster) rejoin(reclaim time.Duration) {
 			return
 		case <-time.After(time.Duration(i)*reclaim + 500*time.Millisecond):
 		}
-		if _, err := c.ml.Join(c.cfg.Join); err != nil {
+		if _, err := c.join(); err != nil {
 			c.log.Debug("cluster: rejoin failed", "err", err)
 		}
 	}
@@ -324,6 +347,10 @@ func (c *Cluster) forget(now time.Time) {
 		}
 	}
 }
+
+// StartMeta is the metadata Start advertised: Config.Meta with its data
+// address as the other hosts reach it (addr.go).
+func (c *Cluster) StartMeta() Meta { return c.cfg.Meta }
 
 // SetMeta replaces this node's metadata and gossips it. It waits up to
 // a second for the update to go out.

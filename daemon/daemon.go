@@ -476,7 +476,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 			}
 			return nil
 		})
-		n.meta = cc.Meta
+		n.meta = n.cl.StartMeta()
 		n.wg.Add(2)
 		go n.watchOwnership(n.cl.Subscribe(), n.stop)
 		go n.advertiseJobs(n.jobs.Subscribe(), n.stop)

@@ -1,0 +1,130 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"time"
+)
+
+// Joining.
+//
+// Each entry of Config.Join is HOST:PORT, and HOST may be a DNS name with
+// several addresses, such as a Kubernetes headless Service over the
+// DaemonSet's pods. Every join resolves the names again, leaves this
+// node's own address out, and tries the addresses in a random order
+// until joinEnough of them have answered (a push-pull with each tells
+// this node the whole cluster).
+//
+// A member that answers but will not gossip (another cluster key) fails
+// Start: that is a configuration to fix. When no member answers (the
+// first pod of a DaemonSet, or a seed still starting), the node serves
+// alone and keeps trying, from joinRetryMin to joinRetryMax apart, until
+// one does or Close.
+
+const (
+	joinEnough    = 3
+	joinRetryMin  = time.Second
+	joinRetryMax  = 30 * time.Second
+	resolveBudget = 5 * time.Second
+	probeTimeout  = 2 * time.Second
+)
+
+// errRefused is a member that answered and refused to gossip.
+var errRefused = errors.New("a member answered but refused to gossip")
+
+// join joins the members named in Config.Join. It returns how many
+// answered; an error wrapping errRefused if none did and one refused.
+func (c *Cluster) join() (int, error) {
+	addrs := c.resolveJoin()
+	rand.Shuffle(len(addrs), func(i, j int) { addrs[i], addrs[j] = addrs[j], addrs[i] })
+	joined := 0
+	var refused error
+	for _, a := range addrs {
+		if joined >= joinEnough {
+			break
+		}
+		select {
+		case <-c.stop:
+			return joined, nil
+		default:
+		}
+		if n, err := c.ml.Join([]string{a}); err == nil && n > 0 {
+			joined++
+			continue
+		} else if refused == nil && answers(a) {
+			refused = fmt.Errorf("%w: %s: %v", errRefused, a, err)
+		}
+	}
+	if joined == 0 && refused != nil {
+		return 0, refused
+	}
+	return joined, nil
+}
+
+// resolveJoin returns the addresses of Config.Join, names resolved, this
+// node's own address left out.
+func (c *Cluster) resolveJoin() []string {
+	ctx, cancel := context.WithTimeout(context.Background(), resolveBudget)
+	defer cancel()
+	seen := map[string]bool{c.addr: true}
+	var out []string
+	for _, hp := range c.cfg.Join {
+		host, port, err := net.SplitHostPort(hp)
+		if err != nil {
+			c.log.Warn("cluster: ignoring a --join entry", "entry", hp, "err", "want HOST:PORT")
+			continue
+		}
+		ips := []string{host}
+		if net.ParseIP(host) == nil {
+			if ips, err = net.DefaultResolver.LookupHost(ctx, host); err != nil {
+				c.log.Debug("cluster: --join name does not resolve yet", "name", host, "err", err)
+				continue
+			}
+		}
+		for _, ip := range ips {
+			if a := net.JoinHostPort(ip, port); !seen[a] {
+				seen[a] = true
+				out = append(out, a)
+			}
+		}
+	}
+	return out
+}
+
+// answers reports whether something accepts TCP connections at addr.
+func answers(addr string) bool {
+	conn, err := net.DialTimeout("tcp", addr, probeTimeout)
+	if err != nil {
+		return false
+	}
+	conn.Close()
+	return true
+}
+
+// keepJoining joins until a member answers, then as rejoin does, or
+// until Close. It is owned by the Cluster.
+func (c *Cluster) keepJoining(reclaim time.Duration) {
+	defer c.wg.Done()
+	var lastErr string
+	for wait := joinRetryMin; ; wait = min(2*wait, joinRetryMax) {
+		select {
+		case <-c.stop:
+			return
+		case <-time.After(wait):
+		}
+		n, err := c.join()
+		if n > 0 {
+			c.log.Info("cluster: joined", "answered", n, "members", len(c.Alive()))
+			c.wg.Add(1)
+			c.rejoin(reclaim)
+			return
+		}
+		if err != nil && err.Error() != lastErr {
+			c.log.Warn("cluster: still serving alone: "+err.Error()+" (is the cluster key the same on every node?)", "join", c.cfg.Join)
+			lastErr = err.Error()
+		}
+	}
+}
