@@ -398,10 +398,11 @@ func (r *movedRemote) FetchCached(peer string, e *catalog.Entry, i int64) ([]byt
 
 // TestSourceChoiceRules: the choice of source at the edges of its rules.
 // No copy to weigh against the PFS with a margin set: the PFS. A copy
-// expected exactly margin times slower than the PFS: still the copy. A
-// copy expected slower than that but never measured: tried first, to see
-// whether it recovered; one that failed lately: not. A moved sample's
-// previous owner is asked before the PFS, unless it is the owner itself.
+// expected exactly margin times slower than the PFS (margin 1: as fast):
+// still the copy. A copy expected slower than that but never measured:
+// tried first, to see whether it recovered; one that failed lately: not.
+// A moved sample's previous owner is asked before the PFS, unless it is
+// the owner itself.
 func TestSourceChoiceRules(t *testing.T) {
 	const size = 1000
 	same := perfmodel.Prior{Latency: time.Millisecond, Bandwidth: 1e8}
