@@ -19,10 +19,21 @@ type Client struct {
 	dialTimeout time.Duration
 
 	mu      sync.Mutex
-	conns   map[string]*conn         // mu guards conns, dialing and closed
+	conns   map[string]*conn         // mu guards conns, dialing, reach and closed
 	dialing map[string]chan struct{} // closed when the dial to an address ends
+	reach   map[string]Reach         // the last dial to each address, at most maxReach
 	closed  bool
 }
+
+// Reach is how the last dial to a peer's address went.
+type Reach struct {
+	OK  bool      // it answered and proved the key
+	Err string    // why not
+	At  time.Time // when
+}
+
+// maxReach bounds the addresses whose last dial a client remembers.
+const maxReach = 4096
 
 // NewClient returns a client that proves itself with key, and accepts
 // only servers that prove the same.
@@ -31,7 +42,8 @@ func NewClient(key []byte) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{tls: cfg, dialTimeout: 2 * time.Second, conns: map[string]*conn{}, dialing: map[string]chan struct{}{}}, nil
+	return &Client{tls: cfg, dialTimeout: 2 * time.Second, conns: map[string]*conn{}, dialing: map[string]chan struct{}{},
+		reach: map[string]Reach{}}, nil
 }
 
 // ErrClosed is returned after Close.
@@ -148,6 +160,7 @@ func (cl *Client) get(ctx context.Context, addr string) (*conn, error) {
 		cl.mu.Lock()
 		delete(cl.dialing, addr)
 		close(done)
+		cl.noteReach(addr, err)
 		if err == nil {
 			if cl.closed {
 				cn.c.Close()
@@ -164,6 +177,40 @@ func (cl *Client) get(ctx context.Context, addr string) (*conn, error) {
 		}
 		return cn, nil
 	}
+}
+
+// noteReach records how a dial to addr went; a dial its caller gave up
+// on says nothing of the peer. Called with cl.mu held.
+func (cl *Client) noteReach(addr string, err error) {
+	if errors.Is(err, context.Canceled) || errors.Is(err, ErrClosed) {
+		return
+	}
+	if _, ok := cl.reach[addr]; !ok && len(cl.reach) >= maxReach {
+		for a := range cl.reach { // forget one: a bound, not a policy
+			delete(cl.reach, a)
+			break
+		}
+	}
+	r := Reach{OK: err == nil, At: time.Now()}
+	if err != nil {
+		r.Err = err.Error()
+	}
+	cl.reach[addr] = r
+}
+
+// Reachability returns how the last dial to addr went, if there was one.
+func (cl *Client) Reachability(addr string) (Reach, bool) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	r, ok := cl.reach[addr]
+	return r, ok
+}
+
+// Connect makes sure there is a live, authenticated connection to addr,
+// dialling one if needed: a probe of the peer's data port.
+func (cl *Client) Connect(ctx context.Context, addr string) error {
+	_, err := cl.get(ctx, addr)
+	return err
 }
 
 // dial connects to addr and runs the handshake, without the client's lock:

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -376,4 +377,48 @@ func FuzzDecodeResponse(f *testing.F) {
 			t.Fatal("decode(encode) is not the identity")
 		}
 	})
+}
+
+// TestReachability: a client remembers how its last dial to each address
+// went (a peer that answers and proves the key, one with another key, an
+// address where nothing listens), and not a dial its caller gave up.
+func TestReachability(t *testing.T) {
+	s, _ := serve(t, testKey)
+	other, _ := serve(t, []byte("another key!!!!!"))
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nobody := l.Addr().String()
+	l.Close()
+	cl := client(t, testKey)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, known := cl.Reachability(s.Addr()); known {
+		t.Error("reachability known before any dial")
+	}
+	if err := cl.Connect(ctx, s.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	if r, known := cl.Reachability(s.Addr()); !known || !r.OK || r.At.IsZero() {
+		t.Errorf("a peer that answered: %+v, %v", r, known)
+	}
+	if err := cl.Connect(ctx, other.Addr()); !errors.Is(err, ErrAuth) {
+		t.Errorf("Connect to another key's peer: %v", err)
+	}
+	if r, _ := cl.Reachability(other.Addr()); r.OK || !strings.Contains(r.Err, "key") {
+		t.Errorf("a peer with another key: %+v", r)
+	}
+	if err := cl.Connect(ctx, nobody); err == nil {
+		t.Error("Connect to nothing succeeded")
+	}
+	if r, _ := cl.Reachability(nobody); r.OK || !strings.Contains(r.Err, "refused") {
+		t.Errorf("an address nothing listens on: %+v", r)
+	}
+	gone, stop := context.WithCancel(context.Background())
+	stop()
+	cl.Connect(gone, "127.0.0.1:9")
+	if _, known := cl.Reachability("127.0.0.1:9"); known {
+		t.Error("a dial the caller gave up on was recorded")
+	}
 }
