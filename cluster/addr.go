@@ -19,6 +19,28 @@ import (
 // loopback while --join names another host, is refused at Start with a
 // line that says what to set.
 
+// Addresses returns what a member started with cfg would advertise: the
+// IP of its gossip address and its data address (Meta.DataAddr, as bound).
+// The error is the one Start would stop with.
+func Addresses(cfg Config) (net.IP, string, error) {
+	bindHost, _, err := splitHostPort(cfg.Bind, "bind")
+	if err != nil {
+		return nil, "", err
+	}
+	ip, err := advertised(cfg, bindHost)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := checkReach(cfg, ip); err != nil {
+		return nil, "", err
+	}
+	data, err := dataAdvertised(cfg.Meta.DataAddr, ip)
+	if err != nil {
+		return nil, "", err
+	}
+	return ip, data, nil
+}
+
 // advertised returns the IP this node's gossip is advertised on.
 func advertised(cfg Config, bindHost string) (net.IP, error) {
 	if cfg.Advertise != "" {

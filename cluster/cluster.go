@@ -165,17 +165,11 @@ func Start(cfg Config) (*Cluster, error) {
 		}
 	}
 	// Never an unspecified address (addr.go).
-	ip, err := advertised(cfg, mc.BindAddr)
+	ip, data, err := Addresses(cfg)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkReach(cfg, ip); err != nil {
-		return nil, err
-	}
-	mc.AdvertiseAddr = ip.String()
-	if cfg.Meta.DataAddr, err = dataAdvertised(cfg.Meta.DataAddr, ip); err != nil {
-		return nil, err
-	}
+	mc.AdvertiseAddr, cfg.Meta.DataAddr = ip.String(), data
 	meta, err := cfg.Meta.Encode()
 	if err != nil {
 		return nil, err

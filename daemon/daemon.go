@@ -483,6 +483,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		if n.peers, err = peer.NewClient(cc.Key); err != nil {
 			return nil, err
 		}
+		n.wg.Add(1)
+		go n.probePeers(n.cl.Subscribe(), n.stop)
 		n.onClose("peers", func() error {
 			close(n.stop)
 			n.peers.Close() // fails fetches in flight, so the batchers end at once

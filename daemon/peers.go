@@ -369,3 +369,41 @@ func (n *Node) dataAddr(name string) (string, bool) {
 	}
 	return "", false
 }
+
+// probeEvery is how often probePeers checks the members' data ports.
+const probeEvery = 10 * time.Second
+
+// probePeers makes sure this node has a connection to the data address of
+// every alive member, on each change of the view and every probeEvery,
+// until stop closes: a member whose address cannot be reached shows in
+// stats (members[].data) before a read needs it. It is owned by the Node.
+func (n *Node) probePeers(changes <-chan struct{}, stop <-chan struct{}) {
+	defer n.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { // ends with probePeers: cancel closes ctx
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	t := time.NewTicker(probeEvery)
+	defer t.Stop()
+	for {
+		for _, m := range n.cl.Alive() {
+			if m.Name == n.cfg.NodeName || m.Meta.DataAddr == "" || ctx.Err() != nil {
+				continue
+			}
+			pctx, pcancel := context.WithTimeout(ctx, minPeerTimeout)
+			_ = n.peers.Connect(pctx, m.Meta.DataAddr) // the outcome is in Reachability
+			pcancel()
+		}
+		select {
+		case <-stop:
+			return
+		case <-changes:
+		case <-t.C:
+		}
+	}
+}

@@ -102,6 +102,16 @@ type MemberStats struct {
 	cluster.Member
 	OwnedSamples int64 `json:"owned_samples"`
 	OwnedBytes   int64 `json:"owned_bytes"`
+	// Data is how this node's last dial to the member's data address
+	// went; absent before the first.
+	Data *DataReach `json:"data,omitempty"`
+}
+
+// DataReach is whether a member's data address answers this node.
+type DataReach struct {
+	Reachable bool    `json:"reachable"`
+	Error     string  `json:"error,omitempty"`
+	AgeSec    float64 `json:"checked_seconds_ago"`
 }
 
 // CacheStats describes both tiers.
@@ -160,6 +170,9 @@ func (n *Node) Stats() Stats {
 			ms := MemberStats{Member: m}
 			if m.State == cluster.StateAlive {
 				ms.OwnedSamples, ms.OwnedBytes = n.own.get(m.Name)
+			}
+			if r, ok := n.peers.Reachability(m.Meta.DataAddr); ok && m.Name != n.cfg.NodeName {
+				ms.Data = &DataReach{Reachable: r.OK, Error: r.Err, AgeSec: time.Since(r.At).Seconds()}
 			}
 			s.Cluster.Members = append(s.Cluster.Members, ms)
 		}
@@ -241,6 +254,7 @@ var (
 	descJobStall    = prometheus.NewDesc("dlfs_job_stall_seconds_total", "Seconds reads of a rank waited on the PFS, over the job's life.", []string{"job", "rank"}, nil)
 	descMembers     = prometheus.NewDesc("dlfs_cluster_members", "Members in this node's view, by state.", []string{"state"}, nil)
 	descOwned       = prometheus.NewDesc("dlfs_cluster_owned_bytes", "Bytes of the dataset placement gives a member.", []string{"member"}, nil)
+	descReachable   = prometheus.NewDesc("dlfs_cluster_data_reachable", "1 if this node's last dial to a member's data address succeeded, 0 if it failed.", []string{"member"}, nil)
 	descPeerServed  = prometheus.NewDesc("dlfs_cluster_served_to_peers_total", "Blocks sent to peers.", nil, nil)
 	descPeerReqs    = prometheus.NewDesc("dlfs_cluster_peer_requests_total", "Requests sent to peers.", nil, nil)
 	descLocalReads  = prometheus.NewDesc("dlfs_placement_local_reads_ratio", "Share of the jobs' planned reads that find the sample on the reader's node.", nil, nil)
@@ -255,7 +269,7 @@ var (
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descServedReads, descServedBytes, descPFSOpens, descPFSReads, descPFSBytes,
 		descEntries, descBytes, descCapacity, descFiles, descFileBytes, descUptime, descPFFetched, descPFWasted,
-		descPFStaged, descPFPushed, descPFPushFail, descJobReads, descJobStall, descMembers, descOwned, descPeerServed, descPeerReqs, descLocalReads,
+		descPFStaged, descPFPushed, descPFPushFail, descJobReads, descJobStall, descMembers, descOwned, descReachable, descPeerServed, descPeerReqs, descLocalReads,
 		descPlanReads, descPlanMoved, descPlanImb, descPlanBatch, descLoadWorkers, descLoadRate} {
 		ch <- d
 	}
@@ -291,6 +305,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		states[m.State]++
 		if m.State == cluster.StateAlive {
 			ch <- prometheus.MustNewConstMetric(descOwned, prometheus.GaugeValue, float64(m.OwnedBytes), m.Name)
+		}
+		if m.Data != nil {
+			up := 0.0
+			if m.Data.Reachable {
+				up = 1
+			}
+			ch <- prometheus.MustNewConstMetric(descReachable, prometheus.GaugeValue, up, m.Name)
 		}
 	}
 	for state, count := range states {

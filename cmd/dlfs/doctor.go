@@ -26,8 +26,11 @@ type doctorOptions struct {
 	keyFile      string
 	insecure     bool
 	bind         string
+	advertise    string
+	join         []string
 	dataAddr     string
 	metricsAddr  string
+	controlName  string
 }
 
 // check is one line of doctor's report.
@@ -47,6 +50,7 @@ type doctorEnv struct {
 	lookPath  func(string) (string, error)
 	listenTCP func(addr string) error
 	listenUDP func(addr string) error
+	dialTCP   func(addr string) error
 }
 
 func hostEnv() doctorEnv {
@@ -69,6 +73,13 @@ func hostEnv() doctorEnv {
 			}
 			return err
 		},
+		dialTCP: func(addr string) error {
+			c, err := net.DialTimeout("tcp", addr, dialTimeout)
+			if err == nil {
+				c.Close()
+			}
+			return err
+		},
 	}
 }
 
@@ -83,7 +94,10 @@ func newDoctorCmd() *cobra.Command {
 helper, user_allow_other for --allow-other, the kernel's version, memory
 for --ram-cache, the --ssd-cache directory's mode and free space, the
 --cluster-key-file's mode and contents, that --bind, --data-addr and
---metrics-addr are free, and SOURCE and MOUNTPOINT when given. It takes
+--metrics-addr are free, the addresses the other hosts would be given,
+that --join answers, and SOURCE and MOUNTPOINT when given; for a
+MOUNTPOINT that is a live dlfs mount, that every member's data address
+answers. It takes
 every flag dlfs mount takes: give it the mount's command line. Each line
 says ok, warn or FAIL, and what to do; it exits 1 if any check fails.`,
 		Args: cobra.MaximumNArgs(2),
@@ -95,9 +109,12 @@ says ok, warn or FAIL, and what to do; it exits 1 if any check fails.`,
 			o.ssdCache, _ = f.GetString("ssd-cache")
 			o.keyFile, _ = f.GetString("cluster-key-file")
 			o.bind, _ = f.GetString("bind")
+			o.advertise, _ = f.GetString("advertise")
+			o.join, _ = f.GetStringSlice("join")
 			o.dataAddr, _ = f.GetString("data-addr")
 			o.metricsAddr, _ = f.GetString("metrics-addr")
-			if join, _ := f.GetStringSlice("join"); len(join) > 0 && o.bind == "" {
+			o.controlName, _ = f.GetString("control-name")
+			if len(o.join) > 0 && o.bind == "" {
 				o.bind = "0.0.0.0:7946" // as mount defaults it
 			}
 			o.ramCache = *f.Lookup("ram-cache").Value.(*sizeValue)
@@ -230,6 +247,10 @@ func runDoctor(env doctorEnv, o doctorOptions, args []string) []check {
 		}
 	}
 
+	// What the other hosts would be given, and who answers.
+	out = append(out, checkAddresses(o)...)
+	out = append(out, checkJoin(env, o.join)...)
+
 	// SOURCE and MOUNTPOINT, when given.
 	if len(args) >= 1 {
 		src := args[0]
@@ -251,6 +272,7 @@ func runDoctor(env doctorEnv, o doctorOptions, args []string) []check {
 			add("FAIL", "MOUNTPOINT", "%s: %v; create it: mkdir -p %s", mnt, unwrapPath(err), mnt)
 		case unix.Statfs(mnt, &st) == nil && st.Type == unix.FUSE_SUPER_MAGIC:
 			add("FAIL", "MOUNTPOINT", "%s is a FUSE mount already: unmount it first (dlfs umount %s)", mnt, mnt)
+			out = append(out, checkLiveMembers(env, mnt, o.controlName)...) // a live dlfs: can it reach its peers?
 		case len(ents) > 0:
 			add("warn", "MOUNTPOINT", "%s is not empty: the mount will hide its %d entries", mnt, len(ents))
 		default:

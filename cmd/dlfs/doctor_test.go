@@ -23,6 +23,7 @@ func fakeEnv(t *testing.T) doctorEnv {
 		fuseDev: "/dev/null", fuseConf: conf, meminfo: meminfo, root: false, release: "6.1.0-28-amd64",
 		lookPath:  func(string) (string, error) { return "/usr/bin/fusermount3", nil },
 		listenTCP: func(string) error { return nil }, listenUDP: func(string) error { return nil },
+		dialTCP: func(string) error { return nil },
 	}
 }
 

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/dlfs/dlfs/cluster"
+	"github.com/dlfs/dlfs/daemon"
+)
+
+// doctor's checks of a cluster's addresses: what this node would
+// advertise, whether --join answers, and, for a live mount, whether each
+// member's data address answers.
+
+// dialTimeout bounds each of doctor's dials.
+const dialTimeout = 2 * time.Second
+
+// checkAddresses says what gossip and data addresses the other hosts
+// would be given, or why they could not work.
+func checkAddresses(o doctorOptions) []check {
+	if o.bind == "" {
+		return nil
+	}
+	ip, data, err := cluster.Addresses(cluster.Config{Bind: o.bind, Advertise: o.advertise, Join: o.join,
+		Meta: cluster.Meta{DataAddr: o.dataAddr}})
+	if err != nil {
+		return []check{{"FAIL", "addresses", errors.Unwrap(err).Error() + ": " + detail(err)}}
+	}
+	port := "the bound port"
+	if _, p, err := net.SplitHostPort(o.bind); err == nil && p != "0" {
+		port = p
+	}
+	msg := fmt.Sprintf("the other hosts reach this node's gossip at %s, port %s", ip, port)
+	if data != "" {
+		msg += ", and its data at " + data
+	}
+	return []check{{"ok", "addresses", msg}}
+}
+
+// detail is err's message past ErrConfig's prefix.
+func detail(err error) string {
+	s, p := err.Error(), cluster.ErrConfig.Error()+": "
+	if len(s) > len(p) && s[:len(p)] == p {
+		return s[len(p):]
+	}
+	return s
+}
+
+// checkJoin resolves each --join entry and dials its addresses.
+func checkJoin(env doctorEnv, join []string) []check {
+	var out []check
+	for _, hp := range join {
+		host, port, err := net.SplitHostPort(hp)
+		if err != nil {
+			out = append(out, check{"FAIL", "--join", fmt.Sprintf("%q: want HOST:PORT", hp)})
+			continue
+		}
+		ips := []string{host}
+		if net.ParseIP(host) == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			ips, err = net.DefaultResolver.LookupHost(ctx, host)
+			cancel()
+			if err != nil {
+				out = append(out, check{"warn", "--join", fmt.Sprintf("%s does not resolve (%v): the node will serve alone and keep trying; check the name (a Kubernetes headless Service resolves once its pods exist)", host, unwrapNet(err))})
+				continue
+			}
+		}
+		answered := 0
+		var last error
+		for _, ip := range ips {
+			if err := env.dialTCP(net.JoinHostPort(ip, port)); err != nil {
+				last = err
+			} else {
+				answered++
+			}
+		}
+		switch {
+		case answered > 0:
+			out = append(out, check{"ok", "--join", fmt.Sprintf("%s: %d of %d addresses answer", hp, answered, len(ips))})
+		default:
+			out = append(out, check{"warn", "--join", fmt.Sprintf("%s: none of its %d addresses answers (%v): the node will serve alone until one does; start a member there first, or check the firewall", hp, len(ips), unwrapNet(last))})
+		}
+	}
+	return out
+}
+
+// checkLiveMembers reads the stats of the dlfs mount at mnt and reports
+// each alive member whose data address does not answer this node.
+func checkLiveMembers(env doctorEnv, mnt, control string) []check {
+	b, err := os.ReadFile(filepath.Join(mnt, control, "stats"))
+	if err != nil {
+		return nil
+	}
+	var st daemon.Stats
+	if err := json.Unmarshal(b, &st); err != nil {
+		return []check{{"warn", "members", fmt.Sprintf("%s's stats do not parse (%v): is it a dlfs of another version?", mnt, err)}}
+	}
+	var out []check
+	peers, bad := 0, 0
+	for _, m := range st.Cluster.Members {
+		if m.Name == st.Node || m.State != cluster.StateAlive || m.Meta.DataAddr == "" {
+			continue
+		}
+		peers++
+		why := ""
+		switch {
+		case m.Data != nil && !m.Data.Reachable:
+			why = m.Data.Error
+		case m.Data == nil:
+			if err := env.dialTCP(m.Meta.DataAddr); err != nil {
+				why = unwrapNet(err).Error()
+			}
+		}
+		if why != "" {
+			bad++
+			out = append(out, check{"FAIL", "member " + m.Name, fmt.Sprintf("its data address %s does not answer this node (%s): the samples it owns are read from the PFS instead; check the firewall between the hosts and its --data-addr", m.Meta.DataAddr, why)})
+		}
+	}
+	if peers > 0 && bad == 0 {
+		out = append(out, check{"ok", "members", strconv.Itoa(peers) + " other members, each data address answers"})
+	}
+	return out
+}
