@@ -125,7 +125,7 @@ func TestJoinRetriesUntilAnswered(t *testing.T) {
 	}
 	defer self.Close()
 	self.cfg.Join = []string{self.Addr()}
-	if n, err := self.join(); n != 0 || err != nil {
+	if n, err := self.join(joinEnough); n != 0 || err != nil {
 		t.Errorf("joining only itself: %d answered, %v", n, err)
 	}
 }

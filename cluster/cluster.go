@@ -196,38 +196,18 @@ func Start(cfg Config) (*Cluster, error) {
 	local := c.ml.LocalNode()
 	c.addr = net.JoinHostPort(local.Addr.String(), strconv.Itoa(int(local.Port)))
 	if len(cfg.Join) > 0 {
-		n, err := c.join() // join.go
+		n, err := c.join(joinEnough) // join.go
 		if err != nil {
 			c.ml.Shutdown()
 			return nil, fmt.Errorf("cluster: join %v: %w (is the cluster key the same on every node?)", cfg.Join, err)
 		}
-		c.wg.Add(1)
-		if n > 0 {
-			go c.rejoin(mc.DeadNodeReclaimTime)
-		} else {
+		if n == 0 {
 			c.log.Warn("cluster: no member named by --join answered yet; serving alone and trying again", "join", cfg.Join)
-			go c.keepJoining(mc.DeadNodeReclaimTime)
 		}
+		c.wg.Add(1)
+		go c.keepJoining(n > 0, mc.DeadNodeReclaimTime)
 	}
 	return c, nil
-}
-
-// rejoin joins again a few times after start. A node back from a crash
-// under its old name but at a new address is refused until the others
-// have held its old self dead for the reclaim time; without another join
-// it would wait for the next push-pull (30 s on a LAN) to be seen again.
-func (c *Cluster) rejoin(reclaim time.Duration) {
-	defer c.wg.Done()
-	for i := 1; i <= 3; i++ {
-		select {
-		case <-c.stop:
-			return
-		case <-time.After(time.Duration(i)*reclaim + 500*time.Millisecond):
-		}
-		if _, err := c.join(); err != nil {
-			c.log.Debug("cluster: rejoin failed", "err", err)
-		}
-	}
 }
 
 // streamLimits returns cfg.Streams, its zero fields DefaultStreams'.

@@ -22,7 +22,8 @@ import (
 // Start: that is a configuration to fix. When no member answers (the
 // first pod of a DaemonSet, or a seed still starting), the node serves
 // alone and keeps trying, from joinRetryMin to joinRetryMax apart, until
-// one does or Close.
+// one does. From then on it joins one member again every joinRetryMax,
+// which heals partitions (keepJoining).
 
 const (
 	joinEnough    = 3
@@ -35,15 +36,16 @@ const (
 // errRefused is a member that answered and refused to gossip.
 var errRefused = errors.New("a member answered but refused to gossip")
 
-// join joins the members named in Config.Join. It returns how many
-// answered; an error wrapping errRefused if none did and one refused.
-func (c *Cluster) join() (int, error) {
+// join joins up to enough of the members named in Config.Join. It
+// returns how many answered; an error wrapping errRefused if none did and
+// one refused.
+func (c *Cluster) join(enough int) (int, error) {
 	addrs := c.resolveJoin()
 	rand.Shuffle(len(addrs), func(i, j int) { addrs[i], addrs[j] = addrs[j], addrs[i] })
 	joined := 0
 	var refused error
 	for _, a := range addrs {
-		if joined >= joinEnough {
+		if joined >= enough {
 			break
 		}
 		select {
@@ -104,27 +106,50 @@ func answers(addr string) bool {
 	return true
 }
 
-// keepJoining joins until a member answers, then as rejoin does, or
-// until Close. It is owned by the Cluster.
-func (c *Cluster) keepJoining(reclaim time.Duration) {
+// keepJoining joins again, until Close. Until a member has answered it
+// retries from joinRetryMin apart, backing off to joinRetryMax. Once one
+// has, it joins again three times soon after (a node back from a crash
+// under its old name at a new address is refused until the others have
+// held its old self dead for reclaim), then every joinRetryMax: a
+// push-pull that heals a partition which outlasted memberlist's gossip to
+// the dead (30 s on a LAN), after which neither side would hear of the
+// other again. It is owned by the Cluster.
+func (c *Cluster) keepJoining(joined bool, reclaim time.Duration) {
 	defer c.wg.Done()
 	var lastErr string
-	for wait := joinRetryMin; ; wait = min(2*wait, joinRetryMax) {
+	soon := 0 // the rejoins after the first answer
+	wait := joinRetryMin
+	for {
+		if joined {
+			if soon < 3 {
+				soon++
+				wait = time.Duration(soon)*reclaim + 500*time.Millisecond
+			} else {
+				wait = joinRetryMax
+			}
+		}
 		select {
 		case <-c.stop:
 			return
 		case <-time.After(wait):
 		}
-		n, err := c.join()
-		if n > 0 {
-			c.log.Info("cluster: joined", "answered", n, "members", len(c.Alive()))
-			c.wg.Add(1)
-			c.rejoin(reclaim)
-			return
+		enough := joinEnough
+		if joined && soon >= 3 {
+			enough = 1 // a partition heals with one; memberlist push-pulls every 30 s too
 		}
-		if err != nil && err.Error() != lastErr {
-			c.log.Warn("cluster: still serving alone: "+err.Error()+" (is the cluster key the same on every node?)", "join", c.cfg.Join)
-			lastErr = err.Error()
+		n, err := c.join(enough)
+		switch {
+		case n > 0 && !joined:
+			joined = true
+			c.log.Info("cluster: joined", "answered", n, "members", len(c.Alive()))
+		case n == 0 && !joined:
+			wait = min(2*wait, joinRetryMax)
+			if err != nil && err.Error() != lastErr {
+				c.log.Warn("cluster: still serving alone: "+err.Error()+" (is the cluster key the same on every node?)", "join", c.cfg.Join)
+				lastErr = err.Error()
+			}
+		case err != nil:
+			c.log.Debug("cluster: rejoin failed", "err", err)
 		}
 	}
 }
