@@ -166,7 +166,13 @@ func TestThreeNodes(t *testing.T) {
 // waitAlive polls a mount's stats until it sees want alive members.
 func waitAlive(t *testing.T, mnt string, want int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	waitAliveWithin(t, mnt, want, 30*time.Second)
+}
+
+// waitAliveWithin is waitAlive with a deadline of its own.
+func waitAliveWithin(t *testing.T, mnt string, want int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
 	for {
 		alive := 0
 		members, _ := dlfsStats(t, mnt)["cluster"].(map[string]any)["members"].([]any)

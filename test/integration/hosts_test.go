@@ -32,6 +32,7 @@ type bedCluster struct {
 	// bytes, for impostor hosts; otherSums its checksums.
 	other, otherSums string
 	nodes            []*bedNode
+	byDNS            bool
 }
 
 type bedNode struct {
@@ -52,6 +53,10 @@ type bedOptions struct {
 	// mtimes, other bytes.
 	impostor map[int]bool
 	dlfs     []string // extra flags for every dlfs
+	// byDNS binds every node on all interfaces (0.0.0.0, no --advertise)
+	// and joins the name "peers", which resolves to every host, as pods
+	// of a DaemonSet find each other through a headless Service.
+	byDNS bool
 }
 
 func newBedCluster(t *testing.T, o bedOptions) *bedCluster {
@@ -95,6 +100,12 @@ func newBedCluster(t *testing.T, o bedOptions) *bedCluster {
 	}
 	if err := os.WriteFile(c.key, []byte(base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))+"\n"), 0o600); err != nil {
 		t.Fatal(err)
+	}
+	c.byDNS = o.byDNS
+	if o.byDNS {
+		if err := bed.Alias("peers", bed.Hosts()...); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for i, h := range bed.Hosts() {
 		src, sums := c.src, c.sums
@@ -145,8 +156,11 @@ func (c *bedCluster) start(h *testbed.Host, src, sums string, perMount bool, fla
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.pfs.Stop(30 * time.Second) })
-	dl := append([]string{"mount", "--node-name", h.Name, "--bind", h.Addr + ":7946", "--data-addr", h.Addr + ":7947",
-		"--cluster-key-file", c.key, "--join", "h00:7946", "--ram-cache", "256MiB"}, flags...)
+	dl := []string{"mount", "--node-name", h.Name, "--bind", h.Addr + ":7946", "--data-addr", h.Addr + ":7947", "--join", "h00:7946"}
+	if c.byDNS {
+		dl = []string{"mount", "--node-name", h.Name, "--bind", "0.0.0.0:7946", "--data-addr", "0.0.0.0:7947", "--join", "peers:7946"}
+	}
+	dl = append(append(dl, "--cluster-key-file", c.key, "--ram-cache", "256MiB"), flags...)
 	n.dlfs, err = mountproc.StartCmd(h.Command(bin.dlfs, append(dl, pfsMnt, n.mnt)...), n.mnt, h.MountInfo(), time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -353,4 +367,52 @@ func TestHostOfAnotherDataset(t *testing.T) {
 			t.Errorf("%s logged the member of another dataset %d times, want once:\n%s", n.host.Name, got, n.dlfs.Stderr)
 		}
 	}
+}
+
+// TestHostsFindEachOtherByDNS: nodes bound on every interface, with no
+// --advertise, joining one DNS name that resolves to all of them (a
+// DaemonSet's headless Service) form one cluster, whoever starts first,
+// and advertise the hosts' own addresses. A host cut off mid-epoch reads
+// on from the PFS with no error, the others read its share from the PFS,
+// and once its link is back it rejoins.
+func TestHostsFindEachOtherByDNS(t *testing.T) {
+	c := newBedCluster(t, bedOptions{hosts: 3, files: 200, byDNS: true})
+	c.waitMembers(3)
+	for _, n := range c.nodes {
+		members, _ := n.statsDoc(t)["cluster"].(map[string]any)["members"].([]any)
+		for _, m := range members {
+			mm := m.(map[string]any)
+			addr, _ := mm["address"].(string)
+			data, _ := mm["meta"].(map[string]any)["data"].(string)
+			if !strings.HasPrefix(addr, "10.77.0.") || !strings.HasPrefix(data, "10.77.0.") {
+				t.Errorf("%s sees %s at gossip %q, data %q: want the host's address", n.host.Name, mm["name"], addr, data)
+			}
+		}
+	}
+	c.readEverywhere(1)
+
+	// Cut h02 off mid-epoch: every reader finishes, with no error.
+	cut := c.nodes[2]
+	dropPageCache(t)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.readEverywhere(20)
+	}()
+	if err := cut.host.LinkDown(); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	waitAliveWithin(t, c.nodes[0].host.Path(c.nodes[0].mnt), 2, 60*time.Second)
+	dropPageCache(t)
+	c.readEverywhere(30)
+	if err := cut.host.LinkUp(); err != nil {
+		t.Fatal(err)
+	}
+	// It rejoins: memberlist's gossip to the dead, or the periodic join.
+	for _, n := range c.nodes {
+		waitAliveWithin(t, n.host.Path(n.mnt), 3, 90*time.Second)
+	}
+	dropPageCache(t)
+	c.readEverywhere(40)
 }
