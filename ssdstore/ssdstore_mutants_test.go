@@ -6,6 +6,7 @@ package ssdstore
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -18,8 +19,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	badger "github.com/dgraph-io/badger/v4"
+	"golang.org/x/sys/unix"
 
 	"github.com/dlfs/dlfs/integrity"
 )
@@ -559,6 +562,13 @@ func TestDiskUsage(t *testing.T) {
 // mappings of .vlog files under dir, from /proc/self/smaps.
 func vlogMappings(t *testing.T, dir string) (size, rss int64) {
 	t.Helper()
+	return mappings(t, func(path string) bool { return strings.HasPrefix(path, dir+"/") && strings.HasSuffix(path, ".vlog") })
+}
+
+// mappings sums the sizes and resident bytes of this process's mappings
+// of the files whose paths match, from /proc/self/smaps.
+func mappings(t *testing.T, match func(path string) bool) (size, rss int64) {
+	t.Helper()
 	f, err := os.Open("/proc/self/smaps")
 	if err != nil {
 		t.Skip(err)
@@ -576,7 +586,7 @@ func vlogMappings(t *testing.T, dir string) (size, rss int64) {
 			if len(fields) >= 6 {
 				path = fields[5]
 			}
-			in = strings.HasPrefix(path, dir+"/") && strings.HasSuffix(path, ".vlog")
+			in = match(path)
 			if in {
 				lo, hi, _ := strings.Cut(fields[0], "-")
 				a, _ := strconv.ParseUint(lo, 16, 64)
@@ -727,7 +737,7 @@ func TestTrimQuiet(t *testing.T) {
 
 // TestCheckTableLeavesNoTrace: checking a damaged table, whether Badger
 // returns an error or panics on it, leaves the file as it was and no
-// mapping of it behind.
+// mapping or descriptor of it behind.
 func TestCheckTableLeavesNoTrace(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "cache")
 	cfg := testConfig(dir)
@@ -761,5 +771,202 @@ func TestCheckTableLeavesNoTrace(t *testing.T) {
 		if strings.Contains(string(maps), p) {
 			t.Errorf("%s: the table is still mapped after the check", name)
 		}
+		if fds := openOn(t, p); fds != 0 {
+			t.Errorf("%s: %d descriptors of the table still open after the check", name, fds)
+		}
+	}
+}
+
+// openOn counts this process's open descriptors of the file at path.
+func openOn(t *testing.T, path string) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip(err)
+	}
+	n := 0
+	for _, fd := range fds {
+		if target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name())); err == nil && target == path {
+			n++
+		}
+	}
+	return n
+}
+
+// quietFS is the root of a filesystem of its own (a tmpfs of 64 MiB, the
+// mount detached at once and reached through a descriptor, so that none
+// is left behind): its free space moves only with the test's own writes.
+func quietFS(t *testing.T) string {
+	t.Helper()
+	mnt := t.TempDir()
+	if err := syscall.Mount("none", mnt, "tmpfs", 0, "size=64m"); err != nil {
+		t.Skipf("cannot mount a tmpfs (needs root): %v", err)
+	}
+	d, err := os.Open(mnt)
+	unmountErr := syscall.Unmount(mnt, syscall.MNT_DETACH)
+	if err != nil || unmountErr != nil {
+		t.Fatal(err, unmountErr)
+	}
+	t.Cleanup(func() { d.Close() })
+	return filepath.Join("/proc/self/fd", strconv.Itoa(int(d.Fd())))
+}
+
+// TestFreeSpaceFloorExact: Open refuses a directory with less than half
+// of MinFree free, to the byte; a write is refused when it would leave
+// less than MinFree free, to the byte.
+func TestFreeSpaceFloorExact(t *testing.T) {
+	root := quietFS(t)
+	free, err := freeSpace(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(Config{Dir: filepath.Join(root, "a"), Capacity: 16 << 20, MinFree: 2*free + 2}); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("%d bytes free under a MinFree of twice that and 2: %v, want ErrNoSpace", free, err)
+	}
+	if now, _ := freeSpace(root); now != free {
+		t.Fatalf("the refused Open took %d bytes", free-now)
+	}
+	s := mustOpen(t, Config{Dir: filepath.Join(root, "b"), Capacity: 16 << 20, MinFree: 2 * free})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	dir := filepath.Join(root, "c")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	free, err = freeSpace(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 10_000
+	b, _ := bare(t, Config{Dir: dir, Capacity: 1 << 40, MinFree: free - n}, 1<<30, false)
+	if low, _ := b.lowSpace(n, n); low {
+		t.Errorf("a write of %d bytes leaving exactly MinFree free refused", n)
+	}
+	b.cfg.MinFree++
+	if low, _ := b.lowSpace(n, n); !low {
+		t.Errorf("a write of %d bytes leaving a byte under MinFree taken", n)
+	}
+}
+
+// pageOutStore opens a store in a new directory that pages out only when
+// a test calls pageOut, and commits 2 MB to its value log (half a file:
+// none is finished, and so none synced, by Badger).
+func pageOutStore(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "c")
+	cfg := testConfig(dir)
+	cfg.TrimBytes = 0
+	cfg.GCInterval = time.Hour
+	s := mustOpen(t, cfg)
+	for i := range 20 {
+		store(t, s, strconv.Itoa(i), block(100_000, byte(i)))
+	}
+	return dir
+}
+
+// inPageCache counts the bytes of the file at path in the page cache
+// (mincore over a mapping of this test's own, never touched).
+func inPageCache(t *testing.T, path string) int64 {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || fi.Size() == 0 {
+		return 0
+	}
+	m, err := unix.Mmap(int(f.Fd()), 0, int(fi.Size()), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(m)
+	page := int64(os.Getpagesize())
+	vec := make([]byte, (fi.Size()+page-1)/page)
+	if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
+		t.Skipf("mincore: %v", errno)
+	}
+	var n int64
+	for _, v := range vec {
+		n += int64(v & 1)
+	}
+	return n * page
+}
+
+// TestPageOutLeavesPageCache: pageOut writes the value logs back before
+// it advises them, so that their pages, dirty until then, leave the page
+// cache too, not only the process's resident set (the kernel reclaims no
+// dirty page on MADV_PAGEOUT).
+func TestPageOutLeavesPageCache(t *testing.T) {
+	dir := pageOutStore(t)
+	vlogs, _ := filepath.Glob(filepath.Join(dir, "*.vlog"))
+	cached := func() (n int64) {
+		for _, v := range vlogs {
+			n += inPageCache(t, v)
+		}
+		return n
+	}
+	before := cached()
+	if _, err := pageOut(dir); err != nil {
+		t.Fatal(err)
+	}
+	after := cached()
+	t.Logf("value logs in the page cache: %d bytes before the page-out, %d after", before, after)
+	// Pages the process never mapped may stay; the 2 MB written through
+	// the mapping must go.
+	if before-after < 1<<20 {
+		t.Errorf("value logs in the page cache: %d bytes before the page-out, %d after: the pages written stayed", before, after)
+	}
+}
+
+// TestPageOutSparesOtherMappings: pageOut advises the value logs'
+// mappings and nothing else: files the process mapped before the store
+// opened and after, and Badger's other files, keep their resident pages.
+func TestPageOutSparesOtherMappings(t *testing.T) {
+	scratch := t.TempDir()
+	const size = 1 << 20
+	mapFile := func(name string) string {
+		p := filepath.Join(scratch, name)
+		if err := os.WriteFile(p, bytes.Repeat([]byte{1}, size), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ, unix.MAP_SHARED)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Munmap(m); f.Close() })
+		sum := 0
+		for i := 0; i < size; i += os.Getpagesize() {
+			sum += int(m[i]) // brings the page in
+		}
+		if sum != size/os.Getpagesize() {
+			t.Fatalf("read %d from %s", sum, p)
+		}
+		return p
+	}
+	before := mapFile("before")
+	dir := pageOutStore(t)
+	after := mapFile("after")
+	// Badger's other files (its memtable, its discard stats) are mapped
+	// too, before the value log: they stay resident as well.
+	others := func(path string) bool { return strings.HasPrefix(path, dir+"/") && !strings.HasSuffix(path, ".vlog") }
+	_, badgerRSS := mappings(t, others)
+	if _, err := pageOut(dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{before, after} {
+		if _, rss := mappings(t, func(path string) bool { return path == p }); rss < size {
+			t.Errorf("a mapping of %s, not the store's: %d of %d bytes resident after the store's page-out", filepath.Base(p), rss, size)
+		}
+	}
+	if _, rss := mappings(t, others); rss < badgerRSS {
+		t.Errorf("Badger's mappings other than value logs: %d bytes resident after the page-out, %d before", rss, badgerRSS)
 	}
 }
