@@ -8,10 +8,10 @@ have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok ins
 # tmux drives `dlfs stats --watch` in a test; pip, venv, setuptools and
 # wheel install the Python helper into a virtual environment in another;
 # systemd (systemd-analyze), yamllint and python3-yaml check deploy/;
-# headless chromium loads the status page; iproute2 (ip, tc) and
-# util-linux (unshare, nsenter) build the multi-host test bed (test/testbed).
+# headless chromium loads the status page; iproute2 (ip, tc), util-linux
+# (unshare, nsenter) and nftables build the multi-host test bed (test/testbed).
 for p in fuse3 gcc libc6-dev libhdf5-dev python3-torch python3-torchvision python3-numpy python3-h5py python3-pil \
-  tmux python3-pip python3-venv python3-setuptools python3-wheel systemd yamllint python3-yaml chromium iproute2 util-linux; do
+  tmux python3-pip python3-venv python3-setuptools python3-wheel systemd yamllint python3-yaml chromium iproute2 util-linux nftables; do
   have "$p" || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -57,6 +57,8 @@ type bedOptions struct {
 	// and joins the name "peers", which resolves to every host, as pods
 	// of a DaemonSet find each other through a headless Service.
 	byDNS bool
+	// firewalled hosts drop what arrives for their data port (7947).
+	firewalled map[int]bool
 }
 
 func newBedCluster(t *testing.T, o bedOptions) *bedCluster {
@@ -111,6 +113,11 @@ func newBedCluster(t *testing.T, o bedOptions) *bedCluster {
 		src, sums := c.src, c.sums
 		if o.impostor[i] {
 			src, sums = c.other, c.otherSums
+		}
+		if o.firewalled[i] {
+			if err := h.DropPort(7947); err != nil {
+				t.Fatal(err)
+			}
 		}
 		c.nodes = append(c.nodes, c.start(h, src, sums, o.perMount[i], o.dlfs))
 	}
@@ -415,4 +422,44 @@ func TestHostsFindEachOtherByDNS(t *testing.T) {
 	}
 	dropPageCache(t)
 	c.readEverywhere(40)
+}
+
+// TestUnreachableDataAddress: a member whose data port a firewall drops
+// (its gossip still answers) shows as unreachable in its peers' stats and
+// in dlfs doctor run on their hosts; their readers read its share from
+// the PFS with no error.
+func TestUnreachableDataAddress(t *testing.T) {
+	c := newBedCluster(t, bedOptions{hosts: 3, files: 100, firewalled: map[int]bool{2: true}})
+	c.waitMembers(3)
+	a := c.nodes[0]
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var reach map[string]any
+		members, _ := a.statsDoc(t)["cluster"].(map[string]any)["members"].([]any)
+		for _, m := range members {
+			if mm := m.(map[string]any); mm["name"] == "h02" {
+				reach, _ = mm["data"].(map[string]any)
+			}
+		}
+		if reach != nil && reach["reachable"] == false {
+			t.Logf("h00's stats on h02: %v", reach)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("h00's stats never showed h02's data address unreachable: %v", members)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	prom, err := os.ReadFile(a.host.Path(filepath.Join(a.mnt, ".dlfs/stats.prom")))
+	if err != nil || !strings.Contains(string(prom), `dlfs_cluster_data_reachable{member="h02"} 0`) {
+		t.Errorf("h00's metrics lack h02 unreachable (%v)", err)
+	}
+	out, err := a.host.Command(bin.dlfs, "doctor", filepath.Join(a.host.Dir, "pfs-h00"), a.mnt).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "FAIL  member h02: its data address 10.77.0.12:7947 does not answer") {
+		t.Errorf("dlfs doctor on h00: %v\n%s", err, out)
+	}
+	if strings.Contains(string(out), "member h01") {
+		t.Errorf("doctor reports the reachable h01:\n%s", out)
+	}
+	c.readEverywhere(1)
 }

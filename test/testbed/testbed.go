@@ -15,7 +15,8 @@
 // removes everything; a bed whose test process died without closing it
 // (a test binary killed at its timeout) is removed by the next New, which
 // finds its owner's pid gone. Set-up needs root and iproute2's ip and tc,
-// util-linux's unshare and nsenter (scripts/install-deps.sh).
+// util-linux's unshare and nsenter, and nftables' nft for DropPort
+// (scripts/install-deps.sh).
 package testbed
 
 import (
@@ -89,7 +90,7 @@ func New(cfg Config) (_ *Bed, err error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("testbed: no Dir")
 	}
-	for _, tool := range []string{"ip", "tc", "unshare", "nsenter"} {
+	for _, tool := range []string{"ip", "tc", "unshare", "nsenter", "nft"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			return nil, fmt.Errorf("testbed: %s not found: run scripts/install-deps.sh: %w", tool, err)
 		}
@@ -305,6 +306,19 @@ func (h *Host) SetBandwidth(bits int64) error {
 	return nil
 }
 
+// DropPort makes the host drop every TCP packet that arrives for port, as
+// a firewall would: the host's other ports still answer. (tc has no drop
+// action in this kernel; nftables does.)
+func (h *Host) DropPort(port int) error {
+	ruleset := fmt.Sprintf("table inet dlfs_testbed {\n chain input {\n  type filter hook input priority 0; policy accept;\n  tcp dport %d drop\n }\n}\n", port)
+	cmd := exec.Command("ip", "netns", "exec", h.netns, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(ruleset)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("testbed: %s: drop port %d: %v: %s", h.Name, port, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
 // LinkDown cuts the host off the bed's network; LinkUp restores it.
 func (h *Host) LinkDown() error { return run("ip", "link", "set", h.veth, "down") }
 
@@ -331,11 +345,14 @@ func (h *Host) Stop() error {
 		h.holder.Process.Kill()
 		<-h.gone
 	}
-	var err error
-	if nsExists(h.netns) {
-		err = run("ip", "netns", "del", h.netns) // the veth pair goes with it
+	var errs []error
+	if linkExists(h.veth) {
+		errs = append(errs, run("ip", "link", "del", h.veth)) // its peer goes with it
 	}
-	return err
+	if nsExists(h.netns) {
+		errs = append(errs, run("ip", "netns", "del", h.netns))
+	}
+	return errors.Join(errs...)
 }
 
 func (h *Host) isStopped() bool {

@@ -118,6 +118,40 @@ func TestLinkControls(t *testing.T) {
 	if q := output(t, exec.Command("tc", "qdisc", "show", "dev", h[1].veth)); strings.Contains(q, "tbf") {
 		t.Errorf("qdisc after the cap was lifted: %s", q)
 	}
+	// A dropped port stops answering; another port of the host answers.
+	listen := func(port string) *exec.Cmd {
+		c := h[0].Command("python3", "-c", `
+import socket, sys
+s = socket.socket(); s.bind(("0.0.0.0", int(sys.argv[1]))); s.listen(8); print("ready", flush=True)
+while True: s.accept()[0].close()`, port)
+		out, err := c.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := out.Read(make([]byte, 5)); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	listen("7001")
+	listen("7002")
+	if err := h[0].DropPort(7001); err != nil {
+		t.Fatal(err)
+	}
+	dial := func(port string) error {
+		return h[1].Command("python3", "-c", `
+import socket, sys
+socket.create_connection(("h00", int(sys.argv[1])), timeout=1)`, port).Run()
+	}
+	if err := dial("7002"); err != nil {
+		t.Errorf("h00's open port: %v", err)
+	}
+	if err := dial("7001"); err == nil {
+		t.Error("h00's dropped port answered")
+	}
 	if err := h[0].LinkDown(); err != nil {
 		t.Fatal(err)
 	}
