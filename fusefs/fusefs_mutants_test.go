@@ -41,14 +41,16 @@ func TestFillAttr(t *testing.T) {
 	}
 }
 
-// snapData is a Dataset serving a snapshot; its other methods are not
-// called by these tests.
+// snapData is a Dataset serving a snapshot, with SOURCE at dir; its
+// other methods are not called by these tests.
 type snapData struct {
 	Dataset
 	snap *catalog.Snapshot
+	dir  string
 }
 
 func (d snapData) Snapshot() *catalog.Snapshot { return d.snap }
+func (d snapData) Source() string              { return d.dir }
 
 // scanned scans a tree of a file, a directory and a symlink.
 func scanned(t *testing.T) *catalog.Snapshot {
@@ -93,7 +95,7 @@ func TestAccessLogOffsets(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	f := New(Config{AccessLog: alog}, snapData{snap: snap}, nil)
+	f := New(Config{AccessLog: alog}, snapData{snap: snap, dir: t.TempDir()}, nil)
 	file, dir, link := snap.Lookup("f.jpg"), snap.Lookup("d"), snap.Lookup("l")
 	hdr := func(ino uint64) fuse.InHeader { return fuse.InHeader{NodeId: ino} }
 	var entry fuse.EntryOut
@@ -108,9 +110,11 @@ func TestAccessLogOffsets(t *testing.T) {
 	f.Readlink(nil, &lh)
 	f.OpenDir(nil, &fuse.OpenIn{InHeader: hdr(dir.Ino)}, &open)
 	f.ReleaseDir(&fuse.ReleaseIn{InHeader: hdr(dir.Ino), Fh: open.Fh})
+	var statfs fuse.StatfsOut
+	f.StatFs(nil, &h, &statfs)
 	ops := map[string]bool{}
 	sc := bufio.NewScanner(r)
-	for len(ops) < 7 && sc.Scan() {
+	for len(ops) < 8 && sc.Scan() {
 		line := sc.Text()
 		op := ""
 		for _, field := range strings.Fields(line) {
@@ -123,7 +127,7 @@ func TestAccessLogOffsets(t *testing.T) {
 			t.Errorf("%s carries an offset: %s", op, line)
 		}
 	}
-	for _, op := range []string{"lookup", "getattr", "setattr", "open", "readlink", "opendir", "releasedir"} {
+	for _, op := range []string{"lookup", "getattr", "setattr", "open", "readlink", "opendir", "releasedir", "statfs"} {
 		if !ops[op] {
 			t.Errorf("no line for %s (got %v)", op, ops)
 		}

@@ -70,21 +70,13 @@ func TestStatfsError(t *testing.T) {
 	}
 }
 
-// sourceOnly is a Dataset that answers Source only.
-type sourceOnly struct {
-	Dataset
-	dir string
-}
-
-func (s sourceOnly) Source() string { return s.dir }
-
 // A filesystem as New makes it waits statfsWait for SOURCE: while SOURCE
 // hangs, a statfs request interrupted at once is answered EINTR, never
 // ETIMEDOUT (a request that waited for nothing would time out as soon as
 // it began, whenever the runtime chose that of the two).
 func TestStatfsWaitsByDefault(t *testing.T) {
 	sim, mnt := simulatedSource(t)
-	f := New(Config{}, sourceOnly{dir: mnt}, nil)
+	f := New(Config{}, snapData{dir: mnt}, nil)
 	sim.Hang()
 	cancel := make(chan struct{})
 	close(cancel)
