@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"fmt"
 	"sync"
 
 	"github.com/dlfs/dlfs/catalog"
@@ -25,6 +26,10 @@ type ownership struct {
 // PlacementStats tells how placement follows the jobs' plans.
 type PlacementStats struct {
 	Mode string `json:"mode"` // "demand" or "hash"
+	// Table is the placement table's fingerprint: nodes that show the
+	// same one give every sample the same owner.
+	Table   string `json:"table,omitempty"`
+	Members int    `json:"members"` // alive members of this dataset it places on
 	// PlannedSamples is how many samples the gossiped jobs read over the
 	// placement window; PlannedReads their reads, and LocalReads the
 	// share of those a node makes of a sample it owns.
@@ -157,6 +162,7 @@ func (n *Node) watchOwnership(changes <-chan struct{}, stop <-chan struct{}) {
 				t = t.Assign(d)
 			}
 			plan = planStats(mode, t, d)
+			plan.Table, plan.Members = fmt.Sprintf("%016x", t.Fingerprint()), len(alive)
 		}
 		// Where a sample was before this node took it: the table over the
 		// others, by hash (a node that joins takes exactly what hashing

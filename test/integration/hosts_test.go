@@ -227,11 +227,14 @@ type readerResult struct {
 // readEverywhere runs a reader on every node, inside its host, over the
 // whole dataset in its own shuffled order, and fails the test on an error
 // or a wrong byte.
-func (c *bedCluster) readEverywhere(seed uint64) {
+func (c *bedCluster) readEverywhere(seed uint64) { c.readOn(c.nodes, seed) }
+
+// readOn is readEverywhere on the nodes given.
+func (c *bedCluster) readOn(nodes []*bedNode, seed uint64) {
 	t := c.t
 	t.Helper()
 	var wg sync.WaitGroup
-	for i, n := range c.nodes {
+	for i, n := range nodes {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -462,4 +465,115 @@ func TestUnreachableDataAddress(t *testing.T) {
 		t.Errorf("doctor reports the reachable h01:\n%s", out)
 	}
 	c.readEverywhere(1)
+}
+
+// placementView is what one node's stats say of placement.
+type placementView struct {
+	table   string
+	members int
+	owned   map[string]int64 // samples by member
+}
+
+func (n *bedNode) placement(t *testing.T) placementView {
+	st := n.statsDoc(t)
+	cl, _ := st["cluster"].(map[string]any)
+	pl, _ := cl["placement"].(map[string]any)
+	v := placementView{owned: map[string]int64{}}
+	v.table, _ = pl["table"].(string)
+	v.members = int(num(pl, "members"))
+	members, _ := cl["members"].([]any)
+	for _, m := range members {
+		mm := m.(map[string]any)
+		if mm["state"] == "alive" {
+			v.owned[mm["name"].(string)] = int64(num(mm, "owned_samples"))
+		}
+	}
+	return v
+}
+
+// agree waits until every node places on want members with one table,
+// and returns that view and how long it took.
+func (c *bedCluster) agree(want int, within time.Duration) (placementView, time.Duration) {
+	t := c.t
+	t.Helper()
+	start := time.Now()
+	for {
+		views := make([]placementView, len(c.nodes))
+		same := true
+		for i, n := range c.nodes {
+			views[i] = n.placement(t)
+			same = same && views[i].members == want && views[i].table != "" && views[i].table == views[0].table
+		}
+		if same {
+			return views[0], time.Since(start)
+		}
+		if time.Since(start) > within {
+			t.Fatalf("the nodes did not agree on a table of %d members within %v: %+v", want, within, views)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestSixteenHosts: 16 test-bed hosts with small RAM tiers converge on
+// one placement table, whose shares are disjoint and cover the dataset;
+// the dataset is read from the PFS about once in the first epoch and
+// hardly at all in the second, every byte checked on every host. A host
+// killed mid-epoch and one added leave every reader without an error,
+// and placement moves about 2/N of the samples.
+func TestSixteenHosts(t *testing.T) {
+	const hosts = 16
+	c := newBedCluster(t, bedOptions{hosts: hosts, files: 480, dlfs: []string{"--ram-cache", "32MiB"}})
+	v, took := c.agree(hosts, 2*time.Minute)
+	t.Logf("16 hosts agree on table %s %v after the last started", v.table, took)
+	var sum int64
+	for _, k := range v.owned {
+		sum += k
+	}
+	if len(v.owned) != hosts || sum != int64(len(c.files)) {
+		t.Fatalf("shares %v: %d members owning %d samples, want %d owning %d", v.owned, len(v.owned), sum, hosts, len(c.files))
+	}
+	total := c.datasetBytes()
+	c.readEverywhere(1)
+	epoch0 := c.pfsBytes()
+	dropPageCache(t)
+	c.readEverywhere(100)
+	epoch1 := c.pfsBytes() - epoch0
+	t.Logf("PFS bytes: epoch 0 %.3fx the dataset, epoch 1 %.3fx", float64(epoch0)/float64(total), float64(epoch1)/float64(total))
+	if epoch0 > total+total/20 || epoch1 > total/50 {
+		t.Errorf("PFS read %.3fx then %.3fx the dataset, want at most 1.05x then 0.02x", float64(epoch0)/float64(total), float64(epoch1)/float64(total))
+	}
+
+	// Churn: kill h05 while the others read, and add h16.
+	victim := c.nodes[5]
+	var rest []*bedNode
+	for _, n := range c.nodes {
+		if n != victim {
+			rest = append(rest, n)
+		}
+	}
+	dropPageCache(t)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.readOn(rest, 200)
+	}()
+	begin := time.Now()
+	if err := victim.host.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	h, err := c.bed.AddHost()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.nodes = append(rest, c.start(h, c.src, c.sums, false, []string{"--ram-cache", "32MiB"}))
+	after, _ := c.agree(hosts, 2*time.Minute)
+	converged := time.Since(begin)
+	<-done
+	moved := v.owned[victim.host.Name] + after.owned[h.Name] // rendezvous: only the dead's and the new one's samples move
+	t.Logf("churn: converged %v after the kill; at most %d of %d samples moved (%.3f; 2/N = %.3f)",
+		converged, moved, len(c.files), float64(moved)/float64(len(c.files)), 2.0/hosts)
+	if float64(moved) > 2.5/hosts*float64(len(c.files)) {
+		t.Errorf("churn moved up to %d of %d samples, want about 2/N", moved, len(c.files))
+	}
+	c.readEverywhere(300)
 }
