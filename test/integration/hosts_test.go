@@ -33,6 +33,7 @@ type bedCluster struct {
 	other, otherSums string
 	nodes            []*bedNode
 	byDNS            bool
+	pfsFlags         []string
 }
 
 type bedNode struct {
@@ -59,6 +60,10 @@ type bedOptions struct {
 	byDNS bool
 	// firewalled hosts drop what arrives for their data port (7947).
 	firewalled map[int]bool
+	// bandwidth caps hosts' links, in bits per second each way.
+	bandwidth map[int]int64
+	pfs       []string         // extra flags for every pfssim
+	hostFlags map[int][]string // extra dlfs flags for one host, after dlfs
 }
 
 func newBedCluster(t *testing.T, o bedOptions) *bedCluster {
@@ -103,7 +108,7 @@ func newBedCluster(t *testing.T, o bedOptions) *bedCluster {
 	if err := os.WriteFile(c.key, []byte(base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c.byDNS = o.byDNS
+	c.byDNS, c.pfsFlags = o.byDNS, o.pfs
 	if o.byDNS {
 		if err := bed.Alias("peers", bed.Hosts()...); err != nil {
 			t.Fatal(err)
@@ -114,12 +119,17 @@ func newBedCluster(t *testing.T, o bedOptions) *bedCluster {
 		if o.impostor[i] {
 			src, sums = c.other, c.otherSums
 		}
+		if b := o.bandwidth[i]; b > 0 {
+			if err := h.SetBandwidth(b); err != nil {
+				t.Fatal(err)
+			}
+		}
 		if o.firewalled[i] {
 			if err := h.DropPort(7947); err != nil {
 				t.Fatal(err)
 			}
 		}
-		c.nodes = append(c.nodes, c.start(h, src, sums, o.perMount[i], o.dlfs))
+		c.nodes = append(c.nodes, c.start(h, src, sums, o.perMount[i], append(append([]string(nil), o.dlfs...), o.hostFlags[i]...)))
 	}
 	return c
 }
@@ -153,7 +163,7 @@ func (c *bedCluster) start(h *testbed.Host, src, sums string, perMount bool, fla
 			t.Fatal(err)
 		}
 	}
-	args := []string{"-stats", n.stats, "-open-latency", "1ms"}
+	args := append([]string{"-stats", n.stats, "-open-latency", "1ms"}, c.pfsFlags...)
 	if perMount {
 		args = append(args, "-per-mount-inodes")
 	}
@@ -576,4 +586,52 @@ func TestSixteenHosts(t *testing.T) {
 		t.Errorf("churn moved up to %d of %d samples, want about 2/N", moved, len(c.files))
 	}
 	c.readEverywhere(300)
+}
+
+// TestSlowLink: one host's link at a tenth of the others'. The other
+// hosts' performance model ranks it below their PFS, so with --pfs-margin
+// their readers stop waiting on it and read its share from the PFS; peer
+// latency by member shows why.
+func TestSlowLink(t *testing.T) {
+	const fast, slow = 200_000_000, 20_000_000 // bits per second
+	c := newBedCluster(t, bedOptions{hosts: 3, files: 200,
+		bandwidth: map[int]int64{0: fast, 1: fast, 2: slow},
+		pfs:       []string{"-bandwidth-mbps", "10"},
+		dlfs:      []string{"--pfs-margin", "2"},
+		// The reader's RAM holds little, so each epoch asks the owners again.
+		hostFlags: map[int][]string{0: {"--ram-cache", "2MiB"}}})
+	c.waitMembers(3)
+	a := c.nodes[0]
+	// Two epochs on h00 alone: the first teaches its model the sources.
+	for epoch := range 2 {
+		dropPageCache(t)
+		c.readOn(c.nodes[:1], uint64(epoch))
+	}
+	st := a.statsDoc(t)
+	srcs, _ := st["sources"].(map[string]any)
+	est := func(src string) float64 {
+		m, _ := srcs[src].(map[string]any)
+		return num(m, "latency_ms") + 110_000/(num(m, "bandwidth_mbps")*1e6/1e3+1e-9)
+	}
+	lat := func(member string) float64 { return num(st, "latency", "peer", member, "mean_seconds") }
+	t.Logf("h00's model for a 110 KB sample: peer:h01 %.1f ms, peer:h02 %.1f ms, pfs %.1f ms; peer latency by member: h01 %.1f ms, h02 %.1f ms",
+		est("peer:h01"), est("peer:h02"), est("pfs"), 1e3*lat("h01"), 1e3*lat("h02"))
+	if !(lat("h02") > 1.5*lat("h01")) || !(est("peer:h02") > 2*est("pfs")) {
+		t.Errorf("peer latency h02 %.4f s, h01 %.4f s; model h02 %.1f ms, pfs %.1f ms: want the slow link shown slower, and ranked past the margin",
+			lat("h02"), lat("h01"), est("peer:h02"), est("pfs"))
+	}
+	// A third epoch: h02's share comes from the PFS, not from h02.
+	before := num(srcs["peer:h02"].(map[string]any), "reads")
+	pfsBefore := num(srcs["pfs"].(map[string]any), "reads")
+	dropPageCache(t)
+	c.readOn(c.nodes[:1], 2)
+	st = a.statsDoc(t)
+	srcs, _ = st["sources"].(map[string]any)
+	fromSlow := num(srcs["peer:h02"].(map[string]any), "reads") - before
+	fromPFS := num(srcs["pfs"].(map[string]any), "reads") - pfsBefore
+	share := float64(a.placement(t).owned["h02"])
+	t.Logf("epoch 3 on h00: %v reads from h02 (which owns %v samples), %v from the PFS", fromSlow, share, fromPFS)
+	if fromSlow > share/4 || fromPFS < share/2 {
+		t.Errorf("epoch 3: %v of h02's %v samples still read from it, %v from the PFS: the model still prefers the slow link", fromSlow, share, fromPFS)
+	}
 }
