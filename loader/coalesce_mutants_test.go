@@ -129,13 +129,13 @@ func (l *Loader) queues() int {
 	return len(l.combine.queues)
 }
 
-// packedLoader is a loader over p whose RAM keeps nothing and that lets
+// packedLoader is a loader over p whose RAM holds ram bytes and that lets
 // one demand read of a container run at a time, with a model whose PFS
 // costs 1 ms and 1 µs a byte (a gap limit of about 1000 bytes, a run
 // limit of ten times that).
-func packedLoader(p *packedPFS, bs int64) *Loader {
+func packedLoader(p *packedPFS, bs, ram int64) *Loader {
 	m := perfmodel.New(perfmodel.Config{Priors: map[string]perfmodel.Prior{"pfs": {Latency: 1e6, Bandwidth: 1e6}}})
-	return New(Config{BlockSize: bs, Model: m, DemandPerContainer: 1}, ramcache.New(ramcache.Config{Capacity: 0}), nil, p)
+	return New(Config{BlockSize: bs, Model: m, DemandPerContainer: 1}, ramcache.New(ramcache.Config{Capacity: ram}), nil, p)
 }
 
 // readQueued reads es while the blocker holds the container's one slot,
@@ -189,7 +189,7 @@ func readQueued(t *testing.T, l *Loader, p *packedPFS, es []*catalog.Entry) map[
 // container's queue is dropped when it is idle.
 func TestCombinedRunsCutAtLimits(t *testing.T) {
 	const bs = 8192
-	gap, run := packedLoader(&packedPFS{}, bs).RunLimits()
+	gap, run := packedLoader(&packedPFS{}, bs, 0).RunLimits()
 	long := (run - gap + 1) / 2 // two of these, and a hole of at most gap, make a run of run
 	if gap < 100 || long > bs {
 		t.Fatalf("limits gap %d, run %d: the layout needs a gap of 100 or more and a run of two blocks", gap, run)
@@ -206,7 +206,7 @@ func TestCombinedRunsCutAtLimits(t *testing.T) {
 		"s3": {s3, long}, // ends exactly run past s2's start
 		"s4": {s4, 100},  // past it: read alone
 	})
-	l := packedLoader(p, bs)
+	l := packedLoader(p, bs, 0)
 	var es []*catalog.Entry
 	for i, path := range []string{"s4", "s3", "s2", "s1", "s0"} { // queued backwards
 		es = append(es, p.entry(path, uint64(i+1)))
@@ -253,7 +253,7 @@ func TestCombinedRunFails(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			p := newPackedPFS(map[string][2]int64{"a": {100, 100}, "b": {200, 100}, "c": {300, 100}})
 			p.runErr, p.short = c.runErr, c.short
-			l := packedLoader(p, 8192)
+			l := packedLoader(p, 8192, 0)
 			es := []*catalog.Entry{p.entry("a", 1), p.entry("b", 2), p.entry("c", 3)}
 			errs := readQueued(t, l, p, es)
 			for path, err := range errs {
@@ -278,7 +278,7 @@ func TestCombinedRunFails(t *testing.T) {
 func TestWholeBlockSampleCombined(t *testing.T) {
 	const bs = 1000
 	p := newPackedPFS(map[string][2]int64{"f": {100, bs}})
-	l := packedLoader(p, bs)
+	l := packedLoader(p, bs, 0)
 	if errs := readQueued(t, l, p, []*catalog.Entry{p.entry("f", 1)}); errs["f"] != nil {
 		t.Fatal(errs["f"])
 	}
@@ -287,9 +287,9 @@ func TestWholeBlockSampleCombined(t *testing.T) {
 // prefetchLayout lays out a first sample and three neighbours for
 // PrefetchRun: n1 a hole of exactly the gap limit after first, n2 one
 // byte more after n1, n3 right after n2 and exactly one block long.
-func prefetchLayout(t *testing.T, bs int64) (*packedPFS, *Loader, []*catalog.Entry) {
+func prefetchLayout(t *testing.T, bs, ram int64) (*packedPFS, *Loader, []*catalog.Entry) {
 	t.Helper()
-	gap, _ := packedLoader(&packedPFS{}, bs).RunLimits()
+	gap, _ := packedLoader(&packedPFS{}, bs, 0).RunLimits()
 	if gap < 100 {
 		t.Fatalf("gap limit %d: the layout needs 100 or more", gap)
 	}
@@ -297,7 +297,7 @@ func prefetchLayout(t *testing.T, bs int64) (*packedPFS, *Loader, []*catalog.Ent
 	n1 := first + 100 + gap
 	n2 := n1 + 100 + gap + 1
 	p := newPackedPFS(map[string][2]int64{"first": {first, 100}, "n1": {n1, 100}, "n2": {n2, 100}, "n3": {n2 + 100, bs}})
-	l := packedLoader(p, bs)
+	l := packedLoader(p, bs, ram)
 	es := []*catalog.Entry{p.entry("first", 1), p.entry("n1", 2), p.entry("n2", 3), p.entry("n3", 4)}
 	return p, l, es
 }
@@ -308,7 +308,7 @@ func prefetchLayout(t *testing.T, bs int64) (*packedPFS, *Loader, []*catalog.Ent
 // exactly one block is one of them.
 func TestPrefetchRunCutsAtGap(t *testing.T) {
 	const bs = 4096
-	p, l, es := prefetchLayout(t, bs)
+	p, l, es := prefetchLayout(t, bs, 0)
 	staged := map[string][]byte{}
 	keep := func(e *catalog.Entry, i int64, b ramcache.Block) bool {
 		staged[e.Path()] = b.Data
@@ -330,6 +330,9 @@ func TestPrefetchRunCutsAtGap(t *testing.T) {
 	if want := [][]string{{"first", "n1"}, {"n2", "n3"}}; !slices.EqualFunc(runs, want, slices.Equal) || len(singles) != 0 {
 		t.Errorf("runs %q and single reads %q, want %q and none", runs, singles, want)
 	}
+	if st := l.Stats(); st.Runs != 2 || st.RunSamples != 4 || st.Sources["pfs"].Reads != 2 {
+		t.Errorf("stats: %d coalesced reads of %d samples, %d reads measured; want 2, 4 and 2", st.Runs, st.RunSamples, st.Sources["pfs"].Reads)
+	}
 }
 
 // TestPrefetchRunFails: a run that fails on a record, or returns the
@@ -345,7 +348,7 @@ func TestPrefetchRunFails(t *testing.T) {
 		{name: "too few samples", short: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			p, l, es := prefetchLayout(t, 4096)
+			p, l, es := prefetchLayout(t, 4096, 0)
 			p.runErr, p.short = c.runErr, c.short
 			out, err := l.PrefetchRun(context.Background(), es[0], es[1:], func(*catalog.Entry, int64, ramcache.Block) bool { return true })
 			if err != nil {
@@ -357,6 +360,50 @@ func TestPrefetchRunFails(t *testing.T) {
 			if _, singles := p.reads(); len(singles) != len(es) {
 				t.Errorf("single reads %q, want each sample once", singles)
 			}
+			if st := l.Stats(); st.Runs != 0 || st.RunSamples != 0 || st.Sources["pfs"].Reads != 0 {
+				t.Errorf("stats: %d coalesced reads of %d samples, %d reads measured; a failed run is none", st.Runs, st.RunSamples, st.Sources["pfs"].Reads)
+			}
 		})
+	}
+}
+
+// TestPrefetchRunOffersNeighbours: PrefetchRun offers the neighbours it
+// read to RAM, which keeps them here (they were read only because they
+// were near first), and stages first; a run of one sample is measured but
+// is no coalesced read.
+func TestPrefetchRunOffersNeighbours(t *testing.T) {
+	_, l, es := prefetchLayout(t, 4096, 1<<20)
+	keep := func(*catalog.Entry, int64, ramcache.Block) bool { return true }
+	out, err := l.PrefetchRun(context.Background(), es[0], es[1:], keep)
+	if want := map[uint64]bool{1: true, 2: false, 3: false, 4: false}; err != nil || !maps.Equal(out, want) {
+		t.Fatalf("PrefetchRun: %v, %v; want %v", out, err, want)
+	}
+	for i, e := range es {
+		if l.InRAM(e) != (i > 0) {
+			t.Errorf("%s in RAM: %v", e.Path(), l.InRAM(e))
+		}
+	}
+	if out, err := l.PrefetchRun(context.Background(), es[0], nil, keep); err != nil || !maps.Equal(out, map[uint64]bool{1: true}) {
+		t.Fatalf("PrefetchRun of first alone: %v, %v", out, err)
+	}
+	if st := l.Stats(); st.Runs != 2 || st.RunSamples != 4 || st.Sources["pfs"].Reads != 3 {
+		t.Errorf("stats: %d coalesced reads of %d samples, %d reads measured; want 2, 4 and 3", st.Runs, st.RunSamples, st.Sources["pfs"].Reads)
+	}
+}
+
+// TestLocate: a sample of a packed dataset is located if it is one block
+// at most, and coalescing is on.
+func TestLocate(t *testing.T) {
+	const bs = 1000
+	p := newPackedPFS(map[string][2]int64{"block": {0, bs}, "more": {bs, bs + 1}})
+	for _, c := range []struct {
+		path       string
+		noCoalesce bool
+		ok         bool
+	}{{"block", false, true}, {"more", false, false}, {"block", true, false}} {
+		l := New(Config{BlockSize: bs, NoCoalesce: c.noCoalesce}, nil, nil, p)
+		if sp, ok := l.Locate(p.entry(c.path, 1)); ok != c.ok || ok && sp != p.spans[c.path] {
+			t.Errorf("%s, no coalescing %v: located %v at %+v", c.path, c.noCoalesce, ok, sp)
+		}
 	}
 }

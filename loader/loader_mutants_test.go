@@ -32,6 +32,19 @@ func TestDefaultConfigValues(t *testing.T) {
 	}
 }
 
+// TestValidate: zero settings are valid (they take the defaults); a
+// negative one is not.
+func TestValidate(t *testing.T) {
+	if err := (Config{}).Validate(); err != nil {
+		t.Errorf("zero settings: %v", err)
+	}
+	for _, c := range []Config{{BlockSize: -1}, {PFSTimeout: -1}, {PFSCalls: -1}, {FailureTTL: -1}, {PFSMargin: -0.5}} {
+		if err := c.Validate(); err == nil {
+			t.Errorf("%+v: valid", c)
+		}
+	}
+}
+
 // TestNewFillsDefaults: New takes the defaults for zero and negative
 // settings, and keeps the ones given.
 func TestNewFillsDefaults(t *testing.T) {
@@ -402,7 +415,7 @@ func (r *movedRemote) FetchCached(peer string, e *catalog.Entry, i int64) ([]byt
 // still the copy. A copy expected slower than that but never measured:
 // tried first, to see whether it recovered; one that failed lately: not.
 // A moved sample's previous owner is asked before the PFS, unless it is
-// the owner itself.
+// the owner itself; a damaged block from it is refused.
 func TestSourceChoiceRules(t *testing.T) {
 	const size = 1000
 	same := perfmodel.Prior{Latency: time.Millisecond, Bandwidth: 1e8}
@@ -414,6 +427,7 @@ func TestSourceChoiceRules(t *testing.T) {
 		margin       float64
 		remote       *movedRemote
 		lacks        bool  // the owner lacks the block
+		damaged      bool  // the peers send it damaged
 		peer, cached int64 // fetches from the owner and the previous owner's caches
 		pfs          int64
 		tier         string
@@ -425,6 +439,7 @@ func TestSourceChoiceRules(t *testing.T) {
 			remote: &movedRemote{owner: "b"}, peer: 1, tier: "peer"},
 		{name: "failed copy not probed", fail: true, margin: 2, remote: &movedRemote{owner: "b"}, pfs: 1, tier: "pfs"},
 		{name: "previous owner", remote: &movedRemote{previous: "c"}, cached: 1, tier: "moved"},
+		{name: "previous owner's block damaged", remote: &movedRemote{previous: "c"}, damaged: true, cached: 1, pfs: 1, tier: "pfs"},
 		{name: "previous owner is the owner", remote: &movedRemote{owner: "b", previous: "b"}, lacks: true, peer: 1, pfs: 1, tier: "pfs"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -437,6 +452,7 @@ func TestSourceChoiceRules(t *testing.T) {
 				if c.lacks {
 					r.err = ErrNoBlock
 				}
+				r.damage = c.damaged
 				l.SetRemote(r)
 			}
 			if c.measure {
@@ -449,7 +465,7 @@ func TestSourceChoiceRules(t *testing.T) {
 			}
 			b, from, _, err := l.ReadAtWaited(context.Background(), entry("f", size), make([]byte, size), 0)
 			if err != nil || !bytes.Equal(b, files["f"]) {
-				t.Fatalf("read: %v", err)
+				t.Fatalf("read: %v (the file's bytes: %v)", err, bytes.Equal(b, files["f"]))
 			}
 			var peer, cached int64
 			if r := c.remote; r != nil {
@@ -459,6 +475,11 @@ func TestSourceChoiceRules(t *testing.T) {
 			if from != c.tier || peer != c.peer || cached != c.cached || pfs.reads.Load() != c.pfs {
 				t.Errorf("from %s after %d fetches from the owner, %d from the previous owner's caches, %d PFS reads; want from %s after %d, %d and %d",
 					from, peer, cached, pfs.reads.Load(), c.tier, c.peer, c.cached, c.pfs)
+			}
+			// A peer that sent a damaged block is skipped for a while;
+			// one that served it, or only lacked it, is not.
+			if failed := l.Stats().Sources["peer:c"].Failures > 0; failed != c.damaged {
+				t.Errorf("the previous owner counted as failed: %v", failed)
 			}
 		})
 	}
