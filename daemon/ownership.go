@@ -21,6 +21,7 @@ type ownership struct {
 
 	snap    *catalog.Snapshot // the snapshot buckets counts (the watcher's only)
 	buckets [][2]int64        // files and bytes per placement bucket
+	moved   [2]int64          // the watcher's: samples that changed owner at the last table change, and in all
 }
 
 // PlacementStats tells how placement follows the jobs' plans.
@@ -30,6 +31,11 @@ type PlacementStats struct {
 	// same one give every sample the same owner.
 	Table   string `json:"table,omitempty"`
 	Members int    `json:"members"` // alive members of this dataset it places on
+	// MovedSamples is how many samples changed owner when the table last
+	// changed (a member joined or left, or the jobs moved them), and
+	// MovedTotal over the node's life.
+	MovedSamples int64 `json:"moved_samples"`
+	MovedTotal   int64 `json:"moved_total"`
 	// PlannedSamples is how many samples the gossiped jobs read over the
 	// placement window; PlannedReads their reads, and LocalReads the
 	// share of those a node makes of a sample it owns.
@@ -81,8 +87,9 @@ func placeAlive(alive []cluster.Member) (*placement.Table, error) {
 	return placement.New(ms)
 }
 
-// compute places every regular file of snap with t.
-func (o *ownership) compute(snap *catalog.Snapshot, t *placement.Table, plan PlacementStats) {
+// compute places every regular file of snap with t; prev, if not nil, is
+// the table t replaces.
+func (o *ownership) compute(snap *catalog.Snapshot, t, prev *placement.Table, plan PlacementStats) {
 	counts := map[string][2]int64{}
 	if t != nil {
 		if o.snap != snap {
@@ -114,10 +121,49 @@ func (o *ownership) compute(snap *catalog.Snapshot, t *placement.Table, plan Pla
 		for i, m := range ms {
 			counts[m.Name] = per[i]
 		}
+		if prev != nil {
+			o.moved[0] = o.movedFrom(snap, prev, t)
+			o.moved[1] += o.moved[0]
+		}
 	}
+	plan.MovedSamples, plan.MovedTotal = o.moved[0], o.moved[1]
 	o.mu.Lock()
 	o.counts, o.plan = counts, plan
 	o.mu.Unlock()
+}
+
+// movedFrom counts the regular files of snap whose owner differs between
+// tables a and b: bucket by bucket, then the keys either assigns by
+// demand, which do not follow their bucket. Owners are compared by name:
+// the tables number their members each in its own way.
+func (o *ownership) movedFrom(snap *catalog.Snapshot, a, b *placement.Table) int64 {
+	am, bm := a.Members(), b.Members()
+	bucketMoved := func(k int) bool { return am[a.BucketOwner(k)].Name != bm[b.BucketOwner(k)].Name }
+	var moved int64
+	for k, c := range o.buckets {
+		if bucketMoved(k) {
+			moved += c[0]
+		}
+	}
+	seen := map[string]bool{}
+	fix := func(key string, _ int) {
+		if seen[key] {
+			return
+		}
+		seen[key] = true
+		if e := snap.Lookup(key); e == nil || !e.IsRegular() {
+			return
+		}
+		if bucketMoved(placement.Bucket(key)) {
+			moved-- // counted with its bucket above
+		}
+		if am[a.Owner(key)].Name != bm[b.Owner(key)].Name {
+			moved++
+		}
+	}
+	a.Assigned(fix)
+	b.Assigned(fix)
+	return moved
 }
 
 // sameDataset splits members into those that gossip this node's dataset
@@ -178,8 +224,10 @@ func (n *Node) watchOwnership(changes <-chan struct{}, stop <-chan struct{}) {
 			tOthers, rest = nil, nil
 		}
 		n.tableMu.Lock()
+		var replaced *placement.Table
 		if n.placement != nil && !n.placement.Equal(t) {
 			n.prevPlacement, n.prevPlaced = n.placement, n.placed
+			replaced = n.placement
 		}
 		n.placement, n.placed = t, alive
 		n.othersPlacement, n.othersPlaced = tOthers, rest
@@ -187,7 +235,7 @@ func (n *Node) watchOwnership(changes <-chan struct{}, stop <-chan struct{}) {
 		// balance= plans not yet pinned follow the new layout (which also
 		// takes the ranks from the members' gossiped job lines).
 		n.jobs.Relayout()
-		n.own.compute(n.cat.Snapshot(), t, plan) // places every bucket: after the plans
+		n.own.compute(n.cat.Snapshot(), t, replaced, plan) // places every bucket: after the plans
 
 		select {
 		case <-stop:

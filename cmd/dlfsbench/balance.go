@@ -49,7 +49,7 @@ func runBalance(o options, src string, files []string, total int64) error {
 			return err
 		}
 		job := fmt.Sprintf("balance-%d", i)
-		r, recs, err := runEpochs(o, pfs, files, run.name, job, mnts, mnts, run.extra)
+		r, recs, err := runEpochs(o, here(pfs), files, run.name, job, mnts, mnts, run.extra)
 		stop()
 		if err != nil {
 			return err

@@ -54,7 +54,7 @@ func runCluster(o options, src string, files []string, total int64) error {
 
 	var results []clusterEpoch
 	epochs := func(mode string, roots []string, mnts []string) error {
-		r, _, err := runEpochs(o, pfs, files, mode, "cluster", roots, mnts, nil)
+		r, _, err := runEpochs(o, here(pfs), files, mode, "cluster", roots, mnts, nil)
 		results = append(results, r...)
 		return err
 	}
@@ -134,7 +134,19 @@ func runCluster(o options, src string, files []string, total int64) error {
 // with extra arguments for the script, dropping the mounts' page caches
 // before every epoch, and returns every epoch's figures and each rank's
 // records (records[epoch][rank]).
-func runEpochs(o options, pfs *sim, files []string, mode, job string, roots, mnts []string, extra []string) ([]clusterEpoch, [][]epochRecord, error) {
+// ranks is where a suite's ranks run: the PFS bytes they cost, and how a
+// rank's process is made (nil: on this machine, with torch's rendezvous
+// on loopback).
+type ranks struct {
+	pfsBytes func() (int64, error)
+	command  func(r int, name string, args ...string) *exec.Cmd
+	master   string // MASTER_ADDR
+}
+
+// here is ranks on this machine over pfs.
+func here(pfs *sim) ranks { return ranks{pfsBytes: pfs.bytes, master: "127.0.0.1"} }
+
+func runEpochs(o options, env ranks, files []string, mode, job string, roots, mnts []string, extra []string) ([]clusterEpoch, [][]epochRecord, error) {
 	var (
 		results []clusterEpoch
 		records [][]epochRecord
@@ -154,7 +166,7 @@ func runEpochs(o options, pfs *sim, files []string, mode, job string, roots, mnt
 		if err != nil {
 			return nil, nil, err
 		}
-		before, err := pfs.bytes()
+		before, err := env.pfsBytes()
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", mode, err)
 		}
@@ -168,7 +180,7 @@ func runEpochs(o options, pfs *sim, files []string, mode, job string, roots, mnt
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				recs[r], errs[r] = trainRank(o, roots[r], epoch, r, mode, job, extra)
+				recs[r], errs[r] = trainRank(o, env, roots[r], epoch, r, mode, job, extra)
 			}()
 		}
 		wg.Wait()
@@ -177,7 +189,7 @@ func runEpochs(o options, pfs *sim, files []string, mode, job string, roots, mnt
 				return nil, nil, err
 			}
 		}
-		after, err := pfs.bytes()
+		after, err := env.pfsBytes()
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", mode, err)
 		}
@@ -333,13 +345,20 @@ type epochRecord struct {
 // trainRank runs rank r of job for one epoch over data with the script's
 // extra arguments, and returns its record: the seconds its loop took, as
 // the script timed them.
-func trainRank(o options, data string, epoch, r int, mode, job string, extra []string) (epochRecord, error) {
+func trainRank(o options, env ranks, data string, epoch, r int, mode, job string, extra []string) (epochRecord, error) {
 	rec := filepath.Join(o.dir, fmt.Sprintf("cluster-record-%d.json", r))
-	args := append([]string{filepath.Join(o.examples, "train_imagefolder.py"), "--data", data,
+	script, err := filepath.Abs(filepath.Join(o.examples, "train_imagefolder.py"))
+	if err != nil {
+		return epochRecord{}, err
+	}
+	args := append([]string{script, "--data", data,
 		"--epochs", "1", "--start-epoch", fmt.Sprint(epoch), "--workers", "2", "--batch", "32", "--raw", "--job", job, "--record", rec}, extra...)
 	cmd := exec.Command("/usr/bin/python3", args...)
+	if env.command != nil {
+		cmd = env.command(r, "/usr/bin/python3", args...)
+	}
 	cmd.Env = append(os.Environ(), fmt.Sprintf("RANK=%d", r), fmt.Sprintf("WORLD_SIZE=%d", clusterNodes),
-		"MASTER_ADDR=127.0.0.1", fmt.Sprintf("MASTER_PORT=%d", 29400+epoch%100))
+		"MASTER_ADDR="+env.master, fmt.Sprintf("MASTER_PORT=%d", 29400+epoch%100))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return epochRecord{}, fmt.Errorf("%s rank %d: %v\n%s", mode, r, err, out)
 	}

@@ -63,7 +63,7 @@ func main() {
 	flag.DurationVar(&o.readLatency, "pfs-read-latency", 200*time.Microsecond, "pfssim latency per read call")
 	flag.Float64Var(&o.bandwidth, "pfs-bandwidth-mbps", 300, "pfssim aggregate bandwidth in MB/s")
 	flag.BoolVar(&o.genOnly, "gen-only", false, "only generate the dataset under DIR/source")
-	flag.StringVar(&o.suites, "suites", "mount,push,clairvoyance,untold,cluster,balance,packed,sealing,allocation,sharing,observe,simulate", "which tables to measure")
+	flag.StringVar(&o.suites, "suites", "mount,push,clairvoyance,untold,cluster,balance,hosts,packed,sealing,allocation,sharing,observe,simulate", "which tables to measure")
 	flag.StringVar(&o.examples, "examples", "examples", "directory of train_imagefolder.py")
 	flag.DurationVar(&o.busyOpen, "busy-open-latency", 20*time.Millisecond, "clairvoyance suite: pfssim latency per open")
 	flag.DurationVar(&o.busyRead, "busy-read-latency", time.Millisecond, "clairvoyance suite: pfssim latency per read call")
@@ -72,7 +72,17 @@ func main() {
 	flag.StringVar(&o.scaleDir, "scale-dir", "", "scale suite: work directory, the tree kept for reuse (default DIR/scale-N)")
 	flag.StringVar(&o.floorMnt, "serve-floor", "", "serve the scale suite's FUSE floor over this mountpoint until SIGTERM (used by the scale suite)")
 	flag.StringVar(&o.floorSrc, "floor-src", "", "with -serve-floor: the tree whose names and sizes it shows")
+	var reader readerFlags
+	var readSeed uint64
+	addReaderFlags(&reader, &readSeed)
 	flag.Parse()
+	if reader.root != "" {
+		if err := runReader(reader.root, reader.sums, readSeed); err != nil {
+			fmt.Fprintln(os.Stderr, "dlfsbench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if o.floorMnt != "" {
 		if err := serveFloor(o.floorSrc, o.floorMnt); err != nil {
 			fmt.Fprintln(os.Stderr, "dlfsbench:", err)
@@ -148,6 +158,11 @@ func run(o options) error {
 	}
 	if strings.Contains(o.suites, "balance") {
 		if err := runBalance(o, src, files, total); err != nil {
+			return err
+		}
+	}
+	if strings.Contains(o.suites, "hosts") {
+		if err := runHosts(o, src, files, total); err != nil {
 			return err
 		}
 	}

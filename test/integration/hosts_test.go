@@ -482,6 +482,7 @@ type placementView struct {
 	table   string
 	members int
 	owned   map[string]int64 // samples by member
+	moved   int64            // samples that changed owner, over the node's life
 }
 
 func (n *bedNode) placement(t *testing.T) placementView {
@@ -491,6 +492,7 @@ func (n *bedNode) placement(t *testing.T) placementView {
 	v := placementView{owned: map[string]int64{}}
 	v.table, _ = pl["table"].(string)
 	v.members = int(num(pl, "members"))
+	v.moved = int64(num(pl, "moved_total"))
 	members, _ := cl["members"].([]any)
 	for _, m := range members {
 		mm := m.(map[string]any)
@@ -579,11 +581,11 @@ func TestSixteenHosts(t *testing.T) {
 	after, _ := c.agree(hosts, 2*time.Minute)
 	converged := time.Since(begin)
 	<-done
-	moved := v.owned[victim.host.Name] + after.owned[h.Name] // rendezvous: only the dead's and the new one's samples move
-	t.Logf("churn: converged %v after the kill; at most %d of %d samples moved (%.3f; 2/N = %.3f)",
+	moved := after.moved - v.moved // as h00 counts them, over every table it went through
+	t.Logf("churn: converged %v after the kill; %d of %d samples changed owner (%.3f; 2/N = %.3f)",
 		converged, moved, len(c.files), float64(moved)/float64(len(c.files)), 2.0/hosts)
-	if float64(moved) > 2.5/hosts*float64(len(c.files)) {
-		t.Errorf("churn moved up to %d of %d samples, want about 2/N", moved, len(c.files))
+	if float64(moved) > 3.0/hosts*float64(len(c.files)) {
+		t.Errorf("churn moved %d of %d samples, want about 2/N", moved, len(c.files))
 	}
 	c.readEverywhere(300)
 }
