@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -636,4 +637,56 @@ func TestSlowLink(t *testing.T) {
 	if fromSlow > share/4 || fromPFS < share/2 {
 		t.Errorf("epoch 3: %v of h02's %v samples still read from it, %v from the PFS: the model still prefers the slow link", fromSlow, share, fromPFS)
 	}
+}
+
+// TestRewriteAcrossHosts: issue 10's guarantee holds between hosts. Files
+// rewritten in place on the PFS with the same size and their mtime put
+// back are never served as the old bytes by a host after that host's
+// refresh, whichever host owns them and whether or not the owner has
+// refreshed (its copies are of the old ctime, so their tags differ).
+func TestRewriteAcrossHosts(t *testing.T) {
+	c := newBedCluster(t, bedOptions{hosts: 2, files: 60})
+	c.waitMembers(2)
+	c.readEverywhere(1) // every file cached on its owner
+	rewritten := c.files[:20]
+	for _, f := range rewritten {
+		p := filepath.Join(c.src, f)
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := os.ReadFile(p)
+		for i := range b {
+			b[i] = ^b[i]
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil { // in place: O_TRUNC, same inode
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, fi.ModTime(), fi.ModTime()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.sums = c.checksums(c.src, filepath.Join(t.TempDir(), "sums"))
+	for _, n := range c.nodes {
+		n.sums = c.sums
+	}
+	a := c.nodes[0]
+	dropPageCache(t)
+	if err := control(a.host.Path(a.mnt), "refresh"); err != nil {
+		t.Fatal(err)
+	}
+	// h00 refreshed, h01 not: h00 reads the new bytes of all 20, h01's
+	// among them too.
+	for _, f := range rewritten {
+		got, err := os.ReadFile(a.host.Path(filepath.Join(a.mnt, f)))
+		want, _ := os.ReadFile(filepath.Join(c.src, f))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("h00 after its refresh: %s: %d bytes, %v; want the new version", f, len(got), err)
+		}
+	}
+	if err := control(c.nodes[1].host.Path(c.nodes[1].mnt), "refresh"); err != nil {
+		t.Fatal(err)
+	}
+	dropPageCache(t)
+	c.readEverywhere(2)
 }
