@@ -12,6 +12,7 @@ import (
 	"math"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -682,5 +683,45 @@ func TestFlightGiveUp(t *testing.T) {
 				t.Errorf("do: %v, the call's error %v; want %v and %v", err, call.err, c.want, c.err)
 			}
 		})
+	}
+}
+
+// lateCtx is a context that its read cancels; Err, called once the wait
+// for the read has ended on the cancellation, first tells the read to
+// return (entered), then waits until the read's goroutine has let go of
+// its slot: the read finished just as its wait ended.
+type lateCtx struct {
+	context.Context
+	done, entered chan struct{}
+	once          sync.Once
+	slots         chan struct{}
+}
+
+func (c *lateCtx) Done() <-chan struct{} { return c.done }
+
+func (c *lateCtx) Err() error {
+	c.once.Do(func() { close(c.entered) })
+	for deadline := time.Now().Add(10 * time.Second); len(c.slots) > 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	return context.Canceled
+}
+
+// TestReadEndingAsWaitEnds: a read of SOURCE that finishes just as its
+// wait ends (here, its reader gave up) is not counted as stuck, and its
+// answer is used.
+func TestReadEndingAsWaitEnds(t *testing.T) {
+	l := New(Config{PFSTimeout: time.Hour}, nil, nil, nil)
+	ctx := &lateCtx{Context: context.Background(), done: make(chan struct{}), entered: make(chan struct{}), slots: l.pfsSlots}
+	got, err := pfsCall(ctx, l, "f", func() (int, error) {
+		close(ctx.done)
+		<-ctx.entered
+		return 7, nil
+	})
+	if got != 7 || err != nil {
+		t.Errorf("pfsCall: %d, %v; want the read's answer", got, err)
+	}
+	if n := l.Stats().PFSStuck; n != 0 {
+		t.Errorf("%d reads of SOURCE counted as stuck, want none", n)
 	}
 }
