@@ -229,6 +229,9 @@ func (n *Node) closeFirst(name string) {
 	}
 }
 
+// defaultBind is where gossip listens when --join is given without --bind.
+const defaultBind = "0.0.0.0:7946"
+
 // detachWait is how long Close waits, after detaching a busy mount, for
 // its last open file to close.
 const detachWait = 5 * time.Second
@@ -272,6 +275,15 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	if cc := cfg.Cluster; (cc.Bind != "" || len(cc.Join) > 0) && len(cc.Key) == 0 && !cc.Insecure {
 		return nil, fmt.Errorf("%w: no cluster key: anyone who reaches the gossip or data port could join and read the dataset; give --cluster-key-file, or --insecure on a network only trusted nodes reach", cluster.ErrConfig)
+	}
+	if cc := cfg.Cluster; cc.Bind != "" || len(cc.Join) > 0 {
+		if cc.Bind == "" {
+			cc.Bind = defaultBind
+		}
+		// Addresses no other host could reach fail now, not after the scan.
+		if _, _, err := cluster.Addresses(cc); err != nil {
+			return nil, err
+		}
 	}
 	if abs, err := filepath.Abs(cfg.Mountpoint); err == nil {
 		cfg.Mountpoint = abs
@@ -452,7 +464,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 
 	if cc := cfg.Cluster; cc.Bind != "" || len(cc.Join) > 0 {
 		if cc.Bind == "" {
-			cc.Bind = "0.0.0.0:7946"
+			cc.Bind = defaultBind
 		}
 		cc.NodeName, cc.Logger = cfg.NodeName, cfg.Logger
 		cc.Meta.Dataset, cc.Meta.Placement = n.dataset.String(), placement.HashVersion

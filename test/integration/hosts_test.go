@@ -690,3 +690,30 @@ func TestRewriteAcrossHosts(t *testing.T) {
 	dropPageCache(t)
 	c.readEverywhere(2)
 }
+
+// TestAddressesThatCannotWork: an --advertise or --data-addr the other
+// hosts could not reach stops the mount with one line saying what to set.
+func TestAddressesThatCannotWork(t *testing.T) {
+	src := t.TempDir()
+	dataset(t, src, 3)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--bind", "0.0.0.0:0", "--advertise", "0.0.0.0:7946"}, "--advertise"},
+		{[]string{"--bind", "127.0.0.1:0", "--join", "10.77.0.10:7946"}, "--advertise (or --bind)"},
+		{[]string{"--bind", "0.0.0.0:0", "--advertise", "10.1.2.3:7946", "--data-addr", "127.0.0.1:7999"}, "--data-addr 10.1.2.3:7999 or 0.0.0.0:7999"},
+	} {
+		mnt := t.TempDir()
+		args := append(append([]string{"mount", "--insecure"}, c.args...), src, mnt)
+		code, _, stderr := runCmd(t, bin.dlfs, args...)
+		lines := strings.Split(strings.TrimSpace(stderr), "\n")
+		last := lines[len(lines)-1]
+		if code == 0 || !strings.Contains(last, c.want) || !strings.HasPrefix(last, "dlfs: ") {
+			t.Errorf("dlfs %v: exit %d, stderr %q; want a last line naming %s", c.args, code, stderr, c.want)
+		}
+		if isMounted(mnt) {
+			t.Errorf("dlfs %v left a mount", c.args)
+		}
+	}
+}
