@@ -394,7 +394,80 @@ func runHosts(o options, src string, files []string, total int64) error {
 		}
 	}
 	fmt.Printf("- dlfs's CPU on the 3 hosts: %s CPU-seconds per GB served to the ranks\n", show("%.2f", perUnit(cpu3, gb/clusterNodes)))
+	if err := runCappedHosts(o, src, files, total, keyFile); err != nil {
+		return err
+	}
 	return runSixteenHosts(o, src, files, total, keyFile)
+}
+
+// cappedBits is each host's link in the capped runs, each way: 400
+// Mbit/s, below what the busy PFS gives one host.
+const cappedBits = 400_000_000
+
+// runCappedHosts: 3 hosts on capped links, the job in the stock order
+// and with balance=locality (its ranks meet through torch.distributed on
+// h00's address), as epoch time and bytes between hosts.
+func runCappedHosts(o options, src string, files []string, total int64, keyFile string) error {
+	ram := fmt.Sprint(total * 4 / 10)
+	const stock, local = "stock order, links capped at 400 Mbit/s", "balance=locality, links capped at 400 Mbit/s"
+	var results []clusterEpoch
+	for i, run := range []struct {
+		name  string
+		extra []string
+	}{{stock, nil}, {local, []string{"--balance", "locality", "--dist"}}} {
+		b, err := startBed(o, fmt.Sprintf("hosts-capped-%d", i), src, keyFile, 3, nil, []string{"--ram-cache", ram})
+		if err != nil {
+			return err
+		}
+		for _, h := range b.Hosts() {
+			if err := h.SetBandwidth(cappedBits); err != nil {
+				b.stop()
+				return err
+			}
+		}
+		if _, _, err := b.agree(3, time.Minute); err != nil {
+			b.stop()
+			return err
+		}
+		data := b.hostData()
+		r, recs, err := runEpochs(o, b.ranks(), files, run.name, fmt.Sprintf("hosts-capped-%d", i), data, b.mounts(), run.extra)
+		b.stop()
+		if err != nil {
+			return err
+		}
+		if len(run.extra) > 0 {
+			if err := checkGlobalBatches(run.name, data, recs); err != nil {
+				return err
+			}
+		}
+		results = append(results, r...)
+	}
+	fmt.Printf("\n### Hosts: balance=locality against the stock order on capped links\n\n")
+	fmt.Printf("3 test-bed hosts as above, each link capped at %d Mbit/s each way (tc tbf), RAM tiers of 40%% of the dataset; "+
+		"the same 3-rank job in the stock order and with balance=locality, whose ranks meet through torch.distributed (gloo) on h00. "+
+		"Every balance= global batch was checked against torch's.\n\n", cappedBits/1_000_000)
+	fmt.Println("| run | epoch | seconds | PFS bytes ÷ dataset | bytes between hosts ÷ dataset |")
+	fmt.Println("|---|---:|---:|---:|---:|")
+	for _, r := range results {
+		fmt.Printf("| %s | %d | %.2f | %.3f | %.3f |\n", r.mode, r.epoch, r.seconds, float64(r.pfsBytes)/float64(total), float64(r.peerBytes)/float64(total))
+	}
+	avg := func(mode string) (secs, peer float64) {
+		n := 0.0
+		for _, r := range results {
+			if r.mode == mode && r.epoch >= 1 {
+				secs, peer, n = secs+r.seconds, peer+float64(r.peerBytes)/float64(total), n+1
+			}
+		}
+		if n == 0 {
+			return notMeasured, notMeasured
+		}
+		return secs / n, peer / n
+	}
+	ss, sp := avg(stock)
+	ls, lp := avg(local)
+	fmt.Printf("\n- epochs 1 and 2: balance=locality %s s against %s s in the stock order (%s), bytes between hosts %s against %s the dataset (%s)\n",
+		show("%.2f", ls), show("%.2f", ss), show("%.2fx the time", perUnit(ls, ss)), show("%.3fx", lp), show("%.3fx", sp), show("%.2fx the bytes", perUnit(lp, sp)))
+	return nil
 }
 
 // hostData is each host's mount as its rank (inside the host) sees it.
