@@ -41,6 +41,7 @@ import (
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/cluster"
 	"github.com/dlfs/dlfs/control"
+	"github.com/dlfs/dlfs/daemon/owners"
 	"github.com/dlfs/dlfs/folder"
 	"github.com/dlfs/dlfs/fusefs"
 	"github.com/dlfs/dlfs/integrity"
@@ -145,63 +146,37 @@ type Node struct {
 	log     *slog.Logger
 	started time.Time
 
-	cat         *catalog.Catalog
-	src         *source.Source
-	packed      packed.Dataset // nil unless SOURCE is packed
-	dataset     integrity.Dataset
-	ram         *ramcache.Cache
-	ssd         *ssdstore.Store // nil when the SSD tier is off
-	load        *loader.Loader
-	model       *perfmodel.Model // shared by the loader and the peer batchers
-	fs          *fusefs.FS
-	ctl         *controlPlane
-	jobs        *jobs.Registry
-	pf          *prefetch.Prefetcher
-	readers     *readers.Tracker
-	alloc       *allocator.Allocator
-	readTimes   readTimes // per reporting rank, for alloc
-	warmer      *warmup.Warmer
-	cl          *cluster.Cluster // nil for a cluster of one
-	meta        cluster.Meta     // what this node gossips, less its jobs
-	peers       *peer.Client     // nil without a cluster
-	peerSrv     *peer.Server     // nil without --data-addr
-	peerServed  atomic.Int64
-	peerBatches atomic.Int64
-	lat         latencies   // nil Vecs with Config.NoLatency
-	history     rateHistory // the status page's last minutes
-	alog        *accesslog.Log
+	cat        *catalog.Catalog
+	src        *source.Source
+	packed     packed.Dataset // nil unless SOURCE is packed
+	dataset    integrity.Dataset
+	ram        *ramcache.Cache
+	ssd        *ssdstore.Store // nil when the SSD tier is off
+	load       *loader.Loader
+	fs         *fusefs.FS
+	ctl        *controlPlane
+	jobs       *jobs.Registry
+	pf         *prefetch.Prefetcher
+	readers    *readers.Tracker
+	alloc      *allocator.Allocator
+	readTimes  readTimes // per reporting rank, for alloc
+	warmer     *warmup.Warmer
+	cl         *cluster.Cluster // nil for a cluster of one
+	owners     *owners.Owners   // the cluster's read policy; nil for a cluster of one
+	peerSrv    *peer.Server     // nil without --data-addr
+	peerServed atomic.Int64
+	lat        latencies   // nil Vecs with Config.NoLatency
+	history    rateHistory // the status page's last minutes
+	alog       *accesslog.Log
 	// stopAccessLog ends the access log's writer; Close calls it before
 	// unmounting.
 	stopAccessLog func()
-	tableMu       sync.Mutex
-	// tableMu guards the following: placement over the alive members
-	// (placed[i] is the table's member i), kept by watchOwnership.
-	placement *placement.Table
-	placed    []cluster.Member
-	// The table before the last change, and its members: a sample's
-	// previous owner may still cache it.
-	prevPlacement *placement.Table
-	prevPlaced    []cluster.Member
-
-	layoutMu  sync.Mutex // guards layouts: the balance= layouts computed from table layoutsOf, by job name
-	layoutsOf *placement.Table
-	layouts   map[string]jobLayout
-	// Placement over the other alive members, by hash: who owned what
-	// this node owns before it joined.
-	othersPlacement *placement.Table
-	othersPlaced    []cluster.Member
-	movedIn         atomic.Int64 // blocks fetched from their previous owner's caches
-	batchers        batchers     // by peer data address (peers.go)
-	own             ownership
-	refreshed       chan struct{} // capacity 1: the catalog changed
-	refresher       *refresher    // runs the rescans control writes ask for
-	stopKeeper      func()        // cancels the catalog keeper's rescan
-	stop            chan struct{} // closed by Close: background goroutines end
-	wg              sync.WaitGroup
-	reg             *prometheus.Registry
-	server          *fuse.Server
-	metrics         *http.Server
-	metricsAddr     net.Addr
+	refresher     *refresher // runs the rescans control writes ask for
+	stopKeeper    func()     // cancels the catalog keeper's rescan
+	reg           *prometheus.Registry
+	server        *fuse.Server
+	metrics       *http.Server
+	metricsAddr   net.Addr
 
 	closers   []closer // in the order built; Close runs them in reverse
 	closeOnce sync.Once
@@ -262,9 +237,6 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
-	if cfg.PlacementEpochs <= 0 {
-		cfg.PlacementEpochs = 4
-	}
 	if err := checkMountpoint(cfg.Mountpoint); err != nil {
 		return nil, err
 	}
@@ -288,8 +260,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if abs, err := filepath.Abs(cfg.Mountpoint); err == nil {
 		cfg.Mountpoint = abs
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, started: time.Now(), reg: cfg.Registry,
-		refreshed: make(chan struct{}, 1), stop: make(chan struct{})}
+	n := &Node{cfg: cfg, log: cfg.Logger, started: time.Now(), reg: cfg.Registry}
 	defer func() {
 		if err != nil {
 			n.Close()
@@ -385,7 +356,6 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if lc.Model == nil {
 		lc.Model = perfmodel.New(perfmodel.DefaultConfig())
 	}
-	n.model = lc.Model
 	n.load = loader.New(lc, n.ram, ssd, pfs)
 	// In a cluster this node keeps samples for ranks that run elsewhere.
 	allRanks := cfg.Cluster.Bind != "" || len(cfg.Cluster.Join) > 0
@@ -488,22 +458,19 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 			}
 			return nil
 		})
-		n.meta = n.cl.StartMeta()
-		n.wg.Add(2)
-		go n.watchOwnership(n.cl.Subscribe(), n.stop)
-		go n.advertiseJobs(n.jobs.Subscribe(), n.stop)
-		if n.peers, err = peer.NewClient(cc.Key); err != nil {
+		peers, err := peer.NewClient(cc.Key)
+		if err != nil {
 			return nil, err
 		}
-		n.wg.Add(1)
-		go n.probePeers(n.cl.Subscribe(), n.stop)
-		n.onClose("peers", func() error {
-			close(n.stop)
-			n.peers.Close() // fails fetches in flight, so the batchers end at once
-			n.wg.Wait()
-			return nil
-		})
-		n.load.SetRemote(remote{n})
+		oc := owners.Config{NodeName: cfg.NodeName, Dataset: n.dataset.String(), HashPlacement: cfg.HashPlacement,
+			PlacementEpochs: cfg.PlacementEpochs, Logger: cfg.Logger}
+		if n.owners, err = owners.New(oc, owners.Deps{Cluster: n.cl, Jobs: n.jobs, Peers: peers, Model: lc.Model,
+			Snapshot: n.cat.Snapshot, Tag: n.load.Tag, BlockSize: n.load.BlockSize(), Latency: n.lat.peer}); err != nil {
+			peers.Close()
+			return nil, err
+		}
+		n.onClose("owners", func() error { n.owners.Close(); return nil })
+		n.load.SetRemote(n.owners)
 	}
 	// The prefetcher fetches through the peers too: it stops before them.
 	n.closeFirst("prefetch")
@@ -734,6 +701,16 @@ type inferJobs struct {
 
 func (j inferJobs) Announced(uid uint32) bool { return j.off || j.Registry.AnnouncedBy(uid) }
 
+// layout is where job j's ranks run and its samples are cached
+// (jobs.Config.Layout): the cluster's read policy says; without a
+// cluster, every rank is on this one node, caching all.
+func (n *Node) layout(j *jobs.Job) jobs.Layout {
+	if n.owners == nil {
+		return jobs.Layout{}
+	}
+	return n.owners.Layout(j)
+}
+
 // nextUseOfKey is the SSD tier's oracle: how soon a plan needs the file a
 // block key belongs to.
 func (n *Node) nextUseOfKey(key string) int64 {
@@ -779,9 +756,8 @@ func (n *Node) refresh(ctx context.Context, scan func(context.Context) (catalog.
 	n.fs.Invalidate(d)
 	if len(d.Changed)+len(d.Removed)+len(d.Added) > 0 {
 		n.jobs.Reindex() // plans name files of the new snapshot
-		select {
-		case n.refreshed <- struct{}{}:
-		default:
+		if n.owners != nil {
+			n.owners.CatalogChanged()
 		}
 	}
 	n.log.Info("refreshed catalog", "changed", len(d.Changed), "removed", len(d.Removed), "added", len(d.Added),

@@ -380,14 +380,7 @@ func TestTwoNodesSeeEachOther(t *testing.T) {
 }
 
 // ownerName is the member that n's placement table gives path to.
-func ownerName(n *Node, path string) string {
-	n.tableMu.Lock()
-	defer n.tableMu.Unlock()
-	if n.placement == nil {
-		return ""
-	}
-	return n.placed[n.placement.Owner(path)].Name
-}
+func ownerName(n *Node, path string) string { return n.owners.View().OwnerName(path) }
 
 // TestPeerServesOwnedSamples: two nodes over one SOURCE; every file read
 // through node b comes from the PFS once cluster-wide: b reads the files a
@@ -455,9 +448,8 @@ func TestJoinTakesShareFromCaches(t *testing.T) {
 	b, mntB := startMember(t, src, "b", a.cl.Addr())
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		b.tableMu.Lock()
-		ready := len(b.placed) == 2 && b.othersPlacement != nil
-		b.tableMu.Unlock()
+		v := b.owners.View()
+		ready := len(v.Members()) == 2 && v.Others() != nil
 		if ready && len(a.cl.Alive()) == 2 {
 			break
 		}
@@ -488,7 +480,7 @@ func TestCloseOrder(t *testing.T) {
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"fuse", "catalog keeper", "refresher", "warmup", "readers", "prefetch", "peers", "cluster", "peer server", "ssd", "heap governor", "source"}
+	want := []string{"fuse", "catalog keeper", "refresher", "warmup", "readers", "prefetch", "owners", "cluster", "peer server", "ssd", "heap governor", "source"}
 	if strings.Join(n.closed, ",") != strings.Join(want, ",") {
 		t.Errorf("closed %v, want %v", n.closed, want)
 	}
@@ -516,7 +508,7 @@ func TestLargeBatches(t *testing.T) {
 		theirs = theirs[:0]
 		for i := 0; i < 96; i++ {
 			name := fmt.Sprintf("%02d.bin", i)
-			if m, ok := b.owner(name); ok && m.Name == "a" {
+			if ownerName(b, name) == "a" {
 				theirs = append(theirs, name)
 			}
 		}

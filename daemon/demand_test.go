@@ -3,13 +3,10 @@ package daemon
 import (
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/dlfs/dlfs/catalog"
-	"github.com/dlfs/dlfs/cluster"
-	"github.com/dlfs/dlfs/placement"
 	"github.com/dlfs/dlfs/test/datagen"
 )
 
@@ -64,9 +61,7 @@ func TestDemandPlacement(t *testing.T) {
 	owners := func() map[string]string {
 		out := map[string]string{}
 		for i, n := range nodes {
-			n.tableMu.Lock()
-			tab := n.placement
-			n.tableMu.Unlock()
+			tab := n.owners.View().Table()
 			n.cat.Snapshot().Walk(func(e *catalog.Entry) {
 				if e.IsRegular() {
 					o := tab.Members()[tab.Owner(e.Path())].Name
@@ -82,36 +77,12 @@ func TestDemandPlacement(t *testing.T) {
 	}
 	before := owners()
 	announce(1)
-	if l := jobLines(nodes[1].jobs.All(), map[string]int{"x": 0}); len(l) != 1 || !strings.Contains(l[0], " epoch=1 ") {
-		t.Fatalf("fresh lines after epoch 1: %q", l)
-	}
-	first := map[string]int{}
-	jobLines(nodes[1].jobs.All(), first)
 	announce(2)
-	if l := jobLines(nodes[1].jobs.All(), first); len(l) != 1 || !strings.Contains(l[0], " epoch=1 ") || len(first) != 1 {
-		t.Fatalf("lines after epoch 2: %q, want the window still at epoch 1", l)
-	}
 	waitPlan()
 	after := owners()
 	for p, o := range before {
 		if after[p] != o {
 			t.Fatalf("%s moved from %s to %s when the epoch advanced", p, o, after[p])
 		}
-	}
-}
-
-// TestSameDataset: members of another dataset, or hashing placement
-// another way, get no share.
-func TestSameDataset(t *testing.T) {
-	n := &Node{}
-	me := n.dataset.String()
-	ms := []cluster.Member{
-		{Name: "same", Meta: cluster.Meta{Dataset: me, Placement: placement.HashVersion}},
-		{Name: "other-dataset", Meta: cluster.Meta{Dataset: me + "x", Placement: placement.HashVersion}},
-		{Name: "old-hash", Meta: cluster.Meta{Dataset: me}},
-	}
-	same, foreign := n.sameDataset(ms)
-	if len(same) != 1 || same[0].Name != "same" || len(foreign) != 2 {
-		t.Errorf("same %v, foreign %v", same, foreign)
 	}
 }

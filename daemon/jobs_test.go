@@ -211,7 +211,7 @@ func TestBalancedPair(t *testing.T) {
 	pa, _ := read(mntA, 0)
 	own := 0
 	for _, p := range pa {
-		if m, ok := b.owner(p); ok && m.Name == "a" { // b's view: a owns it
+		if ownerName(b, p) == "a" { // b's view: a owns it
 			own++
 		}
 	}

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,8 +8,6 @@ import (
 	"time"
 
 	"github.com/dlfs/dlfs/cluster"
-	"github.com/dlfs/dlfs/peer"
-	"github.com/dlfs/dlfs/placement"
 	"github.com/dlfs/dlfs/test/conformance"
 )
 
@@ -66,34 +63,5 @@ func TestCatalogTempsRemovedAtStart(t *testing.T) {
 	start(t, src, func(c *Config) { c.SSDDir = ssd })
 	if _, err := os.Stat(left); !os.IsNotExist(err) {
 		t.Fatalf("the killed daemon's temporary file is still there after the mount started: %v", err)
-	}
-}
-
-// TestBatchersOfGoneMembersStop: when placement changes, the batchers of
-// peers no longer placed stop, and what waits on them fails at once; the
-// others stay. A node that outlives many members holds batchers for the
-// current ones only.
-func TestBatchersOfGoneMembersStop(t *testing.T) {
-	n := &Node{stop: make(chan struct{})}
-	defer func() { close(n.stop); n.wg.Wait() }()
-	n.placement = new(placement.Table)
-	n.placed = []cluster.Member{{Name: "p", Meta: cluster.Meta{DataAddr: "127.0.0.1:1"}}, {Name: "q", Meta: cluster.Meta{DataAddr: "127.0.0.1:2"}}}
-	p := n.batcherFor("127.0.0.1:1", "p")
-	q := n.batcherFor("127.0.0.1:2", "q")
-	if len(n.batchers.m) != 2 {
-		t.Fatalf("%d batchers for 2 members", len(n.batchers.m))
-	}
-	n.tableMu.Lock()
-	n.placement = new(placement.Table) // q went
-	n.placed = n.placed[:1]
-	n.tableMu.Unlock()
-	if got := n.batcherFor("127.0.0.1:1", "p"); got != p {
-		t.Fatal("p's batcher was replaced although p stays")
-	}
-	if len(n.batchers.m) != 1 {
-		t.Fatalf("%d batchers for 1 member", len(n.batchers.m))
-	}
-	if _, err := q.fetch(peer.Item{Path: "x"}, 1); !errors.Is(err, errPeerGone) {
-		t.Fatalf("a fetch from a gone member: %v, want errPeerGone", err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/dlfs/dlfs/accesslog"
 	"github.com/dlfs/dlfs/allocator"
 	"github.com/dlfs/dlfs/cluster"
+	"github.com/dlfs/dlfs/daemon/owners"
 	"github.com/dlfs/dlfs/jobs"
 	"github.com/dlfs/dlfs/loader"
 	"github.com/dlfs/dlfs/perfmodel"
@@ -96,6 +97,9 @@ type ClusterStats struct {
 	Placement PlacementStats `json:"placement"`
 }
 
+// PlacementStats tells how placement follows the jobs' plans.
+type PlacementStats = owners.PlacementStats
+
 // MemberStats is one member and the share of the dataset placement gives
 // it (alive members only).
 type MemberStats struct {
@@ -164,14 +168,14 @@ func (n *Node) Stats() Stats {
 	}
 	if n.cl != nil {
 		s.Cluster.Gossip, s.Cluster.ServedToPeers = n.cl.Addr(), n.peerServed.Load()
-		s.Cluster.PeerRequests = n.peerBatches.Load()
-		s.Cluster.Placement = n.own.placementStats()
+		s.Cluster.PeerRequests = n.owners.Requests()
+		s.Cluster.Placement = n.owners.Placement()
 		for _, m := range n.cl.Members() {
 			ms := MemberStats{Member: m}
 			if m.State == cluster.StateAlive {
-				ms.OwnedSamples, ms.OwnedBytes = n.own.get(m.Name)
+				ms.OwnedSamples, ms.OwnedBytes = n.owners.Owned(m.Name)
 			}
-			if r, ok := n.peers.Reachability(m.Meta.DataAddr); ok && m.Name != n.cfg.NodeName {
+			if r, ok := n.owners.Reachability(m.Meta.DataAddr); ok && m.Name != n.cfg.NodeName {
 				ms.Data = &DataReach{Reachable: r.OK, Error: r.Err, AgeSec: time.Since(r.At).Seconds()}
 			}
 			s.Cluster.Members = append(s.Cluster.Members, ms)

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 
 	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/cluster"
 	"github.com/dlfs/dlfs/loader"
 	"github.com/dlfs/dlfs/ramcache"
 )
@@ -62,9 +63,10 @@ func (n *Node) filesUnder(paths []string) ([]*catalog.Entry, error) {
 // cacheCapacity is what the caches can hold for a warm-up: this node's
 // RAM and SSD tiers, and in a cluster every alive member's.
 func (n *Node) cacheCapacity() int64 {
-	n.tableMu.Lock()
-	placed := n.placed
-	n.tableMu.Unlock()
+	var placed []cluster.Member
+	if n.owners != nil {
+		placed = n.owners.View().Members()
+	}
 	if len(placed) == 0 {
 		c := n.cfg.RAMCache
 		if n.ssd != nil {
@@ -108,7 +110,7 @@ func (n *Node) check(path string) (CheckResult, error) {
 		case n.ssd != nil && n.load.OnSSD(e):
 			ssd = catalog.AddSize(ssd, e.Size)
 		default:
-			if _, ok := n.owner(e.Path()); ok {
+			if n.peerOwns(e) {
 				peer = catalog.AddSize(peer, e.Size)
 			} else {
 				none = catalog.AddSize(none, e.Size)
@@ -120,4 +122,13 @@ func (n *Node) check(path string) (CheckResult, error) {
 		r.RAM, r.SSD, r.Peer, r.None = float64(ram)/b, float64(ssd)/b, float64(peer)/b, float64(none)/b
 	}
 	return r, nil
+}
+
+// peerOwns reports whether another node owns e.
+func (n *Node) peerOwns(e *catalog.Entry) bool {
+	if n.owners == nil {
+		return false
+	}
+	_, ok := n.owners.Owner(e)
+	return ok
 }

@@ -1,4 +1,4 @@
-package daemon
+package owners
 
 import (
 	"fmt"
@@ -169,9 +169,9 @@ func (o *ownership) movedFrom(snap *catalog.Snapshot, a, b *placement.Table) int
 // sameDataset splits members into those that gossip this node's dataset
 // identity, which placement may give shares, and the names of the others:
 // their blocks would fail every tag check, so asking them is wasted.
-func (n *Node) sameDataset(members []cluster.Member) (same []cluster.Member, foreign []string) {
+func sameDataset(dataset string, members []cluster.Member) (same []cluster.Member, foreign []string) {
 	for _, m := range members {
-		if m.Meta.Dataset == n.dataset.String() && m.Meta.Placement == placement.HashVersion {
+		if m.Meta.Dataset == dataset && m.Meta.Placement == placement.HashVersion {
 			same = append(same, m)
 		} else {
 			foreign = append(foreign, m.Name)
@@ -180,18 +180,17 @@ func (n *Node) sameDataset(members []cluster.Member) (same []cluster.Member, for
 	return same, foreign
 }
 
-// watchOwnership rebuilds the placement table and the ownership counts on
-// every change of the view or the catalog, until stop closes. It is owned
-// by the Node, which closes stop in Close.
-func (n *Node) watchOwnership(changes <-chan struct{}, stop <-chan struct{}) {
-	defer n.wg.Done()
+// watch rebuilds the placement table and the ownership counts on every
+// change of the view or the catalog, until Close.
+func (o *Owners) watch(changes <-chan struct{}) {
+	defer o.wg.Done()
 	others := -1 // members of another dataset, last logged
 	for {
-		alive, foreign := n.sameDataset(n.cl.Alive())
+		alive, foreign := sameDataset(o.cfg.Dataset, o.d.Cluster.Alive())
 		if len(foreign) != others {
 			others = len(foreign)
 			if others > 0 {
-				n.log.Warn("cluster: members serve another dataset; they get no share of this one", "members", foreign, "dataset", n.dataset.String())
+				o.log.Warn("cluster: members serve another dataset; they get no share of this one", "members", foreign, "dataset", o.cfg.Dataset)
 			}
 		}
 		t, err := placeAlive(alive)
@@ -199,11 +198,11 @@ func (n *Node) watchOwnership(changes <-chan struct{}, stop <-chan struct{}) {
 			t, alive = nil, nil // no alive member yet: every read goes to the PFS
 		}
 		mode, plan := "hash", PlacementStats{Mode: "hash"}
-		if !n.cfg.HashPlacement {
+		if !o.cfg.HashPlacement {
 			mode = "demand"
 		}
 		if t != nil {
-			d := n.demand(alive)
+			d := o.demand(alive)
 			if mode == "demand" && len(d) > 0 {
 				t = t.Assign(d)
 			}
@@ -215,7 +214,7 @@ func (n *Node) watchOwnership(changes <-chan struct{}, stop <-chan struct{}) {
 		// gives it from them).
 		var rest []cluster.Member
 		for _, m := range alive {
-			if m.Name != n.cfg.NodeName {
+			if m.Name != o.cfg.NodeName {
 				rest = append(rest, m)
 			}
 		}
@@ -223,25 +222,75 @@ func (n *Node) watchOwnership(changes <-chan struct{}, stop <-chan struct{}) {
 		if err != nil {
 			tOthers, rest = nil, nil
 		}
-		n.tableMu.Lock()
+		o.tableMu.Lock()
 		var replaced *placement.Table
-		if n.placement != nil && !n.placement.Equal(t) {
-			n.prevPlacement, n.prevPlaced = n.placement, n.placed
-			replaced = n.placement
+		if o.placement != nil && !o.placement.Equal(t) {
+			o.prevPlacement, o.prevPlaced = o.placement, o.placed
+			replaced = o.placement
 		}
-		n.placement, n.placed = t, alive
-		n.othersPlacement, n.othersPlaced = tOthers, rest
-		n.tableMu.Unlock()
+		o.placement, o.placed = t, alive
+		o.othersPlacement, o.othersPlaced = tOthers, rest
+		o.tableMu.Unlock()
 		// balance= plans not yet pinned follow the new layout (which also
 		// takes the ranks from the members' gossiped job lines).
-		n.jobs.Relayout()
-		n.own.compute(n.cat.Snapshot(), t, replaced, plan) // places every bucket: after the plans
+		o.d.Jobs.Relayout()
+		o.own.compute(o.d.Snapshot(), t, replaced, plan) // places every bucket: after the plans
 
 		select {
-		case <-stop:
+		case <-o.stop:
 			return
 		case <-changes:
-		case <-n.refreshed:
+		case <-o.refreshed:
 		}
 	}
+}
+
+// Placement tells how placement follows the jobs' plans.
+func (o *Owners) Placement() PlacementStats { return o.own.placementStats() }
+
+// Owned returns the samples and bytes placement gives the member called
+// name (0 for a member it does not place on).
+func (o *Owners) Owned(name string) (samples, bytes int64) { return o.own.get(name) }
+
+// View is the placement of a moment: the table over the alive members of
+// this dataset, the table before its last change, and the table over the
+// other members.
+type View struct {
+	table   *placement.Table // nil before the first table
+	members []cluster.Member // the table's member i is members[i]
+	// The table before the last change, and its members: a sample's
+	// previous owner may still cache it.
+	prev        *placement.Table
+	prevMembers []cluster.Member
+	// Placement over the other alive members, by hash: who owned what
+	// this node owns before it joined.
+	others        *placement.Table
+	othersMembers []cluster.Member
+}
+
+// View returns the placement of the moment.
+func (o *Owners) View() *View {
+	o.tableMu.Lock()
+	defer o.tableMu.Unlock()
+	return &View{table: o.placement, members: o.placed, prev: o.prevPlacement, prevMembers: o.prevPlaced,
+		others: o.othersPlacement, othersMembers: o.othersPlaced}
+}
+
+// Table is the placement table; nil before the first.
+func (v *View) Table() *placement.Table { return v.table }
+
+// Members are the table's members: its member i is Members()[i].
+func (v *View) Members() []cluster.Member { return v.members }
+
+// Others is the table over the other members, by hash; nil when there
+// is no other.
+func (v *View) Others() *placement.Table { return v.others }
+
+// OwnerName names the member the table gives path to; "" without a
+// table.
+func (v *View) OwnerName(path string) string {
+	if v.table == nil {
+		return ""
+	}
+	return v.members[v.table.Owner(path)].Name
 }

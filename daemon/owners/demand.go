@@ -1,4 +1,4 @@
-package daemon
+package owners
 
 import (
 	"fmt"
@@ -23,16 +23,16 @@ import (
 // moving it would move samples between nodes every epoch, and every
 // move is a sample read from the PFS again.
 
-// advertiseJobs gossips this node's jobs whenever they change, until stop
-// closes. It is owned by the Node.
-func (n *Node) advertiseJobs(changes <-chan struct{}, stop <-chan struct{}) {
-	defer n.wg.Done()
+// advertiseJobs gossips this node's jobs whenever they change, until
+// Close.
+func (o *Owners) advertiseJobs(changes <-chan struct{}) {
+	defer o.wg.Done()
 	first := map[string]int{} // job identity -> first epoch announced
 	var last []string
 	for {
-		lines := jobLines(n.jobs.All(), first)
+		lines := jobLines(o.d.Jobs.All(), first)
 		if !slices.Equal(lines, last) {
-			m := n.meta
+			m := o.meta
 			m.Jobs = lines
 			for len(m.Jobs) > 0 {
 				if _, err := m.Encode(); err == nil {
@@ -41,15 +41,15 @@ func (n *Node) advertiseJobs(changes <-chan struct{}, stop <-chan struct{}) {
 				m.Jobs = m.Jobs[:len(m.Jobs)-1] // too many for gossip metadata: keep the first, by name
 			}
 			if len(m.Jobs) < len(lines) {
-				n.log.Warn("cluster: too many jobs to gossip; placement ignores the rest", "gossiped", len(m.Jobs), "jobs", len(lines))
+				o.log.Warn("cluster: too many jobs to gossip; placement ignores the rest", "gossiped", len(m.Jobs), "jobs", len(lines))
 			}
-			if err := n.cl.SetMeta(m); err != nil {
-				n.log.Warn("cluster: gossiping jobs failed", "err", err)
+			if err := o.d.Cluster.SetMeta(m); err != nil {
+				o.log.Warn("cluster: gossiping jobs failed", "err", err)
 			}
 			last = lines
 		}
 		select {
-		case <-stop:
+		case <-o.stop:
 			return
 		case <-changes:
 		}
@@ -96,7 +96,7 @@ func jobIdentity(s control.Job) string {
 // do not parse or whose dataset this node cannot index are skipped: they
 // come from a peer whose view differs, and hashing still places those
 // samples.
-func (n *Node) demand(alive []cluster.Member) []placement.Sample {
+func (o *Owners) demand(alive []cluster.Member) []placement.Sample {
 	type group struct {
 		spec  control.Job
 		ranks map[int]int // rank -> member index
@@ -106,7 +106,7 @@ func (n *Node) demand(alive []cluster.Member) []placement.Sample {
 		for _, line := range m.Meta.Jobs {
 			cmds, err := control.Parse([]byte(line))
 			if err != nil || len(cmds) != 1 {
-				n.log.Debug("placement: ignoring a peer's job", "node", m.Name, "line", line, "err", err)
+				o.log.Debug("placement: ignoring a peer's job", "node", m.Name, "line", line, "err", err)
 				continue
 			}
 			line, ok := cmds[0].(control.Job)
@@ -140,13 +140,13 @@ func (n *Node) demand(alive []cluster.Member) []placement.Sample {
 	at := map[string]int{} // path -> index in out
 	for _, id := range ids {
 		g := groups[id]
-		samples, err := n.jobs.Index(g.spec)
+		samples, err := o.d.Jobs.Index(g.spec)
 		if err != nil {
-			n.log.Debug("placement: cannot index a gossiped job", "job", g.spec.Name, "err", err)
+			o.log.Debug("placement: cannot index a gossiped job", "job", g.spec.Name, "err", err)
 			continue
 		}
-		if p := jobs.Positions(g.spec, len(samples), true) / int64(g.spec.Lookahead) * int64(n.cfg.PlacementEpochs); p > n.jobs.MaxPositions() {
-			n.log.Debug("placement: a gossiped job reads too many positions to count", "job", g.spec.Name, "positions", p)
+		if p := jobs.Positions(g.spec, len(samples), true) / int64(g.spec.Lookahead) * int64(o.cfg.PlacementEpochs); p > o.d.Jobs.MaxPositions() {
+			o.log.Debug("placement: a gossiped job reads too many positions to count", "job", g.spec.Name, "positions", p)
 			continue
 		}
 		slot := make([]int, len(samples)) // sample index -> index in out
@@ -164,7 +164,7 @@ func (n *Node) demand(alive []cluster.Member) []placement.Sample {
 			}
 			slot[i] = k
 		}
-		jobs.Reads(g.spec, len(samples), g.spec.Epoch, n.cfg.PlacementEpochs, func(rank, i int) {
+		jobs.Reads(g.spec, len(samples), g.spec.Epoch, o.cfg.PlacementEpochs, func(rank, i int) {
 			if mi, ok := g.ranks[rank]; ok && slot[i] >= 0 {
 				out[slot[i]].Reads[mi]++
 			}
@@ -173,39 +173,36 @@ func (n *Node) demand(alive []cluster.Member) []placement.Sample {
 	return out
 }
 
-// layout is where job j's ranks run and its samples are cached, as this
-// node's placement table says now; jobs asks it for each plan under
-// balance= until the plan is pinned. A rank no alive member gossips is on no
-// node (-1). Without a cluster, every rank is on this one node.
-func (n *Node) layout(j *jobs.Job) jobs.Layout {
-	n.tableMu.Lock()
-	t, placed := n.placement, n.placed
-	n.tableMu.Unlock()
+// Layout is where job j's ranks run and its samples are cached, as this
+// node's placement table says now (jobs.Config.Layout); jobs asks it for
+// each plan under balance= until the plan is pinned. A rank no alive member
+// gossips is on no node (-1).
+func (o *Owners) Layout(j *jobs.Job) jobs.Layout {
+	o.tableMu.Lock()
+	t, placed := o.placement, o.placed
+	o.tableMu.Unlock()
 	if t == nil {
-		if n.cl != nil {
-			// A cluster node before its first table: nothing is known of
-			// where the ranks run, and no plan may be pinned yet.
-			unknown := make([]int, j.Spec.World)
-			for r := range unknown {
-				unknown[r] = -1
-			}
-			return jobs.Layout{RankNode: unknown, Owner: func(int) int { return -1 }}
+		// Before the first table nothing is known of where the ranks
+		// run, and no plan may be pinned yet.
+		unknown := make([]int, j.Spec.World)
+		for r := range unknown {
+			unknown[r] = -1
 		}
-		return jobs.Layout{} // one node, caching all
+		return jobs.Layout{RankNode: unknown, Owner: func(int) int { return -1 }}
 	}
 	// A rebuild of the prefetch streams asks once per rank and epoch:
 	// answer from the last computation while the table (replaced on every
 	// change of the view) and the job are the same.
-	n.layoutMu.Lock()
-	defer n.layoutMu.Unlock()
-	if n.layoutsOf != t {
-		n.layoutsOf, n.layouts = t, map[string]jobLayout{}
+	o.layoutMu.Lock()
+	defer o.layoutMu.Unlock()
+	if o.layoutsOf != t {
+		o.layoutsOf, o.layouts = t, map[string]jobLayout{}
 	}
-	if c, ok := n.layouts[j.Spec.Name]; ok && c.job == j {
+	if c, ok := o.layouts[j.Spec.Name]; ok && c.job == j {
 		return c.layout
 	}
-	l := n.computeLayout(j, t, placed)
-	n.layouts[j.Spec.Name] = jobLayout{j, l} // one per name: a replaced job is let go
+	l := o.computeLayout(j, t, placed)
+	o.layouts[j.Spec.Name] = jobLayout{j, l} // one per name: a replaced job is let go
 	return l
 }
 
@@ -216,7 +213,7 @@ type jobLayout struct {
 }
 
 // computeLayout is layout from placement table t over members placed.
-func (n *Node) computeLayout(j *jobs.Job, t *placement.Table, placed []cluster.Member) jobs.Layout {
+func (o *Owners) computeLayout(j *jobs.Job, t *placement.Table, placed []cluster.Member) jobs.Layout {
 	id := jobIdentity(j.Spec)
 	rankNode := make([]int, j.Spec.World)
 	for r := range rankNode {
@@ -250,7 +247,7 @@ func (n *Node) computeLayout(j *jobs.Job, t *placement.Table, placed []cluster.M
 		}
 	}
 	cached := j.N()
-	if snap := n.cat.Snapshot(); snap.Files > 0 && snap.Bytes > 0 {
+	if snap := o.d.Snapshot(); snap.Files > 0 && snap.Bytes > 0 {
 		cached = int(min(int64(j.N()), capacity/max(snap.Bytes/int64(snap.Files), 1)))
 	}
 	// The ID is the layout's content, the same on every node that sees the

@@ -1,0 +1,191 @@
+// Package owners is the cluster's read policy: who has sample X, and
+// where this node reads it. It holds the placement tables and their
+// rebuild, job gossip and demand placement, the layouts of balance=
+// plans, and the peer tier of the loader (the remote reader and the
+// per-peer batchers).
+package owners
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/cluster"
+	"github.com/dlfs/dlfs/control"
+	"github.com/dlfs/dlfs/folder"
+	"github.com/dlfs/dlfs/jobs"
+	"github.com/dlfs/dlfs/latency"
+	"github.com/dlfs/dlfs/loader"
+	"github.com/dlfs/dlfs/peer"
+	"github.com/dlfs/dlfs/placement"
+)
+
+// Config configures the read policy. Zero values take the defaults.
+type Config struct {
+	NodeName string // this node's member name; required
+	// Dataset is this node's dataset identity (integrity.Dataset.String());
+	// members that gossip another get no share. Required.
+	Dataset string
+	// HashPlacement places samples by hashing only, ignoring the jobs'
+	// plans (for comparison; placement by demand is the default).
+	HashPlacement bool
+	// PlacementEpochs is how many epochs of each job, from its first,
+	// demand placement counts reads over; default 4.
+	PlacementEpochs int
+	Logger          *slog.Logger // nil: discard
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config { return Config{PlacementEpochs: 4} }
+
+// Validate reports the first setting that is out of range.
+func (c Config) Validate() error {
+	switch {
+	case c.NodeName == "":
+		return errors.New("owners: no node name; give the node a name (--name)")
+	case c.Dataset == "":
+		return errors.New("owners: no dataset identity")
+	case c.PlacementEpochs < 0:
+		return fmt.Errorf("owners: %d placement epochs is negative; give a count such as 4", c.PlacementEpochs)
+	}
+	return nil
+}
+
+// Cluster is the gossip membership (*cluster.Cluster).
+type Cluster interface {
+	Alive() []cluster.Member
+	Subscribe() <-chan struct{}
+	StartMeta() cluster.Meta
+	SetMeta(cluster.Meta) error
+}
+
+// Jobs is the job registry as the policy sees it (*jobs.Registry).
+type Jobs interface {
+	All() []*jobs.Job
+	Subscribe() <-chan struct{}
+	Index(spec control.Job) ([]folder.Sample, error)
+	MaxPositions() int64
+	Relayout()
+}
+
+// Peers is the data-plane client (*peer.Client).
+type Peers interface {
+	Fetch(ctx context.Context, addr string, items []peer.Item) ([]peer.Result, error)
+	FetchCached(ctx context.Context, addr string, items []peer.Item) ([]peer.Result, error)
+	Connect(ctx context.Context, addr string) error
+	Reachability(addr string) (peer.Reach, bool)
+	Close()
+}
+
+// Model estimates how long a source takes (*perfmodel.Model).
+type Model interface {
+	Estimate(source string, n int64) time.Duration
+}
+
+// Deps are what the policy reads and calls. Every field but Latency is
+// required.
+type Deps struct {
+	Cluster Cluster
+	Jobs    Jobs
+	// Peers fetches from the other members; Close closes it.
+	Peers    Peers
+	Model    Model
+	Snapshot func() *catalog.Snapshot // the current catalog snapshot
+	// Tag is the loader's tag of a block (loader.Loader.Tag), and
+	// BlockSize its block size.
+	Tag       func(e *catalog.Entry, key string) uint64
+	BlockSize int64
+	Latency   *latency.Vec // requests to peers, by member; nil: not observed
+}
+
+// Owners is the read policy of one cluster node. Safe for concurrent use.
+type Owners struct {
+	cfg Config // read-only after New
+	d   Deps   // read-only after New
+	log *slog.Logger
+
+	meta      cluster.Meta  // what this node gossips, less its jobs
+	refreshed chan struct{} // capacity 1: the catalog changed
+	requests  atomic.Int64  // requests sent to peers
+	stop      chan struct{} // closed by Close: the goroutines end
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+
+	tableMu sync.Mutex
+	// tableMu guards the following: placement over the alive members
+	// (placed[i] is the table's member i), kept by watch.
+	placement *placement.Table
+	placed    []cluster.Member
+	// The table before the last change, and its members: a sample's
+	// previous owner may still cache it.
+	prevPlacement *placement.Table
+	prevPlaced    []cluster.Member
+	// Placement over the other alive members, by hash: who owned what
+	// this node owns before it joined.
+	othersPlacement *placement.Table
+	othersPlaced    []cluster.Member
+	batchers        batchers // by peer data address (batcher.go)
+
+	layoutMu  sync.Mutex // guards layouts: the balance= layouts computed from table layoutsOf, by job name
+	layoutsOf *placement.Table
+	layouts   map[string]jobLayout
+
+	own ownership
+}
+
+// The loader's peer tier.
+var _ loader.Remote = (*Owners)(nil)
+
+// New starts the policy's goroutines: the table's watcher, the job
+// advertiser and the prober of the members' data ports. Close stops them.
+func New(cfg Config, d Deps) (*Owners, error) {
+	if cfg.PlacementEpochs == 0 {
+		cfg.PlacementEpochs = DefaultConfig().PlacementEpochs
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if d.Cluster == nil || d.Jobs == nil || d.Peers == nil || d.Model == nil || d.Snapshot == nil || d.Tag == nil || d.BlockSize <= 0 {
+		return nil, errors.New("owners: a dependency is missing (cluster, jobs, peers, model, snapshot, tag and block size are required)")
+	}
+	o := &Owners{cfg: cfg, d: d, log: cfg.Logger, meta: d.Cluster.StartMeta(),
+		refreshed: make(chan struct{}, 1), stop: make(chan struct{})}
+	o.wg.Add(3)
+	go o.watch(d.Cluster.Subscribe())
+	go o.advertiseJobs(d.Jobs.Subscribe())
+	go o.probePeers(d.Cluster.Subscribe())
+	return o, nil
+}
+
+// Close stops the goroutines and closes the peer client, which fails the
+// fetches in flight, so the batchers end at once. Safe to call twice.
+func (o *Owners) Close() {
+	o.closeOnce.Do(func() {
+		close(o.stop)
+		o.d.Peers.Close()
+		o.wg.Wait()
+	})
+}
+
+// CatalogChanged tells the watcher that the catalog changed: the
+// ownership counts are made again. It never blocks.
+func (o *Owners) CatalogChanged() {
+	select {
+	case o.refreshed <- struct{}{}:
+	default:
+	}
+}
+
+// Requests counts the requests sent to peers.
+func (o *Owners) Requests() int64 { return o.requests.Load() }
+
+// Reachability is how this node's last dial to a data address went.
+func (o *Owners) Reachability(addr string) (peer.Reach, bool) { return o.d.Peers.Reachability(addr) }
