@@ -8,7 +8,6 @@ import (
 
 	"github.com/dlfs/dlfs/peer"
 	"github.com/dlfs/dlfs/perfmodel"
-	"github.com/dlfs/dlfs/placement"
 )
 
 // batcher sends the blocks wanted from one peer in batches: whatever is
@@ -45,11 +44,11 @@ const (
 	batchesInFlight = 8
 )
 
-// batchers are the batchers by peer data address, and the placement
-// table they were last checked against.
+// batchers are the batchers by peer data address, and the view they
+// were last checked against.
 type batchers struct {
 	m  map[string]*batcher
-	of *placement.Table
+	of *View
 }
 
 // errPeerGone fails the blocks queued for a peer that is no longer a
@@ -61,15 +60,16 @@ var errPeerGone = errors.New("no longer a member with a data address")
 // is no longer placed: when placement changes, the batchers of the
 // members gone are stopped, so they are never more than the members.
 func (o *Owners) batcherFor(addr, name string) *batcher {
-	o.tableMu.Lock()
-	defer o.tableMu.Unlock()
+	v := o.view.Load()
+	o.batchMu.Lock()
+	defer o.batchMu.Unlock()
 	if o.batchers.m == nil {
 		o.batchers.m = map[string]*batcher{}
 	}
-	if o.batchers.of != o.placement {
-		o.batchers.of = o.placement
+	if o.batchers.of != v {
+		o.batchers.of = v
 		placed := map[string]bool{}
-		for _, m := range o.placed {
+		for _, m := range v.members {
 			placed[m.Meta.DataAddr] = true
 		}
 		for a, b := range o.batchers.m {

@@ -16,17 +16,14 @@ import (
 func TestBatchersOfGoneMembersStop(t *testing.T) {
 	o := &Owners{stop: make(chan struct{})}
 	defer func() { close(o.stop); o.wg.Wait() }()
-	o.placement = new(placement.Table)
-	o.placed = []cluster.Member{{Name: "p", Meta: cluster.Meta{DataAddr: "127.0.0.1:1"}}, {Name: "q", Meta: cluster.Meta{DataAddr: "127.0.0.1:2"}}}
+	pq := []cluster.Member{{Name: "p", Meta: cluster.Meta{DataAddr: "127.0.0.1:1"}}, {Name: "q", Meta: cluster.Meta{DataAddr: "127.0.0.1:2"}}}
+	o.view.Store(&View{table: new(placement.Table), members: pq})
 	p := o.batcherFor("127.0.0.1:1", "p")
 	q := o.batcherFor("127.0.0.1:2", "q")
 	if len(o.batchers.m) != 2 {
 		t.Fatalf("%d batchers for 2 members", len(o.batchers.m))
 	}
-	o.tableMu.Lock()
-	o.placement = new(placement.Table) // q went
-	o.placed = o.placed[:1]
-	o.tableMu.Unlock()
+	o.view.Store(&View{table: new(placement.Table), members: pq[:1]}) // q went
 	if got := o.batcherFor("127.0.0.1:1", "p"); got != p {
 		t.Fatal("p's batcher was replaced although p stays")
 	}

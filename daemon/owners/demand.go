@@ -3,6 +3,7 @@ package owners
 import (
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"slices"
 	"sort"
 
@@ -178,10 +179,8 @@ func (o *Owners) demand(alive []cluster.Member) []placement.Sample {
 // each plan under balance= until the plan is pinned. A rank no alive member
 // gossips is on no node (-1).
 func (o *Owners) Layout(j *jobs.Job) jobs.Layout {
-	o.tableMu.Lock()
-	t, placed := o.placement, o.placed
-	o.tableMu.Unlock()
-	if t == nil {
+	v := o.view.Load()
+	if v.table == nil {
 		// Before the first table nothing is known of where the ranks
 		// run, and no plan may be pinned yet.
 		unknown := make([]int, j.Spec.World)
@@ -191,19 +190,32 @@ func (o *Owners) Layout(j *jobs.Job) jobs.Layout {
 		return jobs.Layout{RankNode: unknown, Owner: func(int) int { return -1 }}
 	}
 	// A rebuild of the prefetch streams asks once per rank and epoch:
-	// answer from the last computation while the table (replaced on every
-	// change of the view) and the job are the same.
-	o.layoutMu.Lock()
-	defer o.layoutMu.Unlock()
-	if o.layoutsOf != t {
-		o.layoutsOf, o.layouts = t, map[string]jobLayout{}
+	// answer from the last computation while the view (replaced on every
+	// change of the membership) and the job are the same.
+	if m := v.layouts.Load(); m != nil {
+		if c, ok := (*m)[j.Spec.Name]; ok && c.job == j {
+			return c.layout
+		}
 	}
-	if c, ok := o.layouts[j.Spec.Name]; ok && c.job == j {
-		return c.layout
-	}
-	l := o.computeLayout(j, t, placed)
-	o.layouts[j.Spec.Name] = jobLayout{j, l} // one per name: a replaced job is let go
+	l := o.computeLayout(j, v.table, v.members)
+	v.keepLayout(jobLayout{j, l})
 	return l
+}
+
+// keepLayout adds c to the view's layouts, replacing the one of its job's
+// name. Two computations of one layout give the same; either is kept.
+func (v *View) keepLayout(c jobLayout) {
+	for {
+		old := v.layouts.Load()
+		m := map[string]jobLayout{}
+		if old != nil {
+			maps.Copy(m, *old)
+		}
+		m[c.job.Spec.Name] = c
+		if v.layouts.CompareAndSwap(old, &m) {
+			return
+		}
+	}
 }
 
 // jobLayout is a job's layout under the table of the moment.

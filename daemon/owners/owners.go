@@ -22,7 +22,6 @@ import (
 	"github.com/dlfs/dlfs/latency"
 	"github.com/dlfs/dlfs/loader"
 	"github.com/dlfs/dlfs/peer"
-	"github.com/dlfs/dlfs/placement"
 )
 
 // Config configures the read policy. Zero values take the defaults.
@@ -116,24 +115,12 @@ type Owners struct {
 	wg        sync.WaitGroup
 	closeOnce sync.Once
 
-	tableMu sync.Mutex
-	// tableMu guards the following: placement over the alive members
-	// (placed[i] is the table's member i), kept by watch.
-	placement *placement.Table
-	placed    []cluster.Member
-	// The table before the last change, and its members: a sample's
-	// previous owner may still cache it.
-	prevPlacement *placement.Table
-	prevPlaced    []cluster.Member
-	// Placement over the other alive members, by hash: who owned what
-	// this node owns before it joined.
-	othersPlacement *placement.Table
-	othersPlaced    []cluster.Member
-	batchers        batchers // by peer data address (batcher.go)
+	// view is the placement of the moment: watch builds a new View and
+	// stores it; readers load it once per decision. Never nil after New.
+	view atomic.Pointer[View]
 
-	layoutMu  sync.Mutex // guards layouts: the balance= layouts computed from table layoutsOf, by job name
-	layoutsOf *placement.Table
-	layouts   map[string]jobLayout
+	batchMu  sync.Mutex // guards batchers
+	batchers batchers   // by peer data address (batcher.go)
 
 	own ownership
 }
@@ -158,6 +145,7 @@ func New(cfg Config, d Deps) (*Owners, error) {
 	}
 	o := &Owners{cfg: cfg, d: d, log: cfg.Logger, meta: d.Cluster.StartMeta(),
 		refreshed: make(chan struct{}, 1), stop: make(chan struct{})}
+	o.view.Store(&View{}) // no table yet: every read goes to the PFS
 	o.wg.Add(3)
 	go o.watch(d.Cluster.Subscribe())
 	go o.advertiseJobs(d.Jobs.Subscribe())

@@ -2,7 +2,7 @@ package owners
 
 import (
 	"fmt"
-	"sync"
+	"sync/atomic"
 
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/cluster"
@@ -15,13 +15,17 @@ import (
 // catalog snapshot; a new table then costs a pass over the buckets and
 // the keys demand assigned, not a hash of every file.
 type ownership struct {
-	mu     sync.Mutex
-	counts map[string][2]int64 // mu guards counts and plan: member -> {samples, bytes}
-	plan   PlacementStats
+	counted atomic.Pointer[counted] // the last counts; nil before the first
 
 	snap    *catalog.Snapshot // the snapshot buckets counts (the watcher's only)
 	buckets [][2]int64        // files and bytes per placement bucket
 	moved   [2]int64          // the watcher's: samples that changed owner at the last table change, and in all
+}
+
+// counted is one computation of the counts. It never changes once stored.
+type counted struct {
+	counts map[string][2]int64 // member -> {samples, bytes}
+	plan   PlacementStats
 }
 
 // PlacementStats tells how placement follows the jobs' plans.
@@ -45,9 +49,10 @@ type PlacementStats struct {
 }
 
 func (o *ownership) placementStats() PlacementStats {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.plan
+	if c := o.counted.Load(); c != nil {
+		return c.plan
+	}
+	return PlacementStats{}
 }
 
 // planStats measures t against the planned reads d.
@@ -70,10 +75,11 @@ func planStats(mode string, t *placement.Table, d []placement.Sample) PlacementS
 }
 
 func (o *ownership) get(name string) (samples, bytes int64) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	c := o.counts[name]
-	return c[0], c[1]
+	if c := o.counted.Load(); c != nil {
+		n := c.counts[name]
+		return n[0], n[1]
+	}
+	return 0, 0
 }
 
 // placeAlive returns the placement table of the alive members.
@@ -127,9 +133,7 @@ func (o *ownership) compute(snap *catalog.Snapshot, t, prev *placement.Table, pl
 		}
 	}
 	plan.MovedSamples, plan.MovedTotal = o.moved[0], o.moved[1]
-	o.mu.Lock()
-	o.counts, o.plan = counts, plan
-	o.mu.Unlock()
+	o.counted.Store(&counted{counts, plan})
 }
 
 // movedFrom counts the regular files of snap whose owner differs between
@@ -222,15 +226,15 @@ func (o *Owners) watch(changes <-chan struct{}) {
 		if err != nil {
 			tOthers, rest = nil, nil
 		}
-		o.tableMu.Lock()
+		// Only this goroutine stores views: the one loaded is the last.
+		cur := o.view.Load()
+		v := &View{table: t, members: alive, prev: cur.prev, prevMembers: cur.prevMembers, others: tOthers, othersMembers: rest}
 		var replaced *placement.Table
-		if o.placement != nil && !o.placement.Equal(t) {
-			o.prevPlacement, o.prevPlaced = o.placement, o.placed
-			replaced = o.placement
+		if cur.table != nil && !cur.table.Equal(t) {
+			v.prev, v.prevMembers = cur.table, cur.members
+			replaced = cur.table
 		}
-		o.placement, o.placed = t, alive
-		o.othersPlacement, o.othersPlaced = tOthers, rest
-		o.tableMu.Unlock()
+		o.view.Store(v)
 		// balance= plans not yet pinned follow the new layout (which also
 		// takes the ranks from the members' gossiped job lines).
 		o.d.Jobs.Relayout()
@@ -253,8 +257,10 @@ func (o *Owners) Placement() PlacementStats { return o.own.placementStats() }
 func (o *Owners) Owned(name string) (samples, bytes int64) { return o.own.get(name) }
 
 // View is the placement of a moment: the table over the alive members of
-// this dataset, the table before its last change, and the table over the
-// other members.
+// this dataset, the table before its last change, the table over the
+// other members, and the balance= layouts computed from them. Its tables
+// never change once it is stored; its layouts only fill. Safe for
+// concurrent use.
 type View struct {
 	table   *placement.Table // nil before the first table
 	members []cluster.Member // the table's member i is members[i]
@@ -266,15 +272,14 @@ type View struct {
 	// this node owns before it joined.
 	others        *placement.Table
 	othersMembers []cluster.Member
+	// layouts are the balance= layouts computed from table, by job name
+	// (one per name: a replaced job is let go). A new map replaces the
+	// old one on each addition.
+	layouts atomic.Pointer[map[string]jobLayout]
 }
 
-// View returns the placement of the moment.
-func (o *Owners) View() *View {
-	o.tableMu.Lock()
-	defer o.tableMu.Unlock()
-	return &View{table: o.placement, members: o.placed, prev: o.prevPlacement, prevMembers: o.prevPlaced,
-		others: o.othersPlacement, othersMembers: o.othersPlaced}
-}
+// View returns the placement of the moment. It never returns nil.
+func (o *Owners) View() *View { return o.view.Load() }
 
 // Table is the placement table; nil before the first.
 func (v *View) Table() *placement.Table { return v.table }

@@ -46,7 +46,7 @@ func (o *Owners) Owner(e *catalog.Entry) (string, bool) {
 // Fetch returns block i of e from peerName, batched with the other
 // blocks wanted from it.
 func (o *Owners) Fetch(peerName string, e *catalog.Entry, i int64) ([]byte, uint32, error) {
-	addr, ok := o.dataAddr(peerName)
+	addr, ok := o.view.Load().dataAddr(peerName)
 	if !ok {
 		return nil, 0, fmt.Errorf("peer %s: no longer a member with a data address", peerName)
 	}
@@ -65,21 +65,18 @@ func (o *Owners) Fetch(peerName string, e *catalog.Entry, i int64) ([]byte, uint
 // placement: its owner in the previous table, or, if that was this node
 // (it has just joined), its owner among the other members.
 func (o *Owners) Previous(e *catalog.Entry) (string, bool) {
-	o.tableMu.Lock()
-	prev, prevPlaced := o.prevPlacement, o.prevPlaced
-	others, othersPlaced := o.othersPlacement, o.othersPlaced
-	o.tableMu.Unlock()
+	v := o.view.Load()
 	name := ""
-	if prev != nil {
-		name = prevPlaced[prev.Owner(e.Path())].Name
+	if v.prev != nil {
+		name = v.prevMembers[v.prev.Owner(e.Path())].Name
 	}
-	if (name == "" || name == o.cfg.NodeName) && others != nil {
-		name = othersPlaced[others.Owner(e.Path())].Name
+	if (name == "" || name == o.cfg.NodeName) && v.others != nil {
+		name = v.othersMembers[v.others.Owner(e.Path())].Name
 	}
 	if name == "" || name == o.cfg.NodeName {
 		return "", false
 	}
-	if _, alive := o.dataAddr(name); !alive {
+	if _, alive := v.dataAddr(name); !alive {
 		return "", false
 	}
 	return name, true
@@ -88,7 +85,7 @@ func (o *Owners) Previous(e *catalog.Entry) (string, bool) {
 // FetchCached asks peerName, a previous owner of e, for block i of e from
 // its caches only.
 func (o *Owners) FetchCached(peerName string, e *catalog.Entry, i int64) ([]byte, uint32, error) {
-	addr, ok := o.dataAddr(peerName)
+	addr, ok := o.view.Load().dataAddr(peerName)
 	if !ok {
 		return nil, 0, fmt.Errorf("peer %s: no longer a member with a data address", peerName)
 	}
@@ -109,13 +106,11 @@ func (o *Owners) FetchCached(peerName string, e *catalog.Entry, i int64) ([]byte
 // owner returns the member that owns path, if it is another alive node
 // with a data address.
 func (o *Owners) owner(path string) (cluster.Member, bool) {
-	o.tableMu.Lock()
-	t, placed := o.placement, o.placed
-	o.tableMu.Unlock()
-	if t == nil {
+	v := o.view.Load()
+	if v.table == nil {
 		return cluster.Member{}, false
 	}
-	m := placed[t.Owner(path)]
+	m := v.members[v.table.Owner(path)]
 	if m.Name == o.cfg.NodeName || m.Meta.DataAddr == "" {
 		return cluster.Member{}, false
 	}
@@ -123,10 +118,8 @@ func (o *Owners) owner(path string) (cluster.Member, bool) {
 }
 
 // dataAddr returns the data address of the alive member called name.
-func (o *Owners) dataAddr(name string) (string, bool) {
-	o.tableMu.Lock()
-	defer o.tableMu.Unlock()
-	for _, m := range o.placed {
+func (v *View) dataAddr(name string) (string, bool) {
+	for _, m := range v.members {
 		if m.Name == name && m.Meta.DataAddr != "" {
 			return m.Meta.DataAddr, true
 		}
