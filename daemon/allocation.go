@@ -18,7 +18,7 @@ func (n *Node) report(r control.Report) (allocator.Advice, error) {
 		Epoch: r.Epoch, Batch: r.Batch, Workers: r.Workers, Prefetch: r.Prefetch,
 		Step: r.Step, Wait: r.Wait, Decode: r.Decode, CPU: r.CPU, Samples: r.Samples, Start: r.Start, Length: r.Length,
 	}
-	f.Read, f.ReadBySource = n.readTimes.perFile(k, n.readers, r.Pid)
+	f.Read, f.ReadBySource = n.alloc.readTimes.perFile(k, n.readers, r.Pid)
 	adv, err := n.alloc.Report(k, f)
 	if err != nil {
 		return adv, fmt.Errorf("%w: %s: %v", control.ErrSyntax, r.Line(), err)
@@ -38,7 +38,7 @@ type readTimes struct {
 // lastRead returns when dlfs last served a read to rank k's processes,
 // as far as its reports named them (allocator's Config.LastRead).
 func (n *Node) lastRead(k allocator.Key) time.Time {
-	t := &n.readTimes
+	t := &n.alloc.readTimes
 	t.mu.Lock()
 	pid := t.pids[k]
 	t.mu.Unlock()

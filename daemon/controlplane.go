@@ -241,7 +241,7 @@ func (c *controlPlane) readLists(ctx context.Context, data []byte) error {
 		if err != nil || !e.IsRegular() || e.Size > jobs.DefaultMaxListBytes {
 			continue
 		}
-		if _, err := c.n.load.ReadAt(ctx, e, make([]byte, e.Size), 0); ctx.Err() != nil {
+		if _, err := c.n.tiers.load.ReadAt(ctx, e, make([]byte, e.Size), 0); ctx.Err() != nil {
 			return fmt.Errorf("dataset=list:%s: %w", j.ListPath, err)
 		}
 	}
@@ -312,7 +312,7 @@ func (c *controlPlane) exec(ctx context.Context, data []byte) error {
 				return fmt.Errorf("%w: evict %v", control.ErrSyntax, err)
 			}
 			for _, e := range files {
-				c.n.load.Invalidate(e)
+				c.n.tiers.load.Invalidate(e)
 			}
 		case control.Check:
 			results := map[string]CheckResult{}

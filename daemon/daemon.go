@@ -140,48 +140,76 @@ func DefaultConfig(source, mountpoint string) Config {
 	}
 }
 
-// Node is a running dlfs node.
+// Node is a running dlfs node. Start sets its parts, which guard their own
+// state; cfg is read-only after Start.
 type Node struct {
-	cfg     Config // read-only after Start
+	cfg     Config
 	log     *slog.Logger
 	started time.Time
 
-	cat        *catalog.Catalog
-	src        *source.Source
-	packed     packed.Dataset // nil unless SOURCE is packed
-	dataset    integrity.Dataset
-	ram        *ramcache.Cache
-	ssd        *ssdstore.Store // nil when the SSD tier is off
-	load       *loader.Loader
-	fs         *fusefs.FS
-	ctl        *controlPlane
-	jobs       *jobs.Registry
-	pf         *prefetch.Prefetcher
-	readers    *readers.Tracker
-	alloc      *allocator.Allocator
-	readTimes  readTimes // per reporting rank, for alloc
-	warmer     *warmup.Warmer
-	cl         *cluster.Cluster // nil for a cluster of one
-	owners     *owners.Owners   // the cluster's read policy; nil for a cluster of one
-	peerSrv    *peer.Server     // nil without --data-addr
-	peerServed atomic.Int64
-	lat        latencies   // nil Vecs with Config.NoLatency
-	history    rateHistory // the status page's last minutes
-	alog       *accesslog.Log
-	// stopAccessLog ends the access log's writer; Close calls it before
-	// unmounting.
-	stopAccessLog func()
-	refresher     *refresher // runs the rescans control writes ask for
-	stopKeeper    func()     // cancels the catalog keeper's rescan
-	reg           *prometheus.Registry
-	server        *fuse.Server
-	metrics       *http.Server
-	metricsAddr   net.Addr
+	cat     *catalog.Catalog
+	src     *source.Source
+	packed  packed.Dataset // nil unless SOURCE is packed
+	dataset integrity.Dataset
+	tiers   tiers
+	fs      *fusefs.FS
+	ctl     *controlPlane
+	jobs    *jobs.Registry
+	pf      *prefetch.Prefetcher
+	readers *readers.Tracker
+	alloc   allocation
+	warmer  *warmup.Warmer
+	cluster clusterParts // all nil for a cluster of one
+	lat     latencies    // nil Vecs with Config.NoLatency
+	alog    *accesslog.Log
+	// refresher runs the rescans control writes ask for.
+	refresher *refresher
+	reg       *prometheus.Registry
+	server    *fuse.Server
+	metrics   metricsServer
+	closing   closing
+}
 
-	closers   []closer // in the order built; Close runs them in reverse
-	closeOnce sync.Once
-	closeErr  error
-	closed    []string // the closers' names, in the order Close ran them (tests)
+// tiers are where the bytes come from: the loader reads through the RAM
+// and SSD tiers, the peers and SOURCE.
+type tiers struct {
+	ram  *ramcache.Cache
+	ssd  *ssdstore.Store // nil when the SSD tier is off
+	load *loader.Loader
+}
+
+// allocation shares the loader CPUs (package allocator), from the read
+// times of each reporting rank.
+type allocation struct {
+	*allocator.Allocator
+	readTimes readTimes
+}
+
+// clusterParts are the node's part in a cluster.
+type clusterParts struct {
+	gossip *cluster.Cluster
+	owners *owners.Owners // the cluster's read policy
+	peers  *peer.Server   // nil without --data-addr
+	served atomic.Int64   // blocks served to peers
+}
+
+// metricsServer serves /metrics and the status page (Config.MetricsAddr).
+type metricsServer struct {
+	srv     *http.Server // nil when off
+	addr    net.Addr
+	history rateHistory // the status page's last minutes
+}
+
+// closing is how Close stops the node.
+type closing struct {
+	closers []closer // in the order built; Close runs them in reverse
+	once    sync.Once
+	err     error
+	closed  []string // the closers' names, in the order Close ran them (tests)
+	// Close calls these before unmounting: the access log's writer (its
+	// pipe holds the mount) and the catalog keeper's rescan.
+	stopAccessLog func()
+	stopKeeper    func()
 }
 
 // closer stops one part of the node.
@@ -191,14 +219,16 @@ type closer struct {
 }
 
 // onClose registers fn to stop the part called name.
-func (n *Node) onClose(name string, fn func() error) { n.closers = append(n.closers, closer{name, fn}) }
+func (n *Node) onClose(name string, fn func() error) {
+	n.closing.closers = append(n.closing.closers, closer{name, fn})
+}
 
 // closeFirst moves the closer called name to run before every closer
 // registered so far: a part built early that uses parts built after it.
 func (n *Node) closeFirst(name string) {
-	for i, c := range n.closers {
+	for i, c := range n.closing.closers {
 		if c.name == name {
-			n.closers = append(append(n.closers[:i:i], n.closers[i+1:]...), c)
+			n.closing.closers = append(append(n.closing.closers[:i:i], n.closing.closers[i+1:]...), c)
 			return
 		}
 	}
@@ -322,23 +352,23 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if cfg.RAMEvictLRU {
 		rc.NextUse = nil
 	}
-	n.ram = ramcache.New(rc)
-	n.onClose("heap governor", governHeap(n.ram))
+	n.tiers.ram = ramcache.New(rc)
+	n.onClose("heap governor", governHeap(n.tiers.ram))
 	var ssd loader.SSD
 	if cfg.SSDDir != "" {
 		sc := cfg.SSD
 		sc.Dir, sc.Capacity, sc.Logger = cfg.SSDDir, cfg.SSDCapacity, cfg.Logger
 		sc.NextUse = n.nextUseOfKey
-		switch n.ssd, err = ssdstore.Open(sc); {
+		switch n.tiers.ssd, err = ssdstore.Open(sc); {
 		case errors.Is(err, ssdstore.ErrNoSpace):
 			// The mount is still worth having: it runs on RAM and the PFS.
 			n.log.Warn("running without the SSD tier", "err", err)
-			n.ssd = nil
+			n.tiers.ssd = nil
 		case err != nil:
 			return nil, err
 		default:
-			n.onClose("ssd", n.ssd.Close)
-			ssd = n.ssd
+			n.onClose("ssd", n.tiers.ssd.Close)
+			ssd = n.tiers.ssd
 		}
 		// A daemon killed while saving the catalog left its temporary
 		// file here (the SSD tier's lock is ours now, and a save in
@@ -356,7 +386,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if lc.Model == nil {
 		lc.Model = perfmodel.New(perfmodel.DefaultConfig())
 	}
-	n.load = loader.New(lc, n.ram, ssd, pfs)
+	n.tiers.load = loader.New(lc, n.tiers.ram, ssd, pfs)
 	// In a cluster this node keeps samples for ranks that run elsewhere.
 	allRanks := cfg.Cluster.Bind != "" || len(cfg.Cluster.Join) > 0
 	n.jobs = jobs.New(jobs.Config{
@@ -373,9 +403,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if pc.BlockSize <= 0 {
 		pc.BlockSize = loader.DefaultConfig().BlockSize
 	}
-	n.pf = prefetch.New(pc, n.load, n.jobs)
+	n.pf = prefetch.New(pc, n.tiers.load, n.jobs)
 	n.onClose("prefetch", func() error { n.pf.Close(); return nil })
-	n.load.SetStage(n.pf)
+	n.tiers.load.SetStage(n.pf)
 	n.readers = readers.New(readers.Config{
 		Snapshot: n.cat.Snapshot,
 		Index: func(root string, exts []string, cred access.Cred) ([]folder.Sample, error) {
@@ -397,7 +427,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		ac.NodeCPU = allocator.ProcStat
 	}
 	ac.LastRead = n.lastRead
-	n.alloc = allocator.New(ac)
+	n.alloc.Allocator = allocator.New(ac)
 	n.warmer = warmup.New(warmup.Config{Logger: cfg.Logger}, warmSource{n})
 	n.onClose("warmup", func() error { n.warmer.Close(); return nil })
 	n.ctl = &controlPlane{n: n}
@@ -427,7 +457,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		n.onClose("metrics", func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			_ = n.metrics.Shutdown(ctx)
+			_ = n.metrics.srv.Shutdown(ctx)
 			return nil
 		})
 	}
@@ -439,21 +469,21 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		cc.NodeName, cc.Logger = cfg.NodeName, cfg.Logger
 		cc.Meta.Dataset, cc.Meta.Placement = n.dataset.String(), placement.HashVersion
 		cc.Meta.RAM, cc.Meta.SSD = cfg.RAMCache, 0
-		if n.ssd != nil {
+		if n.tiers.ssd != nil {
 			cc.Meta.SSD = cfg.SSDCapacity
 		}
 		if cc.Meta.DataAddr != "" {
-			if n.peerSrv, err = peer.Listen(cc.Meta.DataAddr, cc.Key, n, cfg.Logger); err != nil {
+			if n.cluster.peers, err = peer.Listen(cc.Meta.DataAddr, cc.Key, n, cfg.Logger); err != nil {
 				return nil, err
 			}
-			n.onClose("peer server", func() error { n.peerSrv.Close(); return nil })
-			cc.Meta.DataAddr = n.peerSrv.Addr() // the real port, if it was 0
+			n.onClose("peer server", func() error { n.cluster.peers.Close(); return nil })
+			cc.Meta.DataAddr = n.cluster.peers.Addr() // the real port, if it was 0
 		}
-		if n.cl, err = cluster.Start(cc); err != nil {
+		if n.cluster.gossip, err = cluster.Start(cc); err != nil {
 			return nil, err
 		}
 		n.onClose("cluster", func() error {
-			if err := n.cl.Close(); err != nil {
+			if err := n.cluster.gossip.Close(); err != nil {
 				n.log.Warn("leaving the cluster failed", "err", err)
 			}
 			return nil
@@ -464,13 +494,13 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 		oc := owners.Config{NodeName: cfg.NodeName, Dataset: n.dataset.String(), HashPlacement: cfg.HashPlacement,
 			PlacementEpochs: cfg.PlacementEpochs, Logger: cfg.Logger}
-		if n.owners, err = owners.New(oc, owners.Deps{Cluster: n.cl, Jobs: n.jobs, Peers: peers, Model: lc.Model,
-			Snapshot: n.cat.Snapshot, Tag: n.load.Tag, BlockSize: n.load.BlockSize(), Latency: n.lat.peer}); err != nil {
+		if n.cluster.owners, err = owners.New(oc, owners.Deps{Cluster: n.cluster.gossip, Jobs: n.jobs, Peers: peers, Model: lc.Model,
+			Snapshot: n.cat.Snapshot, Tag: n.tiers.load.Tag, BlockSize: n.tiers.load.BlockSize(), Latency: n.lat.peer}); err != nil {
 			peers.Close()
 			return nil, err
 		}
-		n.onClose("owners", func() error { n.owners.Close(); return nil })
-		n.load.SetRemote(n.owners)
+		n.onClose("owners", func() error { n.cluster.owners.Close(); return nil })
+		n.tiers.load.SetRemote(n.cluster.owners)
 	}
 	// The prefetcher fetches through the peers too: it stops before them.
 	n.closeFirst("prefetch")
@@ -502,7 +532,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 // mount.
 func (n *Node) keepCatalog() {
 	ctx, cancel := context.WithCancel(context.Background())
-	n.stopKeeper = cancel
+	n.closing.stopKeeper = cancel
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -585,10 +615,10 @@ func (n *Node) serveMetrics(addr string) error {
 		ln.Close()
 		return fmt.Errorf("metrics address %s: %w", addr, err)
 	}
-	n.metrics = srv
-	n.metricsAddr = ln.Addr()
+	n.metrics.srv = srv
+	n.metrics.addr = ln.Addr()
 	go func() {
-		if err := n.metrics.Serve(lim); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := n.metrics.srv.Serve(lim); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			n.log.Error("metrics server stopped", "err", err)
 		}
 	}()
@@ -596,28 +626,28 @@ func (n *Node) serveMetrics(addr string) error {
 }
 
 // MetricsAddr returns the address /metrics is served on, or nil.
-func (n *Node) MetricsAddr() net.Addr { return n.metricsAddr }
+func (n *Node) MetricsAddr() net.Addr { return n.metrics.addr }
 
 // Wait blocks until the filesystem is unmounted.
 func (n *Node) Wait() { n.server.Wait() }
 
 // Close unmounts and stops everything. Safe to call twice.
 func (n *Node) Close() error {
-	n.closeOnce.Do(func() {
+	n.closing.once.Do(func() {
 		var errs []error
 		// First: requests waiting on a PFS that hangs (reads, a refresh's
 		// writer) must end before the kernel can let go of the mount.
-		if n.load != nil {
-			n.load.Close()
+		if n.tiers.load != nil {
+			n.tiers.load.Close()
 		}
-		if n.stopKeeper != nil {
-			n.stopKeeper() // its rescan holds the catalog's, which a refresh waits for
+		if n.closing.stopKeeper != nil {
+			n.closing.stopKeeper() // its rescan holds the catalog's, which a refresh waits for
 		}
 		if n.refresher != nil {
 			n.refresher.close()
 		}
-		if n.stopAccessLog != nil {
-			n.stopAccessLog() // its pipe holds the mount
+		if n.closing.stopAccessLog != nil {
+			n.closing.stopAccessLog() // its pipe holds the mount
 		}
 		if n.server != nil {
 			detached := false
@@ -645,17 +675,17 @@ func (n *Node) Close() error {
 			} else {
 				<-served
 			}
-			n.closed = append(n.closed, "fuse")
+			n.closing.closed = append(n.closing.closed, "fuse")
 		}
-		for i := len(n.closers) - 1; i >= 0; i-- {
-			if err := n.closers[i].fn(); err != nil {
+		for i := len(n.closing.closers) - 1; i >= 0; i-- {
+			if err := n.closing.closers[i].fn(); err != nil {
 				errs = append(errs, err)
 			}
-			n.closed = append(n.closed, n.closers[i].name)
+			n.closing.closed = append(n.closing.closed, n.closing.closers[i].name)
 		}
-		n.closeErr = errors.Join(errs...)
+		n.closing.err = errors.Join(errs...)
 	})
-	return n.closeErr
+	return n.closing.err
 }
 
 // datasetOf is the identity of the dataset in snap, as every host
@@ -679,7 +709,7 @@ func (d dataset) Snapshot() *catalog.Snapshot { return d.n.cat.Snapshot() }
 func (d dataset) Source() string              { return d.n.cat.Source() }
 func (d dataset) ReadAt(ctx context.Context, e *catalog.Entry, dest []byte, off int64, pid uint32) ([]byte, string, error) {
 	start := time.Now()
-	b, source, waited, err := d.n.load.ReadAtWaited(ctx, e, dest, off)
+	b, source, waited, err := d.n.tiers.load.ReadAtWaited(ctx, e, dest, off)
 	if err != nil {
 		return b, source, err
 	}
@@ -705,10 +735,10 @@ func (j inferJobs) Announced(uid uint32) bool { return j.off || j.Registry.Annou
 // (jobs.Config.Layout): the cluster's read policy says; without a
 // cluster, every rank is on this one node, caching all.
 func (n *Node) layout(j *jobs.Job) jobs.Layout {
-	if n.owners == nil {
+	if n.cluster.owners == nil {
 		return jobs.Layout{}
 	}
-	return n.owners.Layout(j)
+	return n.cluster.owners.Layout(j)
 }
 
 // nextUseOfKey is the SSD tier's oracle: how soon a plan needs the file a
@@ -724,7 +754,7 @@ func (n *Node) nextUseOfKey(key string) int64 {
 // readWhole reads a whole dataset file through the tiers.
 func (n *Node) readWhole(e *catalog.Entry) ([]byte, error) {
 	buf := make([]byte, e.Size)
-	got, err := n.load.ReadAt(context.Background(), e, buf, 0)
+	got, err := n.tiers.load.ReadAt(context.Background(), e, buf, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -748,16 +778,16 @@ func (n *Node) refresh(ctx context.Context, scan func(context.Context) (catalog.
 		return d, err
 	}
 	for _, e := range d.Changed {
-		n.load.Invalidate(e)
+		n.tiers.load.Invalidate(e)
 	}
 	for _, e := range d.Removed {
-		n.load.Invalidate(e)
+		n.tiers.load.Invalidate(e)
 	}
 	n.fs.Invalidate(d)
 	if len(d.Changed)+len(d.Removed)+len(d.Added) > 0 {
 		n.jobs.Reindex() // plans name files of the new snapshot
-		if n.owners != nil {
-			n.owners.CatalogChanged()
+		if n.cluster.owners != nil {
+			n.cluster.owners.CatalogChanged()
 		}
 	}
 	n.log.Info("refreshed catalog", "changed", len(d.Changed), "removed", len(d.Removed), "added", len(d.Added),

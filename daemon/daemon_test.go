@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"syscall"
@@ -299,7 +300,7 @@ func startMember(t *testing.T, src, name string, join ...string) (*Node, string)
 func startPair(t *testing.T, src string) (a *Node, mntA string, b *Node, mntB string) {
 	t.Helper()
 	a, mntA = startMember(t, src, "a")
-	b, mntB = startMember(t, src, "b", a.cl.Addr())
+	b, mntB = startMember(t, src, "b", a.cluster.gossip.Addr())
 	waitAlive(t, 2, a, b)
 	return a, mntA, b, mntB
 }
@@ -309,9 +310,9 @@ func waitAlive(t *testing.T, n int, nodes ...*Node) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for _, nd := range nodes {
-		for len(nd.cl.Alive()) != n {
+		for len(nd.cluster.gossip.Alive()) != n {
 			if time.Now().After(deadline) {
-				t.Fatalf("%s sees %d alive members, want %d", nd.cfg.NodeName, len(nd.cl.Alive()), n)
+				t.Fatalf("%s sees %d alive members, want %d", nd.cfg.NodeName, len(nd.cluster.gossip.Alive()), n)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -345,7 +346,7 @@ func TestTwoNodesSeeEachOther(t *testing.T) {
 		c.NodeName, c.Cluster = "a", cluster.Config{Bind: "127.0.0.1:0", Key: testKey, Local: true}
 	})
 	b, _ := start(t, src, func(c *Config) {
-		c.NodeName, c.Cluster = "b", cluster.Config{Bind: "127.0.0.1:0", Join: []string{a.cl.Addr()}, Key: testKey, Local: true}
+		c.NodeName, c.Cluster = "b", cluster.Config{Bind: "127.0.0.1:0", Join: []string{a.cluster.gossip.Addr()}, Key: testKey, Local: true}
 	})
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -380,7 +381,7 @@ func TestTwoNodesSeeEachOther(t *testing.T) {
 }
 
 // ownerName is the member that n's placement table gives path to.
-func ownerName(n *Node, path string) string { return n.owners.View().OwnerName(path) }
+func ownerName(n *Node, path string) string { return n.cluster.owners.View().OwnerName(path) }
 
 // TestPeerServesOwnedSamples: two nodes over one SOURCE; every file read
 // through node b comes from the PFS once cluster-wide: b reads the files a
@@ -412,7 +413,7 @@ func TestStuckPeer(t *testing.T) {
 	}
 	defer hole.Close()
 	a, mntA := startMember(t, src, "a")
-	b, err := cluster.Start(cluster.Config{NodeName: "b", Bind: "127.0.0.1:0", Join: []string{a.cl.Addr()}, Key: testKey, Local: true,
+	b, err := cluster.Start(cluster.Config{NodeName: "b", Bind: "127.0.0.1:0", Join: []string{a.cluster.gossip.Addr()}, Key: testKey, Local: true,
 		Meta: cluster.Meta{DataAddr: hole.Addr().String(), Dataset: a.dataset.String(), Placement: placement.HashVersion, RAM: 1 << 30}})
 	if err != nil {
 		t.Fatal(err)
@@ -445,12 +446,12 @@ func TestJoinTakesShareFromCaches(t *testing.T) {
 	src := conformance.OddTree(t, t.TempDir())
 	a, mntA := startMember(t, src, "a")
 	conformance.Tree(t, src, mntA) // a alone owns and caches everything
-	b, mntB := startMember(t, src, "b", a.cl.Addr())
+	b, mntB := startMember(t, src, "b", a.cluster.gossip.Addr())
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		v := b.owners.View()
+		v := b.cluster.owners.View()
 		ready := len(v.Members()) == 2 && v.Others() != nil
-		if ready && len(a.cl.Alive()) == 2 {
+		if ready && len(a.cluster.gossip.Alive()) == 2 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -481,8 +482,8 @@ func TestCloseOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"fuse", "catalog keeper", "refresher", "warmup", "readers", "prefetch", "owners", "cluster", "peer server", "ssd", "heap governor", "source"}
-	if strings.Join(n.closed, ",") != strings.Join(want, ",") {
-		t.Errorf("closed %v, want %v", n.closed, want)
+	if strings.Join(n.closing.closed, ",") != strings.Join(want, ",") {
+		t.Errorf("closed %v, want %v", n.closing.closed, want)
 	}
 }
 
@@ -528,5 +529,13 @@ func TestLargeBatches(t *testing.T) {
 	sa, sb := a.Stats(), b.Stats()
 	if sb.PFS.Opens != 0 || sa.PFS.Opens != int64(len(theirs)) {
 		t.Errorf("b opened %d files of SOURCE and a %d, for %d files a owns read once through b", sb.PFS.Opens, sa.PFS.Opens, len(theirs))
+	}
+}
+
+// TestNodeFieldsBounded: Node stays wiring (issue 28): at most 25 fields,
+// the cluster's read policy in package owners and related parts grouped.
+func TestNodeFieldsBounded(t *testing.T) {
+	if n := reflect.TypeFor[Node]().NumField(); n > 25 {
+		t.Errorf("Node has %d fields; group related ones or move a policy out of daemon (at most 25)", n)
 	}
 }

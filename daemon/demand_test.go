@@ -61,7 +61,7 @@ func TestDemandPlacement(t *testing.T) {
 	owners := func() map[string]string {
 		out := map[string]string{}
 		for i, n := range nodes {
-			tab := n.owners.View().Table()
+			tab := n.cluster.owners.View().Table()
 			n.cat.Snapshot().Walk(func(e *catalog.Entry) {
 				if e.IsRegular() {
 					o := tab.Members()[tab.Owner(e.Path())].Name

@@ -100,5 +100,5 @@ func (n *Node) startAccessLog() {
 			_ = unix.Close(dirFd)
 		}
 	}()
-	n.stopAccessLog = func() { cancel(); <-done }
+	n.closing.stopAccessLog = func() { cancel(); <-done }
 }

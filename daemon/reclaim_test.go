@@ -20,7 +20,7 @@ func TestGoneMemberForgotten(t *testing.T) {
 		c.NodeName, c.Cluster = "a", cluster.Config{Bind: "127.0.0.1:0", Key: testKey, Local: true, ForgetDead: 500 * time.Millisecond}
 	})
 	b, _ := start(t, src, func(c *Config) {
-		c.NodeName, c.Cluster = "b", cluster.Config{Bind: "127.0.0.1:0", Join: []string{a.cl.Addr()}, Key: testKey, Local: true}
+		c.NodeName, c.Cluster = "b", cluster.Config{Bind: "127.0.0.1:0", Join: []string{a.cluster.gossip.Addr()}, Key: testKey, Local: true}
 	})
 	waitAlive(t, 2, a, b)
 	if err := b.Close(); err != nil {

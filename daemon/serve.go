@@ -15,12 +15,12 @@ func (n *Node) Block(it peer.Item) ([]byte, uint32, byte) {
 	if e == nil {
 		return nil, 0, peer.StatusMissing
 	}
-	b, sum, err := n.load.Serve(context.Background(), e, it.Block)
+	b, sum, err := n.tiers.load.Serve(context.Background(), e, it.Block)
 	if err != nil {
 		n.log.Warn("peer: serving a block failed", "path", e.Path(), "err", err)
 		return nil, 0, peer.StatusError
 	}
-	n.peerServed.Add(1)
+	n.cluster.served.Add(1)
 	return b, sum, peer.StatusOK
 }
 
@@ -32,11 +32,11 @@ func (n *Node) Cached(it peer.Item) ([]byte, uint32, byte) {
 	if e == nil {
 		return nil, 0, peer.StatusMissing
 	}
-	b, sum, ok := n.load.Cached(e, it.Block)
+	b, sum, ok := n.tiers.load.Cached(e, it.Block)
 	if !ok {
 		return nil, 0, peer.StatusMissing
 	}
-	n.peerServed.Add(1)
+	n.cluster.served.Add(1)
 	return b, sum, peer.StatusOK
 }
 
@@ -45,10 +45,10 @@ func (n *Node) Cached(it peer.Item) ([]byte, uint32, byte) {
 // this node's for it; nil otherwise.
 func (n *Node) servable(it peer.Item) *catalog.Entry {
 	e := n.cat.Snapshot().Lookup(it.Path)
-	if e == nil || !e.IsRegular() || it.Block < 0 || it.Block > (max(e.Size, 1)-1)/n.load.BlockSize() {
+	if e == nil || !e.IsRegular() || it.Block < 0 || it.Block > (max(e.Size, 1)-1)/n.tiers.load.BlockSize() {
 		return nil
 	}
-	if it.Tag != n.load.Tag(e, loader.BlockKey(e.Path(), it.Block)) {
+	if it.Tag != n.tiers.load.Tag(e, loader.BlockKey(e.Path(), it.Block)) {
 		return nil // another dataset, or another version of the file
 	}
 	return e

@@ -142,7 +142,7 @@ type CatalogStats struct {
 // Stats returns the node's current figures. Safe for concurrent use.
 func (n *Node) Stats() Stats {
 	snap := n.cat.Snapshot()
-	ls := n.load.Stats()
+	ls := n.tiers.load.Stats()
 	s := Stats{
 		Node:          n.cfg.NodeName,
 		Source:        n.cat.Source(),
@@ -153,29 +153,29 @@ func (n *Node) Stats() Stats {
 		Coalescing:    CoalescingStats{Reads: ls.Runs, Samples: ls.RunSamples},
 		Sources:       ls.Sources,
 		PFS:           n.src.Stats(),
-		Cache:         CacheStats{RAM: n.ram.Stats()},
+		Cache:         CacheStats{RAM: n.tiers.ram.Stats()},
 		PFSStuck:      ls.PFSStuck,
 		Catalog: CatalogStats{Files: snap.Files, Dirs: snap.Dirs, Bytes: snap.Bytes, Skipped: snap.Skipped,
 			ScanSeconds: snap.ScanTime.Seconds(), UnreadableEntries: snap.UnreadableEntries, Unreadable: snap.Unreadable,
 			Refresh: n.refresher.status()},
 	}
 	s.Copies = CopyStats{ReadBytes: ls.CopiedBytes, RAMBytes: s.Cache.RAM.CopiedBytes}
-	if n.ssd != nil {
-		s.Cache.SSD = n.ssd.Stats()
+	if n.tiers.ssd != nil {
+		s.Cache.SSD = n.tiers.ssd.Stats()
 	}
 	if f := ls.Fetched["pfs"].Reads; f > 0 {
 		s.Coalescing.CallsPerSample = float64(s.PFS.ReadOps) / float64(f)
 	}
-	if n.cl != nil {
-		s.Cluster.Gossip, s.Cluster.ServedToPeers = n.cl.Addr(), n.peerServed.Load()
-		s.Cluster.PeerRequests = n.owners.Requests()
-		s.Cluster.Placement = n.owners.Placement()
-		for _, m := range n.cl.Members() {
+	if n.cluster.gossip != nil {
+		s.Cluster.Gossip, s.Cluster.ServedToPeers = n.cluster.gossip.Addr(), n.cluster.served.Load()
+		s.Cluster.PeerRequests = n.cluster.owners.Requests()
+		s.Cluster.Placement = n.cluster.owners.Placement()
+		for _, m := range n.cluster.gossip.Members() {
 			ms := MemberStats{Member: m}
 			if m.State == cluster.StateAlive {
-				ms.OwnedSamples, ms.OwnedBytes = n.owners.Owned(m.Name)
+				ms.OwnedSamples, ms.OwnedBytes = n.cluster.owners.Owned(m.Name)
 			}
-			if r, ok := n.owners.Reachability(m.Meta.DataAddr); ok && m.Name != n.cfg.NodeName {
+			if r, ok := n.cluster.owners.Reachability(m.Meta.DataAddr); ok && m.Name != n.cfg.NodeName {
 				ms.Data = &DataReach{Reachable: r.OK, Error: r.Err, AgeSec: time.Since(r.At).Seconds()}
 			}
 			s.Cluster.Members = append(s.Cluster.Members, ms)

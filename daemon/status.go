@@ -48,7 +48,7 @@ type counters struct {
 }
 
 func (n *Node) counters() counters {
-	ls := n.load.Stats()
+	ls := n.tiers.load.Stats()
 	c := counters{reads: map[string]int64{}, pfs: n.src.Stats().Bytes}
 	for t, s := range ls.Served {
 		c.reads[t] = s.Reads
@@ -86,7 +86,7 @@ func (h *rateHistory) snapshot() []RatePoint {
 
 // startHistory samples the rates every every until Close.
 func (n *Node) startHistory(every time.Duration) {
-	n.history.sample(time.Now(), n.counters())
+	n.metrics.history.sample(time.Now(), n.counters())
 	t := time.NewTicker(every)
 	quit, done := make(chan struct{}), make(chan struct{})
 	go func() {
@@ -97,7 +97,7 @@ func (n *Node) startHistory(every time.Duration) {
 			case <-quit:
 				return
 			case now := <-t.C:
-				n.history.sample(now, n.counters())
+				n.metrics.history.sample(now, n.counters())
 			}
 		}
 	}()
@@ -123,6 +123,6 @@ func (n *Node) statusHandlers(mux *http.ServeMux) {
 	})
 	mux.HandleFunc("GET /history.json", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{"every_seconds": historyEvery.Seconds(), "points": n.history.snapshot()})
+		_ = json.NewEncoder(w).Encode(map[string]any{"every_seconds": historyEvery.Seconds(), "points": n.metrics.history.snapshot()})
 	})
 }

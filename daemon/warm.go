@@ -14,21 +14,21 @@ import (
 // warmSource is the node as package warmup fetches through it.
 type warmSource struct{ n *Node }
 
-func (s warmSource) Locate(e *catalog.Entry) (loader.Span, bool) { return s.n.load.Locate(e) }
-func (s warmSource) RunLimits() (gap, run int64)                 { return s.n.load.RunLimits() }
+func (s warmSource) Locate(e *catalog.Entry) (loader.Span, bool) { return s.n.tiers.load.Locate(e) }
+func (s warmSource) RunLimits() (gap, run int64)                 { return s.n.tiers.load.RunLimits() }
 
 // Warm fetches first (and its packed neighbours, in one request) as the
 // prefetcher does, and offers each block to RAM; a block a peer owns is
 // kept by that peer, not here (loader.Offer).
 func (s warmSource) Warm(ctx context.Context, first *catalog.Entry, neighbours []*catalog.Entry) error {
 	keep := func(e *catalog.Entry, i int64, b ramcache.Block) bool {
-		return s.n.load.Offer(loader.BlockKey(e.Path(), i), b)
+		return s.n.tiers.load.Offer(loader.BlockKey(e.Path(), i), b)
 	}
 	if len(neighbours) > 0 {
-		_, err := s.n.load.PrefetchRun(ctx, first, neighbours, keep)
+		_, err := s.n.tiers.load.PrefetchRun(ctx, first, neighbours, keep)
 		return err
 	}
-	_, err := s.n.load.Prefetch(ctx, first, keep)
+	_, err := s.n.tiers.load.Prefetch(ctx, first, keep)
 	return err
 }
 
@@ -64,12 +64,12 @@ func (n *Node) filesUnder(paths []string) ([]*catalog.Entry, error) {
 // RAM and SSD tiers, and in a cluster every alive member's.
 func (n *Node) cacheCapacity() int64 {
 	var placed []cluster.Member
-	if n.owners != nil {
-		placed = n.owners.View().Members()
+	if n.cluster.owners != nil {
+		placed = n.cluster.owners.View().Members()
 	}
 	if len(placed) == 0 {
 		c := n.cfg.RAMCache
-		if n.ssd != nil {
+		if n.tiers.ssd != nil {
 			c += n.cfg.SSDCapacity
 		}
 		return c
@@ -105,9 +105,9 @@ func (n *Node) check(path string) (CheckResult, error) {
 		r.Files++
 		r.Bytes = catalog.AddSize(r.Bytes, e.Size)
 		switch {
-		case n.load.InRAM(e):
+		case n.tiers.load.InRAM(e):
 			ram = catalog.AddSize(ram, e.Size)
-		case n.ssd != nil && n.load.OnSSD(e):
+		case n.tiers.ssd != nil && n.tiers.load.OnSSD(e):
 			ssd = catalog.AddSize(ssd, e.Size)
 		default:
 			if n.peerOwns(e) {
@@ -126,9 +126,9 @@ func (n *Node) check(path string) (CheckResult, error) {
 
 // peerOwns reports whether another node owns e.
 func (n *Node) peerOwns(e *catalog.Entry) bool {
-	if n.owners == nil {
+	if n.cluster.owners == nil {
 		return false
 	}
-	_, ok := n.owners.Owner(e)
+	_, ok := n.cluster.owners.Owner(e)
 	return ok
 }
