@@ -1,17 +1,20 @@
 // Package daemon assembles one dlfs node: the catalog of SOURCE, the cache
 // tiers, the loader, the FUSE filesystem, the control plane and the metrics
-// endpoint.
+// endpoint. In a cluster it also runs the gossip membership, serves its
+// blocks to peers, and builds the cluster's read policy (package
+// daemon/owners: placement, job gossip, layouts and the peer tier), which
+// it hands to the loader and the job registry.
 //
 // # Lifetime
 //
 // Start builds the parts in dependency order and mounts; once it returns,
 // the mount is usable. Each part registers its closer as it is built, and
 // Close runs them in reverse: the FUSE server first (no new reads), then
-// the prefetcher (whose fetches use the peers and the tiers), the gossip
-// and peer goroutines, the cluster, the peer server, the metrics server,
-// the SSD store (which commits its queued writes), the packed containers
-// and SOURCE. Wait blocks until the filesystem is unmounted, by Close or
-// from outside.
+// the prefetcher (whose fetches use the peers and the tiers), the read
+// policy (its goroutines, the peer batchers and client), the cluster, the
+// peer server, the metrics server, the SSD store (which commits its
+// queued writes), the packed containers and SOURCE. Wait blocks until the
+// filesystem is unmounted, by Close or from outside.
 package daemon
 
 import (

@@ -1,8 +1,58 @@
 // Package owners is the cluster's read policy: who has sample X, and
-// where this node reads it. It holds the placement tables and their
-// rebuild, job gossip and demand placement, the layouts of balance=
-// plans, and the peer tier of the loader (the remote reader and the
-// per-peer batchers).
+// where this node reads it. package daemon builds one Owners per cluster
+// node, hands it to the loader as its peer tier (loader.Remote) and to
+// the job registry as its layout (jobs.Config.Layout), and closes it.
+//
+// # What it owns
+//
+//   - The placement table over the alive members that gossip this node's
+//     dataset (package placement), rebuilt on every change of the
+//     membership and of the catalog, with the ownership counts stats show.
+//   - Job gossip: the jobs this node runs ranks of, as job lines in its
+//     cluster metadata, and demand placement from every member's lines
+//     (demand.go).
+//   - The layouts of balance= plans: where a job's ranks run and which
+//     node caches each sample.
+//   - The remote reader: a block's owner, its previous owner (who may
+//     still cache it), and the fetches, batched per peer (batcher.go).
+//
+// # The view
+//
+// A View holds the table and its members, the table before the last
+// change and its members, and the table over the other members; it never
+// changes once stored. The watcher builds a new View on every change and
+// swaps it in (atomic.Pointer); a reader loads it once per decision, so
+// an owner and its data address always come from one table. The balance=
+// layouts computed under a View are kept in it (copied on write), so a
+// new View starts with none. The ownership counts are published the same
+// way. The one lock left, batchMu, guards the batchers by address.
+//
+// # Goroutines
+//
+// New starts three, and Close stops them: the watcher (watch), the job
+// advertiser (advertiseJobs) and the prober of the members' data ports
+// (probePeers). Batchers start on first use, one per peer address, and end
+// at Close or when their peer is no longer placed. Close closes stop,
+// then the peer client, which fails the fetches in flight, then waits for
+// all of them. The daemon closes the prefetcher, the readers and the
+// warmer, which fetch through the peer tier, before Owners, and the
+// cluster after it.
+//
+// # Lock order
+//
+// Jobs and ownership call each other, which makes a cycle: the watcher
+// calls into the job registry (All, Index and Relayout take
+// jobs.Registry.mu), and a job asks for its layout (Layout) while it
+// holds its plan lock, jobs.Job.mu, for whoever asks for a plan (the
+// prefetcher building its streams, the control plane). The order is
+//
+//	jobs.Job.mu → Owners (Layout: no lock, an atomic load and a compare and swap)
+//	Owners' goroutines, holding no lock of Owners → jobs.Registry.mu
+//
+// Owners never holds a lock while it calls into jobs, and Layout takes
+// none, so the cycle cannot close; jobs.Registry.mu and jobs.Job.mu are
+// never held together. batchMu is a leaf: nothing is called under it but
+// the start of a batcher's goroutine.
 package owners
 
 import (
@@ -122,7 +172,7 @@ type Owners struct {
 	batchMu  sync.Mutex // guards batchers
 	batchers batchers   // by peer data address (batcher.go)
 
-	own ownership
+	own ownership // the watcher's; it publishes the counts atomically
 }
 
 // The loader's peer tier.
