@@ -141,6 +141,9 @@ func (b *bed) mounts() []string {
 // ranks runs rank r on host r.
 func (b *bed) ranks() ranks {
 	return ranks{pfsBytes: b.pfsBytes, master: b.nodes[0].host.Addr,
+		// gloo finds its interface by the host name, which a test-bed
+		// host does not resolve to its own address.
+		env:     []string{"GLOO_SOCKET_IFNAME=eth0"},
 		command: func(r int, name string, args ...string) *exec.Cmd { return b.nodes[r].host.Command(name, args...) }}
 }
 
