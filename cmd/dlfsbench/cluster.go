@@ -140,7 +140,8 @@ func runCluster(o options, src string, files []string, total int64) error {
 type ranks struct {
 	pfsBytes func() (int64, error)
 	command  func(r int, name string, args ...string) *exec.Cmd
-	master   string // MASTER_ADDR
+	master   string   // MASTER_ADDR
+	env      []string // more of the ranks' environment
 }
 
 // here is ranks on this machine over pfs.
@@ -359,6 +360,7 @@ func trainRank(o options, env ranks, data string, epoch, r int, mode, job string
 	}
 	cmd.Env = append(os.Environ(), fmt.Sprintf("RANK=%d", r), fmt.Sprintf("WORLD_SIZE=%d", clusterNodes),
 		"MASTER_ADDR="+env.master, fmt.Sprintf("MASTER_PORT=%d", 29400+epoch%100))
+	cmd.Env = append(cmd.Env, env.env...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return epochRecord{}, fmt.Errorf("%s rank %d: %v\n%s", mode, r, err, out)
 	}
