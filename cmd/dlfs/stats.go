@@ -227,13 +227,20 @@ func renderStats(w io.Writer, mnt string, st daemon.Stats, prev *daemon.Stats, d
 
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "member\tstate\towned samples\towned bytes\tshare\t")
+	fmt.Fprintln(tw, "member\tstate\towned samples\towned bytes\tshare\tdata port\t")
 	for _, m := range st.Cluster.Members {
 		share := "-"
 		if st.Catalog.Bytes > 0 && m.State == "alive" {
 			share = fmt.Sprintf("%.1f%%", 100*float64(m.OwnedBytes)/float64(st.Catalog.Bytes))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", m.Name, m.State, fmtCount(float64(m.OwnedSamples)), human(m.OwnedBytes), share)
+		data := "-" // this node, or not dialled yet
+		if m.Data != nil {
+			data = "answers"
+			if !m.Data.Reachable {
+				data = "UNREACHABLE"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", m.Name, m.State, fmtCount(float64(m.OwnedSamples)), human(m.OwnedBytes), share, data)
 	}
 	return tw.Flush()
 }

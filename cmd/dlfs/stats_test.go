@@ -23,7 +23,9 @@ func TestRenderStats(t *testing.T) {
 		Latency: &daemon.LatencyStats{Read: map[string]latency.Summary{"ram": {Count: 3000, P50: 40e-6, P99: 0.0021}}},
 	}
 	st.Catalog.Files, st.Catalog.Bytes = 4000, 4<<30
-	st.Cluster.Members = []daemon.MemberStats{{Member: cluster.Member{Name: "n1", State: "alive"}, OwnedSamples: 4000, OwnedBytes: 4 << 30}}
+	st.Cluster.Members = []daemon.MemberStats{{Member: cluster.Member{Name: "n1", State: "alive"}, OwnedSamples: 4000, OwnedBytes: 4 << 30},
+		{Member: cluster.Member{Name: "n2", State: "alive"}, Data: &daemon.DataReach{Reachable: false, Error: "i/o timeout"}},
+		{Member: cluster.Member{Name: "n3", State: "alive"}, Data: &daemon.DataReach{Reachable: true}}}
 	var b strings.Builder
 	if err := renderStats(&b, "/mnt/data", st, nil, 0); err != nil {
 		t.Fatal(err)
@@ -31,7 +33,7 @@ func TestRenderStats(t *testing.T) {
 	out := squash(b.String())
 	for _, want := range []string{"dlfs /mnt/data (SOURCE /data) node n1 up 1h2m3s", "ram 3,000 3.0 GiB 75.0% - - 40µs 2.1ms",
 		"pfs 1,000 1.0 GiB 25.0% - - - -", "PFS 1,000 opens, 1,200 read calls, 1.0 GiB read\n",
-		"train rank-0 2 1,500 4,000 1,400 0 0 1.25 3.5 812 -", "n1 alive 4,000 4.0 GiB 100.0%"} {
+		"train rank-0 2 1,500 4,000 1,400 0 0 1.25 3.5 812 -", "n1 alive 4,000 4.0 GiB 100.0% -", "n2 alive 0 0 B 0.0% UNREACHABLE", "n3 alive 0 0 B 0.0% answers"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
