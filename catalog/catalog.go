@@ -108,7 +108,9 @@ type Lister interface {
 
 // File is one entry a Lister reports: a regular file, a directory or a
 // symlink at a slash-separated path. Directories above a path that are
-// not listed are made, with mode 0755.
+// not listed are made, with mode 0755. A directory listed more than once
+// takes its last line; of another path listed more than once, one line
+// is kept and the others are skipped.
 type File struct {
 	Path   string
 	Mode   uint32 // syscall.S_IF* type bits | permission bits
@@ -638,6 +640,15 @@ func (c *Catalog) list(ctx context.Context, root *Entry) ([]File, error) {
 // The tree is first made of nodes, then frozen into entries, each
 // directory's children in one array.
 func (c *Catalog) build(root, old *Entry, files []File) int {
+	// A directory listed more than once takes its last line. The sort by
+	// path is not stable (a stable one costs three times as much on a
+	// shuffled listing), so the last lines are found before it.
+	lastDir := map[string]File{}
+	for _, f := range files {
+		if f.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+			lastDir[f.Path] = f
+		}
+	}
 	sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
 	type node struct {
 		e      Entry
@@ -689,9 +700,12 @@ func (c *Catalog) build(root, old *Entry, files []File) int {
 			continue
 		}
 		last := names[len(names)-1]
+		if f.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+			f = lastDir[f.Path]
+		}
 		if n := d.kids[last]; n != nil {
 			if n.e.IsDir() && f.Mode&syscall.S_IFMT == syscall.S_IFDIR {
-				n.e.Mode, n.e.Mtime = f.Mode, f.Mtime // a directory listed twice: the last line wins
+				n.e.Mode, n.e.Mtime = f.Mode, f.Mtime // a directory listed twice: its last line
 			} else {
 				skipped++
 			}

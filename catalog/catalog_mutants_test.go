@@ -5,9 +5,12 @@ package catalog
 // trust in directories' times, what a rescan keeps.
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -17,6 +20,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -348,5 +352,65 @@ func TestRefreshOfUnchangedTreeKeepsSnapshot(t *testing.T) {
 	}
 	if c.Snapshot() != old {
 		t.Error("a refresh that found nothing replaced the snapshot")
+	}
+}
+
+// TestListerDirectoryListedTwice: a directory a Lister lists more than
+// once takes the mode and mtime of its last line, wherever the lines fall
+// in a listing of any length (the sort by path is not stable).
+func TestListerDirectoryListedTwice(t *testing.T) {
+	for n := 0; n < 200; n += 7 {
+		files := fixedLister{{Path: "d", Mode: syscall.S_IFDIR | 0o700, Mtime: 1}}
+		for i := range n {
+			files = append(files, File{Path: fmt.Sprintf("f%03d", i), Mode: syscall.S_IFREG | 0o644})
+			if i == n/2 {
+				files = append(files, File{Path: "d", Mode: syscall.S_IFDIR | 0o711, Mtime: 2})
+			}
+		}
+		files = append(files, File{Path: "d", Mode: syscall.S_IFDIR | 0o750, Mtime: 3})
+		cfg := DefaultConfig(t.TempDir())
+		cfg.Lister = files
+		c, err := Open(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := c.Snapshot().Lookup("d"); d.Mode != syscall.S_IFDIR|0o750 || d.Mtime != 3 || c.Snapshot().Skipped != 0 {
+			t.Errorf("d listed thrice among %d files: mode %o, mtime %d, %d skipped; want its last line's, 750 and 3, none skipped",
+				n, d.Mode&0o777, d.Mtime, c.Snapshot().Skipped)
+		}
+	}
+}
+
+// TestNamesIntern: a directory's names are copied into its one buffer,
+// the last to the buffer's exact end; a name past its capacity (a saved
+// snapshot whose count of name bytes lies) is returned as it is, and the
+// buffer never grows (the names it gave point into it).
+func TestNamesIntern(t *testing.T) {
+	a := newNames([]string{"ab", "cde"})
+	base := unsafe.SliceData(a.buf)
+	x, y := a.intern("ab"), a.intern("cde")
+	if x != "ab" || y != "cde" || unsafe.StringData(x) != base || unsafe.StringData(y) != (*byte)(unsafe.Add(unsafe.Pointer(base), 2)) {
+		t.Errorf("names %q, %q not one after the other in the buffer", x, y)
+	}
+	past := strings.Clone("f")
+	if got := a.intern(past); unsafe.StringData(got) != unsafe.StringData(past) || unsafe.SliceData(a.buf) != base || cap(a.buf) != 5 {
+		t.Errorf("a name past the buffer: copied %v, the buffer moved %v, capacity %d (want 5)",
+			unsafe.StringData(got) != unsafe.StringData(past), unsafe.SliceData(a.buf) != base, cap(a.buf))
+	}
+}
+
+// TestDecoderScratch: a load reads every field into one scratch buffer,
+// grown only for a read longer than any before.
+func TestDecoderScratch(t *testing.T) {
+	d := &decoder{r: bufio.NewReader(bytes.NewReader(make([]byte, 64))), crc: crc32.New(castagnoli)}
+	d.bytes(8)
+	first := unsafe.SliceData(d.scratch)
+	d.bytes(8)
+	d.bytes(4)
+	if unsafe.SliceData(d.scratch) != first {
+		t.Error("the scratch buffer was replaced for a read no longer than the first")
+	}
+	if d.bytes(9); cap(d.scratch) < 9 || d.err != nil {
+		t.Errorf("a longer read: capacity %d, %v", cap(d.scratch), d.err)
 	}
 }
