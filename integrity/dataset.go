@@ -16,6 +16,10 @@ import (
 // from: the oldest ones.
 const IdentityFiles = 32
 
+// HeadBytes is how much of the start of each of those files the identity
+// hashes.
+const HeadBytes = 4096
+
 // MaxDatasetID bounds an operator's dataset id, in bytes.
 const MaxDatasetID = 256
 
@@ -81,10 +85,21 @@ func (id *Identifier) Add(f File) {
 	}
 }
 
+// Oldest returns the files the identity is drawn from, in no order.
+func (id *Identifier) Oldest() []File {
+	out := make([]File, len(id.oldest))
+	for i, c := range id.oldest {
+		out[i] = c.f
+	}
+	return out
+}
+
 // Dataset returns the identity of the dataset shown as format: from
 // operatorID if it is not empty (see ValidDatasetID), else from the files
-// added.
-func (id *Identifier) Dataset(format, operatorID string) Dataset {
+// added and their heads: heads[f] is the first HeadBytes of file f (fewer
+// for a shorter file); a file missing from heads, which could not be
+// read, counts as unread.
+func (id *Identifier) Dataset(format, operatorID string, heads map[File][]byte) Dataset {
 	h := newHash()
 	if operatorID != "" {
 		h.str("dlfs dataset id")
@@ -95,10 +110,13 @@ func (id *Identifier) Dataset(format, operatorID string) Dataset {
 	type file struct {
 		path string
 		v    source.Version
+		head []byte
+		read bool
 	}
 	files := make([]file, len(id.oldest))
 	for i, c := range id.oldest {
-		files[i] = file{c.f.Path(), c.v}
+		head, read := heads[c.f]
+		files[i] = file{c.f.Path(), c.v, head, read}
 	}
 	slices.SortFunc(files, func(a, b file) int { return strings.Compare(a.path, b.path) })
 	h.str("dlfs dataset files")
@@ -109,6 +127,11 @@ func (id *Identifier) Dataset(format, operatorID string) Dataset {
 		h.u64(uint64(f.v.Size))
 		h.u64(uint64(f.v.Mtime))
 		h.u64(uint64(f.v.Ctime))
+		if f.read {
+			h.str(string(f.head[:min(len(f.head), HeadBytes)]))
+		} else {
+			h.u64(^uint64(0)) // no length a head can have
+		}
 	}
 	return Dataset(h.sum)
 }

@@ -25,12 +25,23 @@ type file struct {
 func (f file) Path() string            { return f.path }
 func (f file) Version() source.Version { return f.v }
 
+// identity is the dataset of files, each file's head being its path.
 func identity(format, id string, files []file) Dataset {
+	return identityHeads(format, id, files, func(f file) []byte { return []byte(f.path) })
+}
+
+func identityHeads(format, id string, files []file, head func(file) []byte) Dataset {
 	var ider Identifier
 	for _, f := range files {
 		ider.Add(f)
 	}
-	return ider.Dataset(format, id)
+	heads := map[File][]byte{}
+	for _, f := range ider.Oldest() {
+		if h := head(f.(file)); h != nil {
+			heads[f] = h
+		}
+	}
+	return ider.Dataset(format, id, heads)
 }
 
 // dataset is n files, the i-th with mtime base+i seconds.
@@ -155,6 +166,7 @@ func TestIdentityGolden(t *testing.T) {
 		for _, x := range []int64{f.v.Size, f.v.Mtime, f.v.Ctime} {
 			ref = binary.LittleEndian.AppendUint64(ref, uint64(x))
 		}
+		ref = str(ref, f.path) // its head, in identity
 	}
 	if got, want := identity("directory", "", fs), Dataset(fnv1a(ref)); got != want {
 		t.Errorf("identity of two files = %v, want %v", got, want)
@@ -203,8 +215,8 @@ func (f statFile) Version() source.Version {
 
 // TestIdentityOfRealCopies: on a real filesystem, a copy of a tree with
 // every name, size and mtime kept but other bytes (cp -p, then rewritten
-// with touch -r) has another identity; the tree itself, stat'ed again,
-// has the same one.
+// with touch -r) has another identity, even made within the same tick of
+// the filesystem's ctime; the tree itself, stat'ed again, has the same one.
 func TestIdentityOfRealCopies(t *testing.T) {
 	root := t.TempDir()
 	mtime := time.Unix(1_600_000_000, 123)
@@ -226,7 +238,15 @@ func TestIdentityOfRealCopies(t *testing.T) {
 			}
 			id.Add(statFile{dir, rel})
 		}
-		return id.Dataset("directory", "")
+		heads := map[File][]byte{}
+		for _, f := range id.Oldest() {
+			b, err := os.ReadFile(filepath.Join(dir, f.Path()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			heads[f] = b
+		}
+		return id.Dataset("directory", "", heads)
 	}
 	a := tree(filepath.Join(root, "a"), 'a')
 	if again := tree(filepath.Join(root, "a"), 'a'); again != a {
@@ -265,5 +285,45 @@ func TestMountOf(t *testing.T) {
 	_, err = MountOf(missing, "directory")
 	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), missing) || !strings.HasPrefix(err.Error(), "integrity: stat ") {
 		t.Errorf("MountOf(missing) = %v, want an error wrapping ErrNotExist that names it", err)
+	}
+}
+
+// TestIdentityHeads: two datasets alike in names, sizes, mtimes and ctimes
+// (copies made within one tick of a coarse ctime) but other bytes have
+// other identities; a head read partly, or not at all, counts; only the
+// first HeadBytes count.
+func TestIdentityHeads(t *testing.T) {
+	a := dataset(40, 1_600_000_000)
+	base := identityHeads("directory", "", a, func(f file) []byte { return []byte("a:" + f.path) })
+	if other := identityHeads("directory", "", a, func(f file) []byte { return []byte("b:" + f.path) }); other == base {
+		t.Error("other bytes, the same identity")
+	}
+	one := func(f file) []byte {
+		if f.path == a[3].path {
+			return []byte("B:" + f.path)
+		}
+		return []byte("a:" + f.path)
+	}
+	if identityHeads("directory", "", a, one) == base {
+		t.Error("one oldest file's other bytes leave the identity")
+	}
+	unread := func(f file) []byte {
+		if f.path == a[3].path {
+			return nil
+		}
+		return []byte("a:" + f.path)
+	}
+	if identityHeads("directory", "", a, unread) == base {
+		t.Error("an unread head counts as the read one")
+	}
+	empty := func(f file) []byte { return []byte{} }
+	if identityHeads("directory", "", a, empty) == identityHeads("directory", "", a, func(file) []byte { return nil }) {
+		t.Error("empty heads and unread ones are alike")
+	}
+	long := func(tail byte) func(file) []byte {
+		return func(f file) []byte { return append(make([]byte, HeadBytes), tail) }
+	}
+	if identityHeads("directory", "", a, long(1)) != identityHeads("directory", "", a, long(2)) {
+		t.Error("bytes past HeadBytes change the identity")
 	}
 }

@@ -30,16 +30,20 @@
 //
 // A Dataset is what every host computes alike for one dataset, whatever
 // its mount path, device number or inode numbering (Identifier): the
-// operator's --dataset-id, or a hash of the format and of the paths and
-// shared versions of the dataset's 32 oldest files. Nodes gossip it, and
-// a member of another dataset is never given a share of this one.
+// operator's --dataset-id, or a hash of the format and of the paths,
+// shared versions and first 4 KiB of the dataset's 32 oldest files. Nodes
+// gossip it, and a member of another dataset is never given a share of
+// this one.
 //
 // Drawing it from the oldest files keeps it stable while a dataset grows
 // (new files are younger) and across refreshes. It separates datasets by
-// ctime, which the filesystem sets on every create and write and no user
-// can set: a copy of a dataset, even with names, sizes and mtimes kept,
-// has new ctimes. Two datasets that agreed on all of it would still never
-// exchange a block whose file's version differs, since every tag binds it.
+// their bytes, and by ctime, which the filesystem sets on every create
+// and write and no user can set: a copy of a dataset, even with names,
+// sizes and mtimes kept, has new ctimes, though at a filesystem's ctime
+// granularity (a jiffy on ext4) two copies made at once may not; their
+// heads then still differ. Two datasets that agreed on all of it would
+// still never exchange a block whose file's version differs, since every
+// tag binds it.
 //
 // MountOf is the other identity: of SOURCE as this host mounts it, for
 // state only this host keeps (the saved catalog, which holds inode
