@@ -345,8 +345,15 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	snap := n.cat.Snapshot()
-	if n.dataset, err = datasetOf(snap, pfs, format, cfg.DatasetID, cfg.Loader.PFSTimeout); err != nil {
+	idc := identityConfig{pfs: pfs, format: format, operatorID: cfg.DatasetID, timeout: cfg.Loader.PFSTimeout, mount: mount}
+	if cfg.SSDDir != "" && n.packed == nil {
+		idc.saved = filepath.Join(cfg.SSDDir, identityFile)
+	}
+	var saveErr error
+	if n.dataset, saveErr, err = datasetOf(snap, idc); err != nil {
 		return nil, err
+	} else if saveErr != nil {
+		n.log.Warn("could not keep the dataset identity's heads for the next mount", "err", saveErr)
 	}
 	n.log.Info("scanned SOURCE", "source", n.cat.Source(), "format", format, "dataset", n.dataset.String(), "files", snap.Files, "dirs", snap.Dirs,
 		"bytes", snap.Bytes, "seconds", snap.ScanTime.Seconds())
@@ -384,6 +391,11 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 			} else if len(removed) > 0 {
 				n.log.Info("catalog: removed a killed save's temporary files", "files", removed)
 			}
+		}
+		if removed, err := removeIdentityTemps(cfg.SSDDir); err != nil {
+			n.log.Warn("could not remove a killed save's temporary files", "err", err)
+		} else if len(removed) > 0 {
+			n.log.Info("removed a killed save's temporary files", "files", removed)
 		}
 	}
 	lc := cfg.Loader
@@ -691,57 +703,6 @@ func (n *Node) Close() error {
 		n.closing.err = errors.Join(errs...)
 	})
 	return n.closing.err
-}
-
-// datasetOf is the identity of the dataset in snap, as every host
-// mounting it computes it (package integrity): it reads the heads of the
-// oldest files from pfs, giving up after timeout (0: a minute).
-func datasetOf(snap *catalog.Snapshot, pfs loader.PFS, format, operatorID string, timeout time.Duration) (integrity.Dataset, error) {
-	var id integrity.Identifier
-	if operatorID != "" {
-		return id.Dataset(format, operatorID, nil), nil
-	}
-	snap.Walk(func(e *catalog.Entry) {
-		if e.IsRegular() {
-			id.Add(e)
-		}
-	})
-	if timeout <= 0 {
-		timeout = time.Minute
-	}
-	type head struct {
-		f integrity.File
-		b []byte
-	}
-	got := make(chan head, integrity.IdentityFiles)
-	oldest := id.Oldest()
-	// One goroutine reads them all; on a PFS that stops answering it is
-	// abandoned (a read of SOURCE cannot be interrupted), and the mount fails.
-	go func() {
-		for _, f := range oldest {
-			e := f.(*catalog.Entry)
-			b := make([]byte, min(e.Size, integrity.HeadBytes))
-			if k, err := pfs.ReadAt(e.Path(), e.Version(), b, 0); err == nil && k == len(b) {
-				got <- head{f, b}
-			} else {
-				got <- head{f, nil} // unread: counted as such
-			}
-		}
-	}()
-	heads := map[integrity.File][]byte{}
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	for range oldest {
-		select {
-		case h := <-got:
-			if h.b != nil {
-				heads[h.f] = h.b
-			}
-		case <-deadline.C:
-			return 0, fmt.Errorf("daemon: SOURCE did not answer reads of its oldest files (for the dataset's identity) within %v: check the PFS, or give --dataset-id", timeout)
-		}
-	}
-	return id.Dataset(format, operatorID, heads), nil
 }
 
 // dataset adapts the node to fusefs.Dataset.

@@ -96,10 +96,10 @@ func (id *Identifier) Oldest() []File {
 
 // Dataset returns the identity of the dataset shown as format: from
 // operatorID if it is not empty (see ValidDatasetID), else from the files
-// added and their heads: heads[f] is the first HeadBytes of file f (fewer
-// for a shorter file); a file missing from heads, which could not be
-// read, counts as unread.
-func (id *Identifier) Dataset(format, operatorID string, heads map[File][]byte) Dataset {
+// added and their heads: heads[f] is HeadSum of file f's first HeadBytes
+// (fewer for a shorter file); a file missing from heads, which could not
+// be read, counts as unread.
+func (id *Identifier) Dataset(format, operatorID string, heads map[File]uint64) Dataset {
 	h := newHash()
 	if operatorID != "" {
 		h.str("dlfs dataset id")
@@ -110,7 +110,7 @@ func (id *Identifier) Dataset(format, operatorID string, heads map[File][]byte) 
 	type file struct {
 		path string
 		v    source.Version
-		head []byte
+		head uint64
 		read bool
 	}
 	files := make([]file, len(id.oldest))
@@ -127,13 +127,22 @@ func (id *Identifier) Dataset(format, operatorID string, heads map[File][]byte) 
 		h.u64(uint64(f.v.Size))
 		h.u64(uint64(f.v.Mtime))
 		h.u64(uint64(f.v.Ctime))
+		read := uint64(0)
 		if f.read {
-			h.str(string(f.head[:min(len(f.head), HeadBytes)]))
-		} else {
-			h.u64(^uint64(0)) // no length a head can have
+			read = 1
 		}
+		h.u64(read)
+		h.u64(f.head)
 	}
 	return Dataset(h.sum)
+}
+
+// HeadSum is the digest of a file's head that Dataset takes: FNV-1a 64
+// of its first HeadBytes.
+func HeadSum(head []byte) uint64 {
+	h := newHash()
+	h.str(string(head[:min(len(head), HeadBytes)]))
+	return h.sum
 }
 
 // ValidDatasetID checks an operator's dataset id: 1 to MaxDatasetID bytes

@@ -1,0 +1,180 @@
+package daemon
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/dlfs/dlfs/atomicfile"
+	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/integrity"
+	"github.com/dlfs/dlfs/loader"
+)
+
+// The dataset's identity (package integrity) hashes the heads of its
+// oldest files, read from SOURCE at mount. Their digests are kept beside
+// the SSD tier (identityFile, bound to SOURCE as this host mounts it), so
+// that a remount whose oldest files are as they were, inode included,
+// reads none of them again.
+
+// identityFile is the kept digests' name in the SSD tier's directory.
+const identityFile = "identity.json"
+
+// maxIdentityFile bounds what is read of it: IdentityFiles entries fit
+// in a few KiB; anything larger is not ours.
+const maxIdentityFile = 64 << 10
+
+// identityConfig is what datasetOf needs.
+type identityConfig struct {
+	pfs        loader.PFS
+	format     string
+	operatorID string
+	timeout    time.Duration // for the heads' reads; 0: a minute
+	mount      string        // integrity.MountOf
+	saved      string        // where the digests are kept; "" keeps none
+}
+
+// savedHeads is identityFile's contents.
+type savedHeads struct {
+	Mount string      `json:"mount"`
+	Files []savedHead `json:"files"`
+}
+
+type savedHead struct {
+	Path  string `json:"path"`
+	Size  int64  `json:"size"`
+	Mtime int64  `json:"mtime"`
+	Ctime int64  `json:"ctime"`
+	Ino   uint64 `json:"ino"`
+	Sum   uint64 `json:"sum"`
+	Read  bool   `json:"read"`
+}
+
+// datasetOf is the identity of the dataset in snap, as every host
+// mounting it computes it. It reads from c.pfs the heads of the oldest
+// files it has no kept digest for, giving up after c.timeout; saveErr is
+// a failure to keep them for the next mount, which changes nothing now.
+func datasetOf(snap *catalog.Snapshot, c identityConfig) (_ integrity.Dataset, saveErr, err error) {
+	var id integrity.Identifier
+	if c.operatorID != "" {
+		return id.Dataset(c.format, c.operatorID, nil), nil, nil
+	}
+	snap.Walk(func(e *catalog.Entry) {
+		if e.IsRegular() {
+			id.Add(e)
+		}
+	})
+	kept := loadHeads(c.saved, c.mount)
+	heads := map[integrity.File]uint64{}
+	var toRead []*catalog.Entry
+	var out savedHeads
+	for _, f := range id.Oldest() {
+		e := f.(*catalog.Entry)
+		v := e.Version()
+		h, ok := kept[e.Path()]
+		if ok && h.Size == v.Size && h.Mtime == v.Mtime && h.Ctime == v.Ctime && h.Ino == v.Ino {
+			if h.Read {
+				heads[f] = h.Sum
+			}
+			out.Files = append(out.Files, h)
+		} else {
+			toRead = append(toRead, e)
+		}
+	}
+	read, err := readHeads(toRead, c)
+	if err != nil {
+		return 0, nil, err
+	}
+	for _, e := range toRead {
+		v := e.Version()
+		h := savedHead{Path: e.Path(), Size: v.Size, Mtime: v.Mtime, Ctime: v.Ctime, Ino: v.Ino}
+		if sum, ok := read[e]; ok {
+			heads[e], h.Sum, h.Read = sum, sum, true
+		}
+		out.Files = append(out.Files, h)
+	}
+	if c.saved != "" && len(toRead) > 0 {
+		out.Mount = c.mount
+		if saveErr = os.MkdirAll(filepath.Dir(c.saved), 0o700); saveErr == nil { // the SSD tier makes it later otherwise
+			saveErr = atomicfile.Write(c.saved, "."+identityFile+"-", func(w io.Writer) error { return json.NewEncoder(w).Encode(out) })
+		}
+	}
+	return id.Dataset(c.format, c.operatorID, heads), saveErr, nil
+}
+
+// loadHeads returns the kept digests by path, if path holds some for
+// mount; none for a file missing, damaged or of another mount.
+func loadHeads(path, mount string) map[string]savedHead {
+	if path == "" {
+		return nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var s savedHeads
+	if err := json.NewDecoder(io.LimitReader(f, maxIdentityFile)).Decode(&s); err != nil || s.Mount != mount {
+		return nil
+	}
+	out := make(map[string]savedHead, len(s.Files))
+	for _, h := range s.Files {
+		out[h.Path] = h
+	}
+	return out
+}
+
+// readHeads reads the first integrity.HeadBytes of each file from
+// c.pfs, in one goroutine: on a PFS that stops answering it is abandoned
+// (a read of SOURCE cannot be interrupted) and the mount fails. A file
+// that cannot be read has no digest (it counts as unread).
+func readHeads(files []*catalog.Entry, c identityConfig) (map[*catalog.Entry]uint64, error) {
+	out := map[*catalog.Entry]uint64{}
+	if len(files) == 0 {
+		return out, nil
+	}
+	timeout := c.timeout
+	if timeout <= 0 {
+		timeout = time.Minute
+	}
+	type head struct {
+		e   *catalog.Entry
+		sum uint64
+		ok  bool
+	}
+	got := make(chan head, len(files))
+	go func() {
+		for _, e := range files {
+			b := make([]byte, min(e.Size, integrity.HeadBytes))
+			k, err := c.pfs.ReadAt(e.Path(), e.Version(), b, 0)
+			got <- head{e, integrity.HeadSum(b), err == nil && k == len(b)}
+		}
+	}()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for range files {
+		select {
+		case h := <-got:
+			if h.ok {
+				out[h.e] = h.sum
+			}
+		case <-deadline.C:
+			return nil, fmt.Errorf("daemon: SOURCE did not answer reads of its oldest files (for the dataset's identity) within %v: check the PFS, or give --dataset-id", timeout)
+		}
+	}
+	return out, nil
+}
+
+// removeIdentityTemps removes a killed daemon's half-written identityFile.
+func removeIdentityTemps(dir string) ([]string, error) {
+	removed, err := atomicfile.RemoveStale(dir, "."+identityFile+"-")
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	return removed, err
+}

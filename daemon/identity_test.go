@@ -1,0 +1,111 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/source"
+)
+
+// countingPFS reads SOURCE and counts the reads; with hang set, a read
+// waits until release closes.
+type countingPFS struct {
+	src     *source.Source
+	reads   atomic.Int64
+	hang    bool
+	release chan struct{}
+}
+
+func (p *countingPFS) ReadAt(path string, want source.Version, b []byte, off int64) (int, error) {
+	p.reads.Add(1)
+	if p.hang {
+		<-p.release
+	}
+	return p.src.ReadAt(path, want, b, off)
+}
+
+// TestIdentityHeadsKept: the heads of the oldest files are read once and
+// their digests kept beside the SSD tier; a remount reads only the files
+// that changed, and gets the identity a fresh read gives; another mount,
+// a damaged file or none reads them all; a PFS that does not answer fails
+// within the timeout.
+func TestIdentityHeadsKept(t *testing.T) {
+	dir := t.TempDir()
+	for i := range 50 {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("%02d", i)), []byte(strings.Repeat(fmt.Sprint(i), 3000)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src, err := source.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	snapOf := func() *catalog.Snapshot {
+		cat, err := catalog.Open(context.Background(), catalog.DefaultConfig(dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cat.Snapshot()
+	}
+	saved := filepath.Join(t.TempDir(), "ssd", identityFile)
+	pfs := &countingPFS{src: src}
+	c := identityConfig{pfs: pfs, format: "directory", mount: "m1", saved: saved}
+	first, saveErr, err := datasetOf(snapOf(), c)
+	if err != nil || saveErr != nil || pfs.reads.Load() != 32 {
+		t.Fatalf("first: %v, %v, %d reads; want 32", err, saveErr, pfs.reads.Load())
+	}
+	fresh := identityConfig{pfs: pfs, format: "directory", mount: "m1"} // keeps nothing
+	pfs.reads.Store(0)
+	if again, _, err := datasetOf(snapOf(), c); err != nil || again != first || pfs.reads.Load() != 0 {
+		t.Errorf("a remount: %v (first %v), %v, %d reads; want the same identity and no read", again, first, err, pfs.reads.Load())
+	}
+	// One of the oldest files rewritten (other bytes, same size): read
+	// again, alone, and the identity follows its bytes.
+	p := filepath.Join(dir, "00")
+	if err := os.WriteFile(p, []byte(strings.Repeat("x", 3000)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pfs.reads.Store(0)
+	changed, _, err := datasetOf(snapOf(), c)
+	if err != nil || changed == first || pfs.reads.Load() != 1 {
+		t.Errorf("one file changed: %v (first %v), %v, %d reads; want another identity from 1 read", changed, first, err, pfs.reads.Load())
+	}
+	if want, _, _ := datasetOf(snapOf(), fresh); want != changed {
+		t.Errorf("kept digests give %v, a fresh read %v", changed, want)
+	}
+	for name, prep := range map[string]func(){
+		"another mount": func() { c.mount = "m2" },
+		"a damaged file": func() {
+			c.mount = "m1"
+			os.WriteFile(saved, []byte("{\"mount\": \"m1\", \"files\": [tru"), 0o600)
+		},
+		"no file": func() { os.Remove(saved) },
+	} {
+		prep()
+		pfs.reads.Store(0)
+		if _, _, err := datasetOf(snapOf(), c); err != nil || pfs.reads.Load() != 32 {
+			t.Errorf("%s: %v, %d reads; want all 32 read", name, err, pfs.reads.Load())
+		}
+	}
+	// A PFS that stops answering.
+	hung := &countingPFS{src: src, hang: true, release: make(chan struct{})}
+	defer close(hung.release)
+	begin := time.Now()
+	_, _, err = datasetOf(snapOf(), identityConfig{pfs: hung, format: "directory", mount: "m3", timeout: 50 * time.Millisecond})
+	if err == nil || !strings.Contains(err.Error(), "--dataset-id") {
+		t.Errorf("a hung PFS: %v after %v; want an error naming --dataset-id", err, time.Since(begin))
+	}
+	// An operator's id reads nothing.
+	pfs.reads.Store(0)
+	if _, _, err := datasetOf(snapOf(), identityConfig{pfs: pfs, format: "directory", operatorID: "imagenet"}); err != nil || pfs.reads.Load() != 0 {
+		t.Errorf("--dataset-id: %v, %d reads", err, pfs.reads.Load())
+	}
+}
