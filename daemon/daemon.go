@@ -780,6 +780,7 @@ func (n *Node) refresh(ctx context.Context, scan func(context.Context) (catalog.
 	if err != nil {
 		return d, err
 	}
+	n.src.DropHandles() // no descriptor opened before the refresh reads again
 	for _, e := range d.Changed {
 		n.tiers.load.Invalidate(e)
 	}

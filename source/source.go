@@ -16,6 +16,11 @@
 // old identity: a rewrite that keeps the size and puts the mtime back
 // still moves the ctime (and a replacement by rename, the inode).
 //
+// # Open files
+//
+// ReadAt keeps the files it opens, up to Config.Handles, so that reading
+// a large file block by block costs one open (handles.go).
+//
 // # Accounting
 //
 // Source counts opens, read calls and bytes actually read: the PFS traffic
@@ -31,6 +36,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -64,13 +70,44 @@ type Source struct {
 	closed bool // (mu)
 
 	opens, readOps, bytes atomic.Int64
+	handles               *handles // open descriptors kept for ReadAt (handles.go)
+}
+
+// Config configures a Source.
+type Config struct {
+	// Handles is how many open files ReadAt keeps for later reads of the
+	// same file (0: none, each read opens its file).
+	Handles int
+	// HandleIdle is how long a kept file may go unread before it is
+	// closed.
+	HandleIdle time.Duration
+}
+
+// DefaultConfig keeps 256 files open, each for up to 10 s unread.
+func DefaultConfig() Config { return Config{Handles: 256, HandleIdle: 10 * time.Second} }
+
+// Validate reports a setting out of range.
+func (c Config) Validate() error {
+	if c.Handles < 0 || c.Handles > 1<<16 {
+		return fmt.Errorf("source: %d open handles: want 0 to 65536", c.Handles)
+	}
+	if c.HandleIdle < 0 {
+		return fmt.Errorf("source: handle idle time %v is negative", c.HandleIdle)
+	}
+	return nil
 }
 
 // ErrClosed means the Source was closed.
 var ErrClosed = errors.New("source: closed")
 
-// Open opens the dataset directory root.
-func Open(root string) (*Source, error) {
+// Open opens the dataset directory root with DefaultConfig.
+func Open(root string) (*Source, error) { return OpenConfig(root, DefaultConfig()) }
+
+// OpenConfig opens the dataset directory root.
+func OpenConfig(root string, cfg Config) (*Source, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	abs, err := filepath.Abs(root)
 	if err != nil {
 		return nil, fmt.Errorf("source: %s: %w", root, err)
@@ -79,12 +116,13 @@ func Open(root string) (*Source, error) {
 	if err != nil {
 		return nil, fmt.Errorf("source: open %s: %w", abs, err)
 	}
-	return &Source{root: abs, rootFD: fd}, nil
+	return &Source{root: abs, rootFD: fd, handles: newHandles(cfg.Handles, cfg.HandleIdle)}, nil
 }
 
 // Close releases the directory descriptor, at once or when the last
 // open in progress ends.
 func (s *Source) Close() error {
+	s.handles.dropAll(true)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -142,24 +180,51 @@ func VersionOf(st *unix.Stat_t) Version {
 
 // ReadAt opens path, checks its Version against want and reads len(p)
 // bytes at off (fewer only at end of file). It blocks on the PFS.
+//
+// It reads through a descriptor kept from an earlier read of the same
+// version of path when there is one (handles.go), and keeps the one it
+// opens.
 func (s *Source) ReadAt(path string, want Version, p []byte, off int64) (int, error) {
-	// A bare descriptor: an *os.File costs a fcntl per open, for a file
-	// read once and closed.
+	k := handleKey{path, want}
+	if h := s.handles.get(k); h != nil {
+		n, err := s.readChecked(h.fd, path, want, p, off, true)
+		s.handles.put(h, err != nil)
+		return n, err
+	}
+	// A bare descriptor: an *os.File costs a fcntl per open.
 	fd, err := s.openFD(path)
 	if err != nil {
 		return 0, err
 	}
-	defer unix.Close(fd)
 	if err := checkVersion(fd, path, want); err != nil {
+		unix.Close(fd)
 		return 0, err
 	}
+	h := s.handles.add(k, fd)
+	n, err := s.readChecked(fd, path, want, p, off, false)
+	if h != nil {
+		s.handles.put(h, err != nil)
+	} else {
+		unix.Close(fd)
+	}
+	return n, err
+}
+
+// readChecked reads p at off from fd and checks the version after the
+// bytes: a file rewritten while they were read may have handed back some
+// of each version. Through a kept descriptor (cached) it checks the path,
+// which shows a rename or an unlink since the open.
+func (s *Source) readChecked(fd int, path string, want Version, p []byte, off int64, cached bool) (int, error) {
 	n, err := s.pread(fd, path, p, off)
 	if err != nil && err != io.EOF {
 		return n, err
 	}
-	// Checked again after the bytes: a file rewritten while they were
-	// read may have handed back some of each version.
-	if err := checkVersionAfter(fd, path, want); err != nil {
+	if cached {
+		err = s.checkPathAfter(path, want)
+	} else {
+		err = checkVersionAfter(fd, path, want)
+	}
+	if err != nil {
 		return 0, err
 	}
 	return n, nil
