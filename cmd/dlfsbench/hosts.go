@@ -1,22 +1,19 @@
 package main
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/dlfs/dlfs/test/mountproc"
 	"github.com/dlfs/dlfs/test/testbed"
+	"github.com/dlfs/dlfs/test/verify"
 )
 
 // The hosts suite (issue 28): the cluster on the multi-host test bed
@@ -212,7 +209,7 @@ func (b *bed) readEverywhere(sums string, seed uint64) (float64, error) {
 			start := time.Now()
 			out, err := n.host.Command(self, "-read-root", n.mnt, "-read-sums", sums, "-read-seed", fmt.Sprint(seed+uint64(i))).Output()
 			secs := time.Since(start).Seconds()
-			var r readerResult
+			var r verify.Result
 			if err == nil {
 				err = json.Unmarshal(out, &r)
 			}
@@ -231,14 +228,6 @@ func (b *bed) readEverywhere(sums string, seed uint64) (float64, error) {
 	return slowest, errors.Join(errs...)
 }
 
-// readerResult is what a reader process prints.
-type readerResult struct {
-	Files  int    `json:"files"`
-	Bytes  int64  `json:"bytes"`
-	Errors int    `json:"errors"`
-	First  string `json:"first,omitempty"`
-}
-
 // readerFlags are the flags of dlfsbench run as a reader on a host.
 type readerFlags struct{ root, sums string }
 
@@ -248,77 +237,20 @@ func addReaderFlags(r *readerFlags, seed *uint64) {
 	flag.Uint64Var(seed, "read-seed", 0, "with -read-root: the shuffle's seed")
 }
 
-// runReader reads every file listed in sums under root with 4 threads in a
-// shuffled order, checks each against its SHA-256, and prints a
-// readerResult.
+// runReader is dlfsbench run as a reader on a host: package verify's
+// Read, with 4 threads, its Result printed as JSON.
 func runReader(root, sums string, seed uint64) error {
-	b, err := os.ReadFile(sums)
+	r, err := verify.Read(root, sums, seed, 4)
 	if err != nil {
 		return err
 	}
-	type want struct{ path, sum string }
-	var wants []want
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		p, s, _ := strings.Cut(line, " ")
-		wants = append(wants, want{p, s})
-	}
-	rand.New(rand.NewPCG(seed, 7)).Shuffle(len(wants), func(i, j int) { wants[i], wants[j] = wants[j], wants[i] })
-	var (
-		mu  sync.Mutex
-		res readerResult
-		wg  sync.WaitGroup
-	)
-	next := make(chan want)
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for w := range next {
-				data, err := os.ReadFile(filepath.Join(root, w.path))
-				sum := sha256.Sum256(data)
-				mu.Lock()
-				switch {
-				case err != nil || hex.EncodeToString(sum[:]) != w.sum:
-					if res.Errors == 0 {
-						res.First = fmt.Sprintf("%s: %v", w.path, errOr(err, "wrong bytes"))
-					}
-					res.Errors++
-				default:
-					res.Files++
-					res.Bytes += int64(len(data))
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	for _, w := range wants {
-		next <- w
-	}
-	close(next)
-	wg.Wait()
-	return json.NewEncoder(os.Stdout).Encode(res)
-}
-
-func errOr(err error, s string) string {
-	if err != nil {
-		return err.Error()
-	}
-	return s
+	return json.NewEncoder(os.Stdout).Encode(r)
 }
 
 // writeSums writes the "path sha256" lines of files under src.
 func writeSums(o options, src string, files []string) (string, error) {
-	var s strings.Builder
-	for _, f := range files {
-		b, err := os.ReadFile(filepath.Join(src, f))
-		if err != nil {
-			return "", err
-		}
-		h := sha256.Sum256(b)
-		fmt.Fprintf(&s, "%s %s\n", f, hex.EncodeToString(h[:]))
-	}
 	p := filepath.Join(o.dir, "hosts-sums")
-	return p, os.WriteFile(p, []byte(s.String()), 0o644)
+	return p, verify.WriteSums(src, files, p)
 }
 
 func runHosts(o options, src string, files []string, total int64) error {

@@ -2,12 +2,9 @@ package integration
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -18,6 +15,7 @@ import (
 
 	"github.com/dlfs/dlfs/test/mountproc"
 	"github.com/dlfs/dlfs/test/testbed"
+	"github.com/dlfs/dlfs/test/verify"
 )
 
 // A cluster on the test bed: each host mounts SOURCE with a pfssim of its
@@ -137,16 +135,7 @@ func newBedCluster(t *testing.T, o bedOptions) *bedCluster {
 
 // checksums writes the "path sha256" lines of dir's files to out.
 func (c *bedCluster) checksums(dir, out string) string {
-	var sums strings.Builder
-	for _, f := range c.files {
-		b, err := os.ReadFile(filepath.Join(dir, f))
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		s := sha256.Sum256(b)
-		fmt.Fprintf(&sums, "%s %s\n", f, hex.EncodeToString(s[:]))
-	}
-	if err := os.WriteFile(out, []byte(sums.String()), 0o644); err != nil {
+	if err := verify.WriteSums(dir, c.files, out); err != nil {
 		c.t.Fatal(err)
 	}
 	return out
@@ -228,13 +217,6 @@ func (c *bedCluster) waitMembers(want int) {
 	}
 }
 
-// readerResult is what a reader process reports.
-type readerResult struct {
-	Files  int      `json:"files"`
-	Bytes  int64    `json:"bytes"`
-	Errors []string `json:"errors"`
-}
-
 // readEverywhere runs a reader on every node, inside its host, over the
 // whole dataset in its own shuffled order, and fails the test on an error
 // or a wrong byte.
@@ -253,15 +235,15 @@ func (c *bedCluster) readOn(nodes []*bedNode, seed uint64) {
 			cmd.Env = append(os.Environ(), "DLFS_IT_READER="+n.mnt, "DLFS_IT_SUMS="+n.sums,
 				"DLFS_IT_SEED="+strconv.FormatUint(seed+uint64(i), 10))
 			out, err := cmd.Output()
-			var r readerResult
+			var r verify.Result
 			if err == nil {
 				err = json.Unmarshal(out, &r)
 			}
 			switch {
 			case err != nil:
 				t.Errorf("reader on %s: %v: %s", n.host.Name, err, out)
-			case len(r.Errors) > 0:
-				t.Errorf("reader on %s: %d errors, first %s", n.host.Name, len(r.Errors), r.Errors[0])
+			case r.Errors > 0:
+				t.Errorf("reader on %s: %d errors, first %s", n.host.Name, r.Errors, r.First)
 			case r.Files != len(c.files):
 				t.Errorf("reader on %s read %d of %d files", n.host.Name, r.Files, len(c.files))
 			}
@@ -271,57 +253,16 @@ func (c *bedCluster) readOn(nodes []*bedNode, seed uint64) {
 }
 
 // readerMain is the test binary run as a reader on a host (TestMain):
-// it reads every file listed in DLFS_IT_SUMS under DLFS_IT_READER with 4
-// threads in a shuffled order, checks each against its SHA-256, and
-// prints a readerResult.
+// package verify's Read over DLFS_IT_SUMS under DLFS_IT_READER, with 4
+// threads, its Result printed as JSON.
 func readerMain() {
-	root, sums := os.Getenv("DLFS_IT_READER"), os.Getenv("DLFS_IT_SUMS")
 	seed, _ := strconv.ParseUint(os.Getenv("DLFS_IT_SEED"), 10, 64)
-	b, err := os.ReadFile(sums)
+	r, err := verify.Read(os.Getenv("DLFS_IT_READER"), os.Getenv("DLFS_IT_SUMS"), seed, 4)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	type want struct{ path, sum string }
-	var wants []want
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		p, s, _ := strings.Cut(line, " ")
-		wants = append(wants, want{p, s})
-	}
-	rand.New(rand.NewPCG(seed, 7)).Shuffle(len(wants), func(i, j int) { wants[i], wants[j] = wants[j], wants[i] })
-	var (
-		mu  sync.Mutex
-		res readerResult
-		wg  sync.WaitGroup
-	)
-	next := make(chan want)
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for w := range next {
-				data, err := os.ReadFile(filepath.Join(root, w.path))
-				sum := sha256.Sum256(data)
-				mu.Lock()
-				switch {
-				case err != nil:
-					res.Errors = append(res.Errors, err.Error())
-				case hex.EncodeToString(sum[:]) != w.sum:
-					res.Errors = append(res.Errors, w.path+": wrong bytes")
-				default:
-					res.Files++
-					res.Bytes += int64(len(data))
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	for _, w := range wants {
-		next <- w
-	}
-	close(next)
-	wg.Wait()
-	json.NewEncoder(os.Stdout).Encode(res)
+	json.NewEncoder(os.Stdout).Encode(r)
 	os.Exit(0)
 }
 
