@@ -286,19 +286,7 @@ func TestHostsEachMountThePFS(t *testing.T) {
 	if len(ids) != 1 {
 		t.Fatalf("the hosts gossip %d dataset identities: %v", len(ids), ids)
 	}
-	total := c.datasetBytes()
-	c.readEverywhere(1)
-	epoch0 := c.pfsBytes()
-	dropPageCache(t)
-	c.readEverywhere(100)
-	epoch1 := c.pfsBytes() - epoch0
-	t.Logf("PFS bytes: epoch 0 %.3fx the dataset, epoch 1 %.3fx", float64(epoch0)/float64(total), float64(epoch1)/float64(total))
-	if epoch0 > total+total/20 {
-		t.Errorf("epoch 0 read %.2fx the dataset from the PFS, want at most 1.05x", float64(epoch0)/float64(total))
-	}
-	if epoch1 > total/50 {
-		t.Errorf("epoch 1 read %.3fx the dataset from the PFS, want at most 0.02x", float64(epoch1)/float64(total))
-	}
+	c.twoEpochs()
 	for _, n := range c.nodes {
 		if num(n.statsDoc(t), "served", "peer", "reads") == 0 {
 			t.Errorf("%s read nothing from its peers", n.host.Name)
@@ -419,6 +407,24 @@ func TestUnreachableDataAddress(t *testing.T) {
 	c.readEverywhere(1)
 }
 
+// twoEpochs reads the dataset everywhere twice, the page caches dropped
+// between, and checks the PFS read it at most 1.05x in the first epoch
+// and 0.02x in the second.
+func (c *bedCluster) twoEpochs() {
+	t := c.t
+	t.Helper()
+	total := c.datasetBytes()
+	c.readEverywhere(1)
+	epoch0 := c.pfsBytes()
+	dropPageCache(t)
+	c.readEverywhere(100)
+	epoch1 := c.pfsBytes() - epoch0
+	t.Logf("PFS bytes: epoch 0 %.3fx the dataset, epoch 1 %.3fx", float64(epoch0)/float64(total), float64(epoch1)/float64(total))
+	if epoch0 > total+total/20 || epoch1 > total/50 {
+		t.Errorf("PFS read %.3fx then %.3fx the dataset, want at most 1.05x then 0.02x", float64(epoch0)/float64(total), float64(epoch1)/float64(total))
+	}
+}
+
 // placementView is what one node's stats say of placement.
 type placementView struct {
 	table   string
@@ -486,16 +492,7 @@ func TestSixteenHosts(t *testing.T) {
 	if len(v.owned) != hosts || sum != int64(len(c.files)) {
 		t.Fatalf("shares %v: %d members owning %d samples, want %d owning %d", v.owned, len(v.owned), sum, hosts, len(c.files))
 	}
-	total := c.datasetBytes()
-	c.readEverywhere(1)
-	epoch0 := c.pfsBytes()
-	dropPageCache(t)
-	c.readEverywhere(100)
-	epoch1 := c.pfsBytes() - epoch0
-	t.Logf("PFS bytes: epoch 0 %.3fx the dataset, epoch 1 %.3fx", float64(epoch0)/float64(total), float64(epoch1)/float64(total))
-	if epoch0 > total+total/20 || epoch1 > total/50 {
-		t.Errorf("PFS read %.3fx then %.3fx the dataset, want at most 1.05x then 0.02x", float64(epoch0)/float64(total), float64(epoch1)/float64(total))
-	}
+	c.twoEpochs()
 
 	// Churn: kill h05 while the others read, and add h16.
 	victim := c.nodes[5]
