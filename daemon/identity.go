@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/dlfs/dlfs/atomicfile"
@@ -77,12 +78,10 @@ func datasetOf(snap *catalog.Snapshot, c identityConfig) (_ integrity.Dataset, s
 		e := f.(*catalog.Entry)
 		v := e.Version()
 		h, ok := kept[e.Path()]
-		if ok && h.Size == v.Size && h.Mtime == v.Mtime && h.Ctime == v.Ctime && h.Ino == v.Ino {
-			if h.Read {
-				heads[f] = h.Sum
-			}
+		if ok && h.Read && h.Size == v.Size && h.Mtime == v.Mtime && h.Ctime == v.Ctime && h.Ino == v.Ino {
+			heads[f] = h.Sum
 			out.Files = append(out.Files, h)
-		} else {
+		} else { // a head that could not be read is tried again: the other hosts may have it
 			toRead = append(toRead, e)
 		}
 	}
@@ -113,11 +112,15 @@ func loadHeads(path, mount string) map[string]savedHead {
 	if path == "" {
 		return nil
 	}
-	f, err := os.Open(path)
+	// Not a FIFO that would block the mount, nor a symlink: a regular file.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil
+	}
 	var s savedHeads
 	if err := json.NewDecoder(io.LimitReader(f, maxIdentityFile)).Decode(&s); err != nil || s.Mount != mount {
 		return nil

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -103,9 +104,42 @@ func TestIdentityHeadsKept(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--dataset-id") {
 		t.Errorf("a hung PFS: %v after %v; want an error naming --dataset-id", err, time.Since(begin))
 	}
+	// A head that could not be read is read again at the next mount; a
+	// FIFO or a symlink in the kept file's place is not followed.
+	os.Remove(saved)
+	flaky := &failingPFS{countingPFS: countingPFS{src: src}, fail: "01"} // among the oldest (00 was rewritten above)
+	if _, _, err := datasetOf(snapOf(), identityConfig{pfs: flaky, format: "directory", mount: "m4", saved: saved}); err != nil {
+		t.Fatal(err)
+	}
+	flaky.fail, flaky.reads = "", atomic.Int64{}
+	if _, _, err := datasetOf(snapOf(), identityConfig{pfs: flaky, format: "directory", mount: "m4", saved: saved}); err != nil || flaky.reads.Load() != 1 {
+		t.Errorf("after a failed head read: %v, %d reads; want that one read again", err, flaky.reads.Load())
+	}
+	os.Remove(saved)
+	if err := syscall.Mkfifo(saved, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := datasetOf(snapOf(), c); err != nil { // returns: the FIFO is not opened for reading
+		t.Errorf("a FIFO in the kept file's place: %v", err)
+	}
+	os.Remove(saved)
 	// An operator's id reads nothing.
 	pfs.reads.Store(0)
 	if _, _, err := datasetOf(snapOf(), identityConfig{pfs: pfs, format: "directory", operatorID: "imagenet"}); err != nil || pfs.reads.Load() != 0 {
 		t.Errorf("--dataset-id: %v, %d reads", err, pfs.reads.Load())
 	}
+}
+
+// failingPFS fails reads of one path.
+type failingPFS struct {
+	countingPFS
+	fail string
+}
+
+func (p *failingPFS) ReadAt(path string, want source.Version, b []byte, off int64) (int, error) {
+	if path == p.fail {
+		p.reads.Add(1)
+		return 0, fmt.Errorf("a transient error")
+	}
+	return p.countingPFS.ReadAt(path, want, b, off)
 }

@@ -24,6 +24,10 @@ import (
 // the read fails with ErrChanged and the handle is dropped. A fresh open
 // needs no such care: it resolved the path just before.
 //
+// On NFS the check sees a rename by another client only once the client's
+// cache of directory entries expires (a fresh open looks the name up
+// again); what it returns is still the expected version's bytes.
+//
 // At most Config.Handles descriptors are kept. Only idle ones (no read in
 // progress) are closed: at eviction, once idle for Config.HandleIdle, on
 // DropHandles (a refresh) and on Close. A descriptor is never closed
@@ -105,7 +109,8 @@ func (hs *handles) put(h *handle, failed bool) {
 	defer hs.mu.Unlock()
 	h.refs--
 	if failed && !h.stale {
-		hs.dropLocked(h)
+		hs.dropLocked(h) // closes it now if this was its last reader
+		return
 	}
 	if h.stale {
 		if h.refs == 0 {
@@ -193,20 +198,37 @@ func (s *Source) DropHandles() { s.handles.dropAll(false) }
 // checkPathAfter is checkVersionAfter on the path, for a read through a
 // cached descriptor: a rename or an unlink since the open shows there,
 // not on the descriptor. A path that no longer resolves is a change.
+//
+// The path is resolved as every open resolves it (openat2, beneath the
+// root, no symlinks), to an O_PATH descriptor that reads nothing: a
+// directory swapped for a symlink since the open is a change too.
 func (s *Source) checkPathAfter(path string, want Version) error {
 	root, err := s.acquire()
 	if err != nil {
 		return fmt.Errorf("source: stat %s: %w", path, err)
 	}
 	defer s.release()
+	how := unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_CLOEXEC | unix.O_NOFOLLOW,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	}
+	var fd int
+	err = IgnoringEINTR(func() (err error) {
+		fd, err = unix.Openat2(root, path, &how)
+		return err
+	})
+	if err == unix.ENOENT || err == unix.ENOTDIR || err == unix.ELOOP || err == unix.EXDEV {
+		return fmt.Errorf("%w: %s is gone (%v); write 'refresh' to the control file", ErrChanged, path, err)
+	}
+	if err != nil {
+		return fmt.Errorf("source: stat %s: %w", path, err)
+	}
+	defer unix.Close(fd)
 	var stx unix.Statx_t
 	err = IgnoringEINTR(func() error {
-		return unix.Statx(root, path, unix.AT_SYMLINK_NOFOLLOW|unix.AT_STATX_FORCE_SYNC,
+		return unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_STATX_FORCE_SYNC,
 			unix.STATX_SIZE|unix.STATX_MTIME|unix.STATX_CTIME|unix.STATX_INO, &stx)
 	})
-	if err == unix.ENOENT || err == unix.ENOTDIR {
-		return fmt.Errorf("%w: %s is gone; write 'refresh' to the control file", ErrChanged, path)
-	}
 	if err != nil {
 		return fmt.Errorf("source: stat %s: %w", path, err)
 	}

@@ -7,8 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func writeFile(t *testing.T, path string, b []byte) {
@@ -227,4 +230,90 @@ func TestHandlesConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 	close(stop)
+}
+
+// TestFailedReadClosesOnce: a read whose check fails closes its kept
+// descriptor once: a second close would shut whatever descriptor another
+// goroutine opened under the same number meanwhile (here, victims that
+// stat their own descriptor and must never see EBADF).
+func TestFailedReadClosesOnce(t *testing.T) {
+	root := t.TempDir()
+	p := filepath.Join(root, "f")
+	writeFile(t, p, []byte("hello"))
+	s, err := OpenConfig(root, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	stop := make(chan struct{})
+	var victims sync.WaitGroup
+	var badf atomic.Int64
+	for range 4 {
+		victims.Add(1)
+		go func() {
+			defer victims.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+				if err != nil {
+					continue
+				}
+				var st unix.Stat_t
+				for range 20 {
+					if unix.Fstat(fd, &st) == unix.EBADF {
+						badf.Add(1)
+					}
+				}
+				unix.Close(fd)
+			}
+		}()
+	}
+	b := make([]byte, 5)
+	for i := range 5000 {
+		v := versionOf(t, p)
+		if _, err := s.ReadAt("f", v, b, 0); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(p, os.FileMode(0o600+i%2*0o044)) // moves the ctime
+		if _, err := s.ReadAt("f", v, b, 0); !errors.Is(err, ErrChanged) {
+			t.Fatalf("a read after the ctime moved: %v", err)
+		}
+	}
+	close(stop)
+	victims.Wait()
+	if n := badf.Load(); n > 0 {
+		t.Errorf("%d stats of other goroutines' descriptors failed with EBADF: a descriptor was closed twice", n)
+	}
+}
+
+// TestKeptHandleConfined: after a directory on a kept file's path is
+// swapped for a symlink, even to where that file now lies, a read through
+// the kept descriptor fails as a fresh open would.
+func TestKeptHandleConfined(t *testing.T) {
+	root, outside := t.TempDir(), t.TempDir()
+	os.Mkdir(filepath.Join(root, "a"), 0o755)
+	writeFile(t, filepath.Join(root, "a", "b"), []byte("bytes"))
+	v := versionOf(t, filepath.Join(root, "a", "b"))
+	s, err := OpenConfig(root, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	b := make([]byte, 5)
+	if _, err := s.ReadAt("a/b", v, b, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(root, "a"), filepath.Join(outside, "a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(outside, "a"), filepath.Join(root, "a")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ReadAt("a/b", v, b, 0); !errors.Is(err, ErrChanged) {
+		t.Errorf("a read through a directory swapped for a symlink: %v, want ErrChanged", err)
+	}
 }

@@ -79,7 +79,8 @@ type Config struct {
 	// same file (0: none, each read opens its file).
 	Handles int
 	// HandleIdle is how long a kept file may go unread before it is
-	// closed.
+	// closed; 0 keeps it until it is evicted, dropped or Close (a
+	// deleted file kept open holds its space, and on NFS its .nfs file).
 	HandleIdle time.Duration
 }
 
