@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
 	"net"
 
@@ -77,18 +78,17 @@ func checkReach(cfg Config, gossip net.IP) error {
 	if !gossip.IsLoopback() {
 		return nil
 	}
-	for _, hp := range cfg.Join {
-		host, _, err := net.SplitHostPort(hp)
+	ctx, cancel := context.WithTimeout(context.Background(), resolveBudget)
+	defer cancel()
+	for _, entry := range cfg.Join {
+		addrs, err := ResolveJoin(ctx, entry)
 		if err != nil {
-			continue // Join reports it
+			continue // Join reports a bad entry; a name not resolvable yet is retried
 		}
-		ips, err := net.LookupIP(host)
-		if err != nil {
-			continue // not resolvable yet: the join retries
-		}
-		for _, ip := range ips {
-			if !ip.IsLoopback() {
-				return fmt.Errorf("%w: this node would advertise the loopback address %s, but --join %s is another host: give --advertise (or --bind) with an address the other hosts reach", ErrConfig, gossip, hp)
+		for _, a := range addrs {
+			host, _, _ := net.SplitHostPort(a)
+			if ip := net.ParseIP(host); ip != nil && !ip.IsLoopback() {
+				return fmt.Errorf("%w: this node would advertise the loopback address %s, but --join %s is another host: give --advertise (or --bind) with an address the other hosts reach", ErrConfig, gossip, entry)
 			}
 		}
 	}

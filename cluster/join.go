@@ -66,6 +66,26 @@ func (c *Cluster) join(enough int) (int, error) {
 	return joined, nil
 }
 
+// ResolveJoin returns the addresses a --join entry HOST:PORT names: HOST
+// itself if it is an IP, else every address its name resolves to.
+func ResolveJoin(ctx context.Context, entry string) ([]string, error) {
+	host, port, err := net.SplitHostPort(entry)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --join %q: want HOST:PORT", ErrConfig, entry)
+	}
+	ips := []string{host}
+	if net.ParseIP(host) == nil {
+		if ips, err = net.DefaultResolver.LookupHost(ctx, host); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]string, len(ips))
+	for i, ip := range ips {
+		out[i] = net.JoinHostPort(ip, port)
+	}
+	return out, nil
+}
+
 // resolveJoin returns the addresses of Config.Join, names resolved, this
 // node's own address left out.
 func (c *Cluster) resolveJoin() []string {
@@ -73,21 +93,14 @@ func (c *Cluster) resolveJoin() []string {
 	defer cancel()
 	seen := map[string]bool{c.addr: true}
 	var out []string
-	for _, hp := range c.cfg.Join {
-		host, port, err := net.SplitHostPort(hp)
+	for _, entry := range c.cfg.Join {
+		addrs, err := ResolveJoin(ctx, entry)
 		if err != nil {
-			c.log.Warn("cluster: ignoring a --join entry", "entry", hp, "err", "want HOST:PORT")
+			c.log.Debug("cluster: a --join entry names no address yet", "entry", entry, "err", err)
 			continue
 		}
-		ips := []string{host}
-		if net.ParseIP(host) == nil {
-			if ips, err = net.DefaultResolver.LookupHost(ctx, host); err != nil {
-				c.log.Debug("cluster: --join name does not resolve yet", "name", host, "err", err)
-				continue
-			}
-		}
-		for _, ip := range ips {
-			if a := net.JoinHostPort(ip, port); !seen[a] {
+		for _, a := range addrs {
+			if !seen[a] {
 				seen[a] = true
 				out = append(out, a)
 			}

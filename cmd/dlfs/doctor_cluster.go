@@ -31,7 +31,7 @@ func checkAddresses(o doctorOptions) []check {
 	ip, data, err := cluster.Addresses(cluster.Config{Bind: o.bind, Advertise: o.advertise, Join: o.join,
 		Meta: cluster.Meta{DataAddr: o.dataAddr}})
 	if err != nil {
-		return []check{{"FAIL", "addresses", errors.Unwrap(err).Error() + ": " + detail(err)}}
+		return []check{{"FAIL", "addresses", err.Error()}}
 	}
 	port := "the bound port"
 	if _, p, err := net.SplitHostPort(o.bind); err == nil && p != "0" {
@@ -44,48 +44,34 @@ func checkAddresses(o doctorOptions) []check {
 	return []check{{"ok", "addresses", msg}}
 }
 
-// detail is err's message past ErrConfig's prefix.
-func detail(err error) string {
-	s, p := err.Error(), cluster.ErrConfig.Error()+": "
-	if len(s) > len(p) && s[:len(p)] == p {
-		return s[len(p):]
-	}
-	return s
-}
-
 // checkJoin resolves each --join entry and dials its addresses.
 func checkJoin(env doctorEnv, join []string) []check {
 	var out []check
-	for _, hp := range join {
-		host, port, err := net.SplitHostPort(hp)
-		if err != nil {
-			out = append(out, check{"FAIL", "--join", fmt.Sprintf("%q: want HOST:PORT", hp)})
+	for _, entry := range join {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		addrs, err := cluster.ResolveJoin(ctx, entry)
+		cancel()
+		switch {
+		case errors.Is(err, cluster.ErrConfig):
+			out = append(out, check{"FAIL", "--join", fmt.Sprintf("%q: want HOST:PORT", entry)})
 			continue
-		}
-		ips := []string{host}
-		if net.ParseIP(host) == nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			ips, err = net.DefaultResolver.LookupHost(ctx, host)
-			cancel()
-			if err != nil {
-				out = append(out, check{"warn", "--join", fmt.Sprintf("%s does not resolve (%v): the node will serve alone and keep trying; check the name (a Kubernetes headless Service resolves once its pods exist)", host, unwrapNet(err))})
-				continue
-			}
+		case err != nil:
+			out = append(out, check{"warn", "--join", fmt.Sprintf("%s does not resolve (%v): the node will serve alone and keep trying; check the name (a Kubernetes headless Service resolves once its pods exist)", entry, unwrapNet(err))})
+			continue
 		}
 		answered := 0
 		var last error
-		for _, ip := range ips {
-			if err := env.dialTCP(net.JoinHostPort(ip, port)); err != nil {
+		for _, a := range addrs {
+			if err := env.dialTCP(a); err != nil {
 				last = err
 			} else {
 				answered++
 			}
 		}
-		switch {
-		case answered > 0:
-			out = append(out, check{"ok", "--join", fmt.Sprintf("%s: %d of %d addresses answer", hp, answered, len(ips))})
-		default:
-			out = append(out, check{"warn", "--join", fmt.Sprintf("%s: none of its %d addresses answers (%v): the node will serve alone until one does; start a member there first, or check the firewall", hp, len(ips), unwrapNet(last))})
+		if answered > 0 {
+			out = append(out, check{"ok", "--join", fmt.Sprintf("%s: %d of %d addresses answer", entry, answered, len(addrs))})
+		} else {
+			out = append(out, check{"warn", "--join", fmt.Sprintf("%s: none of its %d addresses answers (%v): the node will serve alone until one does; start a member there first, or check the firewall", entry, len(addrs), unwrapNet(last))})
 		}
 	}
 	return out
