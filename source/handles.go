@@ -203,20 +203,7 @@ func (s *Source) DropHandles() { s.handles.dropAll(false) }
 // root, no symlinks), to an O_PATH descriptor that reads nothing: a
 // directory swapped for a symlink since the open is a change too.
 func (s *Source) checkPathAfter(path string, want Version) error {
-	root, err := s.acquire()
-	if err != nil {
-		return fmt.Errorf("source: stat %s: %w", path, err)
-	}
-	defer s.release()
-	how := unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_CLOEXEC | unix.O_NOFOLLOW,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	}
-	var fd int
-	err = IgnoringEINTR(func() (err error) {
-		fd, err = unix.Openat2(root, path, &how)
-		return err
-	})
+	fd, err := s.openBeneath(path, unix.O_PATH)
 	if err == unix.ENOENT || err == unix.ENOTDIR || err == unix.ELOOP || err == unix.EXDEV {
 		return fmt.Errorf("%w: %s is gone (%v); write 'refresh' to the control file", ErrChanged, path, err)
 	}
@@ -224,15 +211,5 @@ func (s *Source) checkPathAfter(path string, want Version) error {
 		return fmt.Errorf("source: stat %s: %w", path, err)
 	}
 	defer unix.Close(fd)
-	var stx unix.Statx_t
-	err = IgnoringEINTR(func() error {
-		return unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_STATX_FORCE_SYNC,
-			unix.STATX_SIZE|unix.STATX_MTIME|unix.STATX_CTIME|unix.STATX_INO, &stx)
-	})
-	if err != nil {
-		return fmt.Errorf("source: stat %s: %w", path, err)
-	}
-	got := Version{Size: int64(stx.Size), Mtime: stx.Mtime.Sec*1e9 + int64(stx.Mtime.Nsec),
-		Ctime: stx.Ctime.Sec*1e9 + int64(stx.Ctime.Nsec), Ino: stx.Ino}
-	return changed(path, got, want)
+	return checkVersionAfter(fd, path, want)
 }

@@ -302,18 +302,29 @@ func (s *Source) open(path string) (*os.File, error) {
 	return os.NewFile(uintptr(fd), path), nil
 }
 
-// openFD opens path beneath the root, refusing to leave it.
+// openFD opens path beneath the root for reading, refusing to leave it.
 func (s *Source) openFD(path string) (int, error) {
+	fd, err := s.openBeneath(path, unix.O_RDONLY)
+	if err != nil {
+		return -1, fmt.Errorf("source: open %s: %w", path, err)
+	}
+	s.opens.Add(1)
+	return fd, nil
+}
+
+// openBeneath opens path beneath the root with flags, refusing to leave
+// it: no "..", no symlink anywhere on the way.
+func (s *Source) openBeneath(path string, flags uint64) (int, error) {
 	if !Local(path) {
 		return -1, fmt.Errorf("%w: %q", ErrPath, path)
 	}
 	how := unix.OpenHow{
-		Flags:   unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NOFOLLOW,
+		Flags:   flags | unix.O_CLOEXEC | unix.O_NOFOLLOW,
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
 	}
 	root, err := s.acquire()
 	if err != nil {
-		return -1, fmt.Errorf("source: open %s: %w", path, err)
+		return -1, err
 	}
 	defer s.release()
 	var fd int
@@ -321,11 +332,7 @@ func (s *Source) openFD(path string) (int, error) {
 		fd, err = unix.Openat2(root, path, &how)
 		return err
 	})
-	if err != nil {
-		return -1, fmt.Errorf("source: open %s: %w", path, err)
-	}
-	s.opens.Add(1)
-	return fd, nil
+	return fd, err
 }
 
 // Local reports whether path is a clean, relative, slash-separated path that
