@@ -423,16 +423,26 @@ func kernel() string {
 }
 
 // readAll reads files under root with workers threads in an order shuffled
-// by seed, each file opened, read to EOF and closed.
+// by seed, each file opened, read to EOF in reads of 256 KiB and closed.
 func readAll(root string, files []string, workers int, seed uint64) (row, error) {
+	return readAllBy(root, files, workers, seed, 256<<10)
+}
+
+// readAllBy is readAll in reads of size bytes.
+func readAllBy(root string, files []string, workers int, seed uint64, size int) (row, error) {
 	order := append([]string(nil), files...)
 	rand.New(rand.NewPCG(seed, 7)).Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-	return readOrdered(root, order, workers)
+	return readOrderedBy(root, order, workers, size)
 }
 
 // readOrdered reads the files in order with workers threads, each taking
-// the next file not yet taken.
+// the next file not yet taken, in reads of 256 KiB.
 func readOrdered(root string, order []string, workers int) (row, error) {
+	return readOrderedBy(root, order, workers, 256<<10)
+}
+
+// readOrderedBy is readOrdered in reads of size bytes.
+func readOrderedBy(root string, order []string, workers, size int) (row, error) {
 	var (
 		next  atomic.Int64
 		bytes atomic.Int64
@@ -445,7 +455,7 @@ func readOrdered(root string, order []string, workers int) (row, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			buf := make([]byte, 256<<10)
+			buf := make([]byte, size)
 			for {
 				i := int(next.Add(1) - 1)
 				if i >= len(order) {
