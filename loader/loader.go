@@ -728,29 +728,32 @@ func (l *Loader) loadFrom(ctx context.Context, e *catalog.Entry, i int64, tag ui
 		}
 	}
 	l.model.Order(sources, n)
-	// The PFS goes after every copy, unless a margin is set and the
-	// fastest copy is expected to be that many times slower than it.
+	// The PFS goes after every copy but those skipped after a failure
+	// and, with a margin set for a waiting reader, those the model expects
+	// to be that many times slower than it. Order sorts the copies by
+	// their estimate, so those are the last ones.
 	pfsEst := float64(l.model.Estimate(srcPFS, n))
-	if why == forReader && l.cfg.PFSMargin > 0 && len(sources) > 0 &&
-		float64(l.model.Estimate(sources[0], n)) > l.cfg.PFSMargin*pfsEst {
-		sources = append([]string{srcPFS}, sources...)
-		// Unless a copy has gone unmeasured for a while: try it first,
-		// to see whether it recovered.
-		for k, src := range sources[1:] {
-			if l.model.Since(src) > probeAfter && l.model.Estimate(src, n) != perfmodel.Unreachable {
-				copy(sources[1:k+2], sources[:k+1])
-				sources[0] = src
+	margin := why == forReader && l.cfg.PFSMargin > 0
+	k := 0
+	for ; k < len(sources); k++ {
+		est := l.model.Estimate(sources[k], n)
+		if est == perfmodel.Unreachable || margin && float64(est) > l.cfg.PFSMargin*pfsEst {
+			break
+		}
+	}
+	if margin {
+		// Unless a slow copy has gone unmeasured for a while: it is tried
+		// just before the PFS, to see whether it recovered.
+		for j := k; j < len(sources); j++ {
+			if src := sources[j]; l.model.Since(src) > probeAfter && l.model.Estimate(src, n) != perfmodel.Unreachable {
+				copy(sources[k+1:j+1], sources[k:j])
+				sources[k] = src
+				k++
 				break
 			}
 		}
-	} else {
-		// Copies skipped after a failure go behind the PFS.
-		k := len(sources)
-		for k > 0 && l.model.Estimate(sources[k-1], n) == perfmodel.Unreachable {
-			k-- // Order sorts them last
-		}
-		sources = append(sources[:k], append([]string{srcPFS}, sources[k:]...)...)
 	}
+	sources = append(sources[:k], append([]string{srcPFS}, sources[k:]...)...)
 	if previous != "" {
 		// Just before the PFS: a cheap probe of a cache, not a copy the
 		// model ranks.

@@ -428,6 +428,7 @@ func TestSourceChoiceRules(t *testing.T) {
 		margin       float64
 		remote       *movedRemote
 		lacks        bool  // the owner lacks the block
+		ssd          bool  // an SSD tier, without the block; measured fast, the peer slow
 		damaged      bool  // the peers send it damaged
 		peer, cached int64 // fetches from the owner and the previous owner's caches
 		pfs          int64
@@ -439,6 +440,10 @@ func TestSourceChoiceRules(t *testing.T) {
 		{name: "slower copy never measured", priors: map[string]perfmodel.Prior{"pfs": same, "peer": {Latency: time.Second, Bandwidth: 1e8}}, margin: 2,
 			remote: &movedRemote{owner: "b"}, peer: 1, tier: "peer"},
 		{name: "failed copy not probed", fail: true, margin: 2, remote: &movedRemote{owner: "b"}, pfs: 1, tier: "pfs"},
+		// The margin weighs each copy, not only the fastest: an SSD that
+		// lacks the block does not put a slow peer before the PFS.
+		{name: "slow copy behind a fast SSD", priors: map[string]perfmodel.Prior{"pfs": same, "ssd": same, "peer": {Latency: time.Second, Bandwidth: 1e8}},
+			measure: true, ssd: true, margin: 2, remote: &movedRemote{owner: "b"}, pfs: 1, tier: "pfs"},
 		{name: "previous owner", remote: &movedRemote{previous: "c"}, cached: 1, tier: "moved"},
 		{name: "previous owner's block damaged", remote: &movedRemote{previous: "c"}, damaged: true, cached: 1, pfs: 1, tier: "pfs"},
 		{name: "previous owner is the owner", remote: &movedRemote{owner: "b", previous: "b"}, lacks: true, peer: 1, pfs: 1, tier: "pfs"},
@@ -447,7 +452,11 @@ func TestSourceChoiceRules(t *testing.T) {
 			files := map[string][]byte{"f": data(size)}
 			m := perfmodel.New(perfmodel.Config{Priors: c.priors})
 			pfs := &fakePFS{files: files}
-			l := New(Config{Model: m, PFSMargin: c.margin}, ramcache.New(ramcache.Config{Capacity: 0}), nil, pfs)
+			var ssd SSD
+			if c.ssd {
+				ssd = &fakeSSD{m: map[string]ssdstore.Block{}}
+			}
+			l := New(Config{Model: m, PFSMargin: c.margin}, ramcache.New(ramcache.Config{Capacity: 0}), ssd, pfs)
 			if r := c.remote; r != nil {
 				r.fakeRemote = &fakeRemote{files: files, bs: l.BlockSize()}
 				if c.lacks {
@@ -459,6 +468,10 @@ func TestSourceChoiceRules(t *testing.T) {
 			if c.measure {
 				for _, src := range []string{"pfs", "peer:b"} {
 					m.Observe(src, size, 2*time.Millisecond)
+				}
+				if c.ssd {
+					m.Observe("ssd", size, time.Millisecond)
+					m.Observe("peer:b", size, time.Second)
 				}
 			}
 			if c.fail {
