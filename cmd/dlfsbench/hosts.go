@@ -93,7 +93,7 @@ func (b *bed) start(h *testbed.Host, perMount bool, dlfsArgs []string) error {
 		return err
 	}
 	dl := append([]string{"mount", "--log-level", "warn", "--node-name", h.Name, "--bind", h.Addr + ":7946", "--data-addr", h.Addr + ":7947",
-		"--join", "h00:7946", "--cluster-key-file", b.key}, dlfsArgs...)
+		"--join", "h00:7946", "--cluster-key-file", b.key, "--ssd-cache", filepath.Join(h.Dir, "ssd"), "--ssd-cache-size", "1GiB"}, dlfsArgs...)
 	if n.dlfs, err = mountproc.StartCmd(h.Command(filepath.Join(b.o.bin, "dlfs"), append(dl, pfsMnt, n.mnt)...), n.mnt, h.MountInfo(), time.Minute); err != nil {
 		n.pfs.Stop(30 * time.Second)
 		return err

@@ -167,7 +167,9 @@ func (c *bedCluster) start(h *testbed.Host, src, sums string, perMount bool, fla
 	if c.byDNS {
 		dl = []string{"mount", "--node-name", h.Name, "--bind", "0.0.0.0:7946", "--data-addr", "0.0.0.0:7947", "--join", "peers:7946"}
 	}
-	dl = append(append(dl, "--cluster-key-file", c.key, "--ram-cache", "256MiB"), flags...)
+	// Each host has an SSD tier of its own, as the identity's kept heads do.
+	dl = append(append(dl, "--cluster-key-file", c.key, "--ram-cache", "256MiB",
+		"--ssd-cache", filepath.Join(h.Dir, "ssd"), "--ssd-cache-size", "256MiB"), flags...)
 	n.dlfs, err = mountproc.StartCmd(h.Command(bin.dlfs, append(dl, pfsMnt, n.mnt)...), n.mnt, h.MountInfo(), time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -539,8 +541,9 @@ func TestSlowLink(t *testing.T) {
 		bandwidth: map[int]int64{0: fast, 1: fast, 2: slow},
 		pfs:       []string{"-bandwidth-mbps", "10"},
 		dlfs:      []string{"--pfs-margin", "2"},
-		// The reader's RAM holds little, so each epoch asks the owners again.
-		hostFlags: map[int][]string{0: {"--ram-cache", "2MiB"}}})
+		// The reader's RAM holds little and it has no SSD tier, so each
+		// epoch asks the owners (or the PFS) again.
+		hostFlags: map[int][]string{0: {"--ram-cache", "2MiB", "--ssd-cache="}}})
 	c.waitMembers(3)
 	a := c.nodes[0]
 	// Two epochs on h00 alone: the first teaches its model the sources.
