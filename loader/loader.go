@@ -50,10 +50,10 @@
 // cost the others, and a sample read from it by a node that does not own
 // it is read from it twice. So by default a reachable copy is never
 // skipped for the PFS on speed alone. With Config.PFSMargin set, a waiting
-// reader goes to the PFS first when the model expects the copy to be that
+// reader goes to the PFS before every copy the model expects to be that
 // many times slower (prefetches still wait for the copy: their latency is
-// hidden); a copy not measured for a second is then tried first anyway,
-// which is how one that was slow is seen to recover.
+// hidden); such a copy not measured for a second is tried just before the
+// PFS anyway, which is how one that was slow is seen to recover.
 //
 // # Coalescing
 //
