@@ -242,7 +242,11 @@ func runZoo(o options) error {
 			if later, err = zooLaterEpochs(o, w, d); err != nil {
 				return fmt.Errorf("zoo, later epochs: %w", err)
 			}
-			later.native = rows[len(rows)-1].seconds
+			for _, r := range rows {
+				if r.w.name == w.name && r.reader == zooPageCache {
+					later.native = r.seconds
+				}
+			}
 		}
 	}
 	printZoo(rows, later)
