@@ -114,12 +114,19 @@ type Config struct {
 	// FailureTTL is how long a failed read of SOURCE is remembered and
 	// answered without another try (failures.go); 0 takes the default.
 	FailureTTL time.Duration // default 2s
-	Logger     *slog.Logger  // nil: discard
+	// ReadAhead bounds the bytes fetched ahead of one reader moving
+	// forward through a file (readahead.go), ReadAheadTotal those of all
+	// readers together; NoReadAhead turns read-ahead off (for comparison).
+	ReadAhead      int64 // default 16 MiB
+	ReadAheadTotal int64 // default 64 MiB
+	NoReadAhead    bool
+	Logger         *slog.Logger // nil: discard
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{BlockSize: 1 << 20, DemandPerContainer: 16, PFSTimeout: time.Minute, PFSCalls: 256, FailureTTL: 2 * time.Second}
+	return Config{BlockSize: 1 << 20, DemandPerContainer: 16, PFSTimeout: time.Minute, PFSCalls: 256, FailureTTL: 2 * time.Second,
+		ReadAhead: 16 << 20, ReadAheadTotal: 64 << 20}
 }
 
 // Validate reports the first setting that is out of range.
@@ -135,6 +142,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("loader: failure TTL %s is negative", c.FailureTTL)
 	case c.PFSMargin < 0:
 		return fmt.Errorf("loader: PFS margin %g is negative", c.PFSMargin)
+	case c.ReadAhead < 0 || c.ReadAheadTotal < 0:
+		return fmt.Errorf("loader: read-ahead bounds %d and %d: neither may be negative", c.ReadAhead, c.ReadAheadTotal)
 	}
 	return nil
 }
@@ -178,6 +187,8 @@ type Stats struct {
 	// only reads dlfs copies in its own memory (one that lies in one block
 	// is answered from the block itself).
 	CopiedBytes int64 `json:"copied_bytes"`
+	// ReadAhead counts the blocks fetched ahead of readers within files.
+	ReadAhead ReadAheadStats `json:"read_ahead"`
 }
 
 // Dependencies the loader reads through; small interfaces where used.
@@ -273,7 +284,10 @@ type Loader struct {
 	pfsSlots  chan struct{} // one per read of SOURCE in flight (deadline.go)
 	pfsStuck  atomic.Int64  // reads of SOURCE abandoned at their deadline, still in the kernel
 	failed    failures      // reads of SOURCE that failed lately (failures.go)
-	closed    chan struct{} // closed by Close
+	ahead     readAhead     // blocks fetched ahead of readers within files (readahead.go)
+	aheadCtx  context.Context
+	aheadStop context.CancelFunc // ends the read-ahead fetches at Close
+	closed    chan struct{}      // closed by Close
 	closeOnce sync.Once
 }
 
@@ -301,9 +315,16 @@ func New(cfg Config, ram *ramcache.Cache, ssd SSD, pfs PFS) *Loader {
 	if cfg.FailureTTL <= 0 {
 		cfg.FailureTTL = DefaultConfig().FailureTTL
 	}
+	if cfg.ReadAhead <= 0 {
+		cfg.ReadAhead = DefaultConfig().ReadAhead
+	}
+	if cfg.ReadAheadTotal <= 0 {
+		cfg.ReadAheadTotal = DefaultConfig().ReadAheadTotal
+	}
 	closed := make(chan struct{})
 	l := &Loader{cfg: cfg, log: cfg.Logger, model: cfg.Model, ram: ram, ssd: ssd, pfs: pfs,
 		pfsSlots: make(chan struct{}, cfg.PFSCalls), closed: closed}
+	l.aheadCtx, l.aheadStop = context.WithCancel(context.Background())
 	l.flight.stop = closed
 	return l
 }
@@ -312,8 +333,12 @@ func New(cfg Config, ram *ramcache.Cache, ssd SSD, pfs PFS) *Loader {
 // ErrClosed, and waits for the fetches running to end (each does at once,
 // leaving a PFS read stuck in the kernel behind). Reads after Close fail.
 func (l *Loader) Close() error {
-	l.closeOnce.Do(func() { close(l.closed) })
+	l.closeOnce.Do(func() {
+		close(l.closed)
+		l.aheadStop()
+	})
 	l.flight.stopAndWait()
+	l.closeAhead()
 	return nil
 }
 
@@ -399,6 +424,7 @@ func (l *Loader) ReadAtWaited(ctx context.Context, e *catalog.Entry, dest []byte
 	end := off + min(int64(len(dest)), e.Size-off) // never past 2^63-1
 	bs := l.cfg.BlockSize
 	first, last := off/bs, (end-1)/bs
+	l.readAheadFor(e, first, last)
 	var (
 		from   tier
 		waited time.Duration
@@ -457,6 +483,9 @@ func (l *Loader) block(ctx context.Context, e *catalog.Entry, i int64, done bool
 	if b, ok := l.fromStage(key, tag, e, done); ok {
 		return b.Data, tierStage, 0, nil
 	}
+	if b, ok := l.fromAhead(e, i, key, tag, done); ok {
+		return b.Data, tierStage, 0, nil
+	}
 	l.flight.hold(key)
 	*held = append(*held, key)
 	start := time.Now()
@@ -480,9 +509,17 @@ func (l *Loader) block(ctx context.Context, e *catalog.Entry, i int64, done bool
 	if c.src <= tierStage { // in RAM, or taken from the stage, meanwhile
 		return c.val, c.src, 0, nil
 	}
-	if shared && c.src != tierPeer {
+	ahead := false
+	if shared {
+		// A read-ahead that ran the flight holds the block until a read
+		// reaches its end.
+		_, ahead = l.takeAhead(e, i, key, tag, done)
+	}
+	if shared && c.src != tierPeer && (!ahead || done) {
 		// The flight may have been a prefetch, which stages rather than
-		// caches: this read offers the block to RAM itself.
+		// caches: this read offers the block to RAM itself (a read-ahead's
+		// block once a read reaches its end: until then the read-ahead
+		// holds it, and a later part of it must be taken from there).
 		kept = l.ram.Put(key, blockOf(e, tag, c.fetch))
 	}
 	if s := l.stage.Load(); s != nil {
@@ -490,7 +527,7 @@ func (l *Loader) block(ctx context.Context, e *catalog.Entry, i int64, done bool
 			// A prefetch that ran the flight staged the block before it
 			// ended; RAM has it now, or this read was its last.
 			s.s.Take(key, tag, true)
-		} else {
+		} else if !ahead {
 			s.s.Hold(key, blockOf(e, tag, c.fetch))
 		}
 	}
@@ -699,6 +736,9 @@ const (
 // peer) or the PFS, in the order the model estimates fastest, and queues
 // a PFS read for the SSD (see Choice of source). It runs inside a flight.
 func (l *Loader) load(ctx context.Context, e *catalog.Entry, i int64, tag uint64, why purpose) (fetch, error) {
+	if b, ok := l.takeAhead(e, i, BlockKey(e.Path(), i), tag, true); ok {
+		return fetch{b.b.Data, b.src, b.b.Sum}, nil // fetched with the block before it
+	}
 	f, err := l.loadFrom(ctx, e, i, tag, why)
 	if err == nil {
 		l.fetches[f.src].Add(1)
@@ -793,7 +833,7 @@ func (l *Loader) loadFrom(ctx context.Context, e *catalog.Entry, i int64, tag ui
 					buf, err = l.readPFS(ctx, e, i, n)
 				}
 			} else {
-				buf, err = l.readPFS(ctx, e, i, n)
+				buf, err = l.readPFSWithTail(ctx, e, i, n)
 			}
 			if err != nil {
 				l.failed.put(fk, err, time.Now(), l.cfg.FailureTTL)
@@ -894,6 +934,7 @@ func (l *Loader) Invalidate(e *catalog.Entry) {
 		return
 	}
 	l.failed.forget(failKey{e.Path(), e.Version()})
+	l.forgetAhead(e.Path())
 	blocks := Blocks(e.Size, l.cfg.BlockSize)
 	if blocks > walkBlocks {
 		// A sparse file may claim 2^43 blocks: walk what the tiers hold
@@ -918,7 +959,7 @@ func (l *Loader) Invalidate(e *catalog.Entry) {
 func (l *Loader) Stats() Stats {
 	s := Stats{Served: make(map[string]Served, numTiers), Fetched: make(map[string]Served, numTiers-2),
 		Sources: l.model.Stats(), Runs: l.runs.Load(), RunSamples: l.runSamples.Load(), CopiedBytes: l.copied.Load(),
-		PFSStuck: l.pfsStuck.Load()}
+		PFSStuck: l.pfsStuck.Load(), ReadAhead: l.ReadAheadStats()}
 	for t := tier(0); t < numTiers; t++ {
 		s.Served[tierNames[t]] = Served{Reads: l.reads[t].Load(), Bytes: l.bytes[t].Load()}
 		if t > tierStage {
