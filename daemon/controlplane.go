@@ -45,7 +45,8 @@ type ControlStatus struct {
 //
 //	control, stats, stats.prom
 //	jobs/JOB/rank-R/epoch-E          the predicted read order, one path per line
-//	jobs/JOB/rank-R/epoch-E.batches  its batch sizes, one per line
+//	jobs/JOB/rank-R/epoch-E.batches  its batch sizes, one per line (not for an
+//	                                 inferred job whose reads have not shown them)
 //	jobs/JOB/rank-R/advice           the rank's DataLoader settings (JSON), once it reports
 func (c *controlPlane) List(dir string) ([]fusefs.PseudoEntry, error) {
 	parts := strings.Split(dir, "/")
@@ -80,8 +81,10 @@ func (c *controlPlane) List(dir string) ([]fusefs.PseudoEntry, error) {
 		}
 		if planned {
 			for _, e := range j.Epochs(rank) {
-				out = append(out, fusefs.PseudoEntry{Name: fmt.Sprintf("epoch-%d", e)},
-					fusefs.PseudoEntry{Name: fmt.Sprintf("epoch-%d.batches", e)})
+				out = append(out, fusefs.PseudoEntry{Name: fmt.Sprintf("epoch-%d", e)})
+				if j.BatchKnown() {
+					out = append(out, fusefs.PseudoEntry{Name: fmt.Sprintf("epoch-%d.batches", e)})
+				}
 			}
 		}
 		return out, nil
@@ -152,6 +155,9 @@ func (c *controlPlane) plan(p string) ([]byte, error) {
 		return nil, fmt.Errorf("control: %s: %w", p, fs.ErrNotExist)
 	}
 	var b bytes.Buffer
+	if batches && !j.BatchKnown() {
+		return nil, fmt.Errorf("control: %s: the batch size of inferred job %s is not known yet: %w", p, j.Spec.Name, fs.ErrNotExist)
+	}
 	if batches {
 		for _, n := range j.Batches(rank, epoch) {
 			fmt.Fprintln(&b, n)

@@ -726,13 +726,18 @@ func (d dataset) ReadAt(ctx context.Context, e *catalog.Entry, dest []byte, off 
 }
 
 // inferJobs is the job registry as package readers sees it; with off, it
-// reports an announced job, so nothing is inferred.
+// reports a job announced over the whole mount, so nothing is inferred.
 type inferJobs struct {
 	*jobs.Registry
 	off bool
 }
 
-func (j inferJobs) Announced(uid uint32) bool { return j.off || j.Registry.AnnouncedBy(uid) }
+func (j inferJobs) AnnouncedRoots(uid uint32) []string {
+	if j.off {
+		return []string{"."}
+	}
+	return j.Registry.AnnouncedRoots(uid)
+}
 
 // layout is where job j's ranks run and its samples are cached
 // (jobs.Config.Layout): the cluster's read policy says; without a

@@ -17,6 +17,11 @@
 // cached per (rank, epoch), since a permutation of a million samples takes
 // tens of milliseconds.
 //
+// An inferred job's line (package readers) gives batch= and workers= only
+// once its reads showed them. Until then it is planned with
+// InferredBatch and InferredWorkers, the window the prefetcher assumes,
+// and Batches and the status say they are not known.
+//
 // # Owners
 //
 // A job belongs to a user (Owner): the one whose control write announced
@@ -119,6 +124,12 @@ type Job struct {
 	// Inferred: no one announced the job; package readers inferred it
 	// from a stream's reads.
 	Inferred bool
+	// batchKnown and workersKnown say whether Spec.Batch and Spec.Workers
+	// are the DataLoader's: an announced job's line gives them (or takes
+	// the defaults); an inferred job's only once its reads showed them.
+	// Until then its plans are made with InferredBatch and
+	// InferredWorkers, the prefetcher's window, and Batches says nothing.
+	batchKnown, workersKnown bool
 	// Owner is who the job acts for. Samples hold only what the owner may
 	// read by its path, and only the owner's reads move its readers'
 	// cursors (Owner.Reads).
@@ -197,6 +208,22 @@ type PlanStats struct {
 	MaxBatch int `json:"max_batch"`
 }
 
+// InferredBatch and InferredWorkers are the DataLoader's shape an
+// inferred job is planned with until its reads show it: what the
+// prefetcher's window assumes of a loader it knows nothing of.
+const (
+	InferredBatch   = 32
+	InferredWorkers = 4
+)
+
+// BatchKnown reports whether Spec.Batch is the DataLoader's batch size
+// (not InferredBatch, assumed for an inferred job whose reads have not
+// shown it).
+func (j *Job) BatchKnown() bool { return j.batchKnown }
+
+// WorkersKnown reports the same of Spec.Workers.
+func (j *Job) WorkersKnown() bool { return j.workersKnown }
+
 // Ahead is how many samples the prefetcher may fetch ahead of each of the
 // job's readers; 0: no bound (every announced job).
 func (j *Job) Ahead() int {
@@ -255,8 +282,12 @@ func (j *Job) orderLocked(rank, epoch int) []int32 {
 }
 
 // Batches returns the batch sizes rank trains on in epoch, in order: the
-// stock B (and a shorter last) unless balance=solar made them differ.
+// stock B (and a shorter last) unless balance=solar made them differ; nil
+// if the batch size is not known (BatchKnown).
 func (j *Job) Batches(rank, epoch int) []int {
+	if !j.batchKnown {
+		return nil
+	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.Spec.Balance != "" {
@@ -692,17 +723,19 @@ func (r *Registry) aheadLocked(name string) *atomic.Int64 {
 	return a
 }
 
-// AnnouncedBy reports whether user uid has a registered job it announced
-// rather than one inferred.
-func (r *Registry) AnnouncedBy(uid uint32) bool {
+// AnnouncedRoots returns the dataset roots (relative to the mount, "."
+// for all of it) of the registered jobs user uid announced rather than
+// inferred, in no order.
+func (r *Registry) AnnouncedRoots(uid uint32) []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	var out []string
 	for _, j := range r.jobs {
 		if !j.Inferred && j.Owner.Uid == uid {
-			return true
+			out = append(out, j.Spec.Root)
 		}
 	}
-	return false
+	return out
 }
 
 // Announced reports whether any registered job was announced rather than
@@ -733,10 +766,25 @@ func (r *Registry) apply(line control.Job, inferred bool, owner Owner) error {
 		base = prev.Spec
 	}
 	spec := line.Merge(base)
+	// The shape assumed for an inferred job is no one's: a line that
+	// takes it over (an announcement) and leaves it out gets the defaults.
+	batchKnown, workersKnown := !inferred || line.Set["batch"], !inferred || line.Set["workers"]
+	switch {
+	case !batchKnown:
+		spec.Batch = InferredBatch
+	case prev != nil && !prev.batchKnown && !line.Set["batch"]:
+		spec.Batch = control.DefaultJob().Batch
+	}
+	switch {
+	case !workersKnown:
+		spec.Workers = InferredWorkers
+	case prev != nil && !prev.workersKnown && !line.Set["workers"]:
+		spec.Workers = control.DefaultJob().Workers
+	}
 	if err := spec.Check(); err != nil {
 		return err
 	}
-	j := &Job{Spec: spec, RankEpoch: map[int]int{}, layout: r.cfg.Layout, Owner: owner}
+	j := &Job{Spec: spec, RankEpoch: map[int]int{}, layout: r.cfg.Layout, Owner: owner, batchKnown: batchKnown, workersKnown: workersKnown}
 	for _, r := range spec.Ranks {
 		j.RankEpoch[r] = spec.Epoch
 		if prev != nil && line.Set["rank"] && r != line.Ranks[0] {
@@ -1017,8 +1065,11 @@ type Status struct {
 	RankEpoch  map[string]int `json:"rank_epochs"`
 	Extensions []string       `json:"extensions,omitempty"`
 	Inferred   bool           `json:"inferred,omitempty"`
-	Balance    string         `json:"balance,omitempty"`
-	EpochOrder bool           `json:"epochorder,omitempty"`
+	// Unknown names what an inferred job's reads have not shown yet:
+	// "batch", "workers" (each shown as 0 then).
+	Unknown    []string `json:"unknown,omitempty"`
+	Balance    string   `json:"balance,omitempty"`
+	EpochOrder bool     `json:"epochorder,omitempty"`
 	// Plans are the plans made under balance=, by "epoch-E".
 	Plans map[string]PlanStats `json:"plans,omitempty"`
 }
@@ -1036,6 +1087,14 @@ func (r *Registry) Statuses() map[string]Status {
 			Seed: s.Seed, Epoch: s.Epoch, World: s.World, Ranks: s.Ranks, Shuffle: s.Shuffle, DropLast: s.DropLast,
 			Batch: s.Batch, Workers: s.Workers, Lookahead: s.Lookahead, RankEpoch: map[string]int{}, Extensions: s.Extensions,
 			Inferred: j.Inferred}
+		st := out[s.Name]
+		if !j.batchKnown {
+			st.Batch, st.Unknown = 0, append(st.Unknown, "batch")
+		}
+		if !j.workersKnown {
+			st.Workers, st.Unknown = 0, append(st.Unknown, "workers")
+		}
+		out[s.Name] = st
 		for r, e := range j.RankEpoch {
 			out[s.Name].RankEpoch[fmt.Sprintf("rank-%d", r)] = e
 		}

@@ -328,3 +328,83 @@ func TestPinnedPlans(t *testing.T) {
 		t.Errorf("epoch 1 figures %+v: want %d reads in batches of 4", st, n)
 	}
 }
+
+// TestInferredShape: an inferred job whose line leaves batch= or
+// workers= out is planned with InferredBatch and InferredWorkers (the
+// prefetcher's window) but does not claim them: Batches says nothing and
+// the status names them unknown, until a line gives them. An announced
+// job's line that leaves them out takes the documented defaults, and
+// they are its. Before, package readers wrote batch=32 workers=4 into
+// every inferred line, so a loader reading batches of 16 was shown 32.
+func TestInferredShape(t *testing.T) {
+	files := map[string]string{}
+	for i := 0; i < 40; i++ {
+		files[fmt.Sprintf("val/c%d/%02d.jpg", i%2, i)] = "x"
+	}
+	r := registry(t, files)
+	parse := func(line string) control.Job {
+		cmds, err := control.Parse([]byte(line))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cmds[0].(control.Job)
+	}
+	for _, c := range []struct {
+		name, line  string
+		inferred    bool
+		batch, wkrs int
+		unknown     string
+		batches     string
+		roots       []string
+	}{
+		{"inferred, shape not shown", "job=v root=val epoch=0 sampler=sequential", true, InferredBatch, InferredWorkers, "batch,workers", "", nil},
+		{"inferred, workers shown", "job=v root=val epoch=0 sampler=sequential workers=2", true, InferredBatch, 2, "batch", "", nil},
+		{"inferred, both shown", "job=v root=val epoch=0 sampler=sequential batch=16 workers=2", true, 16, 2, "", "16,16,8", nil},
+		{"announced, defaults", "job=v root=val epoch=0 sampler=sequential", false, 1, 0, "", strings.Repeat("1,", 39) + "1", []string{"val"}},
+	} {
+		var err error
+		if c.inferred {
+			err = r.ApplyInferred(RootOwner.Cred, parse(c.line))
+		} else {
+			err = r.Apply(parse(c.line))
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		j := r.Get("v")
+		st := r.Statuses()["v"]
+		var sizes []string
+		for _, n := range j.Batches(0, 0) {
+			sizes = append(sizes, fmt.Sprint(n))
+		}
+		wantStatus := [2]int{c.batch, c.wkrs}
+		if !j.BatchKnown() {
+			wantStatus[0] = 0
+		}
+		if !j.WorkersKnown() {
+			wantStatus[1] = 0
+		}
+		if j.Spec.Batch != c.batch || j.Spec.Workers != c.wkrs || strings.Join(st.Unknown, ",") != c.unknown ||
+			[2]int{st.Batch, st.Workers} != wantStatus || strings.Join(sizes, ",") != c.batches {
+			t.Errorf("%s: planned with batch %d workers %d; status batch %d workers %d unknown %v; batches %v",
+				c.name, j.Spec.Batch, j.Spec.Workers, st.Batch, st.Workers, st.Unknown, sizes)
+		}
+		if got := r.AnnouncedRoots(0); !slices.Equal(got, c.roots) {
+			t.Errorf("%s: announced roots %v, want %v", c.name, got, c.roots)
+		}
+		if err := r.End("v"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// An announcement that takes over an inferred job whose shape was
+	// not known does not inherit the assumed one.
+	if err := r.ApplyInferred(RootOwner.Cred, parse("job=v root=val epoch=0 sampler=sequential")); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Apply(parse("job=v epoch=1")); err != nil {
+		t.Fatal(err)
+	}
+	if j := r.Get("v"); !j.BatchKnown() || j.Spec.Batch != 1 || j.Spec.Workers != 0 {
+		t.Errorf("announced over an inferred job: batch %d (known %v) workers %d, want the defaults 1 and 0", j.Spec.Batch, j.BatchKnown(), j.Spec.Workers)
+	}
+}

@@ -8,7 +8,8 @@
 // command line (a forked DataLoader worker) or that multiprocessing
 // started belongs to its parent's stream. The pid → stream map is filled
 // from /proc on a pid's first read and bounded. Each stream keeps its
-// counters and a ring of the files it read first, most recent last.
+// counters and a ring of the files it read first, most recent last, each
+// with the process that read it and whether it waited on the PFS.
 //
 // # Processes and users
 //
@@ -29,9 +30,15 @@
 // # Inference
 //
 // A goroutine owned by the Tracker judges the streams off the read path.
-// It places a stream's recent files in the ImageFolder index of the
-// deepest directory above them whose index holds them (with the
-// extensions the stream read), and calls the pattern (Detect):
+// A stream holds an inferred job for each dataset it reads in turn, at
+// most maxLanes (a training set and its validation set; a third gives up
+// the one read least recently); each job follows the stream's new files
+// that its index holds. Files under the root of a job the stream's user
+// announced are that job's: nothing is inferred from them, and an
+// inferred job over them ends. The rest are judged for a job of their
+// own: the judge places them in the ImageFolder index of the deepest
+// directory above them whose index holds them (with the extensions the
+// stream read), and calls the pattern (Detect):
 //   - sequential (SequentialSampler, an evaluation loop, tar, cp -r) or
 //     strided (DistributedSampler without shuffle): it registers an
 //     inferred job (sampler=sequential, or distributed with shuffle=false,
@@ -43,10 +50,37 @@
 //     DistributedSampler with seed+epoch below 2^16, any world up to 1,024
 //     and rank; with one rank, RandomSampler with a seeded generator is
 //     told apart at its second epoch). A guess found is registered like a
-//     scan's.
+//     scan's. A random verdict makes the stream wait a cooldown before its
+//     files are judged again.
 //
-// Only streams whose reads wait on the PFS (a quarter of them or more) are
-// judged: a stream the caches already serve has nothing to gain.
+// # Passes
+//
+// A stream that moves into a directory it had not read in (newPass: a
+// validation pass over val/ after a shuffled epoch over train/) has that
+// pass judged apart from the files it read before, as soon as the pass
+// holds MinEvidence files, cooldown or not: below the directory holding
+// its recent files, the newest ones lie in a branch none of the older
+// ones do, and those lie in at most two branches (not a shuffled reader
+// of many classes). Whether the training is announced, inferred or
+// unpredictable, the pass gets an inferred job of its own, which moves to
+// its next epoch at the next pass.
+//
+// Only files whose first reads waited on the PFS (a quarter of those
+// judged or more) are judged: a stream the caches already serve has
+// nothing to gain.
+//
+// # Loader shape
+//
+// A DataLoader's worker is a process of its own and reads one batch, B
+// consecutive positions of the sampler's order; batch k goes to worker
+// k % W. Every read carries its thread, so an inferred job tells B and W
+// from which process read which positions (shapeOf) and puts batch= and
+// workers= in its line once they show; until then the line leaves them
+// out, and the registry plans with an assumed shape and shows them as
+// unknown (its .batches files are absent). W is 0 when the stream's own
+// process reads everything.
+//
+// # Bounds
 //
 // An inferred job acts for its stream's user: its index holds only what
 // that user may read (Config.Index), so it neither names nor prefetches
@@ -56,7 +90,10 @@
 // MinAhead samples and doubles with every confirmed read, so a guess that
 // later reads contradict costs at most max(MinAhead, 2×confirmed)
 // samples of prefetch; it is ended at the first judgement that contradicts
-// it. Nothing is inferred for a user while it has a job announced.
+// it (its files read off its plan). A job whose stream read none of its
+// files among the last History (a training epoch between two validation
+// passes) may again fetch only MinAhead past where its reader left off,
+// and its confirmations start over.
 package readers
 
 import (
@@ -84,7 +121,7 @@ import (
 // Config configures a Tracker.
 type Config struct {
 	ProcRoot   string        // default "/proc"
-	History    int           // files remembered per stream; default 64
+	History    int           // files remembered per stream; default 256
 	MaxStreams int           // default 256
 	MaxPids    int           // pid → stream entries kept; default 8192
 	Interval   time.Duration // how often streams are judged; default 100 ms
@@ -114,9 +151,11 @@ type Jobs interface {
 	// SetAhead bounds how many samples the prefetcher may fetch ahead of
 	// a job's readers (0: no bound).
 	SetAhead(name string, n int)
-	// Announced reports whether user uid announced a job (not
-	// inferred): nothing is inferred for that user then.
-	Announced(uid uint32) bool
+	// AnnouncedRoots returns the dataset roots (relative to the mount;
+	// "." is all of it) of the jobs user uid announced (not inferred):
+	// that user's reads of files under them are those jobs', and nothing
+	// is inferred from them.
+	AnnouncedRoots(uid uint32) []string
 }
 
 // Defaults of Config.
@@ -156,9 +195,14 @@ type StreamStats struct {
 	Sources     map[string]SourceTime `json:"sources,omitempty"`
 	// LastRead is when dlfs last served it.
 	LastRead time.Time `json:"last_read"`
-	Pattern  string    `json:"pattern"` // "", "sequential", "strided W+R", "random"
-	Job      string    `json:"job,omitempty"`
-	Root     string    `json:"root,omitempty"`
+	// Pattern, Job and Root are what its newest reads follow: an
+	// inferred job's, or the last verdict on reads no job holds.
+	Pattern string `json:"pattern"` // "", "sequential", "strided W+R", "random", "torch ..."
+	Job     string `json:"job,omitempty"`
+	Root    string `json:"root,omitempty"`
+	// Jobs are all its inferred jobs (a training set's and its
+	// validation set's).
+	Jobs []string `json:"jobs,omitempty"`
 }
 
 // SourceTime is the reads a tier served to a stream, and the time they
@@ -197,11 +241,15 @@ type Tracker struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	judged atomic.Int64 // judgements made (for tests)
+	// settled counts the first reads of files the judge has finished
+	// judging (for tests: every one observed is, once it equals them).
+	settled atomic.Int64
 }
 
 // pidEntry is what a reading thread's id resolved to.
 type pidEntry struct {
 	thread  access.Proc // the thread, with its start time
+	proc    int         // the thread's process (its thread group)
 	stream  access.Proc // the stream's process
 	cred    access.Cred
 	checked time.Time // when thread's start time was last read
@@ -219,19 +267,28 @@ type Reader struct {
 
 // stream is one reader process and its workers.
 type stream struct {
-	key      access.Proc
-	cred     access.Cred
-	stats    StreamStats
-	ring     []*catalog.Entry // first reads of files, oldest first once full
-	next     int              // where the next file goes in ring
-	fresh    int              // files read since the last judgement
-	last     time.Time
-	quiet    int // new files to wait before judging again
-	inferred *inference
-	first    []*catalog.Entry // its first SearchReads files, for the search of a torch order (mu)
-	searched bool             // the judge's: first was searched
-	searches int              // the judge's: searches run for this stream
+	key   access.Proc
+	cred  access.Cred
+	stats StreamStats
+	ring  []fileRead // first reads of files, oldest first once full
+	next  int        // where the next file goes in ring
+	fresh int        // files read since the last judgement
+	last  time.Time
+	first []*catalog.Entry // its first SearchReads files, for the search of a torch order (mu)
+
+	// The judge's own:
+	quiet    int    // new files no job holds to wait before judging them again
+	quietDir string // where the files judged then lie: a pass elsewhere is judged at once
+	lanes    []*inference
+	seq      int  // files judged so far
+	searched bool // first was searched
+	searches int  // searches run for this stream
 }
+
+// maxLanes bounds a stream's inferred jobs: one per dataset it reads in
+// turn (a training set and its validation set). A stream that starts on
+// another gives up the one it read least recently.
+const maxLanes = 2
 
 // inference is an inferred job and where its reader is. Positions are in
 // the order the job plans for its rank, epoch after epoch ("unwrapped":
@@ -257,6 +314,10 @@ type inference struct {
 	confirmed  int
 	ahead      int
 	recent     []int // the unwrapped positions of the last History files read
+	shown      string
+	lastSeq    int       // the stream's seq when it last read one of the job's files
+	obs        []posRead // recent reads with their processes, for the loader's shape (shapeOf); at most 2·shapeWindow
+	sinceShape int       // reads since the shape was last looked at
 }
 
 // planOf is the rank's order in epoch e, as index position -> position
@@ -421,7 +482,7 @@ func (t *Tracker) Observe(pid uint32, e *catalog.Entry, off int64, waited bool, 
 			t.checkExits.Store(true)
 			return r
 		}
-		s = &stream{key: p.stream, cred: p.cred, ring: make([]*catalog.Entry, 0, t.cfg.History),
+		s = &stream{key: p.stream, cred: p.cred, ring: make([]fileRead, 0, t.cfg.History),
 			stats: StreamStats{Pid: p.stream.Pid, Uid: p.cred.Uid}}
 		t.streams[p.stream] = s
 	}
@@ -443,10 +504,10 @@ func (t *Tracker) Observe(pid uint32, e *catalog.Entry, off int64, waited bool, 
 		return r
 	}
 	s.stats.Files++
-	if len(s.ring) < cap(s.ring) {
-		s.ring = append(s.ring, e)
+	if fr := (fileRead{e, p.proc, waited}); len(s.ring) < cap(s.ring) {
+		s.ring = append(s.ring, fr)
 	} else {
-		s.ring[s.next] = e
+		s.ring[s.next] = fr
 		s.next = (s.next + 1) % len(s.ring)
 	}
 	if len(s.first) < SearchReads {
@@ -527,6 +588,7 @@ func (t *Tracker) Stream(pid int) (StreamStats, bool) {
 func (s *stream) statsLocked() StreamStats {
 	st := s.stats
 	st.Sources = maps.Clone(st.Sources)
+	st.Jobs = slices.Clone(st.Jobs)
 	return st
 }
 
@@ -585,7 +647,7 @@ func (t *Tracker) resolve(pid int, start uint64) (pidEntry, error) {
 	if err != nil {
 		return pidEntry{}, err
 	}
-	p := pidEntry{thread: access.Proc{Pid: pid, Start: start}, cred: info.cred}
+	p := pidEntry{thread: access.Proc{Pid: pid, Start: start}, proc: info.tgid, cred: info.cred}
 	p.stream = p.thread
 	if info.tgid != pid { // a thread reads for its process
 		ps, err := access.StartTime(t.cfg.ProcRoot, info.tgid)
@@ -625,13 +687,12 @@ func (t *Tracker) endDropped() {
 	t.dropped = nil
 	t.mu.Unlock()
 	for _, s := range dropped {
-		if s.inferred == nil {
-			continue
+		for _, inf := range s.lanes {
+			if err := t.cfg.Jobs.End(inf.job); err != nil {
+				t.log.Debug("readers: ending a dropped stream's job", "job", inf.job, "err", err)
+			}
 		}
-		if err := t.cfg.Jobs.End(s.inferred.job); err != nil {
-			t.log.Debug("readers: ending a dropped stream's job", "job", s.inferred.job, "err", err)
-		}
-		s.inferred = nil
+		s.lanes = nil
 	}
 }
 
@@ -678,8 +739,8 @@ func (t *Tracker) Streams() []StreamStats {
 }
 
 // recentLocked copies the ring, oldest first.
-func (s *stream) recentLocked() []*catalog.Entry {
-	return append(append([]*catalog.Entry(nil), s.ring[s.next:]...), s.ring[:s.next]...)
+func (s *stream) recentLocked() []fileRead {
+	return append(append([]fileRead(nil), s.ring[s.next:]...), s.ring[:s.next]...)
 }
 
 // judgeLoop judges the streams with fresh reads every Interval, or sooner
@@ -713,7 +774,7 @@ func (t *Tracker) judgeLoop(ctx context.Context) {
 func (t *Tracker) judgeAll(ctx context.Context) {
 	type work struct {
 		s     *stream
-		files []*catalog.Entry // the ring, oldest first
+		files []fileRead // the ring, oldest first
 		fresh int
 	}
 	var todo []work
@@ -728,7 +789,7 @@ func (t *Tracker) judgeAll(ctx context.Context) {
 			t.forgetLocked(s)
 			continue
 		}
-		if s.fresh == 0 || (s.inferred == nil && s.fresh < MinEvidence && len(s.ring) < MinEvidence) {
+		if s.fresh == 0 || (len(s.lanes) == 0 && s.fresh < MinEvidence && len(s.ring) < MinEvidence) {
 			continue
 		}
 		todo = append(todo, work{s, s.recentLocked(), s.fresh})
@@ -738,37 +799,90 @@ func (t *Tracker) judgeAll(ctx context.Context) {
 	t.endDropped()
 	for _, w := range todo {
 		t.judge(ctx, w.s, w.files, w.fresh)
+		t.settled.Add(int64(w.fresh))
 	}
 }
 
 // judge looks at a stream's files (oldest first; the last fresh of them
-// are new since the last judgement) and infers, follows or drops its job.
-// Only the judge goroutine calls it; s's inference fields are its own, and
-// only stats and ring are shared with Observe.
-func (t *Tracker) judge(ctx context.Context, s *stream, files []*catalog.Entry, fresh int) {
+// are new since the last judgement): each of its inferred jobs follows
+// the new files its index holds; the files no job holds, but those of the
+// jobs its user announced, are judged for a job of their own. Only the
+// judge goroutine calls it; s's inference fields are its own, and only
+// stats and ring are shared with Observe.
+func (t *Tracker) judge(ctx context.Context, s *stream, files []fileRead, fresh int) {
 	defer t.judged.Add(1)
-	if inf := s.inferred; inf != nil {
-		// Files the ring dropped before the judge saw them let the reader
-		// move that much further.
-		t.follow(s, inf, files[max(len(files)-fresh, 0):], max(fresh-len(files), 0))
+	news := files[max(len(files)-fresh, 0):]
+	// Files the ring dropped before the judge saw them let a reader move
+	// that much further.
+	unseen := max(fresh-len(files), 0)
+	s.seq += fresh
+	roots := t.cfg.Jobs.AnnouncedRoots(s.cred.Uid)
+	for _, inf := range slices.Clone(s.lanes) {
+		if overlapsAny(roots, inf.idx.root) {
+			t.drop(s, inf, "a job its user announced plans its files", false)
+		}
+	}
+	lanes := slices.Clone(s.lanes)
+	mine := make([][]fileRead, len(lanes))
+	own := 0 // new files no job holds
+	for _, r := range news {
+		if i := laneOf(lanes, r.e); i >= 0 {
+			mine[i] = append(mine[i], r)
+		} else if !coveredBy(roots, r.e) {
+			own++
+		}
+	}
+	for i, inf := range lanes {
+		switch {
+		case len(mine[i]) > 0:
+			inf.lastSeq = s.seq
+			t.follow(s, inf, mine[i], unseen)
+		case s.seq-inf.lastSeq > t.cfg.History:
+			t.idle(inf)
+		}
+	}
+	if len(news) > 0 {
+		if i := laneOf(s.lanes, news[len(news)-1].e); i >= 0 {
+			t.show(s, s.lanes[i])
+		}
+	}
+	if own == 0 {
 		return
 	}
-	if s.quiet > 0 {
-		s.quiet = max(s.quiet-fresh, 0)
+	s.quiet = max(s.quiet-own, 0)
+	var rs []fileRead // the recent files no job holds
+	for _, r := range files {
+		if laneOf(s.lanes, r.e) < 0 && !coveredBy(roots, r.e) {
+			rs = append(rs, r)
+		}
+	}
+	// A pass into a directory the stream had not read (a validation
+	// pass after a training epoch) is judged apart from the files before
+	// it, as soon as it has enough, whatever the verdict on those.
+	pass, moved := newPass(rs)
+	if moved && len(pass) < MinEvidence {
 		return
 	}
-	if t.cfg.Jobs.Announced(s.cred.Uid) {
+	if s.quiet > 0 && !(moved && !under(commonDir(pass), s.quietDir)) {
 		return
 	}
+	rs = pass
 	// A stream whose reads rarely wait on the PFS has nothing to gain:
 	// leave it (and the CPU a search costs) alone.
-	t.mu.Lock()
-	waiting := 4*(s.stats.Reads-s.stats.Hits) >= s.stats.Reads
-	t.mu.Unlock()
-	if !waiting {
+	waited := 0
+	for _, r := range rs {
+		if r.waited {
+			waited++
+		}
+	}
+	if 4*waited < len(rs) {
 		return
 	}
-	idx, positions := t.place(files, s.cred)
+	entries := make([]*catalog.Entry, len(rs))
+	for i, r := range rs {
+		entries[i] = r.e
+	}
+	idx, positions := t.place(entries, s.cred)
 	if idx == nil {
 		return
 	}
@@ -776,12 +890,34 @@ func (t *Tracker) judge(ctx context.Context, s *stream, files []*catalog.Entry, 
 	if ok {
 		t.setPattern(s, p.String(), idx.root, "")
 		if p.Kind != "random" {
-			t.infer(s, idx, p, Guess{}, files)
+			t.infer(s, idx, p, Guess{}, rs)
 			return
 		}
-		s.quiet = cooldown
+		s.quiet, s.quietDir = cooldown, commonDir(rs)
 	}
-	t.search(ctx, s)
+	t.search(ctx, s, roots)
+}
+
+// laneOf returns the index of the first of lanes whose index holds e, or
+// −1.
+func laneOf(lanes []*inference, e *catalog.Entry) int {
+	for i, inf := range lanes {
+		if _, ok := inf.idx.at(e); ok {
+			return i
+		}
+	}
+	return -1
+}
+
+// coveredBy reports whether e lies under one of roots.
+func coveredBy(roots []string, e *catalog.Entry) bool {
+	return slices.ContainsFunc(roots, func(r string) bool { return under(e.Path(), r) })
+}
+
+// overlapsAny reports whether an index of root would hold files under one
+// of roots, or one of them files under root.
+func overlapsAny(roots []string, root string) bool {
+	return slices.ContainsFunc(roots, func(r string) bool { return under(root, r) || under(r, root) })
 }
 
 // searchResult is a search's outcome for a stream.
@@ -793,10 +929,13 @@ type searchResult struct {
 }
 
 // search starts, once per stream and one at a time, the search for the
-// torch order that explains the stream's first files.
-func (t *Tracker) search(ctx context.Context, s *stream) {
+// torch order that explains the stream's first files (none of which a
+// job, announced under roots or inferred, holds).
+func (t *Tracker) search(ctx context.Context, s *stream, roots []string) {
 	t.mu.Lock()
-	first := append([]*catalog.Entry(nil), s.first...)
+	first := slices.DeleteFunc(slices.Clone(s.first), func(e *catalog.Entry) bool {
+		return laneOf(s.lanes, e) >= 0 || coveredBy(roots, e)
+	})
 	t.mu.Unlock()
 	if s.searched || t.searching || len(first) < SearchReads || s.searches >= maxSearches {
 		return
@@ -822,34 +961,53 @@ func (t *Tracker) search(ctx context.Context, s *stream) {
 }
 
 // searched infers the job a search found, if its stream still reads and
-// has no other.
+// no job, announced or inferred, holds its index's files.
 func (t *Tracker) searched(r searchResult) {
 	t.mu.Lock()
 	alive := t.streams[r.s.key] == r.s
 	files := r.s.recentLocked()
 	t.mu.Unlock()
-	if !r.ok || !alive || r.s.inferred != nil || t.cfg.Jobs.Announced(r.s.cred.Uid) || r.idx.snap != t.cfg.Snapshot() {
+	if !r.ok || !alive || r.idx.snap != t.cfg.Snapshot() {
 		return
 	}
 	t.infer(r.s, r.idx, Pattern{Kind: "torch", Stride: 1}, r.guess, files)
 }
 
 func (t *Tracker) setPattern(s *stream, pattern, root, job string) {
+	jobs := jobNames(s.lanes)
 	t.mu.Lock()
-	s.stats.Pattern, s.stats.Root, s.stats.Job = pattern, root, job
+	s.stats.Pattern, s.stats.Root, s.stats.Job, s.stats.Jobs = pattern, root, job, jobs
 	t.mu.Unlock()
 }
 
-// infer registers the job that pattern p in idx implies for s.
-func (t *Tracker) infer(s *stream, idx *indexed, p Pattern, guess Guess, files []*catalog.Entry) {
+// jobNames are the names of lanes' jobs.
+func jobNames(lanes []*inference) []string {
+	var out []string
+	for _, inf := range lanes {
+		out = append(out, inf.job)
+	}
+	return out
+}
+
+// show makes inf what s's stats say its reads follow.
+func (t *Tracker) show(s *stream, inf *inference) { t.setPattern(s, inf.shown, inf.idx.root, inf.job) }
+
+// infer registers the job that pattern p in idx implies for s, read as
+// files (the files idx does not hold are left out).
+func (t *Tracker) infer(s *stream, idx *indexed, p Pattern, guess Guess, files []fileRead) {
 	if strings.ContainsAny(idx.root+idx.exts, " \t\n") {
 		return
 	}
+	// No two jobs plan the same files.
+	if overlapsAny(t.cfg.Jobs.AnnouncedRoots(s.cred.Uid), idx.root) ||
+		slices.ContainsFunc(s.lanes, func(o *inference) bool { return overlapsAny([]string{o.idx.root}, idx.root) }) {
+		return
+	}
 	t.mu.Lock()
-	held := map[uint32][]*stream{}
+	held := map[uint32][]*stream{} // a stream once per job
 	n := 0
 	for _, o := range t.streams {
-		if o.inferred != nil {
+		for range o.lanes {
 			held[o.cred.Uid] = append(held[o.cred.Uid], o)
 			n++
 		}
@@ -870,14 +1028,19 @@ func (t *Tracker) infer(s *stream, idx *indexed, p Pattern, guess Guess, files [
 			}
 		}
 		t.mu.Unlock()
-		t.drop(oldest, oldest.inferred, fmt.Sprintf("uid %d holds more than its share of inferred jobs, and uid %d less", oldest.cred.Uid, s.cred.Uid))
+		t.drop(oldest, leastRecent(oldest.lanes), fmt.Sprintf("uid %d holds more than its share of inferred jobs, and uid %d less", oldest.cred.Uid, s.cred.Uid), false)
+	}
+	if len(s.lanes) >= maxLanes {
+		t.drop(s, leastRecent(s.lanes), "its stream reads another dataset", false)
 	}
 	root := idx.root
 	if root == "" {
 		root = "."
 	}
-	name := fmt.Sprintf("auto-%d", s.key.Pid)
-	text := fmt.Sprintf("job=%s root=%s dataset=imagefolder extensions=%s epoch=0 lookahead=2 batch=32 workers=4", name, root, idx.exts)
+	name := laneName(s)
+	// The loader's batch size and workers go in once the reads show them
+	// (reshape); until then the line leaves them out.
+	text := fmt.Sprintf("job=%s root=%s dataset=imagefolder extensions=%s epoch=0 lookahead=2", name, root, idx.exts)
 	switch p.Kind {
 	case "sequential":
 		text += " sampler=sequential"
@@ -891,54 +1054,130 @@ func (t *Tracker) infer(s *stream, idx *indexed, p Pattern, guess Guess, files [
 		t.log.Warn("readers: cannot express the inferred job", "line", text, "err", err)
 		return
 	}
-	line := cmds[0].(control.Job)
-	t.cfg.Jobs.SetAhead(name, MinAhead)
-	if err := t.cfg.Jobs.ApplyInferred(s.cred, line); err != nil {
-		t.log.Info("readers: inferred job refused", "stream", s.key.Pid, "line", text, "err", err)
-		s.quiet = cooldown
-		return
-	}
-	t.cfg.Jobs.SetAhead(name, MinAhead)
-	inf := &inference{job: name, line: line, idx: idx, pattern: p, guess: guess, ahead: MinAhead, high: -1}
+	inf := &inference{job: name, line: cmds[0].(control.Job), idx: idx, pattern: p, guess: guess, ahead: MinAhead, high: -1, lastSeq: s.seq}
 	inf.plan, inf.length = inf.planOf(0), inf.epochLength()
-	for _, e := range files {
-		if x, ok := idx.at(e); ok {
+	for _, r := range files {
+		if x, ok := idx.at(r.e); ok {
 			if q, ok := inf.planned(inf.plan, x); ok {
 				inf.high = max(inf.high, q)
 				inf.recent = append(inf.recent, q)
+				inf.obs = append(inf.obs, posRead{q, r.proc})
 			}
 		}
 	}
-	s.inferred = inf
+	inf.line = withShape(inf.line, inf.obs, inf.length, s.key.Pid)
+	t.cfg.Jobs.SetAhead(name, MinAhead)
+	if err := t.cfg.Jobs.ApplyInferred(s.cred, inf.line); err != nil {
+		t.log.Info("readers: inferred job refused", "stream", s.key.Pid, "line", text, "err", err)
+		s.quiet, s.quietDir = cooldown, commonDir(files)
+		return
+	}
+	t.cfg.Jobs.SetAhead(name, MinAhead)
+	s.lanes = append(s.lanes, inf)
 	t.mu.Lock()
 	alive := t.streams[s.key] == s
 	t.mu.Unlock()
 	if !alive { // dropped meanwhile, after the judge ended its dropped streams' jobs
-		t.drop(s, inf, "its stream ended")
+		t.drop(s, inf, "its stream ended", false)
 		return
 	}
-	pattern := p.String()
+	inf.shown = p.String()
 	if p.Kind == "torch" {
-		pattern = fmt.Sprintf("torch seed=%d world=%d rank=%d", guess.Seed, guess.World, guess.Rank)
+		inf.shown = fmt.Sprintf("torch seed=%d world=%d rank=%d", guess.Seed, guess.World, guess.Rank)
 	}
-	t.setPattern(s, pattern, idx.root, name)
-	t.log.Info("readers: inferred a job", "stream", s.key.Pid, "uid", s.cred.Uid, "pattern", pattern, "root", root, "job", name)
+	t.show(s, inf)
+	t.log.Info("readers: inferred a job", "stream", s.key.Pid, "uid", s.cred.Uid, "pattern", inf.shown, "root", root, "job", name,
+		"batch", shapeKey(inf.line, "batch", inf.line.Batch), "workers", shapeKey(inf.line, "workers", inf.line.Workers))
 }
 
-// follow checks an inferred job against the stream's new files (unseen
-// more were read before them that the ring no longer holds): a file
-// outside the plan's window ends it; a reader that reaches the next
-// epoch's first samples moves it to the next epoch; confirmed reads widen
-// how far it may fetch ahead.
-func (t *Tracker) follow(s *stream, inf *inference, files []*catalog.Entry, unseen int) {
+// shapeKey is a line's value of key, or "unknown" if the line leaves it
+// out (for logs).
+func shapeKey(line control.Job, key string, v int) string {
+	if !line.Set[key] {
+		return "unknown"
+	}
+	return fmt.Sprint(v)
+}
+
+// leastRecent returns the lane read least recently.
+func leastRecent(lanes []*inference) *inference {
+	return slices.MinFunc(lanes, func(a, b *inference) int { return a.lastSeq - b.lastSeq })
+}
+
+// laneName names a new job of s: auto-PID, or auto-PID-N for its Nth at
+// once.
+func laneName(s *stream) string {
+	for n := 1; ; n++ {
+		name := fmt.Sprintf("auto-%d", s.key.Pid)
+		if n > 1 {
+			name += fmt.Sprintf("-%d", n)
+		}
+		if !slices.ContainsFunc(s.lanes, func(o *inference) bool { return o.job == name }) {
+			return name
+		}
+	}
+}
+
+// withShape returns line with batch= and workers= as the reads obs show
+// them (shapeOf), and the line's own where they do not.
+func withShape(line control.Job, obs []posRead, length, main int) control.Job {
+	b, w := shapeOf(obs, length, main)
+	line.Set = maps.Clone(line.Set)
+	if b > 0 {
+		line.Batch, line.Set["batch"] = b, true
+	}
+	if w >= 0 {
+		line.Workers, line.Set["workers"] = w, true
+	}
+	return line
+}
+
+// reshape looks at inf's loader's shape again, every shapeEvery reads,
+// and updates the job if the reads show a new one.
+func (t *Tracker) reshape(s *stream, inf *inference) {
+	if inf.sinceShape < shapeEvery {
+		return
+	}
+	inf.sinceShape = 0
+	line := withShape(inf.line, inf.obs, inf.length, s.key.Pid)
+	if line.Set["batch"] == inf.line.Set["batch"] && line.Batch == inf.line.Batch &&
+		line.Set["workers"] == inf.line.Set["workers"] && line.Workers == inf.line.Workers {
+		return
+	}
+	if err := t.cfg.Jobs.ApplyInferred(s.cred, line); err != nil {
+		t.log.Info("readers: an inferred job's loader shape refused", "job", inf.job, "err", err)
+		return
+	}
+	inf.line = line
+	t.log.Info("readers: an inferred job's loader", "job", inf.job,
+		"batch", shapeKey(line, "batch", line.Batch), "workers", shapeKey(line, "workers", line.Workers))
+}
+
+// idle: s reads none of inf's files now (a training epoch between two
+// validation passes). Its job may fetch only MinAhead past where its
+// reader left off, and its confirmations start over when it comes back.
+func (t *Tracker) idle(inf *inference) {
+	inf.confirmed = 0
+	if inf.ahead != MinAhead {
+		inf.ahead = MinAhead
+		t.cfg.Jobs.SetAhead(inf.job, MinAhead)
+	}
+}
+
+// follow checks an inferred job against the stream's new files in its
+// index (unseen more were read before them that the ring no longer
+// holds): a file outside the plan's window ends it; a reader that reaches
+// the next epoch's first samples moves it to the next epoch; confirmed
+// reads widen how far it may fetch ahead and show the loader's shape.
+func (t *Tracker) follow(s *stream, inf *inference, files []fileRead, unseen int) {
 	if inf.idx.snap != t.cfg.Snapshot() {
-		t.drop(s, inf, "the catalog changed")
+		t.drop(s, inf, "the catalog changed", false)
 		return
 	}
 	bad := 0
 	w := min(maxWindow, max(inf.length/4, 1))
-	for _, e := range files {
-		x, ok := inf.idx.at(e)
+	for _, r := range files {
+		x, ok := inf.idx.at(r.e)
 		if !ok {
 			bad++
 			continue
@@ -974,12 +1213,12 @@ func (t *Tracker) follow(s *stream, inf *inference, files []*catalog.Entry, unse
 			if inf.random {
 				next.Sampler = "random"
 				next.Set["sampler"] = true
-				inf.line = next
 			}
 			if err := t.cfg.Jobs.ApplyInferred(s.cred, next); err != nil {
-				t.drop(s, inf, "moving it to the next epoch failed: "+err.Error())
+				t.drop(s, inf, "moving it to the next epoch failed: "+err.Error(), true)
 				return
 			}
+			inf.line = next
 		}
 		// Within reach of the furthest read so far.
 		if u < 0 || u < inf.high-w || u > inf.high+w+unseen {
@@ -989,21 +1228,27 @@ func (t *Tracker) follow(s *stream, inf *inference, files []*catalog.Entry, unse
 		inf.high = max(inf.high, u)
 		inf.confirmed++
 		inf.recent = append(inf.recent, u)
+		inf.obs = append(inf.obs, posRead{u, r.proc})
+		inf.sinceShape++
 	}
 	if over := len(inf.recent) - t.cfg.History; over > 0 {
 		inf.recent = append(inf.recent[:0], inf.recent[over:]...)
 	}
+	if len(inf.obs) > 2*shapeWindow {
+		inf.obs = append(inf.obs[:0], inf.obs[len(inf.obs)-shapeWindow:]...)
+	}
 	if 4*bad > len(files) && bad > 2 {
-		t.drop(s, inf, fmt.Sprintf("%d of %d new files are off the plan", bad, len(files)))
+		t.drop(s, inf, fmt.Sprintf("%d of %d new files are off the plan", bad, len(files)), true)
 		return
 	}
 	if len(inf.recent) >= t.cfg.History/2 {
 		// Unwrapped positions run on past the epoch: no index bounds them.
 		if p, ok := Detect(inf.recent, math.MaxInt32); ok && p.Kind != "sequential" {
-			t.drop(s, inf, "the recent reads are "+p.String()+" in the plan's order")
+			t.drop(s, inf, "the recent reads are "+p.String()+" in the plan's order", true)
 			return
 		}
 	}
+	t.reshape(s, inf)
 	ahead := 0 // no bound
 	if inf.confirmed < FreeAhead {
 		ahead = max(MinAhead, 2*inf.confirmed)
@@ -1020,20 +1265,31 @@ func (t *Tracker) follow(s *stream, inf *inference, files []*catalog.Entry, unse
 // most a quarter of an epoch.
 const maxWindow = 2048
 
-// drop ends s's inferred job.
-func (t *Tracker) drop(s *stream, inf *inference, why string) {
+// drop ends s's inferred job inf. If the stream's reads contradicted it,
+// the files it reads next are judged only after a cooldown.
+func (t *Tracker) drop(s *stream, inf *inference, why string, contradicted bool) {
 	if err := t.cfg.Jobs.End(inf.job); err != nil {
 		t.log.Debug("readers: ending an inferred job", "job", inf.job, "err", err)
 	}
-	s.inferred = nil
-	s.quiet = cooldown
-	// The files after a wrong guess may start an epoch of another order
-	// (a RandomSampler's next epoch, a new seed): search them too.
-	s.searched = false
-	t.mu.Lock()
-	s.first = s.first[:0]
-	t.mu.Unlock()
-	t.setPattern(s, "random", inf.idx.root, "")
+	s.lanes = slices.DeleteFunc(s.lanes, func(o *inference) bool { return o == inf })
+	if contradicted {
+		s.quiet, s.quietDir = cooldown, inf.idx.root
+		// The files after a wrong guess may start an epoch of another
+		// order (a RandomSampler's next epoch, a new seed): search them
+		// too.
+		s.searched = false
+		t.mu.Lock()
+		s.first = s.first[:0]
+		t.mu.Unlock()
+		t.setPattern(s, "random", inf.idx.root, "")
+	} else {
+		t.mu.Lock()
+		if s.stats.Job == inf.job {
+			s.stats.Job = ""
+		}
+		s.stats.Jobs = jobNames(s.lanes)
+		t.mu.Unlock()
+	}
 	t.log.Info("readers: dropped an inferred job", "stream", s.key.Pid, "job", inf.job, "why", why)
 }
 

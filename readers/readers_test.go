@@ -1,7 +1,6 @@
 package readers
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -167,6 +166,8 @@ type fakeJobs struct {
 	owners    map[string]uint32 // job -> the uid it was inferred for
 	// announcedBy: users with an announced job
 	announcedBy map[uint32]bool
+	// announcedRoots: the roots of each user's announced jobs
+	announcedRoots map[uint32][]string
 }
 
 func (f *fakeJobs) ApplyInferred(owner access.Cred, l control.Job) error {
@@ -190,33 +191,18 @@ func (f *fakeJobs) SetAhead(name string, n int) {
 	defer f.mu.Unlock()
 	f.ahead[name] = n
 }
-func (f *fakeJobs) Announced(uid uint32) bool { return f.announced || f.announcedBy[uid] }
+func (f *fakeJobs) AnnouncedRoots(uid uint32) []string {
+	if f.announced || f.announcedBy[uid] {
+		return []string{"."}
+	}
+	return f.announcedRoots[uid]
+}
 
 // tree is an ImageFolder of classes × per files under "train" in a real
 // catalog.
 func tree(t *testing.T, classes, per int) (*catalog.Snapshot, []*catalog.Entry) {
-	src := t.TempDir()
-	for c := 0; c < classes; c++ {
-		for i := 0; i < per; i++ {
-			p := filepath.Join(src, "train", fmt.Sprintf("c%02d", c), fmt.Sprintf("%04d.jpg", i))
-			os.MkdirAll(filepath.Dir(p), 0o755)
-			os.WriteFile(p, []byte("x"), 0o644)
-		}
-	}
-	cat, err := catalog.Open(context.Background(), catalog.DefaultConfig(src))
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap := cat.Snapshot()
-	idx, err := folder.Build(snap, "train", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var files []*catalog.Entry
-	for _, s := range idx.Samples {
-		files = append(files, s.Entry)
-	}
-	return snap, files
+	snap, files := dataTree(t, classes, map[string]int{"train": per})
+	return snap, files["train"]
 }
 
 func tracker(t *testing.T, snap *catalog.Snapshot, proc string, jobs *fakeJobs) *Tracker {

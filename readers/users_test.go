@@ -199,8 +199,6 @@ func TestInferredSlotsShared(t *testing.T) {
 // registryJobs is a real job registry as the tracker sees it.
 type registryJobs struct{ *jobs.Registry }
 
-func (r registryJobs) Announced(uid uint32) bool { return r.AnnouncedBy(uid) }
-
 // TestAnnouncedJobStopsOnlyItsUsersInference: alice announced a job, so
 // nothing is inferred for her readers; bob's scan still gets its job.
 // Before, one user's job line turned inference off for everyone.
