@@ -824,12 +824,12 @@ func (t *Tracker) judge(ctx context.Context, s *stream, files []fileRead, fresh 
 	}
 	lanes := slices.Clone(s.lanes)
 	mine := make([][]fileRead, len(lanes))
-	own := 0 // new files no job holds
+	own, newest := 0, fileRead{} // new files no job holds, and the last of them
 	for _, r := range news {
 		if i := laneOf(lanes, r.e); i >= 0 {
 			mine[i] = append(mine[i], r)
 		} else if !coveredBy(roots, r.e) {
-			own++
+			own, newest = own+1, r
 		}
 	}
 	for i, inf := range lanes {
@@ -850,6 +850,9 @@ func (t *Tracker) judge(ctx context.Context, s *stream, files []fileRead, fresh 
 		return
 	}
 	s.quiet = max(s.quiet-own, 0)
+	if s.quiet > 0 && under(newest.e.Path(), s.quietDir) {
+		return // still where the cooldown began
+	}
 	var rs []fileRead // the recent files no job holds
 	for _, r := range files {
 		if laneOf(s.lanes, r.e) < 0 && !coveredBy(roots, r.e) {
