@@ -40,12 +40,14 @@ type Stats struct {
 	PFS           source.Stats                `json:"pfs"`
 	// PFSStuck counts reads of SOURCE abandoned at --pfs-timeout that the
 	// kernel has not answered yet.
-	PFSStuck int64                                `json:"pfs_stuck"`
-	Cache    CacheStats                           `json:"cache"`
-	Catalog  CatalogStats                         `json:"catalog"`
-	Prefetch prefetch.Totals                      `json:"prefetch"`
-	Cluster  ClusterStats                         `json:"cluster"`
-	Jobs     map[string]map[string]prefetch.Stats `json:"jobs"`
+	PFSStuck int64 `json:"pfs_stuck"`
+	// ReadAhead counts the blocks fetched ahead of readers within files.
+	ReadAhead loader.ReadAheadStats                `json:"read_ahead"`
+	Cache     CacheStats                           `json:"cache"`
+	Catalog   CatalogStats                         `json:"catalog"`
+	Prefetch  prefetch.Totals                      `json:"prefetch"`
+	Cluster   ClusterStats                         `json:"cluster"`
+	Jobs      map[string]map[string]prefetch.Stats `json:"jobs"`
 	// Streams are the processes reading the mount, with their workers
 	// (package readers).
 	Streams []readers.StreamStats `json:"streams"`
@@ -155,6 +157,7 @@ func (n *Node) Stats() Stats {
 		PFS:           n.src.Stats(),
 		Cache:         CacheStats{RAM: n.tiers.ram.Stats()},
 		PFSStuck:      ls.PFSStuck,
+		ReadAhead:     ls.ReadAhead,
 		Catalog: CatalogStats{Files: snap.Files, Dirs: snap.Dirs, Bytes: snap.Bytes, Skipped: snap.Skipped,
 			ScanSeconds: snap.ScanTime.Seconds(), UnreadableEntries: snap.UnreadableEntries, Unreadable: snap.Unreadable,
 			Refresh: n.refresher.status()},

@@ -623,8 +623,8 @@ func (l *Loader) Prefetch(ctx context.Context, e *catalog.Entry, keep Keep) (int
 			return staged, fmt.Errorf("prefetch %s: %w", e.Path(), err)
 		}
 		key := BlockKey(e.Path(), i)
-		if l.ram.Contains(key) || l.flight.held(key) {
-			continue // cached, or a demand read has it
+		if l.ram.Contains(key) || l.flight.held(key) || l.readerHas(e, i) {
+			continue // cached, a demand read has it, or its reader passed it or has it fetched ahead
 		}
 		tag := l.Tag(e, key)
 		took := false

@@ -62,12 +62,12 @@ type readAhead struct {
 
 // stream is one file's forward reader.
 type stream struct {
-	gen    uint64 // bumped when turned away: older fetches drop their block
-	seen   uint64 // clock of its last read
-	last   int64  // the furthest block a read reached
-	window int64  // blocks fetched ahead of last; 0 until the stream moves forward
-	ahead  int64  // blocks below it are read, held or being fetched
-	held   int64  // bytes of its blocks held or being fetched
+	gen    uint64          // bumped when turned away: older fetches drop their block
+	seen   uint64          // clock of its last read
+	last   int64           // the furthest block a read reached
+	window int64           // blocks fetched ahead of last; 0 until the stream moves forward
+	ahead  int64           // blocks below it are read, held or being fetched
+	flying map[int64]int64 // blocks being fetched for it: their sizes
 	blocks map[int64]aheadBlock
 }
 
@@ -142,17 +142,19 @@ func (l *Loader) readAheadFor(e *catalog.Entry, first, last int64) {
 	}
 	s.seen = ra.clock
 	var want []int64
+	ahead := s.aheadLocked()
 	for ; s.ahead <= min(s.last+s.window, n-1); s.ahead++ {
 		j := s.ahead
 		size := blockEnd(e.Size, bs, j) - j*bs
-		if ra.held+size > l.cfg.ReadAheadTotal || s.held+size > l.cfg.ReadAhead {
+		if ra.held+size > l.cfg.ReadAheadTotal || ahead+size > l.cfg.ReadAhead {
 			break // at a bound: a later read tries again
 		}
 		if _, ok := s.blocks[j]; ok || l.mergedTail(e, j) {
 			continue // held, or read with the block before it
 		}
 		ra.held += size
-		s.held += size
+		ahead += size
+		s.flying[j] = size
 		ra.running.Add(1)
 		want = append(want, j)
 	}
@@ -164,7 +166,7 @@ func (l *Loader) readAheadFor(e *catalog.Entry, first, last int64) {
 		size := blockEnd(e.Size, bs, j) - j*bs
 		_, staged := l.staged(key, tag, e)
 		if staged || l.ram.Contains(key) || l.flight.held(key) {
-			l.unreserveAhead(s, size) // cached, or a demand read has it
+			l.unreserveAhead(s, j, size) // cached, or a demand read has it
 			ra.running.Done()
 			continue
 		}
@@ -172,13 +174,30 @@ func (l *Loader) readAheadFor(e *catalog.Entry, first, last int64) {
 	}
 }
 
-// unreserveAhead returns the room taken for a fetch of size bytes for
-// s that holds nothing.
-func (l *Loader) unreserveAhead(s *stream, size int64) {
+// unreserveAhead returns the room taken for a fetch of block j (size
+// bytes) for s that holds nothing.
+func (l *Loader) unreserveAhead(s *stream, j, size int64) {
 	l.ahead.mu.Lock()
 	l.ahead.held -= size
-	s.held -= size
+	delete(s.flying, j)
 	l.ahead.mu.Unlock()
+}
+
+// aheadLocked is the bytes s holds or fetches past its furthest read:
+// what the per-stream bound weighs (a block being read is not ahead).
+func (s *stream) aheadLocked() int64 {
+	var n int64
+	for j, b := range s.blocks {
+		if j > s.last {
+			n += int64(len(b.b.Data))
+		}
+	}
+	for j, size := range s.flying {
+		if j > s.last {
+			n += size
+		}
+	}
+	return n
 }
 
 // newStreamLocked follows path, dropping the least recently read
@@ -198,7 +217,7 @@ func (ra *readAhead) newStreamLocked(path string) *stream {
 		ra.turnLocked(ra.streams[oldest])
 		delete(ra.streams, oldest)
 	}
-	s := &stream{blocks: make(map[int64]aheadBlock)}
+	s := &stream{blocks: make(map[int64]aheadBlock), flying: make(map[int64]int64)}
 	ra.streams[path] = s
 	return s
 }
@@ -226,7 +245,6 @@ func (ra *readAhead) dropBehindLocked(s *stream) {
 func (ra *readAhead) dropLocked(s *stream, j int64, b aheadBlock, wasted bool) {
 	delete(s.blocks, j)
 	ra.held -= int64(len(b.b.Data))
-	s.held -= int64(len(b.b.Data))
 	if wasted {
 		ra.wasted.Add(int64(len(b.b.Data)))
 	}
@@ -239,7 +257,7 @@ func (l *Loader) fetchAhead(e *catalog.Entry, s *stream, gen uint64, j int64, ke
 	kept := false
 	defer func() {
 		if !kept {
-			l.unreserveAhead(s, size)
+			l.unreserveAhead(s, j, size)
 		}
 	}()
 	if !l.aheadWanted(e, s, gen, j) {
@@ -248,6 +266,9 @@ func (l *Loader) fetchAhead(e *catalog.Entry, s *stream, gen uint64, j int64, ke
 	_, _, _ = l.flight.do(l.aheadCtx, key, tag, forPrefetch, func(ctx context.Context) (fetch, error) {
 		if b, ok := l.ram.Get(key, tag); ok {
 			return fetch{b.Data, tierRAM, b.Sum}, nil
+		}
+		if b, ok := l.staged(key, tag, e); ok {
+			return fetch{b.Data, tierStage, b.Sum}, nil // a prefetch was first
 		}
 		f, err := l.load(ctx, e, j, tag, forPrefetch)
 		if err != nil {
@@ -262,6 +283,7 @@ func (l *Loader) fetchAhead(e *catalog.Entry, s *stream, gen uint64, j int64, ke
 			return f, nil
 		}
 		s.blocks[j] = aheadBlock{blockOf(e, tag, f), f.src}
+		delete(s.flying, j) // its room goes with the block
 		kept = true
 		return f, nil
 	})
@@ -273,6 +295,20 @@ func (l *Loader) aheadWanted(e *catalog.Entry, s *stream, gen uint64, j int64) b
 	l.ahead.mu.Lock()
 	defer l.ahead.mu.Unlock()
 	return l.ahead.streams[e.Path()] == s && s.gen == gen && j > s.last
+}
+
+// readerHas says a reader moving through e has read block i or
+// passed it, or has it fetched ahead: a prefetch of it would read it
+// again.
+func (l *Loader) readerHas(e *catalog.Entry, i int64) bool {
+	l.ahead.mu.Lock()
+	defer l.ahead.mu.Unlock()
+	s := l.ahead.streams[e.Path()]
+	if s == nil {
+		return false
+	}
+	_, held := s.blocks[i]
+	return held || i <= s.last
 }
 
 // takeAhead returns block key (number i) of e, tagged tag, if it was
@@ -388,13 +424,12 @@ func (l *Loader) holdAhead(e *catalog.Entry, j int64, b ramcache.Block, src tier
 		s = ra.newStreamLocked(e.Path())
 		s.last, s.ahead = j-1, j
 	}
-	if _, ok := s.blocks[j]; ok || s.held+size > l.cfg.ReadAhead {
+	if _, ok := s.blocks[j]; ok || s.aheadLocked()+size > l.cfg.ReadAhead {
 		return
 	}
 	s.seen = ra.clock
 	s.blocks[j] = aheadBlock{b, src}
 	ra.held += size
-	s.held += size
 	ra.fetched.Add(size)
 }
 

@@ -143,8 +143,8 @@ func TestReadAheadForward(t *testing.T) {
 	}
 }
 
-// The fetches ahead run in parallel, as deep as the per-stream bound,
-// and no further.
+// The fetches ahead run in parallel, as deep as the per-stream bound
+// past the block being read, and no further.
 func TestReadAheadParallelWithinBound(t *testing.T) {
 	const bs, blocks = 100, 64
 	pfs := newBlockPFS(map[string][]byte{"f": data(bs * blocks)})
@@ -176,17 +176,17 @@ func TestReadAheadParallelWithinBound(t *testing.T) {
 		pfs.release(i * bs)
 		waitFor(t, fmt.Sprint("block ", i, " read"), func() bool { return read.Load() > i })
 	}
-	// The reader waits for block 4; the four blocks after its last read
-	// are all asked for at once, and nothing past them.
-	waitFor(t, "four reads ahead at once", func() bool { return pfs.in.Load() == 4 })
+	// The reader waits for block 4, and the four blocks after it are
+	// asked for at the same time; nothing past them.
+	waitFor(t, "five reads at once", func() bool { return pfs.in.Load() == 5 })
 	pfs.mu.Lock()
 	asked := slices.Sorted(slices.Values(pfs.asked))
 	pfs.mu.Unlock()
-	if want := []int64{0, bs, 2 * bs, 3 * bs, 4 * bs, 5 * bs, 6 * bs, 7 * bs}; !slices.Equal(asked, want) {
-		t.Errorf("the PFS was asked for %v, want the 4 blocks read and the 4 after them", asked)
+	if want := []int64{0, bs, 2 * bs, 3 * bs, 4 * bs, 5 * bs, 6 * bs, 7 * bs, 8 * bs}; !slices.Equal(asked, want) {
+		t.Errorf("the PFS was asked for %v, want the 5 blocks read and the 4 after them", asked)
 	}
-	if h := l.ReadAheadStats().Held; h != 4*bs {
-		t.Errorf("read-ahead holds %d bytes, want its per-stream bound, %d", h, 4*bs)
+	if h := l.ReadAheadStats().Held; h != 5*bs {
+		t.Errorf("read-ahead holds %d bytes, want the block being read and the per-stream bound, %d", h, 5*bs)
 	}
 }
 
@@ -401,5 +401,33 @@ func TestReadAheadDepth(t *testing.T) {
 		if got := aheadDepth(c.lat, c.per, c.most); got != c.out {
 			t.Errorf("%s: depth %d, want %d", c.name, got, c.out)
 		}
+	}
+}
+
+// A prefetch of a file that a reader is moving through leaves the blocks
+// it read or passed, and those fetched ahead of it, alone: none is read
+// from the PFS twice.
+func TestPrefetchLeavesReadersBlocks(t *testing.T) {
+	const bs, blocks = 100, 12
+	pfs := newBlockPFS(map[string][]byte{"f": data(bs * blocks)})
+	l := New(Config{BlockSize: bs, ReadAhead: 2 * bs, ReadAheadTotal: 8 * bs}, ramcache.New(ramcache.Config{Capacity: 1}), nil, pfs)
+	defer l.Close()
+	e := entry("f", bs*blocks)
+	for off := int64(0); off < 4*bs; off += bs {
+		if off > 0 {
+			waitFor(t, fmt.Sprint("block ", off/bs, " fetched ahead"), func() bool { return l.ReadAheadStats().Fetched >= off })
+		}
+		if _, err := l.ReadAt(context.Background(), e, make([]byte, bs), off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Blocks 4 and 5 are held ahead of the reader.
+	waitFor(t, "the read-ahead to settle", func() bool { return l.ReadAheadStats().Fetched == 5*bs })
+	st := &fakeStage{m: map[string]ramcache.Block{}}
+	if _, err := l.Prefetch(context.Background(), e, st.keep); err != nil {
+		t.Fatal(err)
+	}
+	if _, twice := pfs.bytesRead("f"); len(twice) > 0 {
+		t.Errorf("offsets %v read from the PFS twice", twice)
 	}
 }
