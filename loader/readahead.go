@@ -301,6 +301,9 @@ func (l *Loader) aheadWanted(e *catalog.Entry, s *stream, gen uint64, j int64) b
 // passed it, or has it fetched ahead: a prefetch of it would read it
 // again.
 func (l *Loader) readerHas(e *catalog.Entry, i int64) bool {
+	if e.Size <= l.cfg.BlockSize {
+		return false // one block: never followed
+	}
 	l.ahead.mu.Lock()
 	defer l.ahead.mu.Unlock()
 	s := l.ahead.streams[e.Path()]
@@ -315,6 +318,9 @@ func (l *Loader) readerHas(e *catalog.Entry, i int64) bool {
 // fetched ahead and is intact; a read that reaches its end (done) takes
 // it off the buffer.
 func (l *Loader) takeAhead(e *catalog.Entry, i int64, key string, tag uint64, done bool) (aheadBlock, bool) {
+	if e.Size <= l.cfg.BlockSize {
+		return aheadBlock{}, false // one block: never followed, so no lock on the small-file path
+	}
 	ra := &l.ahead
 	ra.mu.Lock()
 	defer ra.mu.Unlock()
