@@ -403,6 +403,21 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if lc.Model == nil {
 		lc.Model = perfmodel.New(perfmodel.DefaultConfig())
 	}
+	// Read-ahead within files and the prefetcher both hold fetched bytes
+	// that no reader has taken yet: they share --staging, read-ahead a
+	// quarter of it and the prefetcher the rest.
+	pc := cfg.Prefetch
+	if pc.Staging <= 0 {
+		pc.Staging = prefetch.DefaultConfig().Staging
+	}
+	if !lc.NoReadAhead {
+		lc.ReadAheadTotal = max(pc.Staging/4, 1)
+		pc.Staging -= lc.ReadAheadTotal
+		if lc.ReadAhead <= 0 {
+			lc.ReadAhead = loader.DefaultConfig().ReadAhead
+		}
+		lc.ReadAhead = min(lc.ReadAhead, lc.ReadAheadTotal)
+	}
 	n.tiers.load = loader.New(lc, n.tiers.ram, ssd, pfs)
 	// In a cluster this node keeps samples for ranks that run elsewhere.
 	allRanks := cfg.Cluster.Bind != "" || len(cfg.Cluster.Join) > 0
@@ -414,7 +429,6 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Operator: cfg.FUSE.Owner.Uid, // the mounting user may change every job
 		Logger:   cfg.Logger,
 	})
-	pc := cfg.Prefetch
 	pc.BlockSize, pc.Logger, pc.AllRanks = lc.BlockSize, cfg.Logger, allRanks
 	pc.EvenShare = cfg.Allocation.Mode == allocator.Even
 	if pc.BlockSize <= 0 {

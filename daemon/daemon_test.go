@@ -549,3 +549,33 @@ func TestNodeFieldsBounded(t *testing.T) {
 		t.Errorf("Node has %d fields; group related ones or move a policy out of daemon (at most 25)", n)
 	}
 }
+
+// TestReadAheadShareOfStaging: read-ahead within files takes a quarter of
+// --staging and the prefetcher the rest, so the two stay within it; with
+// read-ahead off the prefetcher has it all.
+func TestReadAheadShareOfStaging(t *testing.T) {
+	src := conformance.OddTree(t, t.TempDir())
+	for _, tc := range []struct {
+		name                    string
+		readAhead               int64
+		off                     bool
+		stage, ahead, perStream int64
+	}{
+		{"default", 0, false, 192 << 20, 64 << 20, 16 << 20},
+		{"per stream above the share", 128 << 20, false, 192 << 20, 64 << 20, 64 << 20},
+		{"off", 0, true, 256 << 20, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, mnt := start(t, src, func(c *Config) {
+				c.Prefetch.Staging = 256 << 20
+				c.Loader.ReadAhead, c.Loader.NoReadAhead = tc.readAhead, tc.off
+			})
+			var st Stats
+			readJSON(t, filepath.Join(mnt, ".dlfs/stats"), &st)
+			if st.Prefetch.StagingCapacity != tc.stage || st.ReadAhead.Capacity != tc.ahead || st.ReadAhead.Stream != tc.perStream {
+				t.Errorf("staging %d, read-ahead %d (%d per stream); want %d, %d (%d)",
+					st.Prefetch.StagingCapacity, st.ReadAhead.Capacity, st.ReadAhead.Stream, tc.stage, tc.ahead, tc.perStream)
+			}
+		})
+	}
+}

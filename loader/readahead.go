@@ -84,6 +84,10 @@ type ReadAheadStats struct {
 	Wasted  int64 `json:"wasted_bytes"`  // of them, dropped unread (the reader turned away)
 	Held    int64 `json:"held_bytes"`    // held or being fetched now
 	Streams int   `json:"streams"`       // files followed now
+	// Capacity bounds Held (Config.ReadAheadTotal; 0 with read-ahead off),
+	// Stream the bytes ahead of one reader (Config.ReadAhead).
+	Capacity int64 `json:"capacity_bytes"`
+	Stream   int64 `json:"stream_bytes"`
 }
 
 // readAheadDepth is how many blocks one stream keeps in flight at most
@@ -367,7 +371,11 @@ func (l *Loader) ReadAheadStats() ReadAheadStats {
 	ra := &l.ahead
 	ra.mu.Lock()
 	defer ra.mu.Unlock()
-	return ReadAheadStats{Fetched: ra.fetched.Load(), Used: ra.used.Load(), Wasted: ra.wasted.Load(), Held: ra.held, Streams: len(ra.streams)}
+	st := ReadAheadStats{Fetched: ra.fetched.Load(), Used: ra.used.Load(), Wasted: ra.wasted.Load(), Held: ra.held, Streams: len(ra.streams)}
+	if !l.cfg.NoReadAhead {
+		st.Capacity, st.Stream = l.cfg.ReadAheadTotal, l.cfg.ReadAhead
+	}
+	return st
 }
 
 // tailMerge is the largest last block read with the block before it.

@@ -59,6 +59,7 @@ type mountOptions struct {
 	keyFile      string
 	insecure     bool
 	staging      sizeValue
+	readAhead    sizeValue
 	placement    string
 	placeEpochs  int
 	coalesce     bool
@@ -77,6 +78,7 @@ func newMountCmd(run func(cmd *cobra.Command, cfg daemon.Config, o *mountOptions
 	o.ramCache = sizeValue(def.RAMCache)
 	o.ssdCacheSize = sizeValue(def.SSDCapacity)
 	o.staging = sizeValue(def.Prefetch.Staging)
+	o.readAhead = sizeValue(def.Loader.ReadAhead)
 	cmd := &cobra.Command{
 		Use:   "mount SOURCE MOUNTPOINT",
 		Short: "Mount SOURCE read-only at MOUNTPOINT, with caching (runs in the foreground)",
@@ -191,6 +193,10 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 			if o.staging <= 0 {
 				return fmt.Errorf("--staging must be positive")
 			}
+			cfg.Loader.ReadAhead, cfg.Loader.NoReadAhead = int64(o.readAhead), o.readAhead == 0
+			if o.readAhead < 0 {
+				return fmt.Errorf("--read-ahead %d: want a size such as 16MiB, or 0 to turn read-ahead off", o.readAhead)
+			}
 			if strings.ContainsRune(o.controlName, '/') || o.controlName == "" || o.controlName == "." || o.controlName == ".." {
 				return fmt.Errorf("--control-name %q must be a plain file name", o.controlName)
 			}
@@ -215,7 +221,8 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 	f.StringVar(&o.nodeName, "node-name", "", "name of this node in stats (default: host name)")
 	f.DurationVar(&o.ttl, "cache-ttl", def.FUSE.TTL, "how long the kernel caches names and attributes")
 	f.IntVar(&o.pfWorkers, "prefetch-workers", def.Prefetch.Workers, "fetches in flight ahead of announced jobs")
-	f.Var(&o.staging, "staging", "memory for prefetched samples not yet read")
+	f.Var(&o.staging, "staging", "memory for fetched samples not yet read: the prefetcher's, and read-ahead's quarter")
+	f.Var(&o.readAhead, "read-ahead", "bytes fetched ahead of one reader moving forward through a file (at most a quarter of --staging; 0 turns read-ahead off)")
 	f.StringVar(&o.ramEviction, "ram-eviction", "belady", "RAM tier eviction: belady (by next use, when jobs are announced) or lru")
 	f.StringVar(&o.bind, "bind", "", "gossip on HOST:PORT (default: none; with --join, 0.0.0.0:7946)")
 	f.StringVar(&o.advertise, "advertise", "", "HOST:PORT the other nodes reach this one's gossip on (default --bind)")

@@ -25,7 +25,9 @@ func TestRewriteDuringRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := startPFS(t, dir, "-read-latency", "1s", "-no-attr-cache")
-	d := startDlfs(t, p.Mnt, "--infer=false", "--push=false")
+	// Read-ahead off: block 1 must be read by the second dd, not fetched
+	// ahead while the first one reads block 0 (TestRewriteDuringReadAhead).
+	d := startDlfs(t, p.Mnt, "--infer=false", "--push=false", "--read-ahead=0")
 	mnt := filepath.Join(d.Mnt, "f")
 	// Block 0 read and cached as the old version.
 	if out, err := exec.Command("dd", "if="+mnt, "of=/dev/null", "bs=1M", "count=1", "iflag=direct").CombinedOutput(); err != nil {
@@ -44,6 +46,47 @@ func TestRewriteDuringRead(t *testing.T) {
 			t.Fatal("block 1's read never reached the PFS")
 		}
 	}
+	rewriteInPlace(t, path, next)
+	if err := reader.Wait(); err == nil || !strings.Contains(stderr.String(), "Stale file handle") {
+		t.Fatalf("the read of a block rewritten while dlfs read it: %v, %q; want ESTALE", err, stderr.String())
+	}
+	checkNeverMixed(t, d, mnt, old, next)
+}
+
+// TestRewriteDuringReadAhead: the same rewrite lands while a reader's
+// block and the blocks fetched ahead of it are in the PFS. None of them
+// is served or kept.
+func TestRewriteDuringReadAhead(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "f")
+	old, next := randomBytes(3<<20, 3), randomBytes(3<<20, 4)
+	if err := os.WriteFile(path, old, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := startPFS(t, dir, "-read-latency", "1s", "-no-attr-cache")
+	d := startDlfs(t, p.Mnt, "--infer=false", "--push=false")
+	mnt := filepath.Join(d.Mnt, "f")
+	var stderr bytes.Buffer
+	reader := exec.Command("dd", "if="+mnt, "of=/dev/null", "bs=1M", "iflag=direct")
+	reader.Stderr = &stderr
+	if err := reader.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); p.counters(t).Reading < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("read-ahead never had a block in the PFS beside the reader's (%d reads in flight)", p.counters(t).Reading)
+		}
+	}
+	rewriteInPlace(t, path, next)
+	if err := reader.Wait(); err == nil || !strings.Contains(stderr.String(), "Stale file handle") {
+		t.Fatalf("a read of the file while it was rewritten under it and its read-ahead: %v, %q; want ESTALE", err, stderr.String())
+	}
+	checkNeverMixed(t, d, mnt, old, next)
+}
+
+// rewriteInPlace writes next over path, same size, and puts its mtime back.
+func rewriteInPlace(t *testing.T, path string, next []byte) {
+	t.Helper()
 	fi, err := os.Stat(path)
 	if err != nil {
 		t.Fatal(err)
@@ -59,9 +102,12 @@ func TestRewriteDuringRead(t *testing.T) {
 	if err := os.Chtimes(path, fi.ModTime(), fi.ModTime()); err != nil {
 		t.Fatal(err)
 	}
-	if err := reader.Wait(); err == nil || !strings.Contains(stderr.String(), "Stale file handle") {
-		t.Fatalf("the read of a block rewritten while dlfs read it: %v, %q; want ESTALE", err, stderr.String())
-	}
+}
+
+// checkNeverMixed: after a rewrite that a read saw, the whole file fails
+// until a refresh, and reads as its new version after one.
+func checkNeverMixed(t *testing.T, d *proc, mnt string, old, next []byte) {
+	t.Helper()
 	// Never a file of two versions: the whole file fails until a refresh.
 	dropPageCache(t)
 	if b, err := os.ReadFile(mnt); err == nil {
