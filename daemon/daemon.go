@@ -463,7 +463,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.onClose("warmup", func() error { n.warmer.Close(); return nil })
 	n.ctl = &controlPlane{n: n}
 	fc := cfg.FUSE
-	fc.Logger = cfg.Logger
+	fc.Logger, fc.MaxRequest = cfg.Logger, int(n.tiers.load.BlockSize())
 	if !cfg.NoLatency {
 		if n.lat, err = newLatencies(n.reg); err != nil {
 			return nil, err

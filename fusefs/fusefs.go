@@ -77,6 +77,12 @@ type Config struct {
 	// chunks when lookups came between (READDIRPLUS_AUTO); ReadDirPlus
 	// answers that first chunk with the dot entries alone.
 	ListingAttrs bool
+	// MaxRequest is the largest READ the kernel is asked to send, and its
+	// read-ahead window: the loader's block size, so that an aligned read
+	// lies in one block and is answered without a copy. go-fuse lowers it
+	// to what the kernel allows (/proc/sys/fs/fuse/max_pages_limit pages;
+	// 256, so 1 MiB, unless an administrator raised it).
+	MaxRequest int // default 1 MiB
 	// Debug logs every FUSE request (very verbose).
 	Debug bool
 	// Latency receives each request's latency by operation (nil: not
@@ -93,7 +99,7 @@ type Owner struct{ Uid, Gid uint32 }
 // DefaultConfig returns the defaults: the control directory belongs to
 // the process's user and group.
 func DefaultConfig() Config {
-	return Config{ControlName: ".dlfs", TTL: time.Hour, Owner: Owner{uint32(os.Getuid()), uint32(os.Getgid())}}
+	return Config{ControlName: ".dlfs", TTL: time.Hour, MaxRequest: 1 << 20, Owner: Owner{uint32(os.Getuid()), uint32(os.Getgid())}}
 }
 
 // Dataset is what the filesystem serves.
@@ -167,6 +173,9 @@ func New(cfg Config, data Dataset, ctl ControlPlane) *FS {
 	if cfg.TTL <= 0 {
 		cfg.TTL = def.TTL
 	}
+	if cfg.MaxRequest <= 0 {
+		cfg.MaxRequest = def.MaxRequest
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -193,8 +202,8 @@ func (f *FS) MountOptions(fsname string) *fuse.MountOptions {
 		// file: other users get only what SOURCE's modes allow.
 		Options:      []string{"default_permissions"},
 		DirectMount:  true,
-		MaxReadAhead: 1 << 20,
-		MaxWrite:     1 << 20,
+		MaxReadAhead: f.cfg.MaxRequest,
+		MaxWrite:     f.cfg.MaxRequest,
 		// Several readers miss at once: let the kernel queue enough
 		// reads for the PFS to work in parallel.
 		MaxBackground:        64,

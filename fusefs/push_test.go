@@ -6,6 +6,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -301,4 +302,60 @@ func TestPushErrorNamesTheBlock(t *testing.T) {
 	if stored, err := f.Push(e, bs, short); err == nil || stored != bs || !strings.Contains(err.Error(), "block 1 has 100 bytes, want 4096") {
 		t.Errorf("push with block 1 short: stored %d, err %v; want %d and block 1 named", stored, err, bs)
 	}
+}
+
+// TestMaxRequest: the mount asks for READs of MaxRequest bytes, lowered to
+// what the kernel allows (max_pages_limit pages), as its max_read shows.
+func TestMaxRequest(t *testing.T) {
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skip("no /dev/fuse")
+	}
+	limit := 256 * os.Getpagesize()
+	if b, err := os.ReadFile("/proc/sys/fs/fuse/max_pages_limit"); err == nil {
+		n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		limit = n * os.Getpagesize()
+	}
+	cat, err := catalog.Open(context.Background(), catalog.DefaultConfig(t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, asked := range []int{256 << 10, 1 << 20, 64 << 20} {
+		f := New(Config{MaxRequest: asked}, tree{cat}, &plane{})
+		mnt := t.TempDir()
+		server, err := f.Mount(mnt, "dlfs-test")
+		if err != nil {
+			t.Skipf("cannot mount: %v", err)
+		}
+		got := mountOption(t, mnt, "max_read")
+		_ = server.Unmount()
+		if want := strconv.Itoa(min(asked, limit)); got != want {
+			t.Errorf("MaxRequest %d: max_read=%s, want %s (the kernel allows %d)", asked, got, want, limit)
+		}
+	}
+}
+
+// mountOption returns option key of the mount at mnt, from mountinfo.
+func mountOption(t *testing.T, mnt, key string) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 || f[4] != mnt {
+			continue
+		}
+		for _, o := range strings.Split(f[len(f)-1], ",") {
+			if k, v, _ := strings.Cut(o, "="); k == key {
+				return v
+			}
+		}
+		t.Fatalf("mount %s has no %s: %s", mnt, key, line)
+	}
+	t.Fatalf("%s is not in mountinfo", mnt)
+	return ""
 }
