@@ -38,6 +38,12 @@ import (
 // kernel enforces (default_permissions). Contents that differ per user
 // get different node IDs, so one user is never handed another's view.
 //
+// Node IDs change; inode numbers do not. Every control entry reports the
+// same inode number (st_ino) for its path, whatever rendering answers
+// (stableIno): tools compare the inode number of the path they stat with
+// that of the descriptor they open (cp fails "replaced while being copied"
+// when they differ), and each open of a control file is a new rendering.
+//
 // Control directories keep one node ID per path while the kernel holds it,
 // and so do named pipes (the access log, package accesslog): the kernel
 // keeps a pipe in its inode, so its reader and its writer (the daemon,
@@ -49,6 +55,19 @@ import (
 const pseudoBase = 1 << 62
 
 func isPseudo(ino uint64) bool { return ino >= pseudoBase }
+
+// stableBase is the first of the control entries' inode numbers, above
+// any node ID the table hands out.
+const stableBase = pseudoBase | 1<<61
+
+// stableIno is the inode number of the control entry at path ("" is the
+// control directory): the same for every rendering of it, for the life of
+// the mount and across mounts.
+func stableIno(path string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(path))
+	return stableBase | h.Sum64()&(1<<61-1)
+}
 
 // ViewControl is a ControlPlane that answers for the user who asks. FS
 // uses it when its ControlPlane implements it.
@@ -222,14 +241,14 @@ func (f *FS) perm(path string) *PseudoPerm {
 	return nil
 }
 
-// fillPseudo fills a with n's attributes (node ID ino). It reports
+// fillPseudo fills a with n's attributes. It reports
 // whether they never change, so that the kernel may cache
 // them: a file's rendering never changes, nor does a directory whose owner
 // and mode are not a job's. The daemon's own access-log writer then walks
 // to the pipe with no request to itself, which the kernel would never see
 // answered if the daemon were killed meanwhile.
-func (f *FS) fillPseudo(ino uint64, n *pseudoNode, a *fuse.Attr) (fixed bool) {
-	a.Ino = ino
+func (f *FS) fillPseudo(n *pseudoNode, a *fuse.Attr) (fixed bool) {
+	a.Ino = stableIno(n.path)
 	a.Uid, a.Gid = f.cfg.Owner.Uid, f.cfg.Owner.Gid
 	setTimes(a, n.born)
 	if n.dir {
@@ -268,7 +287,7 @@ func (f *FS) enter(n *pseudoNode, out *fuse.EntryOut) fuse.Status {
 	n = f.pseudo.byIno[ino]
 	f.mu.Unlock()
 	out.NodeId = ino
-	fixed := f.fillPseudo(ino, n, &out.Attr)
+	fixed := f.fillPseudo(n, &out.Attr)
 	if n.pipe {
 		out.SetEntryTimeout(f.cfg.TTL) // always there, always the same node
 	}
@@ -324,7 +343,7 @@ func (f *FS) getattrControl(ino uint64, out *fuse.AttrOut) fuse.Status {
 	if !st.Ok() {
 		return st
 	}
-	if f.fillPseudo(ino, n, &out.Attr) {
+	if f.fillPseudo(n, &out.Attr) {
 		out.SetTimeout(f.cfg.TTL)
 	}
 	return fuse.OK
@@ -343,7 +362,7 @@ func (f *FS) setattrControl(in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
 	if n.dir || !n.writable || !ok || sz != 0 || in.Valid&^truncation != 0 {
 		return fuse.EPERM
 	}
-	f.fillPseudo(in.NodeId, n, &out.Attr)
+	f.fillPseudo(n, &out.Attr)
 	out.Size = 0
 	out.SetTimeout(0)
 	return fuse.OK
@@ -420,5 +439,6 @@ func (f *FS) opendirControl(ino uint64) (*dirHandle, fuse.Status) {
 	if list == nil {
 		list = []PseudoEntry{}
 	}
-	return &dirHandle{self: ino, parent: ino, pseudo: list}, fuse.OK
+	self := stableIno(n.path)
+	return &dirHandle{self: self, parent: self, pseudo: list, pseudoDir: n.path}, fuse.OK
 }

@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"context"
+	"path"
 	"syscall"
 	"time"
 
@@ -171,6 +172,7 @@ type dirHandle struct {
 	self, parent uint64
 	dir          *catalog.Entry // a catalog directory (immutable)
 	pseudo       []PseudoEntry  // a control directory's listing
+	pseudoDir    string         // that directory's path in the control tree
 }
 
 // len is the number of entries, "." and ".." included.
@@ -196,7 +198,7 @@ func (d *dirHandle) at(i int) (fuse.DirEntry, *catalog.Entry) {
 		return de, c
 	default:
 		pe := d.pseudo[i-2]
-		de.Name = pe.Name
+		de.Name, de.Ino = pe.Name, stableIno(path.Join(d.pseudoDir, pe.Name))
 		switch {
 		case pe.Pipe:
 			de.Mode = syscall.S_IFIFO

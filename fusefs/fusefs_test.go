@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -901,5 +902,35 @@ func TestAccessLogPaths(t *testing.T) {
 		if got := f.pathOf(c.ino, c.name); got != c.want {
 			t.Errorf("path of node %d, name %q: %q, want %q", c.ino, c.name, got, c.want)
 		}
+	}
+}
+
+// TestControlStableIno: every rendering of a control file has its path's
+// inode number, so stat twice agrees and cp, which compares the inode it
+// stat'ed with the one it opened, copies stats.
+func TestControlStableIno(t *testing.T) {
+	_, _, mnt := mountTree(t, 10)
+	ino := func(p string) uint64 {
+		t.Helper()
+		var st syscall.Stat_t
+		if err := syscall.Stat(filepath.Join(mnt, p), &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Ino
+	}
+	for _, p := range []string{".dlfs", ".dlfs/stats", ".dlfs/control"} {
+		if a, b := ino(p), ino(p); a != b {
+			t.Errorf("stat %s twice: inode %d, then %d", p, a, b)
+		}
+	}
+	if ino(".dlfs/stats") == ino(".dlfs/control") {
+		t.Errorf("stats and control share inode %d", ino(".dlfs/stats"))
+	}
+	dst := filepath.Join(t.TempDir(), "stats")
+	if out, err := exec.Command("cp", filepath.Join(mnt, ".dlfs/stats"), dst).CombinedOutput(); err != nil {
+		t.Fatalf("cp .dlfs/stats: %v: %s", err, out)
+	}
+	if b, err := os.ReadFile(dst); err != nil || !strings.HasPrefix(string(b), "stats ") {
+		t.Errorf("the copy holds %q (%v)", b, err)
 	}
 }
