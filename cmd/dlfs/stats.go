@@ -25,8 +25,9 @@ import (
 
 func newStatsCmd() *cobra.Command {
 	var (
-		watch   time.Duration
-		rawJSON bool
+		watch    bool
+		interval time.Duration
+		rawJSON  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "stats [MOUNTPOINT]",
@@ -34,12 +35,20 @@ func newStatsCmd() *cobra.Command {
 		Long: `stats reads MOUNTPOINT/.dlfs/stats (MOUNTPOINT defaults to the dlfs mount
 holding the current directory) and prints it as tables: reads served by
 tier with their share and latency, the PFS, the caches, the prefetcher,
-each job's ranks and the cluster's members. With --watch it refreshes in
-place every D, like top, and shows rates per second between refreshes.`,
+each job's ranks and the cluster's members. With --watch it redraws them
+every --interval (2s), like top, with rates per second between drawings;
+when stdout is not a terminal it prints each drawing after the last, with
+no terminal codes.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if interval <= 0 {
+				return fmt.Errorf("--interval %v: want a positive duration, such as 2s", interval)
+			}
 			mnt, err := statsMount(args)
 			if err != nil {
+				if len(args) == 1 && watch && isDuration(args[0]) {
+					return fmt.Errorf("%s is not a dlfs mount: --watch takes no value; give the interval as --interval %s", args[0], args[0])
+				}
 				return err
 			}
 			out := cmd.OutOrStdout()
@@ -51,7 +60,7 @@ place every D, like top, and shows rates per second between refreshes.`,
 				_, err = out.Write(b)
 				return err
 			}
-			if watch <= 0 {
+			if !watch {
 				st, err := readMountStats(mnt)
 				if err != nil {
 					return err
@@ -60,12 +69,18 @@ place every D, like top, and shows rates per second between refreshes.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return watchStats(ctx, out, mnt, watch)
+			return watchStats(ctx, out, isTerminal(out), mnt, interval)
 		},
 	}
-	cmd.Flags().DurationVar(&watch, "watch", 0, "refresh in place every D (for example 2s) until interrupted")
+	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "redraw every --interval until interrupted")
+	cmd.Flags().DurationVar(&interval, "interval", 2*time.Second, "how often --watch redraws")
 	cmd.Flags().BoolVar(&rawJSON, "json", false, "print the raw stats document")
 	return cmd
+}
+
+func isDuration(s string) bool {
+	_, err := time.ParseDuration(s)
+	return err == nil
 }
 
 // statsMount returns the mount named, or the dlfs mount holding the
@@ -103,9 +118,10 @@ func readMountStats(mnt string) (daemon.Stats, error) {
 	return st, nil
 }
 
-// watchStats redraws the tables every interval, with rates since the
-// previous drawing, until ctx ends.
-func watchStats(ctx context.Context, out io.Writer, mnt string, interval time.Duration) error {
+// watchStats draws the tables every interval, with rates since the
+// previous drawing, until ctx ends: in place on a terminal (tty), one
+// after the other, stamped with the time, elsewhere.
+func watchStats(ctx context.Context, out io.Writer, tty bool, mnt string, interval time.Duration) error {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	var prev *daemon.Stats
@@ -117,7 +133,11 @@ func watchStats(ctx context.Context, out io.Writer, mnt string, interval time.Du
 		}
 		now := time.Now()
 		var b strings.Builder
-		b.WriteString("\x1b[H\x1b[2J") // home, clear
+		if tty {
+			b.WriteString("\x1b[H\x1b[2J") // home, clear
+		} else if prev != nil {
+			b.WriteString("\n")
+		}
 		dt := 0.0
 		if prev != nil {
 			dt = now.Sub(prevAt).Seconds()
@@ -125,7 +145,11 @@ func watchStats(ctx context.Context, out io.Writer, mnt string, interval time.Du
 		if err := renderStats(&b, mnt, st, prev, dt); err != nil {
 			return err
 		}
-		fmt.Fprintf(&b, "\nevery %v; Ctrl-C to stop\n", interval)
+		if tty {
+			fmt.Fprintf(&b, "\nevery %v; Ctrl-C to stop\n", interval)
+		} else {
+			fmt.Fprintf(&b, "\nat %s\n", now.Format(time.RFC3339))
+		}
 		if _, err := io.WriteString(out, b.String()); err != nil {
 			return err
 		}

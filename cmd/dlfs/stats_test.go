@@ -1,8 +1,13 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dlfs/dlfs/cluster"
 	"github.com/dlfs/dlfs/daemon"
@@ -76,4 +81,54 @@ func squash(s string) string {
 		lines[i] = strings.Join(strings.Fields(l), " ")
 	}
 	return strings.Join(lines, "\n")
+}
+
+// fakeMount is a directory with a .dlfs/stats document, as a mount shows.
+func fakeMount(t *testing.T, st daemon.Stats) string {
+	t.Helper()
+	mnt := t.TempDir()
+	b, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(mnt, ".dlfs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(mnt, ".dlfs", "stats"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return mnt
+}
+
+// TestStatsWatch: "stats --watch MOUNTPOINT" takes MOUNTPOINT as the
+// mount and redraws every 2s by default; written to a file, the drawings
+// carry no terminal codes. "--watch 5s" says to use --interval.
+func TestStatsWatch(t *testing.T) {
+	mnt := fakeMount(t, daemon.Stats{Node: "n1", Source: "/data"})
+	var out strings.Builder
+	root := newRootCmd()
+	root.SetOut(&out)
+	root.SetArgs([]string{"stats", "--watch", mnt})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // one drawing, then stop
+	if err := root.ExecuteContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "dlfs "+mnt) || strings.Contains(out.String(), "\x1b") {
+		t.Errorf("watch drawing to a file:\n%q", out.String())
+	}
+	root = newRootCmd()
+	root.SetOut(&out)
+	root.SetArgs([]string{"stats", "--watch", "5s"})
+	if err := root.Execute(); err == nil || !strings.Contains(err.Error(), "--interval 5s") {
+		t.Errorf("stats --watch 5s: %v", err)
+	}
+
+	var b strings.Builder
+	if err := watchStats(ctx, &b, true, mnt, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(b.String(), "\x1b[H\x1b[2J") {
+		t.Errorf("on a terminal the drawing does not start by clearing it: %q", b.String()[:20])
+	}
 }
