@@ -1,3 +1,5 @@
+//go:build cgo && !nohdf5
+
 package packed
 
 import (

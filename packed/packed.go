@@ -99,6 +99,9 @@ func Open(dir string, src *source.Source, cfg Config) (Dataset, error) {
 		return nil, fmt.Errorf("packed: %w", err)
 	}
 	if len(h5s) > 0 {
+		if !HDF5 {
+			return nil, noHDF5(h5s)
+		}
 		return openH5(src, h5s, log, cfg.MaxEntries), nil
 	}
 	return nil, nil
