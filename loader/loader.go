@@ -279,6 +279,7 @@ type Loader struct {
 	// runs and runSamples count coalesced PFS reads and the samples in them.
 	runs, runSamples atomic.Int64
 	copied           atomic.Int64 // bytes of reads assembled from several blocks
+	narrowed         atomic.Int64 // bytes of random readers' reads of their range alone (narrow.go)
 	combine          combiner
 
 	pfsSlots  chan struct{} // one per read of SOURCE in flight (deadline.go)
@@ -424,13 +425,23 @@ func (l *Loader) ReadAtWaited(ctx context.Context, e *catalog.Entry, dest []byte
 	end := off + min(int64(len(dest)), e.Size-off) // never past 2^63-1
 	bs := l.cfg.BlockSize
 	first, last := off/bs, (end-1)/bs
-	l.readAheadFor(e, first, last)
+	random := l.readAheadFor(e, first, last)
 	var (
 		from   tier
 		waited time.Duration
 		out    []byte
 	)
-	if first == last {
+	narrowed := false
+	if first == last && random && end-off < blockEnd(e.Size, bs, first)-first*bs && l.narrows(e) {
+		b, w, ok, err := l.readNarrow(ctx, e, first, off, end)
+		if err != nil {
+			return nil, "", 0, err
+		}
+		narrowed, from, waited, out = ok, tierPFS, w, b
+	}
+	switch {
+	case narrowed: // its range alone, from the PFS
+	case first == last:
 		b, t, w, err := l.block(ctx, e, first, end == blockEnd(e.Size, bs, first), &held)
 		if err != nil {
 			return nil, "", 0, err
@@ -439,7 +450,7 @@ func (l *Loader) ReadAtWaited(ctx context.Context, e *catalog.Entry, dest []byte
 			return nil, "", 0, err
 		}
 		from, waited, out = t, w, b[off-first*bs:end-first*bs]
-	} else {
+	default:
 		n := 0
 		for i := first; i <= last; i++ {
 			b, t, w, err := l.block(ctx, e, i, end >= blockEnd(e.Size, bs, i), &held)
@@ -902,7 +913,11 @@ func (l *Loader) toSSD(key string, tag uint64, f fetch) {
 
 // readPFS reads block i (n bytes) of e from SOURCE.
 func (l *Loader) readPFS(ctx context.Context, e *catalog.Entry, i, n int64) ([]byte, error) {
-	off := i * l.cfg.BlockSize
+	return l.readRange(ctx, e, i*l.cfg.BlockSize, n)
+}
+
+// readRange reads n bytes of e at off from SOURCE.
+func (l *Loader) readRange(ctx context.Context, e *catalog.Entry, off, n int64) ([]byte, error) {
 	type read struct {
 		buf []byte
 		got int

@@ -66,6 +66,7 @@ type stream struct {
 	seen   uint64          // clock of its last read
 	last   int64           // the furthest block a read reached
 	window int64           // blocks fetched ahead of last; 0 until the stream moves forward
+	turned bool            // a read turned it away once: with no window, a random reader
 	ahead  int64           // blocks below it are read, held or being fetched
 	flying map[int64]int64 // blocks being fetched for it: their sizes
 	blocks map[int64]aheadBlock
@@ -84,6 +85,9 @@ type ReadAheadStats struct {
 	Wasted  int64 `json:"wasted_bytes"`  // of them, dropped unread (the reader turned away)
 	Held    int64 `json:"held_bytes"`    // held or being fetched now
 	Streams int   `json:"streams"`       // files followed now
+	// Narrow counts the bytes random readers read from the PFS as their
+	// own range, not a block (part of fetched.pfs; narrow.go).
+	Narrow int64 `json:"narrow_bytes"`
 	// Capacity bounds Held (Config.ReadAheadTotal; 0 with read-ahead off),
 	// Stream the bytes ahead of one reader (Config.ReadAhead).
 	Capacity int64 `json:"capacity_bytes"`
@@ -109,19 +113,21 @@ func aheadDepth(latency, perBlock float64, most int64) int64 {
 }
 
 // readAheadFor moves e's stream with a read of blocks first..last and
-// starts the fetches its window lacks.
-func (l *Loader) readAheadFor(e *catalog.Entry, first, last int64) {
+// starts the fetches its window lacks. It reports whether the reader is
+// random: it turned away from where it read before and has not moved
+// forward since (narrow.go).
+func (l *Loader) readAheadFor(e *catalog.Entry, first, last int64) (random bool) {
 	bs := l.cfg.BlockSize
 	n := Blocks(e.Size, bs)
 	if n < 2 || l.cfg.NoReadAhead {
-		return
+		return false
 	}
 	depth := l.readAheadDepth()
 	ra := &l.ahead
 	ra.mu.Lock()
 	if ra.closed {
 		ra.mu.Unlock()
-		return
+		return false
 	}
 	ra.clock++
 	s := ra.streams[e.Path()]
@@ -144,6 +150,7 @@ func (l *Loader) readAheadFor(e *catalog.Entry, first, last int64) {
 	if first == 0 && s.window == 0 {
 		s.window = 1 // a read of the head: most readers go on
 	}
+	random = s.turned && s.window == 0
 	s.seen = ra.clock
 	var want []int64
 	ahead := s.aheadLocked()
@@ -176,6 +183,7 @@ func (l *Loader) readAheadFor(e *catalog.Entry, first, last int64) {
 		}
 		go l.fetchAhead(e, s, gen, j, key, tag, size)
 	}
+	return random
 }
 
 // unreserveAhead returns the room taken for a fetch of block j (size
@@ -234,6 +242,7 @@ func (ra *readAhead) turnLocked(s *stream) {
 	}
 	s.gen++
 	s.window = 0
+	s.turned = true
 }
 
 // dropBehindLocked drops the blocks of s more than a window behind its
@@ -318,6 +327,18 @@ func (l *Loader) readerHas(e *catalog.Entry, i int64) bool {
 	return held || i <= s.last
 }
 
+// aheadHas reports whether block i of e is held ahead of its reader.
+func (l *Loader) aheadHas(e *catalog.Entry, i int64) bool {
+	l.ahead.mu.Lock()
+	defer l.ahead.mu.Unlock()
+	s := l.ahead.streams[e.Path()]
+	if s == nil {
+		return false
+	}
+	_, held := s.blocks[i]
+	return held
+}
+
 // takeAhead returns block key (number i) of e, tagged tag, if it was
 // fetched ahead and is intact; a read that reaches its end (done) takes
 // it off the buffer.
@@ -371,7 +392,7 @@ func (l *Loader) ReadAheadStats() ReadAheadStats {
 	ra := &l.ahead
 	ra.mu.Lock()
 	defer ra.mu.Unlock()
-	st := ReadAheadStats{Fetched: ra.fetched.Load(), Used: ra.used.Load(), Wasted: ra.wasted.Load(), Held: ra.held, Streams: len(ra.streams)}
+	st := ReadAheadStats{Fetched: ra.fetched.Load(), Used: ra.used.Load(), Wasted: ra.wasted.Load(), Held: ra.held, Streams: len(ra.streams), Narrow: l.narrowed.Load()}
 	if !l.cfg.NoReadAhead {
 		st.Capacity, st.Stream = l.cfg.ReadAheadTotal, l.cfg.ReadAhead
 	}

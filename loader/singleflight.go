@@ -191,3 +191,11 @@ func (f *flight) held(key string) bool {
 	defer f.mu.Unlock()
 	return f.unreported[key] > 0
 }
+
+// busy reports whether a fetch of key, tagged tag, is in flight.
+func (f *flight) busy(key string, tag uint64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.calls[flightKey{key, tag}]
+	return ok
+}
