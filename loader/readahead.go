@@ -314,29 +314,30 @@ func (l *Loader) aheadWanted(e *catalog.Entry, s *stream, gen uint64, j int64) b
 // passed it, or has it fetched ahead: a prefetch of it would read it
 // again.
 func (l *Loader) readerHas(e *catalog.Entry, i int64) bool {
-	if e.Size <= l.cfg.BlockSize {
-		return false // one block: never followed
-	}
-	l.ahead.mu.Lock()
-	defer l.ahead.mu.Unlock()
-	s := l.ahead.streams[e.Path()]
-	if s == nil {
-		return false
-	}
-	_, held := s.blocks[i]
-	return held || i <= s.last
+	held, passed := l.aheadOf(e, i)
+	return held || passed
 }
 
 // aheadHas reports whether block i of e is held ahead of its reader.
 func (l *Loader) aheadHas(e *catalog.Entry, i int64) bool {
+	held, _ := l.aheadOf(e, i)
+	return held
+}
+
+// aheadOf says whether block i of e is held ahead of its reader, and
+// whether the reader has reached it.
+func (l *Loader) aheadOf(e *catalog.Entry, i int64) (held, passed bool) {
+	if e.Size <= l.cfg.BlockSize {
+		return false, false // one block: never followed
+	}
 	l.ahead.mu.Lock()
 	defer l.ahead.mu.Unlock()
 	s := l.ahead.streams[e.Path()]
 	if s == nil {
-		return false
+		return false, false
 	}
-	_, held := s.blocks[i]
-	return held
+	_, held = s.blocks[i]
+	return held, i <= s.last
 }
 
 // takeAhead returns block key (number i) of e, tagged tag, if it was
