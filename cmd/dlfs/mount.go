@@ -329,6 +329,7 @@ func runMount(cmd *cobra.Command, cfg daemon.Config, o *mountOptions) error {
 		return err
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "dlfs: mounted %s at %s\n", cfg.Source, cfg.Mountpoint)
+	notifyReady(ctx, cfg.Logger, cfg.Source, cfg.Mountpoint) // READY=1 to systemd (Type=notify) or the mount helper
 
 	done := make(chan struct{})
 	go func() {
