@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
@@ -43,6 +44,7 @@ type mountOptions struct {
 	controlGroup string
 	maxFiles     int
 	logLevel     string
+	logFormat    string
 	metricsAddr  string
 	controlName  string
 	nodeName     string
@@ -216,6 +218,7 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 	f.IntVar(&o.maxFiles, "max-files", defaultMaxFiles(), "the most files and directories (or packed samples) SOURCE may hold; each costs about 120 bytes of RAM in the catalog (default: as many as an eighth of this machine's memory holds)")
 	f.StringVar(&o.controlGroup, "control-group", "", "a group (name or id) whose members may write the control file too; by default only the mounting user may")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&o.logFormat, "log-format", "text", "text (key=value) or json (one object a line)")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on HOST:PORT (off when empty)")
 	f.StringVar(&o.controlName, "control-name", def.FUSE.ControlName, "name of the hidden control directory at the root")
 	f.StringVar(&o.nodeName, "node-name", "", "name of this node in stats (default: host name)")
@@ -262,11 +265,12 @@ func parseLevel(s string) (slog.Level, error) {
 // runMount mounts, announces the mount, and serves until a signal or an
 // external unmount.
 func runMount(cmd *cobra.Command, cfg daemon.Config, o *mountOptions) error {
-	level, err := parseLevel(o.logLevel)
-	if err != nil {
+	var err error
+	if cfg.Logger, err = newLogger(os.Stderr, o.logLevel, o.logFormat); err != nil {
 		return err
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	cfg.Registry = prometheus.NewRegistry()
+	cfg.Registry.MustRegister(buildInfo())
 	// The only files the daemon makes are the SSD cache's, copies of
 	// SOURCE's files, some readable by their owners only: make them
 	// private (Badger asks for 0666).
