@@ -39,7 +39,9 @@ func newRootCmd() *cobra.Command {
 as a read-only FUSE view whose reads are served from RAM and SSD caches.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       versionLine(),
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.AddCommand(newMountCmd(runMount), newUmountCmd(), newPackCmd(), newSimulateCmd(), newWarmupCmd(),
 		newStatsCmd(), newDoctorCmd(), newVersionCmd())
 	return root
