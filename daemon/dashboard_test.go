@@ -24,10 +24,19 @@ func TestDashboardMetrics(t *testing.T) {
 		v.Describe(descs)
 	}
 	close(descs)
-	fq := regexp.MustCompile(`fqName: "([^"]+)"`)
+	fq := regexp.MustCompile(`fqName: "([^"]+)".*variableLabels: \{([^}]*)\}`)
+	labels := map[string][]string{} // by metric
 	for d := range descs {
 		if m := fq.FindStringSubmatch(d.String()); m != nil {
 			names[m[1]] = true
+			if m[2] != "" {
+				labels[m[1]] = strings.Split(m[2], ",")
+			}
+			for _, l := range labels[m[1]] {
+				if l == "job" || l == "instance" {
+					t.Errorf("%s has the label %s, which Prometheus keeps for the scrape target (it would become exported_%s)", m[1], l, l)
+				}
+			}
 		}
 	}
 
@@ -39,7 +48,8 @@ func TestDashboardMetrics(t *testing.T) {
 		Panels []struct {
 			Title   string `json:"title"`
 			Targets []struct {
-				Expr string `json:"expr"`
+				Expr   string `json:"expr"`
+				Legend string `json:"legendFormat"`
 			} `json:"targets"`
 		} `json:"panels"`
 		Templating struct {
@@ -53,9 +63,33 @@ func TestDashboardMetrics(t *testing.T) {
 	}
 	metric := regexp.MustCompile(`\bdlfs_[a-z_]+`)
 	var exprs []string
+	by := regexp.MustCompile(`\bby \(([^)]*)\)`)
+	legend := regexp.MustCompile(`\{\{\s*([a-z_]+)\s*\}\}`)
 	for _, p := range dash.Panels {
 		for _, tg := range p.Targets {
-			exprs = append(exprs, tg.Expr)
+			exprs = append(exprs, by.ReplaceAllString(tg.Expr, ""))
+			// The labels grouped by and shown are the target's (instance),
+			// a histogram's le, or one of the metrics queried.
+			has := map[string]bool{"instance": true, "le": true}
+			for _, m := range metric.FindAllString(tg.Expr, -1) {
+				for _, suffix := range []string{"", "_bucket", "_count", "_sum"} {
+					for _, l := range labels[strings.TrimSuffix(m, suffix)] {
+						has[l] = true
+					}
+				}
+			}
+			var used []string
+			for _, g := range by.FindAllStringSubmatch(tg.Expr, -1) {
+				used = append(used, strings.Split(g[1], ",")...)
+			}
+			for _, g := range legend.FindAllStringSubmatch(tg.Legend, -1) {
+				used = append(used, g[1])
+			}
+			for _, l := range used {
+				if l = strings.TrimSpace(l); !has[l] {
+					t.Errorf("panel %q groups by or shows the label %s, which its metrics lack (in %q, %q)", p.Title, l, tg.Expr, tg.Legend)
+				}
+			}
 		}
 	}
 	for _, v := range dash.Templating.List {

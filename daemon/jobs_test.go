@@ -201,8 +201,8 @@ func TestBalancedPair(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range []string{`dlfs_plan_reads{epoch="0",job="bj",where="local"}`, `dlfs_plan_moved_samples{epoch="0",job="bj"}`,
-		`dlfs_plan_imbalance_ratio{epoch="0",job="bj",quantile="0.9"}`, `dlfs_plan_batch_size{bound="max",epoch="0",job="bj"} 8`} {
+	for _, m := range []string{`dlfs_plan_reads{dlfs_job="bj",epoch="0",where="local"}`, `dlfs_plan_moved_samples{dlfs_job="bj",epoch="0"}`,
+		`dlfs_plan_imbalance_ratio{dlfs_job="bj",epoch="0",quantile="0.9"}`, `dlfs_plan_batch_size{bound="max",dlfs_job="bj",epoch="0"} 8`} {
 		if !strings.Contains(string(prom), m) {
 			t.Errorf("stats.prom has no %s", m)
 		}

@@ -237,7 +237,9 @@ func (n *Node) statsProm() ([]byte, error) {
 }
 
 // collector exports Stats to Prometheus, so that /metrics, stats.prom and
-// stats show the same figures.
+// stats show the same figures. A job's label is dlfs_job: Prometheus
+// keeps job (and instance) for the scrape target, and would rename ours
+// exported_job.
 type collector struct{ n *Node }
 
 var (
@@ -257,26 +259,28 @@ var (
 	descPFStaged    = prometheus.NewDesc("dlfs_prefetch_staged_bytes", "Prefetched bytes waiting for their read.", nil, nil)
 	descPFPushed    = prometheus.NewDesc("dlfs_prefetch_pushed_bytes_total", "Bytes pushed into the kernel's page cache ahead of their reads.", nil, nil)
 	descPFPushFail  = prometheus.NewDesc("dlfs_prefetch_push_failures_total", "Pushes into the page cache that failed.", nil, nil)
-	descJobReads    = prometheus.NewDesc("dlfs_job_reads_total", "Planned reads by outcome: hit (no PFS wait), late (waited), miss.", []string{"job", "rank", "outcome"}, nil)
-	descJobStall    = prometheus.NewDesc("dlfs_job_stall_seconds_total", "Seconds reads of a rank waited on the PFS, over the job's life.", []string{"job", "rank"}, nil)
+	descSSDDropped  = prometheus.NewDesc("dlfs_ssd_dropped_writes_total", "Blocks the SSD tier did not cache because its write queue was full.", nil, nil)
+	descSSDCorrupt  = prometheus.NewDesc("dlfs_ssd_corrupt_entries_total", "SSD tier entries that failed their header or checksum check, and were dropped.", nil, nil)
+	descJobReads    = prometheus.NewDesc("dlfs_job_reads_total", "Planned reads by outcome: hit (no PFS wait), late (waited), miss.", []string{"dlfs_job", "rank", "outcome"}, nil)
+	descJobStall    = prometheus.NewDesc("dlfs_job_stall_seconds_total", "Seconds reads of a rank waited on the PFS, over the job's life.", []string{"dlfs_job", "rank"}, nil)
 	descMembers     = prometheus.NewDesc("dlfs_cluster_members", "Members in this node's view, by state.", []string{"state"}, nil)
 	descOwned       = prometheus.NewDesc("dlfs_cluster_owned_bytes", "Bytes of the dataset placement gives a member.", []string{"member"}, nil)
 	descReachable   = prometheus.NewDesc("dlfs_cluster_data_reachable", "1 if this node's last dial to a member's data address succeeded, 0 if it failed.", []string{"member"}, nil)
 	descPeerServed  = prometheus.NewDesc("dlfs_cluster_served_to_peers_total", "Blocks sent to peers.", nil, nil)
 	descPeerReqs    = prometheus.NewDesc("dlfs_cluster_peer_requests_total", "Requests sent to peers.", nil, nil)
 	descLocalReads  = prometheus.NewDesc("dlfs_placement_local_reads_ratio", "Share of the jobs' planned reads that find the sample on the reader's node.", nil, nil)
-	descPlanReads   = prometheus.NewDesc("dlfs_plan_reads", "Reads a balance= plan gives all ranks in an epoch, by where the sample is cached.", []string{"job", "epoch", "where"}, nil)
-	descPlanMoved   = prometheus.NewDesc("dlfs_plan_moved_samples", "Samples a balance= plan moved off their node to even the batches (Algorithm 1).", []string{"job", "epoch"}, nil)
-	descPlanImb     = prometheus.NewDesc("dlfs_plan_imbalance_ratio", "Imbalance of a balance= plan's global batches (sum of deficits over batch size), by quantile.", []string{"job", "epoch", "quantile"}, nil)
-	descPlanBatch   = prometheus.NewDesc("dlfs_plan_batch_size", "Smallest and largest batch of any rank in a balance= plan.", []string{"job", "epoch", "bound"}, nil)
-	descLoadWorkers = prometheus.NewDesc("dlfs_loader_workers", "DataLoader workers of a reporting rank: advised, and those it ran with at its last report.", []string{"job", "rank", "kind"}, nil)
-	descLoadRate    = prometheus.NewDesc("dlfs_loader_samples_per_second", "A reporting rank's samples per second: measured, predicted for the workers it ran with, and predicted for the advice.", []string{"job", "rank", "kind"}, nil)
+	descPlanReads   = prometheus.NewDesc("dlfs_plan_reads", "Reads a balance= plan gives all ranks in an epoch, by where the sample is cached.", []string{"dlfs_job", "epoch", "where"}, nil)
+	descPlanMoved   = prometheus.NewDesc("dlfs_plan_moved_samples", "Samples a balance= plan moved off their node to even the batches (Algorithm 1).", []string{"dlfs_job", "epoch"}, nil)
+	descPlanImb     = prometheus.NewDesc("dlfs_plan_imbalance_ratio", "Imbalance of a balance= plan's global batches (sum of deficits over batch size), by quantile.", []string{"dlfs_job", "epoch", "quantile"}, nil)
+	descPlanBatch   = prometheus.NewDesc("dlfs_plan_batch_size", "Smallest and largest batch of any rank in a balance= plan.", []string{"dlfs_job", "epoch", "bound"}, nil)
+	descLoadWorkers = prometheus.NewDesc("dlfs_loader_workers", "DataLoader workers of a reporting rank: advised, and those it ran with at its last report.", []string{"dlfs_job", "rank", "kind"}, nil)
+	descLoadRate    = prometheus.NewDesc("dlfs_loader_samples_per_second", "A reporting rank's samples per second: measured, predicted for the workers it ran with, and predicted for the advice.", []string{"dlfs_job", "rank", "kind"}, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descServedReads, descServedBytes, descPFSOpens, descPFSReads, descPFSBytes,
 		descEntries, descBytes, descCapacity, descFiles, descFileBytes, descUptime, descPFFetched, descPFWasted,
-		descPFStaged, descPFPushed, descPFPushFail, descJobReads, descJobStall, descMembers, descOwned, descReachable, descPeerServed, descPeerReqs, descLocalReads,
+		descPFStaged, descPFPushed, descPFPushFail, descSSDDropped, descSSDCorrupt, descJobReads, descJobStall, descMembers, descOwned, descReachable, descPeerServed, descPeerReqs, descLocalReads,
 		descPlanReads, descPlanMoved, descPlanImb, descPlanBatch, descLoadWorkers, descLoadRate} {
 		ch <- d
 	}
@@ -299,6 +303,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descBytes, prometheus.GaugeValue, float64(v[1]), tier)
 		ch <- prometheus.MustNewConstMetric(descCapacity, prometheus.GaugeValue, float64(v[2]), tier)
 	}
+	ch <- prometheus.MustNewConstMetric(descSSDDropped, prometheus.CounterValue, float64(s.Cache.SSD.Dropped))
+	ch <- prometheus.MustNewConstMetric(descSSDCorrupt, prometheus.CounterValue, float64(s.Cache.SSD.Corrupt))
 	ch <- prometheus.MustNewConstMetric(descFiles, prometheus.GaugeValue, float64(s.Catalog.Files))
 	ch <- prometheus.MustNewConstMetric(descFileBytes, prometheus.GaugeValue, float64(s.Catalog.Bytes))
 	ch <- prometheus.MustNewConstMetric(descUptime, prometheus.GaugeValue, s.UptimeSeconds)
