@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dlfs/dlfs/daemon"
+	"github.com/dlfs/dlfs/fusefs"
 	"github.com/dlfs/dlfs/latency"
 )
 
@@ -88,6 +89,9 @@ func isDuration(s string) bool {
 func statsMount(args []string) (string, error) {
 	if len(args) == 1 {
 		if _, err := os.Stat(filepath.Join(args[0], ".dlfs", "stats")); err != nil {
+			if err := fusefs.Diagnose(args[0], err); err != nil {
+				return "", err // a dead mount, or one this user may not enter
+			}
 			return "", fmt.Errorf("%s is not a dlfs mount (no .dlfs/stats there); give the mountpoint of a running dlfs mount", args[0])
 		}
 		return args[0], nil
@@ -106,7 +110,10 @@ func statsMount(args []string) (string, error) {
 func readMountStats(mnt string) (daemon.Stats, error) {
 	var st daemon.Stats
 	b, err := os.ReadFile(filepath.Join(mnt, ".dlfs", "stats"))
-	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTCONN) {
+	if err := fusefs.Diagnose(mnt, err); err != nil {
+		return st, err
+	}
+	if errors.Is(err, fs.ErrNotExist) {
 		return st, fmt.Errorf("%s is no longer a dlfs mount (the daemon stopped?)", mnt)
 	}
 	if err != nil {
