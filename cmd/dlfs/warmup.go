@@ -187,9 +187,17 @@ func warm(w io.Writer, ctl string, rels []string) error {
 		if err != nil {
 			return err
 		}
-		if !told && st.FitBytes < st.Bytes {
-			fmt.Fprintf(w, "the caches hold %s of the %s under these paths: warming %s (%d of %d files)\n",
-				human(st.FitBytes), human(st.Bytes), human(st.FitBytes), st.FitFiles, st.Files)
+		if !told {
+			switch {
+			case st.Bytes == 0:
+				fmt.Fprintln(w, "nothing to warm: the paths hold no file bytes")
+				return nil
+			case st.FitBytes == 0:
+				return fmt.Errorf("the caches hold none of the %s under these paths: mount with --ram-cache SIZE or --ssd-cache DIR to warm them", human(st.Bytes))
+			case st.FitBytes < st.Bytes:
+				fmt.Fprintf(w, "the caches hold %s of the %s under these paths: warming %s (%d of %d files)\n",
+					human(st.FitBytes), human(st.Bytes), human(st.FitBytes), st.FitFiles, st.Files)
+			}
 		}
 		told = true
 		over := st.State != "running"
@@ -240,7 +248,8 @@ func warmupStatus(ctl string) (warmup.Status, error) {
 	return st.Warmup, nil
 }
 
-// progress is one line: share, a bar, bytes and rate.
+// progress is one line: share, a bar, bytes, rate and the time left
+// (once over, the time taken).
 func progress(st warmup.Status) string {
 	share := 1.0
 	if st.FitBytes > 0 {
@@ -248,8 +257,15 @@ func progress(st warmup.Status) string {
 	}
 	const width = 30
 	n := min(int(share*width), width)
-	return fmt.Sprintf("warming %5.1f%% [%s%s] %s / %s, %s/s, %d files", 100*share, strings.Repeat("#", n), strings.Repeat(".", width-n),
-		human(st.DoneBytes), human(st.FitBytes), human(int64(st.BytesPerSec)), st.DoneFiles)
+	eta := ", ETA -"
+	switch {
+	case st.State != "running":
+		eta = ", took " + fmtUptime(st.Seconds)
+	case st.BytesPerSec > 0:
+		eta = ", ETA " + fmtUptime(float64(max(st.FitBytes-st.DoneBytes, 0))/st.BytesPerSec)
+	}
+	return fmt.Sprintf("warming %5.1f%% [%s%s] %s / %s, %s/s, %d files%s", 100*share, strings.Repeat("#", n), strings.Repeat(".", width-n),
+		human(st.DoneBytes), human(st.FitBytes), human(int64(st.BytesPerSec)), st.DoneFiles, eta)
 }
 
 // isTerminal reports whether w is a terminal (the bar is redrawn in
