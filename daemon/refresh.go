@@ -40,6 +40,13 @@ type refreshStatus struct {
 	Running bool      `json:"running"`
 	Error   string    `json:"error,omitempty"` // the last rescan's error; "" if it succeeded
 	Ended   time.Time `json:"ended"`
+	// What the last rescan found: paths added, removed and changed
+	// (a path whose type changed counts as removed and added), and how
+	// long it took.
+	Added   int     `json:"added"`
+	Removed int     `json:"removed"`
+	Changed int     `json:"changed"`
+	Seconds float64 `json:"seconds"`
 }
 
 func newRefresher(run func(context.Context) (catalog.Diff, error)) *refresher {
@@ -79,11 +86,15 @@ func (r *refresher) start(run *refreshRun) {
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		_, run.err = r.run(r.ctx)
+		began := time.Now()
+		var d catalog.Diff
+		d, run.err = r.run(r.ctx)
 		r.mu.Lock()
-		r.last = refreshStatus{Ended: time.Now()}
+		r.last = refreshStatus{Ended: time.Now(), Seconds: time.Since(began).Seconds()}
 		if run.err != nil {
 			r.last.Error = run.err.Error()
+		} else {
+			r.last.Added, r.last.Removed, r.last.Changed = len(d.Added), len(d.Removed), len(d.Changed)
 		}
 		next := r.next
 		r.running, r.next = nil, nil

@@ -43,6 +43,6 @@ as a read-only FUSE view whose reads are served from RAM and SSD caches.`,
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.AddCommand(newMountCmd(runMount), newUmountCmd(), newPackCmd(), newSimulateCmd(), newWarmupCmd(),
-		newStatsCmd(), newDoctorCmd(), newVersionCmd())
+		newStatsCmd(), newRefreshCmd(), newDoctorCmd(), newVersionCmd())
 	return root
 }
