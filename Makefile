@@ -2,7 +2,7 @@
 export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 
-.PHONY: all build deps test unit integration fuzz mutate bench bench-scale demo clean
+.PHONY: all build deps test unit integration fuzz mutate bench bench-scale demo clean dlfs static install uninstall image
 
 all: build
 
@@ -13,6 +13,43 @@ build:
 	$(GO) build -o bin/dlfs ./cmd/dlfs
 	$(GO) build -o bin/pfssim ./cmd/pfssim
 	$(GO) build -o bin/dlfsbench ./cmd/dlfsbench
+
+# bin/dlfs alone, as build makes it (with HDF5, so it needs libhdf5): what
+# the Dockerfile builds.
+dlfs:
+	$(GO) build -o bin/dlfs ./cmd/dlfs
+
+# A static binary without cgo, and so without HDF5 (a SOURCE of HDF5 files
+# is refused with one line): no libraries needed, any Linux of the same
+# architecture runs it (docs/install.md).
+STATIC ?= bin/dlfs-static
+static:
+	CGO_ENABLED=0 $(GO) build -tags nohdf5 -trimpath -o $(STATIC) ./cmd/dlfs
+
+# Installs DLFS_BIN as PREFIX/bin/dlfs, the mount helpers mount(8) and
+# fstab use (SBINDIR/mount.fuse.dlfs and mount.dlfs, links to it) and the
+# systemd unit (docs/install.md). DESTDIR stages it all under a root.
+PREFIX ?= /usr/local
+SBINDIR ?= /sbin
+UNITDIR ?= /etc/systemd/system
+DLFS_BIN ?= bin/dlfs
+install:
+	[ "$(DLFS_BIN)" != bin/dlfs ] || $(MAKE) dlfs
+	install -D -m 0755 $(DLFS_BIN) $(DESTDIR)$(PREFIX)/bin/dlfs
+	install -d $(DESTDIR)$(SBINDIR)
+	ln -sfn $(PREFIX)/bin/dlfs $(DESTDIR)$(SBINDIR)/mount.fuse.dlfs
+	ln -sfn $(PREFIX)/bin/dlfs $(DESTDIR)$(SBINDIR)/mount.dlfs
+	install -d $(DESTDIR)$(UNITDIR)
+	sed 's|/usr/local/bin/dlfs|$(PREFIX)/bin/dlfs|g' deploy/systemd/dlfs@.service > $(DESTDIR)$(UNITDIR)/dlfs@.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/dlfs@.service
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/dlfs $(DESTDIR)$(SBINDIR)/mount.fuse.dlfs $(DESTDIR)$(SBINDIR)/mount.dlfs $(DESTDIR)$(UNITDIR)/dlfs@.service
+
+# The container image deploy/kubernetes/daemonset.yaml runs (Dockerfile).
+IMAGE ?= dlfs:latest
+image:
+	docker build -t $(IMAGE) .
 
 # Everything CI runs: unit tests (with the race detector), integration
 # tests with real mounts and torch, and a short run of every fuzzer. The
