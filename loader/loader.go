@@ -432,8 +432,8 @@ func (l *Loader) ReadAtWaited(ctx context.Context, e *catalog.Entry, dest []byte
 		out    []byte
 	)
 	narrowed := false
-	if first == last && random && end-off < blockEnd(e.Size, bs, first)-first*bs && l.narrows(e) {
-		b, w, ok, err := l.readNarrow(ctx, e, first, off, end)
+	if random && end-off < blockEnd(e.Size, bs, last)-first*bs && l.narrows(e) {
+		b, w, ok, err := l.readNarrow(ctx, e, first, last, off, end)
 		if err != nil {
 			return nil, "", 0, err
 		}

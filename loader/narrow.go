@@ -15,7 +15,8 @@ import (
 // readers are random) of a file the caches cannot keep, that is a loss:
 // the block is evicted before the reader comes back to it, and every read
 // of a 128 KiB row costs the PFS a 1 MiB block. So a random reader's read
-// of a part of one block that no tier holds or is fetching, of a file
+// of less than the blocks it touches, none of which a tier holds or is
+// fetching (a row may straddle two blocks), of a file
 // larger than half the RAM tier, on a node with no SSD tier and no peer
 // owning the file, reads just its range from the PFS (its version checked
 // as every read of SOURCE is) and caches nothing. With an SSD tier, or a
@@ -36,17 +37,20 @@ func (l *Loader) narrows(e *catalog.Entry) bool {
 	return true
 }
 
-// readNarrow reads [off, end) of e, which lies in block i, from the PFS
-// alone, if no tier holds block i or is fetching it; ok false sends the
-// read the usual way. The result is a buffer of its own.
-func (l *Loader) readNarrow(ctx context.Context, e *catalog.Entry, i, off, end int64) (out []byte, waited time.Duration, ok bool, err error) {
-	key := BlockKey(e.Path(), i)
-	tag := l.Tag(e, key)
-	if l.ram.Contains(key) || l.flight.busy(key, tag) || l.aheadHas(e, i) {
-		return nil, 0, false, nil
-	}
-	if _, staged := l.staged(key, tag, e); staged {
-		return nil, 0, false, nil
+// readNarrow reads [off, end) of e, which lies in blocks first..last,
+// from the PFS alone, in one request, if no tier holds any of those
+// blocks or is fetching it; ok false sends the read the usual way. The
+// result is a buffer of its own.
+func (l *Loader) readNarrow(ctx context.Context, e *catalog.Entry, first, last, off, end int64) (out []byte, waited time.Duration, ok bool, err error) {
+	for i := first; i <= last; i++ {
+		key := BlockKey(e.Path(), i)
+		tag := l.Tag(e, key)
+		if l.ram.Contains(key) || l.flight.busy(key, tag) || l.aheadHas(e, i) {
+			return nil, 0, false, nil
+		}
+		if _, staged := l.staged(key, tag, e); staged {
+			return nil, 0, false, nil
+		}
 	}
 	start := time.Now()
 	fk := failKey{e.Path(), e.Version()}
