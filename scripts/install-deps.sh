@@ -14,12 +14,22 @@ for p in fuse3 gcc libc6-dev libhdf5-dev python3-torch python3-torchvision pytho
   tmux python3-pip python3-venv python3-setuptools python3-wheel systemd yamllint python3-yaml chromium iproute2 util-linux nftables; do
   have "$p" || need+=("$p")
 done
+# mount(8) runs the mount helper in a test; dockerfile-utils (from npm,
+# below) lints the Dockerfile in another.
+have mount || need+=(mount)
+command -v npm >/dev/null 2>&1 || have npm || need+=(npm)
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   echo "install-deps: installing ${need[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+if ! command -v dockerfile-utils >/dev/null 2>&1; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "install-deps: installing dockerfile-utils (npm)"
+  $SUDO npm install -g --no-audit --no-fund --loglevel=error dockerfile-utils@0.16.3 >/dev/null
 fi
 if ! command -v go >/dev/null 2>&1; then
   if [ -x /usr/local/go/bin/go ]; then
