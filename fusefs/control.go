@@ -288,8 +288,12 @@ func (f *FS) enter(n *pseudoNode, out *fuse.EntryOut) fuse.Status {
 	f.mu.Unlock()
 	out.NodeId = ino
 	fixed := f.fillPseudo(n, &out.Attr)
-	if n.pipe {
-		out.SetEntryTimeout(f.cfg.TTL) // always there, always the same node
+	if n.pipe || n.dir && n.path == "" {
+		// The pipe and the control directory: always there, always the
+		// same node. The daemon's access-log writer walks to the pipe
+		// by its path on every poll (holding nothing open in the mount,
+		// which would keep it busy) with no request to itself.
+		out.SetEntryTimeout(f.cfg.TTL)
 	}
 	if fixed {
 		out.SetAttrTimeout(f.cfg.TTL)

@@ -424,6 +424,23 @@ func TestControlPipeKeepsItsID(t *testing.T) {
 	}
 }
 
+// TestControlPathCached: the kernel may cache the entries of the control
+// directory and of the pipe (the daemon's access-log writer walks to the
+// pipe by its path on every poll, and must send its mount no request);
+// other control directories' entries it asks for each time.
+func TestControlPathCached(t *testing.T) {
+	f, _ := newTree(t, 3)
+	f.ctl = &pipePlane{}
+	ctl := lookup(t, f, catalog.RootIno, ".dlfs")
+	pipe := lookup(t, f, ctl.NodeId, "accesslog")
+	ttl := uint64(f.cfg.TTL / time.Second)
+	for name, e := range map[string]fuse.EntryOut{".dlfs": ctl, "accesslog": pipe} {
+		if e.EntryValid != ttl || e.AttrValid != ttl {
+			t.Errorf("%s: entry valid %ds, attributes %ds; want %ds", name, e.EntryValid, e.AttrValid, ttl)
+		}
+	}
+}
+
 // fixedPlane is a ControlPlane whose files render what contents holds,
 // counting renderings; with views, stats is per uid and jobs/x is uid
 // 1001's, mode 0500 (its file 0400).
