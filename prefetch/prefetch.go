@@ -101,12 +101,15 @@ type Config struct {
 	// EvenShare shares fetches between streams by positions ahead of
 	// their readers, not by time (--allocation even, for comparison).
 	EvenShare bool
-	Logger    *slog.Logger // nil: discard
+	// KeepEnded is how long a rank's figures stay in Stats, marked
+	// ended, after its job ends or is dropped.
+	KeepEnded time.Duration // default 10 minutes
+	Logger    *slog.Logger  // nil: discard
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{Workers: 128, Staging: 256 << 20, BlockSize: loader.DefaultConfig().BlockSize}
+	return Config{Workers: 128, Staging: 256 << 20, BlockSize: loader.DefaultConfig().BlockSize, KeepEnded: 10 * time.Minute}
 }
 
 // Loader is what the prefetcher fetches through.
@@ -163,7 +166,7 @@ type Prefetcher struct {
 	// INVARIANT: stagedBytes == sum of len(staged[k].Data); inflightBytes == sum of inflight.
 	streams       []*stream
 	others        []*stream           // ranks other nodes run (AllRanks): for NextUse only
-	history       map[streamID]*Stats // per (job, rank), surviving plan changes
+	history       map[streamID]*rankHistory // per (job, rank), surviving plan changes, and kept a while after it ends
 	staged        map[string]ramcache.Block
 	stagedIno     map[uint64]int // blocks staged per file
 	stagedBytes   int64
@@ -201,7 +204,11 @@ type stream struct {
 	frontier int                // next step of order to consider fetching
 	pushStep int                // next step of order to consider pushing
 	slack    int
-	stats    *Stats
+	hist     *rankHistory // the rank's, shared with the streams before and after a plan change
+	stats    *Stats       // &hist.Stats
+	// epochReads counts the reads matched to each epoch's positions
+	// (Stats.Consumed is the cursor's epoch's).
+	epochReads []int64
 	// rate is how fast the cursor moves, in positions per second: a mean
 	// over windows of rateWindow, each weighing half; 0 until the first
 	// window closes. rateAt and rateFrom open the current window.
@@ -214,14 +221,20 @@ type stream struct {
 // measured.
 const rateWindow = time.Second
 
-// Stats are one stream's figures, as shown under jobs in .dlfs/stats. The
-// counters add up over every epoch announced; Epoch and Cursor are the
-// present position.
+// Stats are one rank's figures, as shown under jobs in .dlfs/stats. Epoch,
+// Predicted, Consumed and Cursor are the present epoch's; the counters
+// below them add up over the job's life (they are exported as Prometheus
+// counters). A rank's figures stay, marked Ended, for Config.KeepEnded
+// after its job ends or is dropped.
 type Stats struct {
-	Epoch        int     `json:"epoch"`
-	Predicted    int64   `json:"predicted"`
-	Consumed     int64   `json:"consumed"`
-	Inferred     int64   `json:"inferred"`
+	Epoch     int   `json:"epoch"`     // the epoch the reader is in
+	Predicted int64 `json:"predicted"` // that epoch's samples
+	Consumed  int64 `json:"consumed"`  // of them, the reads so far
+	// Epochs counts the epochs the rank has read in, and ConsumedTotal
+	// its reads of planned samples in all of them.
+	Epochs        int   `json:"epochs"`
+	ConsumedTotal int64 `json:"consumed_total"`
+	Inferred      int64 `json:"inferred"`
 	Hits         int64   `json:"hits"`
 	Late         int64   `json:"late"`
 	Misses       int64   `json:"misses"`
@@ -234,7 +247,22 @@ type Stats struct {
 	// how far ahead of it the prefetcher is, in time.
 	Rate        float64 `json:"samples_per_second"`
 	LeadSeconds float64 `json:"lead_seconds"`
+	// Ended is set once the job has ended or been dropped, EndedSeconds
+	// ago; the figures are then its last.
+	Ended        bool    `json:"ended,omitempty"`
+	EndedSeconds float64 `json:"ended_seconds_ago,omitempty"`
 }
+
+// rankHistory is a rank's Stats over its job's life, and what is needed
+// to keep them.
+type rankHistory struct {
+	Stats
+	lastEpoch int       // the last epoch counted in Epochs; -1 before
+	ended     time.Time // zero while the job runs
+}
+
+// maxEnded bounds the ended ranks whose figures are kept.
+const maxEnded = 1024
 
 // Totals are the node-wide figures, shown as prefetch in .dlfs/stats.
 type Totals struct {
@@ -273,6 +301,9 @@ func New(cfg Config, load Loader, plans Plans) *Prefetcher {
 	if cfg.BlockSize <= 0 {
 		cfg.BlockSize = def.BlockSize
 	}
+	if cfg.KeepEnded <= 0 {
+		cfg.KeepEnded = def.KeepEnded
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -280,7 +311,7 @@ func New(cfg Config, load Loader, plans Plans) *Prefetcher {
 	p := &Prefetcher{
 		cfg: cfg, log: cfg.Logger, load: load, plans: plans,
 		tasks: make(chan []*catalog.Entry), wake: make(chan struct{}, 1), pushWake: make(chan struct{}, 1), cancel: cancel,
-		history: map[streamID]*Stats{}, staged: map[string]ramcache.Block{}, stagedIno: map[uint64]int{},
+		history: map[streamID]*rankHistory{}, staged: map[string]ramcache.Block{}, stagedIno: map[uint64]int{},
 		inflight: map[uint64]int64{}, pushedIno: map[uint64]int64{}, pushing: map[uint64]int64{},
 	}
 	p.builtCond = sync.NewCond(&p.builtMu)
@@ -405,6 +436,7 @@ func (p *Prefetcher) swap() {
 	old := map[streamID]*stream{}
 	for _, s := range p.streams {
 		old[s.id] = s
+		s.epochStatsLocked() // the last figures of a rank whose job ends now
 	}
 	for i, s := range fresh {
 		if o := old[s.id]; o != nil && o.plan == s.plan {
@@ -413,28 +445,29 @@ func (p *Prefetcher) swap() {
 			continue
 		}
 		// Counters are cumulative over the job's life (they are exported
-		// as Prometheus counters); Epoch and Cursor describe the present.
-		st := p.history[s.id]
-		if st == nil {
-			st = &Stats{Epoch: -1}
-			p.history[s.id] = st
+		// as Prometheus counters); Epoch, Predicted, Consumed and Cursor
+		// describe the present (statsLocked). A job that ended starts
+		// afresh.
+		h := p.history[s.id]
+		if h == nil || !h.ended.IsZero() {
+			h = &rankHistory{lastEpoch: -1}
+			p.history[s.id] = h
 		}
-		if st.Epoch != s.epochs[0] {
-			st.Epoch = s.epochs[0]
-			st.Predicted += int64(s.starts[1])
-		}
-		st.Cursor = 0
-		s.stats = st
+		h.Cursor = 0
+		s.hist, s.stats = h, &h.Stats
 	}
 	live := map[streamID]bool{}
 	for _, s := range fresh {
 		live[s.id] = true
 	}
-	for id := range p.history {
-		if !live[id] {
-			delete(p.history, id)
+	now := time.Now()
+	for id, h := range p.history {
+		if !live[id] && h.ended.IsZero() {
+			h.ended = now // its last figures stay for KeepEnded
+			h.Rate, h.LeadSeconds = 0, 0
 		}
 	}
+	p.pruneEndedLocked(now)
 	p.streams = fresh
 	p.dropUnneededPushedLocked()
 	p.dropUnneededLocked()
@@ -540,7 +573,8 @@ func keyOf(j *jobs.Job, rank int, epochs []int) planKey {
 }
 
 func build(j *jobs.Job, rank int, epochs []int) *stream {
-	s := &stream{id: streamID{j.Spec.Name, rank}, job: j, plan: keyOf(j, rank, epochs), epochs: epochs, maxSeen: -1}
+	s := &stream{id: streamID{j.Spec.Name, rank}, job: j, plan: keyOf(j, rank, epochs), epochs: epochs, maxSeen: -1,
+		epochReads: make([]int64, len(epochs))}
 	var sizes [][]int // each epoch's batch sizes
 	n := 0
 	for _, e := range s.epochs {
@@ -754,7 +788,12 @@ func (p *Prefetcher) ObserveRead(uid uint32, known bool, e *catalog.Entry, off i
 		return // later blocks of a sample whose first block counted
 	}
 	best.consumed.set(bestPos)
-	st.Consumed++
+	st.ConsumedTotal++
+	best.epochReads[best.epochOf(bestPos)]++
+	if e := best.epochs[best.epochOf(bestPos)]; e > best.hist.lastEpoch {
+		best.hist.lastEpoch = e
+		best.hist.Epochs++
+	}
 	if _, ok := p.pushedIno[e.Ino]; ok {
 		p.totals.PushedThenRead++
 	}
@@ -1300,15 +1339,54 @@ func (p *Prefetcher) Stats() (Totals, map[string]map[string]Stats) {
 		if s.rate > 0 || fallback > 0 {
 			s.stats.LeadSeconds = s.lead(fallback)
 		}
+		s.epochStatsLocked()
 	}
+	now := time.Now()
+	p.pruneEndedLocked(now)
 	per := map[string]map[string]Stats{}
-	for id, st := range p.history {
+	for id, h := range p.history {
 		if per[id.job] == nil {
 			per[id.job] = map[string]Stats{}
 		}
-		per[id.job][rankName(id.rank)] = *st
+		st := h.Stats
+		if !h.ended.IsZero() {
+			st.Ended, st.EndedSeconds = true, now.Sub(h.ended).Seconds()
+		}
+		per[id.job][rankName(id.rank)] = st
 	}
 	return t, per
+}
+
+// epochStatsLocked sets the stream's present figures: the epoch its
+// cursor is in (the last once it has passed them all), that epoch's
+// length and its reads.
+func (s *stream) epochStatsLocked() {
+	i := min(s.epochOf(s.cursor), len(s.epochs)-1)
+	s.stats.Epoch = s.epochs[i]
+	s.stats.Predicted = int64(s.starts[i+1] - s.starts[i])
+	s.stats.Consumed = s.epochReads[i]
+}
+
+// pruneEndedLocked forgets the figures of ranks whose job ended more
+// than KeepEnded ago, and the oldest past maxEnded.
+func (p *Prefetcher) pruneEndedLocked(now time.Time) {
+	var ended []streamID
+	for id, h := range p.history {
+		switch {
+		case h.ended.IsZero():
+		case now.Sub(h.ended) > p.cfg.KeepEnded:
+			delete(p.history, id)
+		default:
+			ended = append(ended, id)
+		}
+	}
+	if len(ended) <= maxEnded {
+		return
+	}
+	slices.SortFunc(ended, func(a, b streamID) int { return p.history[a].ended.Compare(p.history[b].ended) })
+	for _, id := range ended[:len(ended)-maxEnded] {
+		delete(p.history, id)
+	}
 }
 
 func rankName(r int) string { return "rank-" + strconv.Itoa(r) }

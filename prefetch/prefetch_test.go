@@ -605,3 +605,79 @@ func (w *watchingLoader) Prefetch(ctx context.Context, e *catalog.Entry, keep lo
 		return ok
 	})
 }
+
+// TestEpochFigures: a rank's epoch, consumed and predicted are those of
+// the epoch its reader is in, however many epochs one plan covers (a
+// two-epoch run once showed "epoch 0, consumed 800 of 400"); the counters
+// add up over the epochs.
+func TestEpochFigures(t *testing.T) {
+	p, reg, _ := setup(t, 400, "job=j root=data seed=9 epoch=0 lookahead=2", Config{Workers: 1, Staging: 1})
+	j := reg.Get("j")
+	stats := func() Stats { _, per := p.Stats(); return per["j"]["rank-0"] }
+	waitFor(t, "the stream", func() bool { return stats().Predicted == 400 })
+	read := func(epoch, from, to int) {
+		for _, i := range j.Order(0, epoch)[from:to] {
+			p.ObserveRead(0, true, j.Samples[i].Entry, 0, 0)
+		}
+	}
+	read(0, 0, 100)
+	if st := stats(); st.Epoch != 0 || st.Consumed != 100 || st.Predicted != 400 || st.Epochs != 1 {
+		t.Errorf("a quarter into epoch 0: %+v", st)
+	}
+	read(0, 100, 400)
+	read(1, 0, 9)
+	if st := stats(); st.Epoch != 1 || st.Consumed != 9 || st.Predicted != 400 || st.Epochs != 2 || st.ConsumedTotal != 409 || st.Hits != 409 {
+		t.Errorf("9 into epoch 1: %+v", st)
+	}
+	read(1, 9, 400)
+	if st := stats(); st.Epoch != 1 || st.Consumed != 400 || st.Predicted != 400 || st.ConsumedTotal != 800 {
+		t.Errorf("at the end of epoch 1: %+v", st)
+	}
+}
+
+// TestEndedJobKept: a job's last figures stay in Stats, marked ended,
+// for KeepEnded after it ends, then go; announced again, it starts afresh.
+func TestEndedJobKept(t *testing.T) {
+	p, reg, _ := setup(t, 100, "job=j root=data seed=9 epoch=0 lookahead=1", Config{Workers: 1, Staging: 1, KeepEnded: time.Hour})
+	j := reg.Get("j")
+	stats := func() (Stats, bool) { _, per := p.Stats(); st, ok := per["j"]["rank-0"]; return st, ok }
+	waitFor(t, "the stream", func() bool { st, _ := stats(); return st.Predicted == 100 })
+	for _, i := range j.Order(0, 0)[:30] {
+		p.ObserveRead(0, true, j.Samples[i].Entry, 0, 2*time.Millisecond)
+	}
+	if err := reg.End("j"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the end", func() bool { st, _ := stats(); return st.Ended })
+	if st, _ := stats(); st.Epoch != 0 || st.Consumed != 30 || st.Late != 30 || st.StallSeconds < 0.059 || st.Epochs != 1 {
+		t.Errorf("the ended job's figures: %+v", st)
+	}
+	p.mu.Lock()
+	p.cfg.KeepEnded = time.Nanosecond
+	p.mu.Unlock()
+	if _, ok := stats(); ok {
+		t.Errorf("the figures outlived KeepEnded")
+	}
+
+	p.mu.Lock()
+	p.cfg.KeepEnded = time.Hour
+	p.mu.Unlock()
+	cmds, err := control.Parse([]byte("job=j root=data seed=9 epoch=0 lookahead=1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{"a", "b"} {
+		if err := reg.Apply(cmds[0].(control.Job)); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the job again", func() bool { st, ok := stats(); return ok && !st.Ended })
+		p.ObserveRead(0, true, reg.Get("j").Samples[reg.Get("j").Order(0, 0)[0]].Entry, 0, 0)
+		if st, _ := stats(); st.Hits != 1 || st.Late != 0 {
+			t.Errorf("run %s of the job announced again: %+v", line, st)
+		}
+		if err := reg.End("j"); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the end", func() bool { st, _ := stats(); return st.Ended })
+	}
+}

@@ -236,7 +236,7 @@ func renderStats(w io.Writer, mnt string, st daemon.Stats, prev *daemon.Stats, d
 	if len(st.Jobs) > 0 {
 		fmt.Fprintln(w)
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "job\trank\tepoch\tconsumed\tof\thits\tlate\tmisses\tstall s\tlead s\tsamples/s\tworkers\t")
+		fmt.Fprintln(tw, "job\trank\tepoch\tconsumed\tof\thits\tlate\tmisses\tstall s\tlead s\tsamples/s\tworkers\tstate\t")
 		for _, job := range slices.Sorted(maps.Keys(st.Jobs)) {
 			for _, rank := range slices.Sorted(maps.Keys(st.Jobs[job])) {
 				r := st.Jobs[job][rank]
@@ -246,9 +246,13 @@ func renderStats(w io.Writer, mnt string, st daemon.Stats, prev *daemon.Stats, d
 						workers = fmt.Sprint(a.Advice.Workers)
 					}
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.1f\t%s\t%s\t\n", job, rank, r.Epoch, fmtCount(float64(r.Consumed)),
+				state := "live"
+				if r.Ended {
+					state = "ended " + fmtUptime(r.EndedSeconds) + " ago"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.1f\t%s\t%s\t%s\t\n", job, rank, r.Epoch, fmtCount(float64(r.Consumed)),
 					fmtCount(float64(r.Predicted)), fmtCount(float64(r.Hits)), fmtCount(float64(r.Late)), fmtCount(float64(r.Misses)),
-					r.StallSeconds, r.LeadSeconds, fmtCount(r.Rate), workers)
+					r.StallSeconds, r.LeadSeconds, fmtCount(r.Rate), workers, state)
 			}
 		}
 		if err := tw.Flush(); err != nil {

@@ -22,9 +22,10 @@ import (
 // the rates between the two.
 func TestRenderStats(t *testing.T) {
 	st := daemon.Stats{Node: "n1", Source: "/data", UptimeSeconds: 3723,
-		Served:  map[string]loader.Served{"ram": {Reads: 3000, Bytes: 3 << 30}, "pfs": {Reads: 1000, Bytes: 1 << 30}},
-		PFS:     source.Stats{Opens: 1000, ReadOps: 1200, Bytes: 1 << 30},
-		Jobs:    map[string]map[string]prefetch.Stats{"train": {"rank-0": {Epoch: 2, Consumed: 1500, Predicted: 4000, Hits: 1400, StallSeconds: 1.25, LeadSeconds: 3.5, Rate: 812}}},
+		Served: map[string]loader.Served{"ram": {Reads: 3000, Bytes: 3 << 30}, "pfs": {Reads: 1000, Bytes: 1 << 30}},
+		PFS:    source.Stats{Opens: 1000, ReadOps: 1200, Bytes: 1 << 30},
+		Jobs: map[string]map[string]prefetch.Stats{"train": {"rank-0": {Epoch: 2, Consumed: 1500, Predicted: 4000, Hits: 1400, StallSeconds: 1.25, LeadSeconds: 3.5, Rate: 812}},
+			"old": {"rank-0": {Epoch: 1, Consumed: 4000, Predicted: 4000, Hits: 8000, Ended: true, EndedSeconds: 95}}},
 		Latency: &daemon.LatencyStats{Read: map[string]latency.Summary{"ram": {Count: 3000, P50: 40e-6, P99: 0.0021}}},
 	}
 	st.Catalog.Files, st.Catalog.Bytes = 4000, 4<<30
@@ -38,7 +39,8 @@ func TestRenderStats(t *testing.T) {
 	out := squash(b.String())
 	for _, want := range []string{"dlfs /mnt/data (SOURCE /data) node n1 up 1h2m3s", "ram 3,000 3.0 GiB 75.0% - - 40µs 2.1ms",
 		"pfs 1,000 1.0 GiB 25.0% - - - -", "PFS 1,000 opens, 1,200 read calls, 1.0 GiB read\n",
-		"train rank-0 2 1,500 4,000 1,400 0 0 1.25 3.5 812 -", "n1 alive 4,000 4.0 GiB 100.0% -", "n2 alive 0 0 B 0.0% UNREACHABLE", "n3 alive 0 0 B 0.0% answers"} {
+		"train rank-0 2 1,500 4,000 1,400 0 0 1.25 3.5 812 - live",
+		"old rank-0 1 4,000 4,000 8,000 0 0 0.00 0.0 0 - ended 1m35s ago", "n1 alive 4,000 4.0 GiB 100.0% -", "n2 alive 0 0 B 0.0% UNREACHABLE", "n3 alive 0 0 B 0.0% answers"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
