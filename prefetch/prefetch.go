@@ -165,7 +165,7 @@ type Prefetcher struct {
 	// mu guards the following.
 	// INVARIANT: stagedBytes == sum of len(staged[k].Data); inflightBytes == sum of inflight.
 	streams       []*stream
-	others        []*stream           // ranks other nodes run (AllRanks): for NextUse only
+	others        []*stream                 // ranks other nodes run (AllRanks): for NextUse only
 	history       map[streamID]*rankHistory // per (job, rank), surviving plan changes, and kept a while after it ends
 	staged        map[string]ramcache.Block
 	stagedIno     map[uint64]int // blocks staged per file
@@ -232,16 +232,16 @@ type Stats struct {
 	Consumed  int64 `json:"consumed"`  // of them, the reads so far
 	// Epochs counts the epochs the rank has read in, and ConsumedTotal
 	// its reads of planned samples in all of them.
-	Epochs        int   `json:"epochs"`
-	ConsumedTotal int64 `json:"consumed_total"`
-	Inferred      int64 `json:"inferred"`
-	Hits         int64   `json:"hits"`
-	Late         int64   `json:"late"`
-	Misses       int64   `json:"misses"`
-	StallSeconds float64 `json:"stall_seconds"`
-	Wasted       int64   `json:"wasted"`
-	Pushed       int64   `json:"pushed"`
-	Cursor       int     `json:"cursor"`
+	Epochs        int     `json:"epochs"`
+	ConsumedTotal int64   `json:"consumed_total"`
+	Inferred      int64   `json:"inferred"`
+	Hits          int64   `json:"hits"`
+	Late          int64   `json:"late"`
+	Misses        int64   `json:"misses"`
+	StallSeconds  float64 `json:"stall_seconds"`
+	Wasted        int64   `json:"wasted"`
+	Pushed        int64   `json:"pushed"`
+	Cursor        int     `json:"cursor"`
 	// Rate is how fast the reader consumes, in samples per second, and
 	// LeadSeconds how long it takes to reach the frontier at that rate:
 	// how far ahead of it the prefetcher is, in time.
