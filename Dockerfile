@@ -6,8 +6,9 @@
 #   make image IMAGE=registry.example.com/dlfs:0.16.0
 #   docker push registry.example.com/dlfs:0.16.0
 #
-# DEBIAN and HDF5_LIB go together: the HDF5 library package of that
-# Debian release (bookworm: libhdf5-103-1; trixie: libhdf5-310).
+# DEBIAN and HDF5_LIBS go together: the HDF5 library packages of that
+# Debian release (bookworm: libhdf5-103-1 libhdf5-hl-100; trixie:
+# libhdf5-310 libhdf5-hl-310).
 
 ARG GO_VERSION=1.26
 ARG DEBIAN=bookworm
@@ -23,9 +24,9 @@ COPY . .
 RUN make dlfs
 
 FROM debian:${DEBIAN}-slim
-ARG HDF5_LIB=libhdf5-103-1
+ARG HDF5_LIBS="libhdf5-103-1 libhdf5-hl-100"
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends fuse3 ${HDF5_LIB} \
+    && apt-get install -y --no-install-recommends fuse3 ${HDF5_LIBS} \
     && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/bin/dlfs /usr/local/bin/dlfs
 ENTRYPOINT ["/usr/local/bin/dlfs"]

@@ -58,8 +58,10 @@ func notifyReady(ctx context.Context, log *slog.Logger, source, mountpoint strin
 	}
 	go func() {
 		<-ctx.Done()
+		// The mount helper's socket is gone once it returned: not worth
+		// a warning.
 		if err := sdNotify("STOPPING=1\nSTATUS=unmounting " + mountpoint); err != nil {
-			log.Warn("could not tell the service manager the mount is stopping", "err", err)
+			log.Debug("could not tell the service manager the mount is stopping", "err", err)
 		}
 	}()
 }
