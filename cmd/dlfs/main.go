@@ -8,6 +8,8 @@ import (
 	"runtime"
 
 	"github.com/spf13/cobra"
+
+	"github.com/dlfs/dlfs/daemon"
 )
 
 // The kernel hands a signal sent to the process to its main thread first,
@@ -31,7 +33,11 @@ func main() {
 	os.Exit(<-code)
 }
 
-func newRootCmd() *cobra.Command {
+func newRootCmd() *cobra.Command { return newRoot(runMount, os.LookupEnv) }
+
+// newRoot builds the commands: mount runs with runMount's signature, and
+// lookupEnv reads the DLFS_* settings (os.LookupEnv but in tests).
+func newRoot(mount func(*cobra.Command, daemon.Config, *mountOptions) error, lookupEnv func(string) (string, bool)) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "dlfs",
 		Short: "A caching, clairvoyantly prefetching filesystem for training data",
@@ -42,7 +48,8 @@ as a read-only FUSE view whose reads are served from RAM and SSD caches.`,
 		Version:       versionLine(),
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
-	root.AddCommand(newMountCmd(runMount), newUmountCmd(), newPackCmd(), newSimulateCmd(), newWarmupCmd(),
+	addConfig(root, lookupEnv)
+	root.AddCommand(newMountCmd(mount), newUmountCmd(), newPackCmd(), newSimulateCmd(), newWarmupCmd(),
 		newStatsCmd(), newRefreshCmd(), newDoctorCmd(), newVersionCmd())
 	return root
 }
