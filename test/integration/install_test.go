@@ -5,6 +5,7 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -368,5 +369,328 @@ func TestMountHelper(t *testing.T) {
 				t.Errorf("%s mounted after a failed mount", mnt)
 			}
 		})
+	}
+}
+
+// unitKeys parses a systemd unit file into "Section.Key" -> values, in
+// order, continuation lines joined.
+func unitKeys(b []byte) map[string][]string {
+	keys := map[string][]string{}
+	section, cur := "", ""
+	for _, l := range strings.Split(string(b), "\n") {
+		l = strings.TrimSpace(l)
+		if cur == "" && (l == "" || l[0] == '#' || l[0] == ';') {
+			continue
+		}
+		if strings.HasSuffix(l, "\\") {
+			cur += strings.TrimSuffix(l, "\\") + " "
+			continue
+		}
+		l, cur = cur+l, ""
+		if strings.HasPrefix(l, "[") {
+			section = strings.Trim(l, "[]")
+			continue
+		}
+		k, v, _ := strings.Cut(l, "=")
+		keys[section+"."+strings.TrimSpace(k)] = append(keys[section+"."+strings.TrimSpace(k)], strings.TrimSpace(v))
+	}
+	return keys
+}
+
+// envFile reads KEY=VALUE lines, as EnvironmentFile= does.
+func envFile(t *testing.T, path string) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{}
+	for _, l := range strings.Split(string(b), "\n") {
+		l = strings.TrimSpace(l)
+		if k, v, ok := strings.Cut(l, "="); ok && l[0] != '#' {
+			env[k] = strings.Trim(v, `"'`)
+		}
+	}
+	return env
+}
+
+// execArgv turns an Exec*= line into a command as systemd does: a leading
+// "-" lets it fail; "$VAR" alone is split into words, "${VAR}" is
+// substituted as is.
+func execArgv(t *testing.T, line string, env map[string]string) (argv []string, mayFail bool) {
+	t.Helper()
+	if strings.HasPrefix(line, "-") {
+		line, mayFail = line[1:], true
+	}
+	if strings.ContainsAny(line[:1], "@+!:") || strings.ContainsAny(line, `"'`) {
+		t.Fatalf("this emulation of systemd does not read %q", line)
+	}
+	subst := regexp.MustCompile(`\$\{(\w+)\}`)
+	for _, w := range strings.Fields(line) {
+		if m := regexp.MustCompile(`^\$(\w+)$`).FindStringSubmatch(w); m != nil {
+			argv = append(argv, strings.Fields(env[m[1]])...)
+			continue
+		}
+		argv = append(argv, subst.ReplaceAllStringFunc(w, func(s string) string { return env[s[2:len(s)-1]] }))
+	}
+	return argv, mayFail
+}
+
+// notifyMsg is a datagram on a notify socket and its sender's pid.
+type notifyMsg struct {
+	pid  int32
+	text string
+}
+
+// listenNotify listens on a notify socket as systemd does, with the
+// senders' credentials (SO_PASSCRED: systemd takes READY=1 from the main
+// process only, NotifyAccess=main), until the test ends.
+func listenNotify(t *testing.T) (string, <-chan notifyMsg) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "notify")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw.Control(func(fd uintptr) { err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_PASSCRED, 1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := make(chan notifyMsg, 16)
+	done := make(chan struct{})
+	go func() { // ends when the socket closes
+		defer close(done)
+		buf, oob := make([]byte, 4096), make([]byte, syscall.CmsgSpace(syscall.SizeofUcred))
+		for {
+			n, oobn, _, _, err := conn.ReadMsgUnix(buf, oob)
+			if err != nil {
+				return
+			}
+			m := notifyMsg{pid: -1, text: string(buf[:n])}
+			if cms, err := syscall.ParseSocketControlMessage(oob[:oobn]); err == nil && len(cms) > 0 {
+				if cred, err := syscall.ParseUnixCredentials(&cms[0]); err == nil {
+					m.pid = cred.Pid
+				}
+			}
+			select {
+			case msgs <- m:
+			default:
+			}
+		}
+	}()
+	t.Cleanup(func() { conn.Close(); <-done })
+	return path, msgs
+}
+
+// awaitNotify waits for a message from pid holding the line want; it
+// fails the test if the process exits first or timeout passes.
+func awaitNotify(t *testing.T, msgs <-chan notifyMsg, pid int, want string, exited <-chan struct{}, timeout time.Duration) {
+	t.Helper()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		select {
+		case m := <-msgs:
+			if int(m.pid) != pid {
+				t.Errorf("notify message %q from pid %d, not the main process %d: systemd ignores it", m.text, m.pid, pid)
+				continue
+			}
+			for _, l := range strings.Split(m.text, "\n") {
+				if l == want {
+					return
+				}
+			}
+		case <-exited:
+			t.Fatalf("the service exited before it sent %s", want)
+		case <-timer.C:
+			t.Fatalf("no %s within %v", want, timeout)
+		}
+	}
+}
+
+// TestSystemdService follows docs/install.md's systemd steps on a fresh
+// root: make install (DESTDIR), the key, the cache directory and the
+// instance's env file; then it runs the installed unit as systemd would
+// (its Exec lines parsed from the file, EnvironmentFile, LoadCredential,
+// Type=notify's socket, KillSignal): start, ready from the main process,
+// the mount used, stopped, and nothing left behind: no mount, no process
+// of the service, the SSD cache free for the next start, which it checks
+// with a second start and stop. PID 1 here is not systemd (a container),
+// so systemctl itself is not run; systemd-analyze verify checks the unit.
+func TestSystemdService(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("the unit runs as root")
+	}
+	if comm, _ := os.ReadFile("/proc/1/comm"); string(comm) != "systemd\n" {
+		t.Logf("PID 1 is %q, not systemd: the unit's life is emulated", strings.TrimSpace(string(comm)))
+	}
+	root := t.TempDir()
+	if out, err := exec.Command("make", "-s", "-C", repo, "install", "DESTDIR="+root, "DLFS_BIN="+bin.dlfs).CombinedOutput(); err != nil {
+		t.Fatalf("make install: %v\n%s", err, out)
+	}
+	for link, want := range map[string]string{"sbin/mount.fuse.dlfs": "/usr/local/bin/dlfs", "sbin/mount.dlfs": "/usr/local/bin/dlfs"} {
+		if got, err := os.Readlink(filepath.Join(root, link)); err != nil || got != want {
+			t.Errorf("make install: %s -> %q (%v), want %s", link, got, err, want)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(root, "usr/local/bin/dlfs")); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Fatalf("make install: usr/local/bin/dlfs: %v %v", fi, err)
+	}
+	installed, err := os.ReadFile(filepath.Join(root, "etc/systemd/system/dlfs@.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The unit as installed, its paths moved under root.
+	unit := strings.NewReplacer("/usr/local/bin/dlfs", root+"/usr/local/bin/dlfs", "/etc/dlfs/", root+"/etc/dlfs/").Replace(string(installed))
+	inst := filepath.Join(root, "dlfs@imagenet.service")
+	if err := os.WriteFile(inst, []byte(unit), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("systemd-analyze", "verify", "--man=no", inst).CombinedOutput(); err != nil || len(bytes.TrimSpace(out)) > 0 {
+		t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+	}
+	keys := unitKeys([]byte(strings.ReplaceAll(unit, "%i", "imagenet")))
+	one := func(k string) string {
+		if len(keys[k]) != 1 {
+			t.Fatalf("the unit has %d %s", len(keys[k]), k)
+		}
+		return keys[k][0]
+	}
+	if typ := one("Service.Type"); typ != "notify" {
+		t.Fatalf("Type=%s: want notify, so that the service is started once the mount is usable", typ)
+	}
+
+	// docs/install.md: the directories, the key, the env file.
+	for _, d := range []string{"etc/dlfs", "var/cache/dlfs/imagenet"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, err := exec.Command("sh", "-c", "head -c 32 /dev/urandom | base64 > "+root+"/etc/dlfs/cluster.key; chmod 600 "+root+"/etc/dlfs/cluster.key").CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	src := writeTree(t, map[string]string{"train/0/a.jpg": "sample a", "train/1/b.jpg": "sample b"})
+	mnt := filepath.Join(root, "mnt/dlfs/imagenet")
+	metrics := freeAddr(t)
+	example, err := os.ReadFile(filepath.Join(repo, "deploy/systemd/example.env"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var env []string
+	for _, l := range strings.Split(string(example), "\n") {
+		switch k, _, _ := strings.Cut(l, "="); k {
+		case "SOURCE":
+			l = "SOURCE=" + src
+		case "MOUNTPOINT":
+			l = "MOUNTPOINT=" + mnt
+		case "DLFS_FLAGS":
+			l = fmt.Sprintf("DLFS_FLAGS=--ram-cache 64MiB --ssd-cache %s/var/cache/dlfs/imagenet --ssd-cache-size 64MiB --bind %s --data-addr %s --metrics-addr %s --allow-other",
+				root, freeAddr(t), freeAddr(t), metrics)
+		}
+		env = append(env, l)
+	}
+	envPath := filepath.Join(root, "etc/dlfs/imagenet.env")
+	if err := os.WriteFile(envPath, []byte(strings.Join(env, "\n")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	// systemd's part: the environment and the credential.
+	if got := one("Service.EnvironmentFile"); got != envPath {
+		t.Fatalf("EnvironmentFile=%s, want %s", got, envPath)
+	}
+	vars := envFile(t, envPath)
+	vars["PATH"] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	cred, from, _ := strings.Cut(one("Service.LoadCredential"), ":")
+	creds := filepath.Join(root, "run/credentials/dlfs@imagenet.service")
+	if err := os.MkdirAll(creds, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(from); err != nil || os.WriteFile(filepath.Join(creds, cred), b, 0o400) != nil {
+		t.Fatalf("LoadCredential %s: %v", from, err)
+	}
+	vars["CREDENTIALS_DIRECTORY"] = creds
+	environ := func(extra ...string) []string {
+		out := extra
+		for k, v := range vars {
+			out = append(out, k+"="+v)
+		}
+		return out
+	}
+	run := func(what, line string) {
+		argv, mayFail := execArgv(t, line, vars)
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Env = environ()
+		if out, err := cmd.CombinedOutput(); err != nil && !mayFail {
+			t.Fatalf("%s=%s: %v\n%s", what, line, err, out)
+		}
+	}
+	stopSignal := map[string]syscall.Signal{"SIGTERM": syscall.SIGTERM, "SIGINT": syscall.SIGINT}[one("Service.KillSignal")]
+	if stopSignal == 0 {
+		t.Fatalf("KillSignal=%s", one("Service.KillSignal"))
+	}
+
+	for _, start := range []string{"start", "restart"} {
+		for _, l := range keys["Service.ExecStartPre"] {
+			run("ExecStartPre", l)
+		}
+		sock, msgs := listenNotify(t)
+		argv, _ := execArgv(t, one("Service.ExecStart"), vars)
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Env = environ("NOTIFY_SOCKET=" + sock)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // the service's cgroup, for the check below
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		pid := cmd.Process.Pid
+		exited := make(chan struct{})
+		var waitErr error
+		go func() { waitErr = cmd.Wait(); close(exited) }()
+		t.Cleanup(func() { syscall.Kill(-pid, syscall.SIGKILL); <-exited; stopDaemons(mnt) })
+
+		awaitNotify(t, msgs, pid, "READY=1", exited, 2*time.Minute)
+		// Ready means usable: no polling from here.
+		mustRead(t, filepath.Join(mnt, "train/1/b.jpg"), "sample b")
+		mustRead(t, filepath.Join(src, "train/0/a.jpg"), "sample a")
+		mustRead(t, filepath.Join(mnt, "train/0/a.jpg"), "sample a")
+		if m := httpGet(t, "http://"+metrics+"/metrics"); !strings.Contains(m, "dlfs_") {
+			t.Errorf("%s: no dlfs metrics", start)
+		}
+
+		cmd.Process.Signal(stopSignal)
+		select {
+		case <-exited:
+		case <-time.After(time.Minute):
+			t.Fatalf("%s: the service did not exit within a minute of %v\n%s", start, stopSignal, &out)
+		}
+		if waitErr != nil {
+			t.Fatalf("%s: the service exited with %v: systemd counts it failed\n%s", start, waitErr, &out)
+		}
+		select { // STOPPING=1 is sent as the stop begins; a manager needs it not
+		case m := <-msgs:
+			if !strings.HasPrefix(m.text, "STOPPING=1") || int(m.pid) != pid {
+				t.Errorf("%s: after READY=1, %q from %d", start, m.text, m.pid)
+			}
+		default:
+			t.Logf("%s: no STOPPING=1 before the exit", start)
+		}
+		for _, l := range keys["Service.ExecStopPost"] {
+			run("ExecStopPost", l)
+		}
+		// Nothing left behind.
+		if isMounted(mnt) {
+			t.Errorf("%s: %s is still mounted after the stop", start, mnt)
+		}
+		if err := syscall.Kill(-pid, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("%s: processes of the service are left after the stop (kill: %v)", start, err)
+		}
+		if l := daemonsAt(mnt); len(l) > 0 {
+			t.Errorf("%s: daemons %v still serve %s", start, l, mnt)
+		}
 	}
 }
