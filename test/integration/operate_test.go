@@ -229,7 +229,7 @@ func TestStatsCommand(t *testing.T) {
 
 	session := fmt.Sprintf("dlfs-stats-%d", os.Getpid())
 	if b, err := exec.Command("tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "50",
-		bin.dlfs+" stats --watch 300ms "+d.Mnt+"; sleep 30").CombinedOutput(); err != nil {
+		bin.dlfs+" stats --watch --interval 300ms "+d.Mnt+"; sleep 30").CombinedOutput(); err != nil {
 		t.Fatalf("tmux: %v %s", err, b)
 	}
 	t.Cleanup(func() { _ = exec.Command("tmux", "kill-session", "-t", session).Run() })
