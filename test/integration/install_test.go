@@ -528,6 +528,18 @@ func TestSystemdService(t *testing.T) {
 	if comm, _ := os.ReadFile("/proc/1/comm"); string(comm) != "systemd\n" {
 		t.Logf("PID 1 is %q, not systemd: the unit's life is emulated", strings.TrimSpace(string(comm)))
 	}
+	doc, err := os.ReadFile(filepath.Join(repo, "docs/install.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []string{"make install\n", "install -d -m 0700 /etc/dlfs /var/cache/dlfs/imagenet\n",
+		"install -m 0600 deploy/systemd/example.env /etc/dlfs/imagenet.env",
+		"head -c 32 /dev/urandom | base64 > /etc/dlfs/cluster.key; chmod 600 /etc/dlfs/cluster.key\n",
+		"systemctl enable --now dlfs@imagenet\n"} {
+		if !strings.Contains(string(doc), step) {
+			t.Errorf("docs/install.md lacks the step this test follows: %s", step)
+		}
+	}
 	root := t.TempDir()
 	if out, err := exec.Command("make", "-s", "-C", repo, "install", "DESTDIR="+root, "DLFS_BIN="+bin.dlfs).CombinedOutput(); err != nil {
 		t.Fatalf("make install: %v\n%s", err, out)
