@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"debug/elf"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -704,5 +705,86 @@ func TestSystemdService(t *testing.T) {
 		if l := daemonsAt(mnt); len(l) > 0 {
 			t.Errorf("%s: daemons %v still serve %s", start, l, mnt)
 		}
+	}
+}
+
+// yamlDocs reads the YAML documents of a file, through python3-yaml as
+// TestDeployFiles does.
+func yamlDocs(t *testing.T, path string) []map[string]any {
+	t.Helper()
+	js, err := exec.Command("/usr/bin/python3", "-c", "import json, sys, yaml; json.dump(list(yaml.safe_load_all(open(sys.argv[1]))), sys.stdout)", path).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var docs []map[string]any
+	if err := json.Unmarshal(js, &docs); err != nil {
+		t.Fatal(err)
+	}
+	return docs
+}
+
+// hostMounts returns a pod spec's mounts of host paths: host path ->
+// the container's mountPropagation ("" when unset).
+func hostMounts(spec map[string]any) map[string]string {
+	host := map[string]string{} // volume name -> host path
+	for _, v := range spec["volumes"].([]any) {
+		v := v.(map[string]any)
+		if p, ok := dig(v, "hostPath", "path").(string); ok {
+			host[v["name"].(string)] = p
+		}
+	}
+	out := map[string]string{}
+	for _, c := range spec["containers"].([]any) {
+		for _, m := range dig(c, "volumeMounts").([]any) {
+			m := m.(map[string]any)
+			if p, ok := host[m["name"].(string)]; ok {
+				prop, _ := m["mountPropagation"].(string)
+				out[p] = prop
+			}
+		}
+	}
+	return out
+}
+
+// TestKubernetesPropagation: the DaemonSet carries its mount to the host
+// (Bidirectional on the parent of the mount point), and the example
+// training pod sees it, and its replacement, through HostToContainer on
+// that same parent.
+func TestKubernetesPropagation(t *testing.T) {
+	pod := filepath.Join(repo, "deploy/kubernetes/training-pod.yaml")
+	if out, err := exec.Command("yamllint", "-s", "-d", "{extends: default, rules: {line-length: {max: 120}}}", pod).CombinedOutput(); err != nil {
+		t.Errorf("yamllint: %v\n%s", err, out)
+	}
+	var mnt string
+	for _, d := range yamlDocs(t, filepath.Join(repo, "deploy/kubernetes/daemonset.yaml")) {
+		if d["kind"] != "DaemonSet" {
+			continue
+		}
+		spec := dig(d, "spec", "template", "spec").(map[string]any)
+		args := dig(spec["containers"].([]any)[0], "args").([]any)
+		mnt = args[len(args)-1].(string)
+		if prop := hostMounts(spec)[filepath.Dir(mnt)]; prop != "Bidirectional" {
+			t.Errorf("the DaemonSet mounts %s with propagation %q, want Bidirectional", filepath.Dir(mnt), prop)
+		}
+	}
+	if mnt == "" {
+		t.Fatal("no DaemonSet")
+	}
+	n := 0
+	for _, d := range yamlDocs(t, pod) {
+		if d["kind"] != "Pod" {
+			continue
+		}
+		n++
+		mounts := hostMounts(d["spec"].(map[string]any))
+		if prop := mounts[filepath.Dir(mnt)]; prop != "HostToContainer" {
+			t.Errorf("the training pod mounts %s with propagation %q, want HostToContainer: %v", filepath.Dir(mnt), prop, mounts)
+		}
+		if _, ok := mounts[mnt]; ok {
+			t.Errorf("the training pod mounts the mount point %s itself: it would keep a dead mount when dlfs is replaced", mnt)
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d pods in %s", n, pod)
 	}
 }
