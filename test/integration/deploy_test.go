@@ -39,16 +39,8 @@ func TestDeployFiles(t *testing.T) {
 	if out, err := exec.Command("yamllint", "-s", "-d", "{extends: default, rules: {line-length: {max: 120}}}", ds).CombinedOutput(); err != nil {
 		t.Errorf("yamllint: %v\n%s", err, out)
 	}
-	js, err := exec.Command("/usr/bin/python3", "-c", "import json, sys, yaml; json.dump(list(yaml.safe_load_all(open(sys.argv[1]))), sys.stdout)", ds).Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var docs []map[string]any
-	if err := json.Unmarshal(js, &docs); err != nil {
-		t.Fatal(err)
-	}
 	var spec map[string]any
-	for _, d := range docs {
+	for _, d := range yamlDocs(t, ds) {
 		if d["kind"] == "DaemonSet" {
 			spec = dig(d, "spec", "template", "spec").(map[string]any)
 		}

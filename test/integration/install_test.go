@@ -708,8 +708,7 @@ func TestSystemdService(t *testing.T) {
 	}
 }
 
-// yamlDocs reads the YAML documents of a file, through python3-yaml as
-// TestDeployFiles does.
+// yamlDocs reads the YAML documents of a file, through python3-yaml.
 func yamlDocs(t *testing.T, path string) []map[string]any {
 	t.Helper()
 	js, err := exec.Command("/usr/bin/python3", "-c", "import json, sys, yaml; json.dump(list(yaml.safe_load_all(open(sys.argv[1]))), sys.stdout)", path).Output()
