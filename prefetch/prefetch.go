@@ -1357,11 +1357,12 @@ func (p *Prefetcher) Stats() (Totals, map[string]map[string]Stats) {
 	return t, per
 }
 
-// epochStatsLocked sets the stream's present figures: the epoch its
-// cursor is in (the last once it has passed them all), that epoch's
-// length and its reads.
+// epochStatsLocked sets the stream's present figures: the epoch of its
+// furthest read, or of the last position its cursor passed (an epoch
+// read to its end is shown, not the next one, still unread), that
+// epoch's length and its reads.
 func (s *stream) epochStatsLocked() {
-	i := min(s.epochOf(s.cursor), len(s.epochs)-1)
+	i := min(s.epochOf(max(s.maxSeen, s.cursor-1, 0)), len(s.epochs)-1)
 	s.stats.Epoch = s.epochs[i]
 	s.stats.Predicted = int64(s.starts[i+1] - s.starts[i])
 	s.stats.Consumed = s.epochReads[i]

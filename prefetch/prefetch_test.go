@@ -625,6 +625,9 @@ func TestEpochFigures(t *testing.T) {
 		t.Errorf("a quarter into epoch 0: %+v", st)
 	}
 	read(0, 100, 400)
+	if st := stats(); st.Epoch != 0 || st.Consumed != 400 || st.Epochs != 1 {
+		t.Errorf("at the end of epoch 0: %+v", st)
+	}
 	read(1, 0, 9)
 	if st := stats(); st.Epoch != 1 || st.Consumed != 9 || st.Predicted != 400 || st.Epochs != 2 || st.ConsumedTotal != 409 || st.Hits != 409 {
 		t.Errorf("9 into epoch 1: %+v", st)
