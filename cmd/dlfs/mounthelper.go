@@ -24,7 +24,8 @@ import (
 // mount(8) runs it as "mount.fuse.dlfs SPEC DIR [-sfnv] [-N NS] [-o OPTS]"
 // and waits for it. It turns each option into a "dlfs mount" flag
 // (allow_other is --allow-other, ram-cache=64GiB is --ram-cache=64GiB; a
-// list flag such as join is given once per item), leaves out the options
+// list flag such as join is given once per item; config=FILE names a
+// config file of them), leaves out the options
 // that are mount(8)'s and the kernel's own (rw, noatime, _netdev, nofail,
 // ...), and starts "dlfs mount" in its own session with its output
 // appended to a log file (the option log=PATH; /var/log/dlfs.log for
@@ -160,11 +161,23 @@ func parseHelperArgs(argv []string, flags *pflag.FlagSet, root bool, home string
 	return c, nil
 }
 
+// helperFlags are the flags an option may name: dlfs mount's own and the
+// root's (--config).
+func helperFlags() *pflag.FlagSet {
+	root := newRootCmd()
+	fs := pflag.NewFlagSet("mount", pflag.ContinueOnError)
+	fs.AddFlagSet(root.PersistentFlags())
+	if mount, _, err := root.Find([]string{"mount"}); err == nil {
+		fs.AddFlagSet(mount.Flags())
+	}
+	return fs
+}
+
 // mountHelper runs the helper named name with mount(8)'s arguments and
 // returns its exit code.
 func mountHelper(name string, argv []string, stdout, stderr io.Writer) int {
 	home, _ := os.UserHomeDir()
-	c, err := parseHelperArgs(argv, newMountCmd(nil).Flags(), os.Getuid() == 0, home)
+	c, err := parseHelperArgs(argv, helperFlags(), os.Getuid() == 0, home)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return mountUsage

@@ -11,7 +11,7 @@ import (
 // arguments; options that are mount(8)'s are left out; unknown ones and
 // flags given without their value are refused with one line.
 func TestParseHelperArgs(t *testing.T) {
-	flags := newMountCmd(nil).Flags()
+	flags := helperFlags()
 	for _, tc := range []struct {
 		name, argv string
 		root       bool
@@ -26,6 +26,7 @@ func TestParseHelperArgs(t *testing.T) {
 		{name: "flags", argv: "/src /mnt -f -v -n -s -o rw", root: true, want: "mount /src /mnt", log: "/var/log/dlfs.log", fake: true, verb: true},
 		{name: "joined", argv: "-fv /src -orw,infer=false /mnt", root: true, want: "mount --infer=false /src /mnt", log: "/var/log/dlfs.log", fake: true, verb: true},
 		{name: "relative", argv: "src /mnt", root: true, want: "mount " + mustAbs(t, "src") + " /mnt", log: "/var/log/dlfs.log"},
+		{name: "config file", argv: "/src /mnt -o rw,config=/etc/dlfs/imagenet.yaml", root: true, want: "mount --config=/etc/dlfs/imagenet.yaml /src /mnt", log: "/var/log/dlfs.log"},
 		{name: "unknown", argv: "/src /mnt -o rw,bogus=1", err: `option "bogus=1": dlfs mount has no flag --bogus`},
 		{name: "no value", argv: "/src /mnt -o ram-cache", err: `--ram-cache needs a value: ram-cache=VALUE`},
 		{name: "hidden", argv: "/src /mnt -o cpu-profile=/x", err: `no flag --cpu-profile`},

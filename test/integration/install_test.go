@@ -313,13 +313,16 @@ func installHelper(t *testing.T) {
 }
 
 // TestMountHelper runs the mount helper as mount(8) does: "mount -t
-// fuse.dlfs" with options and an fstab line (mount -T) each mount, serve
-// a file and unmount with umount, the daemon exiting; an unknown option
-// and a SOURCE that is not there fail mount(8) with the reason.
+// fuse.dlfs" with options and an fstab line (mount -T) naming a config
+// file each mount, serve a file and unmount with umount, the daemon
+// exiting; an unknown option, a SOURCE that is not there and a bad config
+// file fail mount(8) with the reason.
 func TestMountHelper(t *testing.T) {
 	installHelper(t)
 	src := writeTree(t, map[string]string{"a/x.txt": "hello", "b.txt": "world"})
 	logf := filepath.Join(t.TempDir(), "dlfs.log")
+	cfgs := writeTree(t, map[string]string{"good.yaml": "ram-cache: 32MiB\nmount:\n  infer: false\n", "bad.yaml": "ram-cache: 32MiB\nbogus: 1\n"})
+	goodConfig, badConfig := filepath.Join(cfgs, "good.yaml"), filepath.Join(cfgs, "bad.yaml")
 
 	t.Run("mount -t", func(t *testing.T) {
 		mnt := t.TempDir()
@@ -342,7 +345,7 @@ func TestMountHelper(t *testing.T) {
 		mnt := t.TempDir()
 		t.Cleanup(func() { stopDaemons(mnt) })
 		fstab := filepath.Join(t.TempDir(), "fstab")
-		line := fmt.Sprintf("%s %s fuse.dlfs ram-cache=32MiB,allow_other,_netdev,x-systemd.requires-mounts-for=/,log=%s 0 0\n", src, mnt, logf)
+		line := fmt.Sprintf("%s %s fuse.dlfs config=%s,allow_other,_netdev,x-systemd.requires-mounts-for=/,log=%s 0 0\n", src, mnt, goodConfig, logf)
 		if err := os.WriteFile(fstab, []byte("# dlfs\n"+line), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -358,6 +361,7 @@ func TestMountHelper(t *testing.T) {
 	for _, tc := range []struct{ name, opts, src, want string }{
 		{"unknown option", "bogus=1", src, `option "bogus=1": dlfs mount has no flag --bogus`},
 		{"no source", "ram-cache=64MiB", src + "-gone", "no such file or directory"},
+		{"bad config", "config=" + badConfig, src, badConfig},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mnt := t.TempDir()
