@@ -169,6 +169,8 @@ type Node struct {
 	refresher *refresher
 	reg       *prometheus.Registry
 	server    *fuse.Server
+	fsname    string        // the mount's source, as mountinfo shows it
+	served    chan struct{} // closed when the kernel ends the mount's connection
 	metrics   metricsServer
 	closing   closing
 }
@@ -269,6 +271,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
+	}
+	if err := clearDeadMount(cfg.Mountpoint, cfg.Logger); err != nil {
+		return nil, err
 	}
 	if err := checkMountpoint(cfg.Mountpoint); err != nil {
 		return nil, err
@@ -540,9 +545,15 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 
 	n.refresher = newRefresher(n.Refresh)
 	n.onClose("refresher", func() error { n.refresher.close(); return nil })
-	if n.server, err = n.fs.Mount(cfg.Mountpoint, "dlfs:"+n.cat.Source()); err != nil {
+	n.fsname = "dlfs:" + n.cat.Source()
+	if n.server, err = n.fs.Mount(cfg.Mountpoint, n.fsname); err != nil {
 		return nil, fmt.Errorf("mount %s: %w", cfg.Mountpoint, err)
 	}
+	// The server ends when the kernel ends the connection: on Close, or
+	// when the mount goes away from outside (umount, umount -l once its
+	// last file closes, fusermount -u).
+	n.served = make(chan struct{})
+	go func() { n.server.Wait(); close(n.served) }()
 	if !cfg.NoPush {
 		n.pf.SetPusher(n.fs)
 	}
@@ -604,6 +615,23 @@ func (n *Node) warmAll() {
 	n.warmer.Start([]string{""}, files, total)
 }
 
+// clearDeadMount detaches a dead FUSE mount at mp, one whose daemon died
+// (killed, or out of memory) without unmounting: every access to it fails
+// with ENOTCONN, and a new mount over it would be refused. It says so in
+// one line.
+func clearDeadMount(mp string, log *slog.Logger) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(mp, &st); !errors.Is(err, unix.ENOTCONN) {
+		return nil // not dead; checkMountpoint says what else is wrong
+	}
+	m, _ := fusefs.MountAt(mp)
+	if err := fusefs.Unmount(mp, true); err != nil {
+		return fmt.Errorf("mount point %s: a dead mount is left there (its daemon died) and could not be cleared: %w; run 'dlfs umount %s' as root or as the user who mounted it", mp, err, mp)
+	}
+	log.Info("cleared a dead mount at the mount point: its daemon had died without unmounting", "mountpoint", mp, "was", m.Source)
+	return nil
+}
+
 // checkMountpoint rejects mount points that cannot work, with a reason a
 // person can act on.
 func checkMountpoint(mp string) error {
@@ -659,8 +687,10 @@ func (n *Node) serveMetrics(addr string) error {
 // MetricsAddr returns the address /metrics is served on, or nil.
 func (n *Node) MetricsAddr() net.Addr { return n.metrics.addr }
 
-// Wait blocks until the filesystem is unmounted.
-func (n *Node) Wait() { n.server.Wait() }
+// Wait blocks until the filesystem is unmounted, by Close or from
+// outside: umount, fusermount -u, or a lazy unmount once the last file
+// open under the detached mount closes.
+func (n *Node) Wait() { <-n.served }
 
 // Close unmounts and stops everything. Safe to call twice.
 func (n *Node) Close() error {
@@ -682,17 +712,24 @@ func (n *Node) Close() error {
 		}
 		if n.server != nil {
 			detached := false
-			if err := n.server.Unmount(); err != nil {
-				// Busy (a process holds a file open): detach, so the daemon
-				// can still exit; the kernel finishes when it is idle.
-				n.log.Warn("unmount failed; detaching lazily", "mountpoint", n.cfg.Mountpoint, "err", err)
-				if err := fusefs.Unmount(n.cfg.Mountpoint, true); err != nil {
-					errs = append(errs, err)
+			select {
+			case <-n.served: // unmounted from outside: nothing left to unmount
+			default:
+				if m, ok := fusefs.MountAt(n.cfg.Mountpoint); !ok || m.Source != n.fsname {
+					// Detached lazily from outside, and still served for
+					// the files open under it.
+					detached = true
+				} else if err := n.server.Unmount(); err != nil {
+					// Busy (a process holds a file open): detach, so the daemon
+					// can still exit; the kernel finishes when it is idle.
+					n.log.Warn("unmount failed; detaching lazily", "mountpoint", n.cfg.Mountpoint, "err", err)
+					if err := fusefs.Unmount(n.cfg.Mountpoint, true); err != nil {
+						errs = append(errs, err)
+					}
+					detached = true
 				}
-				detached = true
 			}
-			served := make(chan struct{})
-			go func() { n.server.Wait(); close(served) }() // ends with the exit at worst
+			served := n.served // ends with the exit at worst
 			if detached {
 				// A detached mount is served until its last open file
 				// closes: a training job may hold one for hours. Stop

@@ -60,24 +60,18 @@ const accessLogName = "accesslog"
 
 // startAccessLog runs the access log's writer (package accesslog), which
 // opens the pipe .dlfs/accesslog through the mount when a reader waits on
-// it. Close stops it before unmounting: its descriptors keep the mount
-// busy.
+// it. While nobody reads, it holds nothing open inside the mount, so that
+// an idle mount can be unmounted (dlfs umount, umount, fusermount -u):
+// each poll opens the pipe by its path. Close stops it before unmounting:
+// while a reader is attached, the pipe's write end keeps the mount busy.
 func (n *Node) startAccessLog() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	dir := filepath.Join(n.cfg.Mountpoint, n.cfg.FUSE.ControlName)
-	dirFd := -1 // the control directory, held so that a poll costs no lookup
+	pipe := filepath.Join(n.cfg.Mountpoint, n.cfg.FUSE.ControlName, accessLogName)
 	open := func() (io.WriteCloser, error) {
-		if dirFd < 0 {
-			fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-			if err != nil {
-				return nil, &os.PathError{Op: "open", Path: dir, Err: err}
-			}
-			dirFd = fd
-		}
-		fd, err := unix.Openat(dirFd, accessLogName, unix.O_WRONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		fd, err := unix.Open(pipe, unix.O_WRONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return nil, &os.PathError{Op: "open", Path: filepath.Join(dir, accessLogName), Err: err}
+			return nil, &os.PathError{Op: "open", Path: pipe, Err: err}
 		}
 		return os.NewFile(uintptr(fd), accessLogName), nil
 	}
@@ -85,9 +79,9 @@ func (n *Node) startAccessLog() {
 	// flight when the process is killed (SIGKILL, the OOM killer) never
 	// gets its answer, and the kernel then keeps the dying process, and
 	// its mount, for ever. So the lookups happen here, before the mount is
-	// announced: the control directory is held open, and the pipe's entry
-	// stays in the kernel's cache (for Config.TTL), so the polls below
-	// send no request.
+	// announced: the control directory's entry and the pipe's stay in the
+	// kernel's cache, with their attributes (for Config.TTL; package
+	// fusefs), so the polls below walk the path with no request.
 	if w, err := open(); err == nil {
 		w.Close() // a reader already: Run opens it again
 	} else if !errors.Is(err, unix.ENXIO) { // ENXIO: nobody reads it yet
@@ -96,9 +90,6 @@ func (n *Node) startAccessLog() {
 	go func() {
 		defer close(done)
 		n.alog.Run(ctx, open)
-		if dirFd >= 0 {
-			_ = unix.Close(dirFd)
-		}
 	}()
 	n.closing.stopAccessLog = func() { cancel(); <-done }
 }

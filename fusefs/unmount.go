@@ -68,9 +68,9 @@ func (m MountInfo) Owner() (uid uint32, ok bool) {
 	return 0, false
 }
 
-// MountAt returns the mount on top at mp (made absolute, not resolved),
-// as /proc/self/mountinfo lists it; ok is false when nothing is mounted
-// there. It reads no file under mp, so it works on a dead mount.
+// MountAt returns the mount on top at mp (made absolute, its parent
+// resolved), as /proc/self/mountinfo lists it; ok is false when nothing
+// is mounted there. It reads no file under mp, so it works on a dead mount.
 func MountAt(mp string) (m MountInfo, ok bool) {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
@@ -82,6 +82,11 @@ func MountAt(mp string) (m MountInfo, ok bool) {
 func parseMountInfo(b []byte, mp string) (m MountInfo, ok bool) {
 	if abs, err := filepath.Abs(mp); err == nil {
 		mp = abs
+	}
+	// mountinfo names mount points with their links resolved; mp itself
+	// is not resolved, since a dead mount answers no stat.
+	if dir, err := filepath.EvalSymlinks(filepath.Dir(mp)); err == nil {
+		mp = filepath.Join(dir, filepath.Base(mp))
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		// ID PARENT MAJ:MIN ROOT POINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPEROPTIONS
