@@ -218,27 +218,12 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.Dir == "" && !cfg.InMemory {
 		return nil, errors.New("ssdstore: no directory given")
 	}
-	// Badger's files are sized from the capacity, so that they fit in it
-	// with the data: the value-log file being written, one being
-	// collected, two memtables and the discard file.
-	vlogSize := min(max(cfg.Capacity/16, 1<<20), 1<<30-1)
-	memSize := min(max(cfg.Capacity/32, 1<<20), 8<<20)
-	if cfg.InMemory {
-		memSize = 8 << 20 // values live in the tree: a memtable must take 1 MB ones
-	}
+	vlogSize, memSize, dataCap := layout(cfg.Capacity, cfg.InMemory)
 	if cfg.MinFree <= 0 {
 		cfg.MinFree = 2*vlogSize + 2*memSize + 16<<20
 	}
-	if cfg.Capacity < 16<<20 {
-		return nil, fmt.Errorf("ssdstore: capacity %d bytes is below the least of 16 MiB", cfg.Capacity)
-	}
-	// Copies kept on eviction (half a segment) may pass the disk bound
-	// for a moment: data leaves room for them too.
-	dataCap := cfg.Capacity - (2*vlogSize + 2*memSize + 1<<20) - cfg.Capacity/32
-	if dataCap <= 0 {
-		// In memory, two 8 MiB memtables take all of a small capacity;
-		// with no room for data, maintenance would evict for ever.
-		return nil, fmt.Errorf("ssdstore: capacity %d bytes leaves no room for data beside Badger's files; give more", cfg.Capacity)
+	if err := checkCapacity(cfg.Capacity, dataCap); err != nil {
+		return nil, err
 	}
 	opts := badger.DefaultOptions(cfg.Dir).
 		WithInMemory(cfg.InMemory).
