@@ -1,6 +1,7 @@
 package prefetch
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math"
@@ -119,11 +120,17 @@ func setup(t *testing.T, files int, line string, cfg Config) (*Prefetcher, *jobs
 
 func setupWith(t *testing.T, files int, line string, cfg Config, fl *fakeLoader) (*Prefetcher, *jobs.Registry, *fakeLoader) {
 	t.Helper()
+	return setupSized(t, files, func(int) int { return 1 }, line, cfg, fl)
+}
+
+// setupSized is setupWith whose file i has size(i) bytes.
+func setupSized(t *testing.T, files int, size func(int) int, line string, cfg Config, fl *fakeLoader) (*Prefetcher, *jobs.Registry, *fakeLoader) {
+	t.Helper()
 	root := t.TempDir()
 	for i := 0; i < files; i++ {
 		p := filepath.Join(root, "data", fmt.Sprintf("c%d", i%3), fmt.Sprintf("%04d.jpg", i))
 		os.MkdirAll(filepath.Dir(p), 0o755)
-		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+		if err := os.WriteFile(p, bytes.Repeat([]byte("x"), size(i)), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}

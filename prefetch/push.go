@@ -19,7 +19,13 @@ import (
 // pushed too, under the same bound.
 //
 // Only announced jobs are pushed for: package readers infers a job, and
-// keeps following it, from the reads that reach dlfs.
+// keeps following it, from the reads that reach dlfs. Only samples of one
+// block are pushed: pushing saves a round trip per read, which is what a
+// small sample's read costs, while a larger one is read at bandwidth from
+// the stage and read-ahead. Pushed, a larger one was copied once more and
+// its reads came back to the PFS: announced scans of 32 MiB samples (zoo
+// suite) took 3.7 s and read 1.64x their bytes from the PFS with pushing,
+// 2.4 s and 1.10x without; .npz files of 1 MiB + 498 B, 1.07 s and 0.85 s.
 //
 // Reads the page cache serves never reach the daemon, so the cursor would
 // stall and, with it, the bound. One sample in every pushTrip steps is
@@ -119,10 +125,10 @@ func (p *Prefetcher) pushable(limit int) []*catalog.Entry {
 				continue
 			}
 			e := s.entry(pos)
-			if e == nil || e.Size <= 0 || p.pushedIno[e.Ino] > 0 || s.pending(e.Ino) != pos {
-				// Nothing to push; pushed; or read earlier at a position
-				// still to come, perhaps a trip (the window reaches into
-				// the next epoch).
+			if e == nil || e.Size <= 0 || e.Size > p.cfg.BlockSize || p.pushedIno[e.Ino] > 0 || s.pending(e.Ino) != pos {
+				// Nothing to push; more than a block (see Pushing);
+				// pushed; or read earlier at a position still to come,
+				// perhaps a trip (the window reaches into the next epoch).
 				continue
 			}
 			if _, busy := p.pushing[e.Ino]; busy || p.tripLocked(e.Ino) {

@@ -183,3 +183,43 @@ func TestTripNotPushedForAnotherRank(t *testing.T) {
 		t.Fatal("no trips checked")
 	}
 }
+
+// Only samples of one block are pushed: a larger one is read from the
+// stage (see Pushing).
+func TestPushOnlyOneBlock(t *testing.T) {
+	const files = 40
+	size := func(i int) int { return 1 + 2*(i%2) } // 1 or 3 bytes
+	p, reg, _ := setupSized(t, files, size, "job=j root=data seed=3 epoch=0 batch=4 workers=1",
+		Config{Workers: 2, Staging: 1 << 20, BlockSize: 2}, &fakeLoader{fetches: map[string]int{}})
+	fp := &fakePusher{pushed: map[uint64]int{}}
+	p.SetPusher(fp)
+	j := reg.Get("j")
+	order := j.Order(0, 0)
+	var s *stream
+	waitFor(t, "the stream", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if len(p.streams) > 0 {
+			s = p.streams[0]
+		}
+		return s != nil
+	})
+	var small, large []*catalog.Entry
+	for step := range files {
+		e := j.Samples[order[s.order.at(step)]].Entry
+		switch {
+		case e.Size > 2:
+			large = append(large, e)
+		case step%pushTrip != pushTrip-1:
+			small = append(small, e)
+		}
+	}
+	for _, e := range small {
+		waitFor(t, "the push of "+e.Path(), func() bool { return fp.has(e.Ino) })
+	}
+	for _, e := range large {
+		if fp.has(e.Ino) {
+			t.Errorf("%s, of %d bytes in blocks of 2, was pushed", e.Path(), e.Size)
+		}
+	}
+}

@@ -51,6 +51,7 @@ type options struct {
 	scaleDir    string
 	floorMnt    string
 	floorSrc    string
+	zoo         string
 }
 
 func main() {
@@ -71,6 +72,7 @@ func main() {
 	flag.IntVar(&o.scaleFiles, "scale-files", 1_000_000, "scale suite (make bench-scale; not in the default suites): files in its tree")
 	flag.StringVar(&o.scaleDir, "scale-dir", "", "scale suite: work directory, the tree kept for reuse (default DIR/scale-N)")
 	flag.StringVar(&o.floorMnt, "serve-floor", "", "serve the scale suite's FUSE floor over this mountpoint until SIGTERM (used by the scale suite)")
+	flag.StringVar(&o.zoo, "zoo", "", "zoo suite: only the workloads whose dataset keys are listed (comma list: imagenet, npz, samples-32mib, shards, hdf5; the scan is samples-32mib too); empty: all")
 	flag.StringVar(&o.floorSrc, "floor-src", "", "with -serve-floor: the tree whose names and sizes it shows")
 	var reader readerFlags
 	var readSeed uint64

@@ -225,6 +225,9 @@ func runZoo(o options) error {
 	var rows []zooRow
 	var later zooLater
 	for _, w := range zooWorkloads {
+		if o.zoo != "" && !slices.Contains(strings.Split(o.zoo, ","), w.key) {
+			continue
+		}
 		d, err := zooDataset(o, w)
 		if err != nil {
 			return err
