@@ -79,6 +79,9 @@ func FuzzParse(f *testing.F) {
 		}
 		for _, c := range cmds {
 			if j, ok := c.(Job); ok {
+				if err := j.Validate(); err != nil {
+					t.Fatalf("a parsed job fails Validate: %v", err)
+				}
 				checkLine(t, j.Merge(DefaultJob()))
 			}
 			if r, ok := c.(Report); ok {

@@ -3,7 +3,6 @@ package control
 import (
 	"fmt"
 	"path"
-	"slices"
 	"strconv"
 	"strings"
 )
@@ -32,6 +31,10 @@ import (
 //	                  (package balance); needs sampler=distributed and batch
 //	epochorder=BOOL   with balance: choose which planned permutation each
 //	                  epoch uses, for reuse of the caches; default false
+//
+// Each key is a row of one table (keys.go) that says how the key is
+// parsed, checked, written and merged, and which facets of the job it
+// decides (Key, Identity, SamePlans, SameDataset).
 type Job struct {
 	Name       string
 	Root       string
@@ -81,55 +84,38 @@ func DefaultJob() Job {
 func (j Job) Merge(base Job) Job {
 	out := base
 	out.Set = j.Set
-	for k := range j.Set {
-		switch k {
-		case "job":
-			out.Name = j.Name
-		case "root":
-			out.Root = j.Root
-		case "dataset":
-			out.Dataset, out.ListPath = j.Dataset, j.ListPath
-		case "extensions":
-			out.Extensions = j.Extensions
-		case "sampler":
-			out.Sampler = j.Sampler
-		case "seed":
-			out.Seed = j.Seed
-		case "epoch":
-			out.Epoch = j.Epoch
-		case "world":
-			out.World = j.World
-		case "ranks":
-			out.Ranks = j.Ranks
-		case "rank":
-			// Each process of a node announces its own rank: collect them.
-			out.Ranks = append([]int(nil), base.Ranks...)
-			if !slices.Contains(out.Ranks, j.Ranks[0]) {
-				out.Ranks = append(out.Ranks, j.Ranks[0])
-				slices.Sort(out.Ranks)
-			}
-		case "shuffle":
-			out.Shuffle = j.Shuffle
-		case "drop_last":
-			out.DropLast = j.DropLast
-		case "batch":
-			out.Batch = j.Batch
-		case "workers":
-			out.Workers = j.Workers
-		case "lookahead":
-			out.Lookahead = j.Lookahead
-		case "torch":
-			out.Torch27 = j.Torch27
-		case "balance":
-			out.Balance = j.Balance
-		case "epochorder":
-			out.EpochOrder = j.EpochOrder
+	for _, k := range keys {
+		if j.Set[k.name] {
+			k.merge(&out, j, base)
 		}
 	}
 	if len(out.Ranks) == 0 {
 		out.Ranks = []int{0}
 	}
 	return out
+}
+
+// Validate reports the first key of Set whose value no job line can carry,
+// for a Job built in code rather than parsed (package readers): one that
+// passes reads back the same through Line and Parse. Parse checks what it
+// reads the same way.
+func (j Job) Validate() error {
+	for _, k := range keys {
+		if j.Set[k.name] && k.check != nil {
+			if err := k.check(j); err != nil {
+				return fmt.Errorf("%w: %s: %v", ErrSyntax, k.name, err)
+			}
+		}
+	}
+	for name := range j.Set {
+		if _, ok := keyNamed(name); !ok {
+			return fmt.Errorf("%w: %s: unknown key; known: %s", ErrSyntax, clip(name), knownKeys())
+		}
+	}
+	if j.Set["rank"] && j.Set["ranks"] {
+		return fmt.Errorf("%w: rank given with ranks", ErrSyntax)
+	}
+	return nil
 }
 
 // Check validates the relations between keys of a merged job.
@@ -171,90 +157,12 @@ func parseJob(fields []string) (Job, error) {
 	return j, nil
 }
 
-func (j *Job) set(k, v string) error {
-	var err error
-	switch k {
-	case "job":
-		err = checkName(v)
-		j.Name = v
-	case "root":
-		if j.Root, err = relPath(v); err != nil {
-			return err
-		}
-	case "dataset":
-		switch {
-		case v == "imagefolder":
-			j.Dataset = v
-		case strings.HasPrefix(v, "list:"):
-			p, err := relPath(v[5:])
-			if err != nil {
-				return err
-			}
-			if p == "." {
-				return fmt.Errorf("list:PATH names a file, not the mount's root")
-			}
-			j.Dataset, j.ListPath = "list", p
-		default:
-			return fmt.Errorf("want imagefolder or list:PATH")
-		}
-	case "extensions":
-		for _, e := range strings.Split(v, ",") {
-			if e == "" {
-				return fmt.Errorf("empty extension")
-			}
-			j.Extensions = append(j.Extensions, e)
-		}
-	case "sampler":
-		if v != "distributed" && v != "random" && v != "sequential" {
-			return fmt.Errorf("want distributed, random or sequential")
-		}
-		j.Sampler = v
-	case "seed":
-		j.Seed, err = parseSeed(v)
-	case "epoch":
-		j.Epoch, err = parseInt(v, 0, MaxEpoch)
-	case "world":
-		j.World, err = parseInt(v, 1, MaxWorld)
-	case "rank":
-		var r int
-		r, err = parseInt(v, 0, MaxWorld-1)
-		j.Ranks = []int{r}
-	case "ranks":
-		seen := map[int]bool{}
-		for _, s := range strings.Split(v, ",") {
-			r, err := parseInt(s, 0, MaxWorld-1)
-			if err != nil {
-				return err
-			}
-			if seen[r] {
-				return fmt.Errorf("rank %d listed twice", r)
-			}
-			seen[r] = true
-			j.Ranks = append(j.Ranks, r)
-		}
-	case "shuffle":
-		j.Shuffle, err = parseBool(v)
-	case "drop_last":
-		j.DropLast, err = parseBool(v)
-	case "batch":
-		j.Batch, err = parseInt(v, 1, 1<<20)
-	case "workers":
-		j.Workers, err = parseInt(v, 0, 1024)
-	case "lookahead":
-		j.Lookahead, err = parseInt(v, 1, MaxLookahead)
-	case "torch":
-		j.Torch27, err = parseTorch(v)
-	case "balance":
-		if v != "locality" && v != "solar" {
-			return fmt.Errorf("want locality or solar")
-		}
-		j.Balance = v
-	case "epochorder":
-		j.EpochOrder, err = parseBool(v)
-	default:
-		return fmt.Errorf("unknown key; known: job root dataset extensions sampler seed epoch world rank ranks shuffle drop_last batch workers lookahead torch balance epochorder")
+func (j *Job) set(name, v string) error {
+	k, ok := keyNamed(name)
+	if !ok {
+		return fmt.Errorf("unknown key; known: %s", knownKeys())
 	}
-	return err
+	return k.parse(j, v)
 }
 
 // relPath cleans v, a path relative to the mount. An absolute path, or one
@@ -339,52 +247,13 @@ func parseTorch(s string) (bool, error) {
 }
 
 // Line formats j as a job line with every key, which Parse reads back to
-// the same job (with every key in Set). Extensions are written only when
-// set, so a job on torchvision's defaults keeps them.
+// the same job (with every key in Set) if j passes Check and Validate.
+// Extensions are written only when set, so a job on torchvision's
+// defaults keeps them.
 func (j Job) Line() string {
 	var b strings.Builder
-	kv := func(k, v string) {
-		if b.Len() > 0 {
-			b.WriteByte(' ')
-		}
-		b.WriteString(k)
-		b.WriteByte('=')
-		b.WriteString(v)
-	}
-	kv("job", j.Name)
-	kv("root", j.Root)
-	if j.Dataset == "list" {
-		kv("dataset", "list:"+j.ListPath)
-	} else {
-		kv("dataset", j.Dataset)
-	}
-	if j.Extensions != nil {
-		kv("extensions", strings.Join(j.Extensions, ","))
-	}
-	kv("sampler", j.Sampler)
-	kv("seed", strconv.FormatUint(j.Seed, 10))
-	kv("epoch", strconv.Itoa(j.Epoch))
-	kv("world", strconv.Itoa(j.World))
-	if len(j.Ranks) > 0 {
-		rs := make([]string, len(j.Ranks))
-		for i, r := range j.Ranks {
-			rs[i] = strconv.Itoa(r)
-		}
-		kv("ranks", strings.Join(rs, ","))
-	}
-	kv("shuffle", strconv.FormatBool(j.Shuffle))
-	kv("drop_last", strconv.FormatBool(j.DropLast))
-	kv("batch", strconv.Itoa(j.Batch))
-	kv("workers", strconv.Itoa(j.Workers))
-	kv("lookahead", strconv.Itoa(j.Lookahead))
-	if j.Torch27 {
-		kv("torch", "2.7")
-	} else {
-		kv("torch", "2.6")
-	}
-	if j.Balance != "" {
-		kv("balance", j.Balance)
-		kv("epochorder", strconv.FormatBool(j.EpochOrder))
+	for _, k := range keys {
+		writeKey(&b, j, k)
 	}
 	return b.String()
 }
