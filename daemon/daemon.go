@@ -64,11 +64,15 @@ import (
 	"github.com/dlfs/dlfs/warmup"
 )
 
-// Config configures a node. Zero values take the defaults.
+// Config configures a node. Zero values take the defaults. Validate
+// checks it against this host; Start does so first.
 type Config struct {
 	Source     string // dataset directory; required
 	Mountpoint string // required
 	NodeName   string // default: the host name
+	// AllowNonEmpty lets the mount hide what Mountpoint holds; by
+	// default a mount point that is not empty is refused.
+	AllowNonEmpty bool
 
 	RAMCache int64 // bytes; default 512 MiB; 0 after defaults means off
 	// RAMEvictLRU makes the RAM tier plain LRU even when plans are known
@@ -90,6 +94,10 @@ type Config struct {
 	// Cluster configures gossip membership. With no Bind and no Join the
 	// node is a cluster of one and opens no gossip port.
 	Cluster cluster.Config
+	// KeyFile holds the cluster key (see ReadKey), when Cluster.Key is
+	// not given: Validate checks that only its owner may read it, and
+	// Start reads it.
+	KeyFile string
 	// HashPlacement places samples by hashing only, ignoring the jobs'
 	// plans (for comparison; placement by demand is the default).
 	HashPlacement bool
@@ -275,28 +283,19 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := clearDeadMount(cfg.Mountpoint, cfg.Logger); err != nil {
 		return nil, err
 	}
-	if err := checkMountpoint(cfg.Mountpoint); err != nil {
+	// Everything that can be checked before SOURCE is scanned (see
+	// Check), SOURCE last.
+	warnings, err := cfg.validate(ThisHost())
+	if err != nil {
 		return nil, err
 	}
-	if cfg.DatasetID != "" {
-		if err := integrity.ValidDatasetID(cfg.DatasetID); err != nil {
-			return nil, fmt.Errorf("daemon: %w: give --dataset-id a name such as imagenet-2012", err)
-		}
+	for _, w := range warnings {
+		cfg.Logger.Warn(w.Error())
 	}
-	if cc := cfg.Cluster; (cc.Bind != "" || len(cc.Join) > 0) && len(cc.Key) == 0 && !cc.Insecure {
-		return nil, fmt.Errorf("%w: no cluster key: anyone who reaches the gossip or data port could join and read the dataset; give --cluster-key-file, or --insecure on a network only trusted nodes reach", cluster.ErrConfig)
-	}
-	if cc := cfg.Cluster; cc.Bind != "" || len(cc.Join) > 0 {
-		if cc.Bind == "" {
-			cc.Bind = defaultBind
-		}
-		// Addresses no other host could reach fail now, not after the scan.
-		if _, _, err := cluster.Addresses(cc); err != nil {
+	if cfg.KeyFile != "" && len(cfg.Cluster.Key) == 0 {
+		if cfg.Cluster.Key, err = ReadKey(cfg.KeyFile); err != nil {
 			return nil, err
 		}
-	}
-	if abs, err := filepath.Abs(cfg.Mountpoint); err == nil {
-		cfg.Mountpoint = abs
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, started: time.Now(), reg: cfg.Registry}
 	defer func() {
@@ -305,9 +304,6 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 	}()
 
-	if fi, err := os.Stat(cfg.Source); err != nil || !fi.IsDir() {
-		return nil, fmt.Errorf("%w: %s is not a directory", catalog.ErrSource, cfg.Source)
-	}
 	if n.src, err = source.Open(cfg.Source); err != nil {
 		return nil, err
 	}
@@ -622,40 +618,13 @@ func (n *Node) warmAll() {
 func clearDeadMount(mp string, log *slog.Logger) error {
 	var st unix.Statfs_t
 	if err := unix.Statfs(mp, &st); !errors.Is(err, unix.ENOTCONN) {
-		return nil // not dead; checkMountpoint says what else is wrong
+		return nil // not dead; Validate says what else is wrong
 	}
 	m, _ := fusefs.MountAt(mp)
 	if err := fusefs.Unmount(mp, true); err != nil {
 		return fmt.Errorf("mount point %s: a dead mount is left there (its daemon died) and could not be cleared: %w; run 'dlfs umount %s' as root or as the user who mounted it", mp, err, mp)
 	}
 	log.Info("cleared a dead mount at the mount point: its daemon had died without unmounting", "mountpoint", mp, "was", m.Source)
-	return nil
-}
-
-// checkMountpoint rejects mount points that cannot work, with a reason a
-// person can act on.
-func checkMountpoint(mp string) error {
-	var st unix.Stat_t
-	// A dead FUSE mount may still answer stat from the kernel's attribute
-	// cache (with default_permissions); statfs always asks the daemon.
-	var sfs unix.Statfs_t
-	err := unix.Statfs(mp, &sfs)
-	if err == nil {
-		err = unix.Stat(mp, &st)
-	}
-	if err != nil {
-		if errors.Is(err, unix.ENOTCONN) {
-			return fmt.Errorf("mount point %s: a dead mount is left there (transport endpoint is not connected); run 'dlfs umount %s' first", mp, mp)
-		}
-		return fmt.Errorf("mount point %s: %w", mp, err)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return fmt.Errorf("mount point %s is not a directory", mp)
-	}
-	var parent unix.Stat_t
-	if err := unix.Stat(filepath.Join(mp, ".."), &parent); err == nil && (parent.Dev != st.Dev || parent.Ino == st.Ino) {
-		return fmt.Errorf("mount point %s is busy: something is already mounted there; unmount it or pick another directory", mp)
-	}
 	return nil
 }
 

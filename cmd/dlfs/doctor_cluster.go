@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -15,48 +14,26 @@ import (
 	"github.com/dlfs/dlfs/daemon"
 )
 
-// doctor's checks of a cluster's addresses: what this node would
-// advertise, whether --join answers, and, for a live mount, whether each
-// member's data address answers.
+// doctor's checks of a cluster that dlfs mount does not make: whether
+// --join answers, and, for a live mount, whether each member's data
+// address answers.
 
 // dialTimeout bounds each of doctor's dials.
 const dialTimeout = 2 * time.Second
 
-// checkAddresses says what gossip and data addresses the other hosts
-// would be given, or why they could not work.
-func checkAddresses(o doctorOptions) []check {
-	if o.bind == "" {
-		return nil
-	}
-	ip, data, err := cluster.Addresses(cluster.Config{Bind: o.bind, Advertise: o.advertise, Join: o.join,
-		Meta: cluster.Meta{DataAddr: o.dataAddr}})
-	if err != nil {
-		return []check{{"FAIL", "addresses", err.Error()}}
-	}
-	port := "the bound port"
-	if _, p, err := net.SplitHostPort(o.bind); err == nil && p != "0" {
-		port = p
-	}
-	msg := fmt.Sprintf("the other hosts reach this node's gossip at %s, port %s", ip, port)
-	if data != "" {
-		msg += ", and its data at " + data
-	}
-	return []check{{"ok", "addresses", msg}}
-}
-
 // checkJoin resolves each --join entry and dials its addresses.
-func checkJoin(env doctorEnv, join []string) []check {
-	var out []check
+func checkJoin(env doctorEnv, join []string) []daemon.Check {
+	var out []daemon.Check
 	for _, entry := range join {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		addrs, err := cluster.ResolveJoin(ctx, entry)
 		cancel()
 		switch {
 		case errors.Is(err, cluster.ErrConfig):
-			out = append(out, check{"FAIL", "--join", fmt.Sprintf("%q: want HOST:PORT", entry)})
+			out = append(out, daemon.Check{Level: daemon.Fail, What: "--join", Detail: fmt.Sprintf("%q: want HOST:PORT", entry)})
 			continue
 		case err != nil:
-			out = append(out, check{"warn", "--join", fmt.Sprintf("%s does not resolve (%v): the node will serve alone and keep trying; check the name (a Kubernetes headless Service resolves once its pods exist)", entry, unwrapNet(err))})
+			out = append(out, daemon.Check{Level: daemon.Warn, What: "--join", Detail: fmt.Sprintf("%s does not resolve (%v): the node will serve alone and keep trying; check the name (a Kubernetes headless Service resolves once its pods exist)", entry, unwrapNet(err))})
 			continue
 		}
 		answered := 0
@@ -69,9 +46,9 @@ func checkJoin(env doctorEnv, join []string) []check {
 			}
 		}
 		if answered > 0 {
-			out = append(out, check{"ok", "--join", fmt.Sprintf("%s: %d of %d addresses answer", entry, answered, len(addrs))})
+			out = append(out, daemon.Check{Level: daemon.OK, What: "--join", Detail: fmt.Sprintf("%s: %d of %d addresses answer", entry, answered, len(addrs))})
 		} else {
-			out = append(out, check{"warn", "--join", fmt.Sprintf("%s: none of its %d addresses answers (%v): the node will serve alone until one does; start a member there first, or check the firewall", entry, len(addrs), unwrapNet(last))})
+			out = append(out, daemon.Check{Level: daemon.Warn, What: "--join", Detail: fmt.Sprintf("%s: none of its %d addresses answers (%v): the node will serve alone until one does; start a member there first, or check the firewall", entry, len(addrs), unwrapNet(last))})
 		}
 	}
 	return out
@@ -79,16 +56,16 @@ func checkJoin(env doctorEnv, join []string) []check {
 
 // checkLiveMembers reads the stats of the dlfs mount at mnt and reports
 // each alive member whose data address does not answer this node.
-func checkLiveMembers(env doctorEnv, mnt, control string) []check {
+func checkLiveMembers(env doctorEnv, mnt, control string) []daemon.Check {
 	b, err := os.ReadFile(filepath.Join(mnt, control, "stats"))
 	if err != nil {
 		return nil
 	}
 	var st daemon.Stats
 	if err := json.Unmarshal(b, &st); err != nil {
-		return []check{{"warn", "members", fmt.Sprintf("%s's stats do not parse (%v): is it a dlfs of another version?", mnt, err)}}
+		return []daemon.Check{{Level: daemon.Warn, What: "members", Detail: fmt.Sprintf("%s's stats do not parse (%v): is it a dlfs of another version?", mnt, err)}}
 	}
-	var out []check
+	var out []daemon.Check
 	peers, bad := 0, 0
 	for _, m := range st.Cluster.Members {
 		if m.Name == st.Node || m.State != cluster.StateAlive || m.Meta.DataAddr == "" {
@@ -106,11 +83,11 @@ func checkLiveMembers(env doctorEnv, mnt, control string) []check {
 		}
 		if why != "" {
 			bad++
-			out = append(out, check{"FAIL", "member " + m.Name, fmt.Sprintf("its data address %s does not answer this node (%s): the samples it owns are read from the PFS instead; check the firewall between the hosts and its --data-addr", m.Meta.DataAddr, why)})
+			out = append(out, daemon.Check{Level: daemon.Fail, What: "member " + m.Name, Detail: fmt.Sprintf("its data address %s does not answer this node (%s): the samples it owns are read from the PFS instead; check the firewall between the hosts and its --data-addr", m.Meta.DataAddr, why)})
 		}
 	}
 	if peers > 0 && bad == 0 {
-		out = append(out, check{"ok", "members", strconv.Itoa(peers) + " other members, each data address answers"})
+		out = append(out, daemon.Check{Level: daemon.OK, What: "members", Detail: strconv.Itoa(peers) + " other members, each data address answers"})
 	}
 	return out
 }

@@ -6,47 +6,26 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-)
 
-// TestDoctorAddresses: doctor says what the other hosts would be given,
-// and fails, with what to set, an address that cannot work between hosts.
-func TestDoctorAddresses(t *testing.T) {
-	for _, c := range []struct {
-		o     doctorOptions
-		level string
-		want  string
-	}{
-		{doctorOptions{bind: "0.0.0.0:7946", advertise: "0.0.0.0:7946"}, "FAIL", "--advertise"},
-		{doctorOptions{bind: "0.0.0.0:7946", advertise: "10.0.0.5:7946", dataAddr: "127.0.0.1:7947"}, "FAIL", "--data-addr 10.0.0.5:7947 or 0.0.0.0:7947"},
-		{doctorOptions{bind: "127.0.0.1:7946", join: []string{"10.20.30.40:7946"}}, "FAIL", "--advertise"},
-		{doctorOptions{bind: "0.0.0.0:7946", advertise: "10.0.0.5:7946", dataAddr: "0.0.0.0:7947"}, "ok", "10.0.0.5:7947"},
-	} {
-		got := find(t, checkAddresses(c.o), "addresses")
-		if got.level != c.level || !strings.Contains(got.detail, c.want) || strings.Contains(got.detail, "\n") {
-			t.Errorf("%+v: %s %s, want %s naming %q", c.o, got.level, got.detail, c.level, c.want)
-		}
-	}
-	if len(checkAddresses(doctorOptions{})) != 0 {
-		t.Error("an address check without --bind")
-	}
-}
+	"github.com/dlfs/dlfs/daemon"
+)
 
 // TestDoctorJoin: a --join whose addresses answer is ok; one none of whose
 // addresses answers, or that does not resolve, is a warning (the node
 // serves alone and keeps trying).
 func TestDoctorJoin(t *testing.T) {
 	env := fakeEnv(t)
-	if c := find(t, checkJoin(env, []string{"127.0.0.1:7946"}), "--join"); c.level != "ok" || !strings.Contains(c.detail, "1 of 1") {
+	if c := find(t, checkJoin(env, []string{"127.0.0.1:7946"}), "--join"); c.Level != daemon.OK || !strings.Contains(c.Detail, "1 of 1") {
 		t.Errorf("an answering join: %+v", c)
 	}
 	env.dialTCP = func(string) error { return errors.New("connection refused") }
-	if c := find(t, checkJoin(env, []string{"127.0.0.1:7946"}), "--join"); c.level != "warn" || !strings.Contains(c.detail, "serve alone") {
+	if c := find(t, checkJoin(env, []string{"127.0.0.1:7946"}), "--join"); c.Level != daemon.Warn || !strings.Contains(c.Detail, "serve alone") {
 		t.Errorf("a silent join: %+v", c)
 	}
-	if c := find(t, checkJoin(env, []string{"no-such-host.invalid:7946"}), "--join"); c.level != "warn" || !strings.Contains(c.detail, "does not resolve") {
+	if c := find(t, checkJoin(env, []string{"no-such-host.invalid:7946"}), "--join"); c.Level != daemon.Warn || !strings.Contains(c.Detail, "does not resolve") {
 		t.Errorf("an unresolvable join: %+v", c)
 	}
-	if c := find(t, checkJoin(env, []string{"nonsense"}), "--join"); c.level != "FAIL" {
+	if c := find(t, checkJoin(env, []string{"nonsense"}), "--join"); c.Level != daemon.Fail {
 		t.Errorf("a join without a port: %+v", c)
 	}
 }
@@ -75,15 +54,15 @@ func TestDoctorLiveMembers(t *testing.T) {
 		return errors.New("connection refused")
 	}
 	checks := checkLiveMembers(env, mnt, ".dlfs")
-	if c := find(t, checks, "member c"); c.level != "FAIL" || !strings.Contains(c.detail, "no route to host") || !strings.Contains(c.detail, "10.0.0.3:7947") {
+	if c := find(t, checks, "member c"); c.Level != daemon.Fail || !strings.Contains(c.Detail, "no route to host") || !strings.Contains(c.Detail, "10.0.0.3:7947") {
 		t.Errorf("member c: %+v", c)
 	}
-	if c := find(t, checks, "member d"); c.level != "FAIL" || !strings.Contains(c.detail, "connection refused") {
+	if c := find(t, checks, "member d"); c.Level != daemon.Fail || !strings.Contains(c.Detail, "connection refused") {
 		t.Errorf("member d, never dialled by the daemon: %+v", c)
 	}
 	for _, c := range checks {
-		if c.what == "member a" || c.what == "member b" || c.what == "member e" {
-			t.Errorf("checked %s: %+v", c.what, c)
+		if c.What == "member a" || c.What == "member b" || c.What == "member e" {
+			t.Errorf("checked %s: %+v", c.What, c)
 		}
 	}
 	if len(dialed) != 1 || dialed[0] != "10.0.0.4:7947" {
@@ -91,7 +70,7 @@ func TestDoctorLiveMembers(t *testing.T) {
 	}
 	env.dialTCP = func(string) error { return nil }
 	os.WriteFile(filepath.Join(mnt, ".dlfs", "stats"), []byte(strings.Replace(stats, `"reachable":false,"error":"peer`, `"reachable":true,"error":"peer`, 1)), 0o644)
-	if c := find(t, checkLiveMembers(env, mnt, ".dlfs"), "members"); c.level != "ok" || !strings.Contains(c.detail, "3 other members") {
+	if c := find(t, checkLiveMembers(env, mnt, ".dlfs"), "members"); c.Level != daemon.OK || !strings.Contains(c.Detail, "3 other members") {
 		t.Errorf("all reachable: %+v", c)
 	}
 }

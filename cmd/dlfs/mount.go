@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,7 +14,6 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -72,9 +70,18 @@ type mountOptions struct {
 	push         bool
 	latency      bool
 	warmup       bool
+
+	allowNonEmpty bool
 }
 
 func newMountCmd(run func(cmd *cobra.Command, cfg daemon.Config, o *mountOptions) error) *cobra.Command {
+	cmd, _ := mountCommand(run)
+	return cmd
+}
+
+// mountCommand is newMountCmd, and the options its flags set (dlfs
+// doctor takes the same flags and builds the same Config).
+func mountCommand(run func(cmd *cobra.Command, cfg daemon.Config, o *mountOptions) error) (*cobra.Command, *mountOptions) {
 	o := &mountOptions{}
 	def := daemon.DefaultConfig("", "")
 	o.ramCache = sizeValue(def.RAMCache)
@@ -101,109 +108,9 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
                             advised for a rank that reports (dlfs.DataLoader)`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg := daemon.DefaultConfig(args[0], args[1])
-			cfg.RAMCache = int64(o.ramCache)
-			cfg.SSDDir = o.ssdCache
-			cfg.SSDCapacity = int64(o.ssdCacheSize)
-			cfg.DatasetID = o.datasetID
-			cfg.FUSE.AllowOther = o.allowOther
-			cfg.FUSE.ListingAttrs = o.listingAttrs
-			if o.maxFiles <= 0 {
-				return fmt.Errorf("--max-files %d: want a positive number", o.maxFiles)
-			}
-			cfg.Catalog.MaxEntries = o.maxFiles
-			if o.controlGroup != "" {
-				gid, err := lookupGroup(o.controlGroup)
-				if err != nil {
-					return err
-				}
-				cfg.FUSE.Owner.Gid, cfg.FUSE.GroupWrite = gid, true
-			}
-			cfg.FUSE.ControlName = o.controlName
-			cfg.FUSE.TTL = o.ttl
-			cfg.FUSE.Debug = o.debugFUSE
-			cfg.MetricsAddr = o.metricsAddr
-			cfg.NodeName = o.nodeName
-			cfg.Prefetch.Workers = o.pfWorkers
-			for flag, addrs := range map[string][]string{"--bind": {o.bind}, "--advertise": {o.advertise},
-				"--join": o.join, "--data-addr": {o.dataAddr}, "--metrics-addr": {o.metricsAddr}} {
-				for _, a := range addrs {
-					if _, _, err := net.SplitHostPort(a); a != "" && err != nil {
-						return fmt.Errorf("%s %q: want HOST:PORT", flag, a)
-					}
-				}
-			}
-			cfg.Cluster.Bind, cfg.Cluster.Advertise, cfg.Cluster.Join = o.bind, o.advertise, o.join
-			cfg.Cluster.Meta.DataAddr = o.dataAddr
-			if o.keyFile != "" {
-				key, err := readKey(o.keyFile)
-				if err != nil {
-					return err
-				}
-				cfg.Cluster.Key = key
-			}
-			cfg.Cluster.Insecure = o.insecure // the daemon refuses a cluster port without a key unless set
-			switch o.ramEviction {
-			case "belady":
-			case "lru":
-				cfg.RAMEvictLRU = true
-			default:
-				return fmt.Errorf("--ram-eviction %q: want belady or lru", o.ramEviction)
-			}
-			switch o.placement {
-			case "demand":
-			case "hash":
-				cfg.HashPlacement = true
-			default:
-				return fmt.Errorf("--placement %q: want demand or hash", o.placement)
-			}
-			if o.placeEpochs < 1 || o.placeEpochs > 64 {
-				return fmt.Errorf("--placement-epochs %d: want 1 to 64", o.placeEpochs)
-			}
-			cfg.PlacementEpochs = o.placeEpochs
-			cfg.NoInfer = !o.infer
-			cfg.NoPush = !o.push
-			cfg.NoLatency = !o.latency
-			cfg.Warmup = o.warmup
-			cfg.Loader.NoCoalesce = !o.coalesce
-			mode, err := allocator.ParseMode(o.allocation)
+			cfg, err := o.config(args[0], args[1])
 			if err != nil {
-				return fmt.Errorf("--allocation: %w", err)
-			}
-			if o.loaderCPUs < 1 || o.loaderCPUs > 4096 {
-				return fmt.Errorf("--loader-cpus %d: want 1 to 4096", o.loaderCPUs)
-			}
-			if o.jobIdle < time.Second {
-				return fmt.Errorf("--job-idle %v: want at least 1s", o.jobIdle)
-			}
-			cfg.Allocation.Mode, cfg.Allocation.CPUs, cfg.Allocation.Idle = mode, o.loaderCPUs, o.jobIdle
-			if o.pfsMargin < 0 {
-				return fmt.Errorf("--pfs-margin %g: want 0 (never) or a factor above 1", o.pfsMargin)
-			}
-			cfg.Loader.PFSMargin = o.pfsMargin
-			if o.pfsTimeout <= 0 {
-				return fmt.Errorf("--pfs-timeout %v: want a positive duration, such as 1m", o.pfsTimeout)
-			}
-			cfg.Loader.PFSTimeout = o.pfsTimeout
-			if o.stopTimeout <= 0 {
-				return fmt.Errorf("--stop-timeout %v: want a positive duration, such as 30s", o.stopTimeout)
-			}
-			cfg.Prefetch.Staging = int64(o.staging)
-			if o.pfWorkers <= 0 || o.pfWorkers > 4096 {
-				return fmt.Errorf("--prefetch-workers %d: want 1 to 4096", o.pfWorkers)
-			}
-			if o.staging <= 0 {
-				return fmt.Errorf("--staging must be positive")
-			}
-			cfg.Loader.ReadAhead, cfg.Loader.NoReadAhead = int64(o.readAhead), o.readAhead == 0
-			if o.readAhead < 0 {
-				return fmt.Errorf("--read-ahead %d: want a size such as 16MiB, or 0 to turn read-ahead off", o.readAhead)
-			}
-			if strings.ContainsRune(o.controlName, '/') || o.controlName == "" || o.controlName == "." || o.controlName == ".." {
-				return fmt.Errorf("--control-name %q must be a plain file name", o.controlName)
-			}
-			if cfg.SSDDir != "" && cfg.SSDCapacity <= 0 {
-				return fmt.Errorf("--ssd-cache-size must be positive with --ssd-cache")
+				return err
 			}
 			return run(cmd, cfg, o)
 		},
@@ -214,6 +121,7 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 	f.Var(&o.ssdCacheSize, "ssd-cache-size", "SSD tier size")
 	f.StringVar(&o.datasetID, "dataset-id", "", "name the dataset alike on every host (e.g. imagenet-2012); by default its identity is drawn from its 32 oldest files' paths, sizes, mtimes and ctimes. Nodes share samples only within one dataset")
 	f.BoolVar(&o.allowOther, "allow-other", false, "let other users access the mount, as SOURCE's modes and owners allow")
+	f.BoolVar(&o.allowNonEmpty, "allow-non-empty", false, "mount over a MOUNTPOINT that is not empty, hiding what it holds (refused by default)")
 	f.BoolVar(&o.listingAttrs, "listing-attrs", false, "answer every directory listing with attributes (READDIRPLUS): faster ls -l, find and du, slower plain listings such as ImageFolder's")
 	f.IntVar(&o.maxFiles, "max-files", defaultMaxFiles(), "the most files and directories (or packed samples) SOURCE may hold; each costs about 120 bytes of RAM in the catalog (default: as many as an eighth of this machine's memory holds)")
 	f.StringVar(&o.controlGroup, "control-group", "", "a group (name or id) whose members may write the control file too; by default only the mounting user may")
@@ -251,7 +159,110 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 	_ = f.MarkHidden("cpu-profile")
 	f.StringVar(&o.pprofAddr, "pprof-addr", "", "serve Go's net/http/pprof profiles on this loopback HOST:PORT, for finding where memory and CPU go")
 	_ = f.MarkHidden("pprof-addr")
-	return cmd
+	return cmd, o
+}
+
+// config turns the flags into the daemon's Config. It checks what the
+// flags alone say; daemon.Config.Validate checks the rest, against this
+// host.
+func (o *mountOptions) config(source, mountpoint string) (daemon.Config, error) {
+	cfg := daemon.DefaultConfig(source, mountpoint)
+	cfg.AllowNonEmpty = o.allowNonEmpty
+	cfg.RAMCache = int64(o.ramCache)
+	cfg.SSDDir = o.ssdCache
+	cfg.SSDCapacity = int64(o.ssdCacheSize)
+	cfg.DatasetID = o.datasetID
+	cfg.FUSE.AllowOther = o.allowOther
+	cfg.FUSE.ListingAttrs = o.listingAttrs
+	if o.maxFiles <= 0 {
+		return cfg, fmt.Errorf("--max-files %d: want a positive number", o.maxFiles)
+	}
+	cfg.Catalog.MaxEntries = o.maxFiles
+	if o.controlGroup != "" {
+		gid, err := lookupGroup(o.controlGroup)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.FUSE.Owner.Gid, cfg.FUSE.GroupWrite = gid, true
+	}
+	cfg.FUSE.ControlName = o.controlName
+	cfg.FUSE.TTL = o.ttl
+	cfg.FUSE.Debug = o.debugFUSE
+	cfg.MetricsAddr = o.metricsAddr
+	cfg.NodeName = o.nodeName
+	cfg.Prefetch.Workers = o.pfWorkers
+	for flag, addrs := range map[string][]string{"--bind": {o.bind}, "--advertise": {o.advertise},
+		"--join": o.join, "--data-addr": {o.dataAddr}, "--metrics-addr": {o.metricsAddr}} {
+		for _, a := range addrs {
+			if _, _, err := net.SplitHostPort(a); a != "" && err != nil {
+				return cfg, fmt.Errorf("%s %q: want HOST:PORT", flag, a)
+			}
+		}
+	}
+	cfg.Cluster.Bind, cfg.Cluster.Advertise, cfg.Cluster.Join = o.bind, o.advertise, o.join
+	cfg.Cluster.Meta.DataAddr = o.dataAddr
+	cfg.KeyFile = o.keyFile           // daemon.Config.Validate checks its mode
+	cfg.Cluster.Insecure = o.insecure // the daemon refuses a cluster port without a key unless set
+	switch o.ramEviction {
+	case "belady":
+	case "lru":
+		cfg.RAMEvictLRU = true
+	default:
+		return cfg, fmt.Errorf("--ram-eviction %q: want belady or lru", o.ramEviction)
+	}
+	switch o.placement {
+	case "demand":
+	case "hash":
+		cfg.HashPlacement = true
+	default:
+		return cfg, fmt.Errorf("--placement %q: want demand or hash", o.placement)
+	}
+	if o.placeEpochs < 1 || o.placeEpochs > 64 {
+		return cfg, fmt.Errorf("--placement-epochs %d: want 1 to 64", o.placeEpochs)
+	}
+	cfg.PlacementEpochs = o.placeEpochs
+	cfg.NoInfer = !o.infer
+	cfg.NoPush = !o.push
+	cfg.NoLatency = !o.latency
+	cfg.Warmup = o.warmup
+	cfg.Loader.NoCoalesce = !o.coalesce
+	mode, err := allocator.ParseMode(o.allocation)
+	if err != nil {
+		return cfg, fmt.Errorf("--allocation: %w", err)
+	}
+	if o.loaderCPUs < 1 || o.loaderCPUs > 4096 {
+		return cfg, fmt.Errorf("--loader-cpus %d: want 1 to 4096", o.loaderCPUs)
+	}
+	if o.jobIdle < time.Second {
+		return cfg, fmt.Errorf("--job-idle %v: want at least 1s", o.jobIdle)
+	}
+	cfg.Allocation.Mode, cfg.Allocation.CPUs, cfg.Allocation.Idle = mode, o.loaderCPUs, o.jobIdle
+	if o.pfsMargin < 0 {
+		return cfg, fmt.Errorf("--pfs-margin %g: want 0 (never) or a factor above 1", o.pfsMargin)
+	}
+	cfg.Loader.PFSMargin = o.pfsMargin
+	if o.pfsTimeout <= 0 {
+		return cfg, fmt.Errorf("--pfs-timeout %v: want a positive duration, such as 1m", o.pfsTimeout)
+	}
+	cfg.Loader.PFSTimeout = o.pfsTimeout
+	if o.stopTimeout <= 0 {
+		return cfg, fmt.Errorf("--stop-timeout %v: want a positive duration, such as 30s", o.stopTimeout)
+	}
+	cfg.Prefetch.Staging = int64(o.staging)
+	if o.pfWorkers <= 0 || o.pfWorkers > 4096 {
+		return cfg, fmt.Errorf("--prefetch-workers %d: want 1 to 4096", o.pfWorkers)
+	}
+	if o.staging <= 0 {
+		return cfg, fmt.Errorf("--staging must be positive")
+	}
+	cfg.Loader.ReadAhead, cfg.Loader.NoReadAhead = int64(o.readAhead), o.readAhead == 0
+	if o.readAhead < 0 {
+		return cfg, fmt.Errorf("--read-ahead %d: want a size such as 16MiB, or 0 to turn read-ahead off", o.readAhead)
+	}
+	if o.controlName == "" {
+		return cfg, fmt.Errorf("--control-name is empty: give a plain file name, such as .dlfs")
+	}
+	return cfg, nil
 }
 
 func parseLevel(s string) (slog.Level, error) {
@@ -275,9 +286,6 @@ func runMount(cmd *cobra.Command, cfg daemon.Config, o *mountOptions) error {
 	// SOURCE's files, some readable by their owners only: make them
 	// private (Badger asks for 0666).
 	syscall.Umask(0o077)
-	if _, err := os.Stat(cfg.Source); err != nil {
-		return fmt.Errorf("source %s: %w", cfg.Source, unwrapPath(err))
-	}
 	if o.pprofAddr != "" {
 		ln, err := net.Listen("tcp", o.pprofAddr)
 		if err != nil {
@@ -384,26 +392,6 @@ func unwrapPath(err error) error {
 		return pe.Err
 	}
 	return err
-}
-
-// readKey reads a cluster key file: 16, 24 or 32 raw bytes, or their
-// base64 (as "head -c 32 /dev/urandom | base64" writes).
-func readKey(path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("--cluster-key-file: %w", unwrapPath(err))
-	}
-	switch len(b) {
-	case 16, 24, 32:
-		return b, nil
-	}
-	if k, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(b))); err == nil {
-		switch len(k) {
-		case 16, 24, 32:
-			return k, nil
-		}
-	}
-	return nil, fmt.Errorf("--cluster-key-file %s: want 16, 24 or 32 bytes, raw or base64; make one with: head -c 32 /dev/urandom | base64 > %s", path, path)
 }
 
 // lookupGroup resolves a group name or numeric id.

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/dlfs/dlfs/daemon"
 	"github.com/dlfs/dlfs/packer"
 )
 
@@ -133,15 +134,4 @@ func (b *progressBar) done() {
 }
 
 // human formats a byte count in binary units.
-func human(n int64) string {
-	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB"}
-	f, i := float64(n), 0
-	for f >= 1024 && i < len(units)-1 {
-		f /= 1024
-		i++
-	}
-	if i == 0 {
-		return fmt.Sprintf("%d B", n)
-	}
-	return fmt.Sprintf("%.1f %s", f, units[i])
-}
+func human(n int64) string { return daemon.FormatBytes(n) }

@@ -26,7 +26,7 @@ func TestBadArguments(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"missing source", []string{"mount", "/no/such/dir", mnt}, "source /no/such/dir: no such file or directory"},
+		{"missing source", []string{"mount", "/no/such/dir", mnt}, "SOURCE: /no/such/dir: no such file or directory"},
 		{"source is a file", []string{"mount", file, mnt}, "not a directory"},
 		{"mount point busy", []string{"mount", src, busy}, "busy"},
 		{"mount point not a directory", []string{"mount", src, file}, "not a directory"},

@@ -4,12 +4,15 @@ package integration
 // dlfs umount or by the tools an operator already has; the daemon exits 0
 // when its mount goes away, whoever took it, releasing the SSD cache and
 // the metrics port; and a dead mount left by a killed daemon is cleared
-// by the next mount.
+// by the next mount. A mount that cannot work says so before it scans
+// SOURCE (issue 30, point 3).
 
 import (
+	"bytes"
 	"errors"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -17,6 +20,7 @@ import (
 	"time"
 
 	"github.com/dlfs/dlfs/test/conformance"
+	"github.com/dlfs/dlfs/test/mountproc"
 )
 
 // waitExit waits for the daemon to exit on its own and checks it exited
@@ -132,4 +136,122 @@ func TestDeadMountCleared(t *testing.T) {
 		t.Errorf("%d log lines about the dead mount, want 1:\n%s", n, again.Stderr)
 	}
 	conformance.Tree(t, src, again.Mnt)
+}
+
+// mountRefused runs dlfs mount with args and returns its stderr, failing
+// the test unless it exits non-zero within 30s.
+func mountRefused(t *testing.T, args ...string) string {
+	t.Helper()
+	var stderr bytes.Buffer
+	cmd := exec.Command(bin.dlfs, append([]string{"mount"}, args...)...)
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err == nil {
+			t.Fatalf("dlfs mount %v: exit 0, want a refusal\n%s", args, &stderr)
+		}
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("dlfs mount %v: still running 30s later (looking at SOURCE?)\n%s", args, &stderr)
+	}
+	return stderr.String()
+}
+
+// TestChecksBeforeScan: each check that came after the scan of SOURCE
+// now refuses the mount before SOURCE is looked at: SOURCE here is a PFS
+// that stopped answering, whose first stat would hang the mount for ever.
+// A mount point that is not empty is refused unless --allow-non-empty.
+func TestChecksBeforeScan(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a"), []byte("a"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hung := startPFS(t, dir)
+	hung.Cmd.Process.Signal(syscall.SIGUSR2)
+	hung.waitLog(t, "pfssim: hung")
+	t.Cleanup(func() { hung.Cmd.Process.Signal(syscall.SIGHUP) }) // a refused mount left stuck on it would linger
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	busy := l.Addr().String()
+	locked := t.TempDir()
+	startDlfs(t, conformance.OddTree(t, t.TempDir()), "--ssd-cache", locked) // holds the cache's lock
+	key := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(key, []byte("MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	full := t.TempDir()
+	os.WriteFile(filepath.Join(full, "left-over"), nil, 0o644)
+	for _, c := range []struct {
+		name  string
+		flags []string
+		mnt   string
+		want  string
+	}{
+		{"metrics port taken", []string{"--metrics-addr", busy}, "", "--metrics-addr: " + busy + " cannot be listened on (address already in use)"},
+		{"gossip port taken", []string{"--bind", busy, "--insecure"}, "", "--bind: " + busy + " cannot be listened on"},
+		{"SSD cache of another mount", []string{"--ssd-cache", locked}, "", "another dlfs is using this cache"},
+		{"SSD cache too small", []string{"--ssd-cache", t.TempDir(), "--ssd-cache-size", "1MiB"}, "", "--ssd-cache-size: 1.0 MiB is too small"},
+		{"RAM tier beyond the host", []string{"--ram-cache", "100TiB"}, "", "--ram-cache: 100.0 TiB asked for"},
+		{"key others may read", []string{"--bind", "127.0.0.1:0", "--cluster-key-file", key}, "", "chmod 600 " + key},
+		{"mount point not empty", nil, full, "--allow-non-empty"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			mnt := c.mnt
+			if mnt == "" {
+				mnt = t.TempDir()
+			}
+			stderr := mountRefused(t, append(c.flags, hung.Mnt, mnt)...)
+			if !strings.Contains(stderr, c.want) || strings.Contains(stderr, "SOURCE") || strings.Contains(stderr, "scanned") {
+				t.Errorf("stderr %q: want %q, and nothing about SOURCE", stderr, c.want)
+			}
+		})
+	}
+	if isMounted(full) {
+		t.Fatalf("%s was mounted over", full)
+	}
+	d := startMount(t, bin.dlfs, full, "mount", "--allow-non-empty", dir, full)
+	if _, err := os.Stat(filepath.Join(d.Mnt, "left-over")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the mount does not hide what its mount point held: %v", err)
+	}
+}
+
+// TestRelativeSource: SOURCE given relative, or through a link, is the
+// same SOURCE: the catalog the first mount saved is loaded by the next,
+// not discarded as another dataset's.
+func TestRelativeSource(t *testing.T) {
+	parent := t.TempDir()
+	src := filepath.Join(parent, "data")
+	conformance.OddTree(t, src)
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(src, link); err != nil {
+		t.Fatal(err)
+	}
+	ssd, mnt := t.TempDir(), t.TempDir()
+	cmd := exec.Command(bin.dlfs, "mount", "--ssd-cache", ssd, "data", mnt)
+	cmd.Dir = parent
+	p, err := mountproc.StartCmd(cmd, mnt, "", 60*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &proc{p}
+	t.Cleanup(func() { d.stop(t) })
+	waitFor(t, "the catalog to be saved", 30*time.Second, func() bool { _, err := os.Stat(filepath.Join(ssd, "catalog.snap")); return err == nil })
+	d.stop(t)
+	for _, given := range []string{src, link} {
+		again := startMount(t, bin.dlfs, mnt, "mount", "--ssd-cache", ssd, given, mnt)
+		again.waitLog(t, "loaded the saved snapshot")
+		if strings.Contains(again.Stderr.String(), "another dataset") {
+			t.Errorf("SOURCE %s: the saved catalog was discarded:\n%s", given, again.Stderr)
+		}
+		again.stop(t)
+	}
 }
