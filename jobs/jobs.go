@@ -796,7 +796,7 @@ func (r *Registry) apply(line control.Job, inferred bool, owner Owner) error {
 	if err := r.CheckRoom([]string{spec.Name}); err != nil {
 		return err
 	}
-	if prev != nil && sameDataset(prev.Spec, spec) && prev.Owner.view() == owner.view() {
+	if prev != nil && prev.Spec.SameDataset(spec) && prev.Owner.view() == owner.view() {
 		j.Samples, j.Classes, j.snap, j.Public = prev.Samples, prev.Classes, prev.snap, prev.Public
 	} else {
 		x, err := r.index(spec, owner)
@@ -808,7 +808,7 @@ func (r *Registry) apply(line control.Job, inferred bool, owner Owner) error {
 	if err := r.checkPositions(j); err != nil {
 		return err
 	}
-	if prev != nil && sameDataset(prev.Spec, spec) && samePlans(prev.Spec, spec) {
+	if prev != nil && prev.Spec.SameDataset(spec) && prev.Spec.SamePlans(spec) {
 		j.keepPinned(prev)
 	}
 	r.mu.Lock()
@@ -839,14 +839,6 @@ func nameOf(line control.Job) string {
 	return control.DefaultJob().Name
 }
 
-// samePlans reports whether jobs a and b draw the same plans for an
-// epoch (they may differ in which epoch or ranks they are at).
-func samePlans(a, b control.Job) bool {
-	return a.Sampler == b.Sampler && a.World == b.World && a.Seed == b.Seed && a.Shuffle == b.Shuffle &&
-		a.DropLast == b.DropLast && a.Torch27 == b.Torch27 && a.Batch == b.Batch && a.Balance == b.Balance &&
-		a.EpochOrder == b.EpochOrder && a.Lookahead == b.Lookahead
-}
-
 // keepPinned takes prev's pinned plans and epoch orders (an update of the
 // job must not change an epoch's plan under a rank still in it).
 func (j *Job) keepPinned(prev *Job) {
@@ -861,11 +853,6 @@ func (j *Job) keepPinned(prev *Job) {
 		}
 	}
 	j.blocks = prev.blocks
-}
-
-func sameDataset(a, b control.Job) bool {
-	return a.Root == b.Root && a.Dataset == b.Dataset && a.ListPath == b.ListPath &&
-		strings.Join(a.Extensions, ",") == strings.Join(b.Extensions, ",")
 }
 
 // indexed is a dataset index as one user sees it.
@@ -885,7 +872,7 @@ func (r *Registry) index(spec control.Job, owner Owner) (indexed, error) {
 	snap := r.cfg.Snapshot()
 	r.mu.Lock()
 	for _, j := range r.jobs {
-		if j.snap == snap && sameDataset(j.Spec, spec) && j.Owner.view() == owner.view() {
+		if j.snap == snap && j.Spec.SameDataset(spec) && j.Owner.view() == owner.view() {
 			r.mu.Unlock()
 			return indexed{j.Samples, j.Classes, snap, j.Public}, nil
 		}

@@ -76,6 +76,7 @@ import (
 	"time"
 
 	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/control"
 	"github.com/dlfs/dlfs/folder"
 	"github.com/dlfs/dlfs/jobs"
 	"github.com/dlfs/dlfs/loader"
@@ -540,25 +541,20 @@ func (p *Prefetcher) trimStage() []stagedBlock {
 }
 
 // planKey is everything a stream's order is drawn from: the dataset index
-// (by identity: a refresh or a new root makes a new one), the sampler and
-// its settings, the DataLoader's shape, and the epochs.
+// (by identity: a refresh or a new root makes a new one), the keys of the
+// job that decide its plans and the DataLoader's shape, the rank and the
+// epochs.
 type planKey struct {
-	samples                 *folder.Sample
-	n                       int
-	sampler                 string
-	seed                    uint64
-	shuffle, dropLast, t27  bool
-	world, rank, batch, wkr int
-	epochs                  string
-	balance                 string
-	epochOrder              bool
-	layouts                 string // balance=: the layout ID of each epoch's plan
+	samples *folder.Sample
+	n       int
+	spec    string // control.FacetPlans and control.FacetLoader
+	rank    int
+	epochs  string
+	layouts string // balance=: the layout ID of each epoch's plan
 }
 
 func keyOf(j *jobs.Job, rank int, epochs []int) planKey {
-	k := planKey{n: len(j.Samples), sampler: j.Spec.Sampler, seed: j.Spec.Seed, shuffle: j.Spec.Shuffle,
-		dropLast: j.Spec.DropLast, t27: j.Spec.Torch27, world: j.Spec.World, rank: rank, batch: j.Spec.Batch,
-		wkr: j.Spec.Workers, epochs: fmt.Sprint(epochs), balance: j.Spec.Balance, epochOrder: j.Spec.EpochOrder}
+	k := planKey{n: len(j.Samples), spec: j.Spec.Key(control.FacetPlans | control.FacetLoader), rank: rank, epochs: fmt.Sprint(epochs)}
 	if len(j.Samples) > 0 {
 		k.samples = &j.Samples[0]
 	}

@@ -64,7 +64,7 @@ func jobLines(all []*jobs.Job, first map[string]int) []string {
 	var lines []string
 	seen := map[string]bool{}
 	for _, j := range all {
-		id := jobIdentity(j.Spec)
+		id := j.Spec.Identity()
 		seen[id] = true
 		epoch := j.Spec.Epoch
 		for _, e := range j.RankEpoch {
@@ -83,13 +83,6 @@ func jobLines(all []*jobs.Job, first map[string]int) []string {
 		}
 	}
 	return lines
-}
-
-// jobIdentity names what decides which samples a job's ranks read: its
-// spec without the epoch, the local ranks and the loader's settings.
-func jobIdentity(s control.Job) string {
-	s.Epoch, s.Ranks, s.Batch, s.Workers, s.Lookahead = 0, nil, 0, 0, 0
-	return s.Line()
 }
 
 // demand returns the planned reads of every sample any alive member's job
@@ -118,7 +111,7 @@ func (o *Owners) demand(alive []cluster.Member) []placement.Sample {
 			if spec.Check() != nil {
 				continue
 			}
-			id := jobIdentity(spec)
+			id := spec.Identity()
 			g := groups[id]
 			if g == nil {
 				g = &group{spec: spec, ranks: map[int]int{}}
@@ -226,7 +219,7 @@ type jobLayout struct {
 
 // computeLayout is layout from placement table t over members placed.
 func (o *Owners) computeLayout(j *jobs.Job, t *placement.Table, placed []cluster.Member) jobs.Layout {
-	id := jobIdentity(j.Spec)
+	id := j.Spec.Identity()
 	rankNode := make([]int, j.Spec.World)
 	for r := range rankNode {
 		rankNode[r] = -1
@@ -247,7 +240,7 @@ func (o *Owners) computeLayout(j *jobs.Job, t *placement.Table, placed []cluster
 			}
 			if spec, ok := cmds[0].(control.Job); ok {
 				spec = spec.Merge(control.DefaultJob())
-				if jobIdentity(spec) != id {
+				if spec.Identity() != id {
 					continue
 				}
 				for _, r := range spec.Ranks {
