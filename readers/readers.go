@@ -1041,23 +1041,12 @@ func (t *Tracker) infer(s *stream, idx *indexed, p Pattern, guess Guess, files [
 		root = "."
 	}
 	name := laneName(s)
-	// The loader's batch size and workers go in once the reads show them
-	// (reshape); until then the line leaves them out.
-	text := fmt.Sprintf("job=%s root=%s dataset=imagefolder extensions=%s epoch=0 lookahead=2", name, root, idx.exts)
-	switch p.Kind {
-	case "sequential":
-		text += " sampler=sequential"
-	case "strided":
-		text += fmt.Sprintf(" sampler=distributed shuffle=false world=%d ranks=%d", p.Stride, p.Rank)
-	default:
-		text += fmt.Sprintf(" sampler=distributed shuffle=true seed=%d world=%d ranks=%d", guess.Seed, guess.World, guess.Rank)
-	}
-	cmds, err := control.Parse([]byte(text))
-	if err != nil || len(cmds) != 1 {
-		t.log.Warn("readers: cannot express the inferred job", "line", text, "err", err)
+	line, err := inferredLine(name, root, idx.exts, p, guess)
+	if err != nil {
+		t.log.Warn("readers: cannot express the inferred job", "job", name, "root", root, "pattern", p.String(), "err", err)
 		return
 	}
-	inf := &inference{job: name, line: cmds[0].(control.Job), idx: idx, pattern: p, guess: guess, ahead: MinAhead, high: -1, lastSeq: s.seq}
+	inf := &inference{job: name, line: line, idx: idx, pattern: p, guess: guess, ahead: MinAhead, high: -1, lastSeq: s.seq}
 	inf.plan, inf.length = inf.planOf(0), inf.epochLength()
 	for _, r := range files {
 		if x, ok := idx.at(r.e); ok {
@@ -1071,7 +1060,7 @@ func (t *Tracker) infer(s *stream, idx *indexed, p Pattern, guess Guess, files [
 	inf.line = withShape(inf.line, inf.obs, inf.length, s.key.Pid)
 	t.cfg.Jobs.SetAhead(name, MinAhead)
 	if err := t.cfg.Jobs.ApplyInferred(s.cred, inf.line); err != nil {
-		t.log.Info("readers: inferred job refused", "stream", s.key.Pid, "line", text, "err", err)
+		t.log.Info("readers: inferred job refused", "stream", s.key.Pid, "job", name, "root", root, "pattern", p.String(), "err", err)
 		s.quiet, s.quietDir = cooldown, commonDir(files)
 		return
 	}
@@ -1091,6 +1080,26 @@ func (t *Tracker) infer(s *stream, idx *indexed, p Pattern, guess Guess, files [
 	t.show(s, inf)
 	t.log.Info("readers: inferred a job", "stream", s.key.Pid, "uid", s.cred.Uid, "pattern", inf.shown, "root", root, "job", name,
 		"batch", shapeKey(inf.line, "batch", inf.line.Batch), "workers", shapeKey(inf.line, "workers", inf.line.Workers))
+}
+
+// inferredLine is the job line of an inferred job called name that reads
+// root's files with extensions exts (a comma list) in pattern p (guess
+// for a torch order). The loader's batch size and workers go in once the
+// reads show them (withShape); until then the line leaves them out.
+func inferredLine(name, root, exts string, p Pattern, guess Guess) (control.Job, error) {
+	line := control.Job{Name: name, Root: root, Dataset: "imagefolder", Extensions: strings.Split(exts, ","), Epoch: 0, Lookahead: 2,
+		Set: map[string]bool{"job": true, "root": true, "dataset": true, "extensions": true, "epoch": true, "lookahead": true, "sampler": true}}
+	switch p.Kind {
+	case "sequential":
+		line.Sampler = "sequential"
+	case "strided":
+		line.Sampler, line.Shuffle, line.World, line.Ranks = "distributed", false, p.Stride, []int{p.Rank}
+		line.Set["shuffle"], line.Set["world"], line.Set["ranks"] = true, true, true
+	default:
+		line.Sampler, line.Shuffle, line.Seed, line.World, line.Ranks = "distributed", true, guess.Seed, guess.World, []int{guess.Rank}
+		line.Set["shuffle"], line.Set["seed"], line.Set["world"], line.Set["ranks"] = true, true, true, true
+	}
+	return line, line.Validate()
 }
 
 // shapeKey is a line's value of key, or "unknown" if the line leaves it

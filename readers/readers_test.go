@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -377,5 +378,36 @@ func TestRandomSamplerStream(t *testing.T) {
 	defer jobs.mu.Unlock()
 	if l := jobs.lines[1]; l.Sampler != "random" || l.Seed != 3 || l.Epoch != 1 || len(jobs.ended) != 0 {
 		t.Errorf("epoch 1 as %+v (ended %v)", l, jobs.ended)
+	}
+}
+
+// TestInferredLine: the job an inferred pattern implies is the one its
+// line says, as the control file would read it; an index whose
+// extensions no line can carry gets no job.
+func TestInferredLine(t *testing.T) {
+	for _, c := range []struct {
+		p     Pattern
+		guess Guess
+		want  string
+	}{
+		{Pattern{Kind: "sequential", Stride: 1}, Guess{}, "sampler=sequential"},
+		{Pattern{Kind: "strided", Stride: 4, Rank: 3}, Guess{}, "sampler=distributed shuffle=false world=4 ranks=3"},
+		{Pattern{Kind: "torch", Stride: 1}, Guess{Seed: 1 << 40, World: 8, Rank: 5}, "sampler=distributed shuffle=true seed=1099511627776 world=8 ranks=5"},
+	} {
+		got, err := inferredLine("auto-7", "train/a", ".jpeg,.png", c.p, c.guess)
+		if err != nil {
+			t.Fatalf("%v: %v", c.p, err)
+		}
+		cmds, err := control.Parse([]byte("job=auto-7 root=train/a dataset=imagefolder extensions=.jpeg,.png epoch=0 lookahead=2 " + c.want))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := cmds[0].(control.Job)
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%v: built %+v, want %+v", c.p, got, want)
+		}
+	}
+	if _, err := inferredLine("auto-7", "train", ".a,", Pattern{Kind: "sequential", Stride: 1}, Guess{}); err == nil {
+		t.Error("an empty extension was accepted")
 	}
 }
