@@ -7,14 +7,19 @@
 //
 // # Lifetime
 //
-// Start builds the parts in dependency order and mounts; once it returns,
-// the mount is usable. Each part registers its closer as it is built, and
+// Start first checks the Config against this host (Validate: before
+// SOURCE is scanned) and clears a dead mount a killed daemon left at the
+// mount point; it then builds the parts in dependency order and mounts;
+// once it returns, the mount is usable. Each part registers its closer as it is built, and
 // Close runs them in reverse: the FUSE server first (no new reads), then
 // the prefetcher (whose fetches use the peers and the tiers), the read
 // policy (its goroutines, the peer batchers and client), the cluster, the
 // peer server, the metrics server, the SSD store (which commits its
 // queued writes), the packed containers and SOURCE. Wait blocks until the
-// filesystem is unmounted, by Close or from outside.
+// filesystem is unmounted, by Close or from outside (umount, fusermount
+// -u, a lazy unmount once the last file open under it closes); Close then
+// has nothing to unmount. The daemon holds nothing open in its own mount
+// while idle, so that these work.
 package daemon
 
 import (
@@ -177,7 +182,7 @@ type Node struct {
 	refresher *refresher
 	reg       *prometheus.Registry
 	server    *fuse.Server
-	fsname    string        // the mount's source, as mountinfo shows it
+	mountDev  string        // the mount's MAJOR:MINOR, as mountinfo shows it ("": unknown)
 	served    chan struct{} // closed when the kernel ends the mount's connection
 	metrics   metricsServer
 	closing   closing
@@ -541,9 +546,11 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 
 	n.refresher = newRefresher(n.Refresh)
 	n.onClose("refresher", func() error { n.refresher.close(); return nil })
-	n.fsname = "dlfs:" + n.cat.Source()
-	if n.server, err = n.fs.Mount(cfg.Mountpoint, n.fsname); err != nil {
+	if n.server, err = n.fs.Mount(cfg.Mountpoint, "dlfs:"+n.cat.Source()); err != nil {
 		return nil, fmt.Errorf("mount %s: %w", cfg.Mountpoint, err)
+	}
+	if m, ok := fusefs.MountAt(cfg.Mountpoint); ok && m.IsFUSE() {
+		n.mountDev = m.Dev // to tell, on Close, whether the mount is still there
 	}
 	// The server ends when the kernel ends the connection: on Close, or
 	// when the mount goes away from outside (umount, umount -l once its
@@ -684,7 +691,7 @@ func (n *Node) Close() error {
 			select {
 			case <-n.served: // unmounted from outside: nothing left to unmount
 			default:
-				if m, ok := fusefs.MountAt(n.cfg.Mountpoint); !ok || m.Source != n.fsname {
+				if m, ok := fusefs.MountAt(n.cfg.Mountpoint); n.mountDev != "" && (!ok || m.Dev != n.mountDev) {
 					// Detached lazily from outside, and still served for
 					// the files open under it.
 					detached = true

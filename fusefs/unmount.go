@@ -47,6 +47,7 @@ func Unmount(mp string, lazy bool) error {
 // mount namespace sees it.
 type MountInfo struct {
 	Point  string // where it is mounted
+	Dev    string // the filesystem's device, MAJOR:MINOR: one per FUSE connection
 	FSType string // "fuse.dlfs", "ext4", ...
 	Source string // "dlfs:/data", "/dev/sda1", ...
 	// Options are the superblock's options (for FUSE, user_id=UID: the
@@ -95,7 +96,7 @@ func parseMountInfo(b []byte, mp string) (m MountInfo, ok bool) {
 		if !found || len(f) < 5 || len(g) < 3 || unescapeMountInfo(f[4]) != mp {
 			continue
 		}
-		m, ok = MountInfo{Point: mp, FSType: g[0], Source: unescapeMountInfo(g[1]), Options: g[2]}, true // the last is on top
+		m, ok = MountInfo{Point: mp, Dev: f[2], FSType: g[0], Source: unescapeMountInfo(g[1]), Options: g[2]}, true // the last is on top
 	}
 	return m, ok
 }

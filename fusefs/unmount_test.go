@@ -14,7 +14,7 @@ func TestParseMountInfo(t *testing.T) {
 62 61 0:51 / /mnt/my\040data rw,relatime - fuse.dlfs dlfs:/srv/other rw,user_id=0,group_id=0,default_permissions,allow_other
 `)
 	m, ok := parseMountInfo(info, "/mnt/my data")
-	if !ok || m.FSType != "fuse.dlfs" || m.Source != "dlfs:/srv/other" || !m.IsFUSE() || !hasOption(m.Options, "allow_other") {
+	if !ok || m.Dev != "0:51" || m.FSType != "fuse.dlfs" || m.Source != "dlfs:/srv/other" || !m.IsFUSE() || !hasOption(m.Options, "allow_other") {
 		t.Errorf("the mount on top: %+v %v", m, ok)
 	}
 	if uid, ok := m.Owner(); !ok || uid != 0 {

@@ -89,7 +89,8 @@ func TestMountTakenAway(t *testing.T) {
 }
 
 // TestLazyUmountWhileOpen: a mount detached lazily while a file is open
-// serves that file until it is closed; then the daemon exits 0.
+// serves that file until it is closed; then the daemon exits 0. A SIGTERM
+// before then stops it, with exit 0 too.
 func TestLazyUmountWhileOpen(t *testing.T) {
 	src := t.TempDir()
 	if err := os.WriteFile(filepath.Join(src, "a"), []byte("held"), 0o644); err != nil {
@@ -114,6 +115,19 @@ func TestLazyUmountWhileOpen(t *testing.T) {
 	}
 	f.Close()
 	d.waitExit(t, "the last file closed", "")
+
+	// SIGTERM while a detached mount still has a file open: exit 0 (it
+	// exited 1, 'unmount: invalid argument').
+	d = startDlfs(t, src)
+	if f, err = os.Open(filepath.Join(d.Mnt, "a")); err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if code, _, stderr := runCmd(t, bin.dlfs, "umount", "--lazy", d.Mnt); code != 0 {
+		t.Fatalf("dlfs umount --lazy: exit %d: %s", code, stderr)
+	}
+	d.Cmd.Process.Signal(syscall.SIGTERM)
+	d.waitExit(t, "SIGTERM after a lazy unmount", "")
 }
 
 // TestDeadMountCleared: a daemon killed with SIGKILL leaves a dead mount;
