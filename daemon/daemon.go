@@ -10,8 +10,8 @@
 // Start first checks the Config against this host (Validate: before
 // SOURCE is scanned) and clears a dead mount a killed daemon left at the
 // mount point; it then builds the parts in dependency order and mounts;
-// once it returns, the mount is usable. Each part registers its closer as it is built, and
-// Close runs them in reverse: the FUSE server first (no new reads), then
+// once it returns, the mount is usable. Each part registers its closer as
+// it is built, and Close runs them in reverse: the FUSE server first (no new reads), then
 // the prefetcher (whose fetches use the peers and the tiers), the read
 // policy (its goroutines, the peer batchers and client), the cluster, the
 // peer server, the metrics server, the SSD store (which commits its
