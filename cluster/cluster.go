@@ -293,6 +293,9 @@ func (c *Cluster) record(n *memberlist.Node, state string) {
 		c.log.Warn("cluster: ignoring a member's metadata", "node", n.Name, "err", err)
 	} else {
 		m.Meta = meta
+		for _, err := range meta.jobErrs {
+			c.log.Debug("cluster: ignoring a member's job", "node", n.Name, "err", err)
+		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -93,6 +93,8 @@ func TestBadConfig(t *testing.T) {
 func FuzzDecodeMeta(f *testing.F) {
 	good, _ := Meta{DataAddr: "h:1", Dataset: "d", RAM: 1, SSD: 2}.Encode()
 	f.Add(good)
+	withJobs, _ := Meta{DataAddr: "h:1", Dataset: "d", Jobs: []string{"job=a epoch=3 world=2 ranks=1 balance=locality batch=4", "epoch=x"}}.Encode()
+	f.Add(withJobs)
 	f.Add([]byte{})
 	f.Add([]byte{1, '{'})
 	f.Add([]byte{2, '{', '}'})
@@ -110,7 +112,36 @@ func FuzzDecodeMeta(f *testing.F) {
 		if _, err := m.Encode(); err != nil && len(fmt.Sprint(m)) < MaxMeta/2 {
 			t.Fatalf("decoded %+v does not encode: %v", m, err)
 		}
+		if len(m.Specs)+len(m.jobErrs) != len(m.Jobs) {
+			t.Fatalf("%d job lines gave %d specs and %d errors", len(m.Jobs), len(m.Specs), len(m.jobErrs))
+		}
+		for _, s := range m.Specs {
+			if err := s.Check(); err != nil {
+				t.Fatalf("spec %+v fails Check: %v", s, err)
+			}
+		}
 	})
+}
+
+// TestDecodeMetaJobs: the gossiped job lines are parsed once, on arrival,
+// merged over the defaults; a line that does not parse or check is left
+// out, and the others kept in order.
+func TestDecodeMetaJobs(t *testing.T) {
+	b, err := Meta{DataAddr: "h:1", Dataset: "d", Jobs: []string{"job=a epoch=3 world=2 ranks=1", "job=b bogus", "job=c epoch=0 ranks=4", "refresh", "job=d epoch=1 sampler=random"}}.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := DecodeMeta(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Specs) != 2 || m.Specs[0].Name != "a" || m.Specs[0].Epoch != 3 || m.Specs[0].World != 2 || m.Specs[0].Root != "." ||
+		m.Specs[1].Name != "d" || m.Specs[1].Sampler != "random" || len(m.Specs[1].Ranks) != 1 {
+		t.Errorf("specs %+v", m.Specs)
+	}
+	if len(m.jobErrs) != 3 || len(m.Jobs) != 5 {
+		t.Errorf("%d errors (%v), %d lines", len(m.jobErrs), m.jobErrs, len(m.Jobs))
+	}
 }
 
 // TestSetMeta: a metadata update reaches every member, this one included.

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/dlfs/dlfs/control"
 )
 
 // Meta is what a node tells the others about itself in its gossip
@@ -19,9 +21,16 @@ type Meta struct {
 	Placement int `json:"placement,omitempty"`
 	// Jobs are the jobs this node runs ranks of, as job lines (package
 	// control) whose epoch is the first one announced: placement reads
-	// them to put samples where they are read most. The reader parses
-	// and checks them.
+	// them to put samples where they are read most. DecodeMeta parses
+	// and checks them into Specs.
 	Jobs []string `json:"jobs,omitempty"`
+	// Specs are Jobs as DecodeMeta parsed them, once, on arrival: each
+	// merged over control.DefaultJob and checked, in order. A line that
+	// does not parse or check is left out (a peer whose view differs;
+	// hashing still places its samples). Not gossiped: Jobs are.
+	Specs []control.Job `json:"-"`
+	// jobErrs say why the lines left out of Specs were.
+	jobErrs []error
 }
 
 // metaV1 is the first byte of encoded metadata: every gossip payload
@@ -64,6 +73,14 @@ func DecodeMeta(b []byte) (Meta, error) {
 	}
 	if m.RAM < 0 || m.SSD < 0 {
 		return m, fmt.Errorf("%w: negative capacity", ErrMeta)
+	}
+	for _, line := range m.Jobs {
+		spec, err := control.ParseLine(line)
+		if err != nil {
+			m.jobErrs = append(m.jobErrs, fmt.Errorf("job line %q: %w", line, err))
+			continue
+		}
+		m.Specs = append(m.Specs, spec)
 	}
 	return m, nil
 }

@@ -118,6 +118,24 @@ func (j Job) Validate() error {
 	return nil
 }
 
+// ParseLine parses line, one whole job as Line writes it (a job another
+// node gossips), and returns it merged over DefaultJob and checked.
+func ParseLine(line string) (Job, error) {
+	cmds, err := Parse([]byte(line))
+	if err != nil {
+		return Job{}, err
+	}
+	if len(cmds) != 1 {
+		return Job{}, fmt.Errorf("%w: %d commands where one job line was expected", ErrSyntax, len(cmds))
+	}
+	j, ok := cmds[0].(Job)
+	if !ok {
+		return Job{}, fmt.Errorf("%w: %q is not a job line", ErrSyntax, clip(line))
+	}
+	j = j.Merge(DefaultJob())
+	return j, j.Check()
+}
+
 // Check validates the relations between keys of a merged job.
 func (j Job) Check() error {
 	for _, r := range j.Ranks {

@@ -87,9 +87,9 @@ func jobLines(all []*jobs.Job, first map[string]int) []string {
 
 // demand returns the planned reads of every sample any alive member's job
 // reads, by member index (alive order, which is placement's). Lines that
-// do not parse or whose dataset this node cannot index are skipped: they
-// come from a peer whose view differs, and hashing still places those
-// samples.
+// do not parse (cluster.Meta.Specs leaves them out) or whose dataset this
+// node cannot index are skipped: they come from a peer whose view
+// differs, and hashing still places those samples.
 func (o *Owners) demand(alive []cluster.Member) []placement.Sample {
 	type group struct {
 		spec  control.Job
@@ -97,20 +97,7 @@ func (o *Owners) demand(alive []cluster.Member) []placement.Sample {
 	}
 	groups := map[string]*group{}
 	for mi, m := range alive {
-		for _, line := range m.Meta.Jobs {
-			cmds, err := control.Parse([]byte(line))
-			if err != nil || len(cmds) != 1 {
-				o.log.Debug("placement: ignoring a peer's job", "node", m.Name, "line", line, "err", err)
-				continue
-			}
-			line, ok := cmds[0].(control.Job)
-			if !ok {
-				continue
-			}
-			spec := line.Merge(control.DefaultJob())
-			if spec.Check() != nil {
-				continue
-			}
+		for _, spec := range m.Meta.Specs { // parsed and checked on arrival
 			id := spec.Identity()
 			g := groups[id]
 			if g == nil {
@@ -233,20 +220,13 @@ func (o *Owners) computeLayout(j *jobs.Job, t *placement.Table, placed []cluster
 	var capacity int64
 	for mi, m := range placed {
 		capacity += m.Meta.RAM + m.Meta.SSD
-		for _, line := range m.Meta.Jobs {
-			cmds, err := control.Parse([]byte(line))
-			if err != nil || len(cmds) != 1 {
+		for _, spec := range m.Meta.Specs {
+			if spec.Identity() != id {
 				continue
 			}
-			if spec, ok := cmds[0].(control.Job); ok {
-				spec = spec.Merge(control.DefaultJob())
-				if spec.Identity() != id {
-					continue
-				}
-				for _, r := range spec.Ranks {
-					if r < len(rankNode) && rankNode[r] < 0 {
-						rankNode[r] = mi
-					}
+			for _, r := range spec.Ranks {
+				if r < len(rankNode) && rankNode[r] < 0 {
+					rankNode[r] = mi
 				}
 			}
 		}

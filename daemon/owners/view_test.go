@@ -24,6 +24,20 @@ func members(t *testing.T, names ...string) (*placement.Table, []cluster.Member)
 	return tb, ms
 }
 
+// arrive is m as a peer receives it: cluster.DecodeMeta parses its job
+// lines.
+func arrive(t *testing.T, m cluster.Meta) cluster.Meta {
+	t.Helper()
+	b, err := m.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err = cluster.DecodeMeta(b); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 // TestViewReadOnce: readers that decide while the watcher swaps views
 // see one view whole: an owner is always the one a single view gives
 // (never a table of one view read with the members of another), and the
@@ -82,6 +96,7 @@ func TestLayoutPerView(t *testing.T) {
 	line.Ranks = []int{0}
 	t2, m2 := members(t, "a", "b")
 	m2[0].Meta.Jobs = []string{line.Line()}
+	m2[0].Meta = arrive(t, m2[0].Meta)
 	o.view.Store(&View{table: t2, members: m2})
 	if l := o.Layout(j); fmt.Sprint(l.RankNode) != "[0 -1]" {
 		t.Fatalf("rank nodes %v under a's line alone, want [0 -1]", l.RankNode)
@@ -96,9 +111,10 @@ func TestLayoutPerView(t *testing.T) {
 	}
 	// b now runs rank 1: a new view, a new layout.
 	t2b, m2b := members(t, "a", "b")
-	m2b[0].Meta.Jobs = m2[0].Meta.Jobs
+	m2b[0].Meta = m2[0].Meta
 	line.Ranks = []int{1}
 	m2b[1].Meta.Jobs = []string{line.Line()}
+	m2b[1].Meta = arrive(t, m2b[1].Meta)
 	o.view.Store(&View{table: t2b, members: m2b})
 	if l := o.Layout(j); fmt.Sprint(l.RankNode) != "[0 1]" || l.ID == kept {
 		t.Errorf("under the new view: rank nodes %v, ID %x (was %x); want [0 1] and a new ID", l.RankNode, l.ID, kept)
