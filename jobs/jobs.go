@@ -59,7 +59,6 @@ import (
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/control"
 	"github.com/dlfs/dlfs/folder"
-	"github.com/dlfs/dlfs/sampler"
 )
 
 // ErrJob wraps every rejected job line; it is a control.ErrSyntax, so the
@@ -267,7 +266,7 @@ func (j *Job) orderLocked(rank, epoch int) []int32 {
 	if p, ok := j.plans[[2]int{rank, epoch}]; ok {
 		return p
 	}
-	p := narrow(draw(j.Spec, j.N(), rank, epoch))
+	p := narrow(ReadOrder(j.Spec, j.N(), rank, epoch))
 	if j.plans == nil {
 		j.plans = map[[2]int][]int32{}
 	}
@@ -356,28 +355,18 @@ func (j *Job) PlanStats() map[int]PlanStats {
 
 // makeBalanced plans epoch under lay.
 func (j *Job) makeBalanced(epoch int, lay Layout) *balancedEpoch {
-	d := j.distributed()
-	perm := d.Global(j.permutationLocked(epoch, lay.Cached))
-	p := &balancedEpoch{id: lay.ID, orders: make([][]int32, j.Spec.World), batches: make([][]int, j.Spec.World)}
+	p := &balancedEpoch{id: lay.ID}
 	p.stats.Layout = fmt.Sprintf("%016x", lay.ID)
 	p.stats.MinBatch = math.MaxInt
 	var imb []float64
-	for _, gb := range balance.GlobalBatches(perm, j.Spec.Batch, j.Spec.World) {
-		b := balance.Batch{Samples: gb, Owner: lay.Owner, RankNode: lay.RankNode, Sizes: balance.StockSizes(len(gb), j.Spec.World)}
-		var plan balance.Plan
+	plan, _ := BalancedPlan(j.Spec, j.N(), j.permutationLocked(epoch, lay.Cached), lay.RankNode, lay.Owner, func(b balance.Batch, plan balance.Plan) error {
 		if j.Spec.Balance == "solar" {
-			plan = balance.Solar(b)
 			imb = append(imb, balance.Imbalance(b))
 		} else {
-			plan = balance.Locality(b)
-			imb = append(imb, float64(plan.Moved)/float64(len(gb))) // balance.Imbalance, without a second pass
+			imb = append(imb, float64(plan.Moved)/float64(len(b.Samples))) // balance.Imbalance, without a second pass
 		}
 		p.stats.Moved += int64(plan.Moved)
 		for r, ss := range plan.Ranks {
-			for _, s := range ss {
-				p.orders[r] = append(p.orders[r], int32(s))
-			}
-			p.batches[r] = append(p.batches[r], len(ss))
 			p.stats.MinBatch = min(p.stats.MinBatch, len(ss))
 			p.stats.MaxBatch = max(p.stats.MaxBatch, len(ss))
 			for _, s := range ss {
@@ -390,7 +379,9 @@ func (j *Job) makeBalanced(epoch int, lay Layout) *balancedEpoch {
 				}
 			}
 		}
-	}
+		return nil
+	})
+	p.orders, p.batches = plan.Orders, plan.Batches
 	if p.stats.MinBatch == math.MaxInt {
 		p.stats.MinBatch = 0
 	}
@@ -462,7 +453,7 @@ func (j *Job) permutationLocked(epoch, cached int) int {
 	block := epoch / l
 	order, ok := j.blocks[block]
 	if !ok {
-		d := j.distributed()
+		d := Distributed(j.Spec, j.N())
 		perms := make([][]int, l)
 		for i := range perms {
 			perms[i] = d.Global(block*l + i)
@@ -476,21 +467,6 @@ func (j *Job) permutationLocked(epoch, cached int) int {
 	return block*l + order[epoch-block*l]
 }
 
-// distributed is the job's DistributedSampler.
-func (j *Job) distributed() sampler.Distributed {
-	s := j.Spec
-	return sampler.Distributed{N: j.N(), World: s.World, Shuffle: s.Shuffle, Seed: s.Seed, DropLast: s.DropLast, Version: version(s)}
-}
-
-func version(s control.Job) sampler.Version {
-	if s.Torch27 {
-		return sampler.Torch27
-	}
-	return sampler.Torch1
-}
-
-// draw returns the sample indices rank of a job with spec over n samples
-// reads in epoch.
 // narrow copies sample indices into 4-byte ones.
 func narrow(xs []int) []int32 {
 	out := make([]int32, len(xs))
@@ -498,17 +474,6 @@ func narrow(xs []int) []int32 {
 		out[i] = int32(x)
 	}
 	return out
-}
-
-func draw(s control.Job, n, rank, epoch int) []int {
-	switch s.Sampler {
-	case "distributed":
-		return sampler.Distributed{N: n, World: s.World, Rank: rank, Shuffle: s.Shuffle, Seed: s.Seed,
-			DropLast: s.DropLast, Version: version(s)}.Epoch(epoch)
-	case "random":
-		return sampler.Random{N: n, Seed: s.Seed, Version: version(s)}.Epoch(epoch)
-	}
-	return sampler.Sequential(n)
 }
 
 // Positions is how many sample positions a job with spec over n samples
@@ -598,9 +563,7 @@ func Reads(spec control.Job, n, from, count int, fn func(rank, i int)) {
 			}
 			continue
 		}
-		d := sampler.Distributed{N: n, World: spec.World, Shuffle: spec.Shuffle, Seed: spec.Seed,
-			DropLast: spec.DropLast, Version: version(spec)}
-		for pos, i := range d.Global(e) {
+		for pos, i := range Distributed(spec, n).Global(e) {
 			fn(pos%spec.World, i)
 		}
 	}

@@ -154,7 +154,7 @@ func TestReads(t *testing.T) {
 		want := map[[2]int]int{}
 		for e := spec.Epoch; e < spec.Epoch+2; e++ {
 			for r := 0; r < spec.World; r++ {
-				for _, i := range draw(spec, n, r, e) {
+				for _, i := range ReadOrder(spec, n, r, e) {
 					want[[2]int{r, i}]++
 				}
 			}
@@ -218,7 +218,7 @@ func TestBalancedPlans(t *testing.T) {
 				t.Fatal(err)
 			}
 			j := r.Get("j")
-			d := j.distributed()
+			d := Distributed(j.Spec, j.N())
 			local, total := 0, 0
 			for e := 0; e < 2; e++ {
 				j.mu.Lock()
@@ -264,7 +264,7 @@ func TestBalancedPlans(t *testing.T) {
 	}
 	j := r.Get("j")
 	for rk := 0; rk < 2; rk++ {
-		if got, want := j.Order(rk, 0), narrow(draw(j.Spec, j.N(), rk, 0)); !slices.Equal(got, want) {
+		if got, want := j.Order(rk, 0), narrow(ReadOrder(j.Spec, j.N(), rk, 0)); !slices.Equal(got, want) {
 			t.Errorf("rank %d on one node: %v, stock %v", rk, got, want)
 		}
 	}

@@ -115,7 +115,7 @@ import (
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/control"
 	"github.com/dlfs/dlfs/folder"
-	"github.com/dlfs/dlfs/sampler"
+	"github.com/dlfs/dlfs/jobs"
 )
 
 // Config configures a Tracker.
@@ -322,24 +322,27 @@ type inference struct {
 
 // planOf is the rank's order in epoch e, as index position -> position
 // (4 bytes per sample), for a torch order; nil for a scan, whose positions
-// are arithmetic (planned).
+// are arithmetic (planned). It is the order the job's line plans
+// (jobs.ReadOrder), RandomSampler's once the reader turned out to be one.
 func (inf *inference) planOf(e int) []int32 {
 	if inf.pattern.Kind != "torch" {
 		return nil
 	}
-	n := inf.idx.n
-	g := inf.guess
-	order := sampler.Distributed{N: n, World: g.World, Rank: g.Rank, Shuffle: true, Seed: g.Seed}.Epoch(e)
 	if inf.random {
-		order = sampler.Random{N: n, Seed: g.Seed}.Epoch(e)
+		return inf.randomPlan(e)
 	}
-	return positions(order, n)
+	return positions(jobs.ReadOrder(inf.spec(), inf.idx.n, inf.guess.Rank, e), inf.idx.n)
 }
 
 // randomPlan is RandomSampler's order in epoch e, as planOf gives it.
 func (inf *inference) randomPlan(e int) []int32 {
-	return positions(sampler.Random{N: inf.idx.n, Seed: inf.guess.Seed}.Epoch(e), inf.idx.n)
+	spec := inf.spec()
+	spec.Sampler = "random"
+	return positions(jobs.ReadOrder(spec, inf.idx.n, inf.guess.Rank, e), inf.idx.n)
 }
+
+// spec is the inferred job's line with the defaults filled in.
+func (inf *inference) spec() control.Job { return inf.line.Merge(control.DefaultJob()) }
 
 // positions inverts an order of n samples: sample -> its position.
 func positions(order []int, n int) []int32 {
@@ -380,8 +383,7 @@ func (inf *inference) epochLength() int {
 	case "strided":
 		return (n - inf.pattern.Rank + inf.pattern.Stride - 1) / inf.pattern.Stride
 	}
-	g := inf.guess
-	return sampler.Distributed{N: n, World: g.World, Shuffle: true}.NumSamples()
+	return jobs.Distributed(inf.spec(), n).NumSamples()
 }
 
 // indexed is an ImageFolder index and its positions by file: 4 bytes per

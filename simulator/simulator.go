@@ -15,8 +15,8 @@
 //
 // Placement is placement.New over members of equal capacity (hash
 // placement); with α < 1 a fixed α of the samples, chosen by hash, is
-// cached at all. Plans are balance.Locality, exactly as the daemon makes
-// them.
+// cached at all. Plans are balance=locality's, made by the daemon's own
+// jobs.BalancedPlan.
 package simulator
 
 import (
@@ -31,8 +31,9 @@ import (
 	"time"
 
 	"github.com/dlfs/dlfs/balance"
+	"github.com/dlfs/dlfs/control"
+	"github.com/dlfs/dlfs/jobs"
 	"github.com/dlfs/dlfs/placement"
-	"github.com/dlfs/dlfs/sampler"
 )
 
 // Config says what to simulate. Rates are in samples per second.
@@ -225,14 +226,14 @@ func Simulate(ctx context.Context, cfg Config) (*Result, error) {
 		cached[i] = cfg.Alpha >= 1 || unit(uint64(i)^cfg.Seed) < cfg.Alpha
 	}
 	res := &Result{Config: cfg, Samples: cfg.Samples}
-	type job struct{ p, b int }
-	var jobs []job
+	type config struct{ p, b int }
+	var configs []config
 	for _, p := range cfg.Nodes {
 		for _, b := range cfg.Batches {
-			jobs = append(jobs, job{p, b})
+			configs = append(configs, config{p, b})
 		}
 	}
-	res.Runs = make([]Run, len(jobs))
+	res.Runs = make([]Run, len(configs))
 	owners := map[int][]int32{}
 	var ownersMu sync.Mutex
 	ownersOf := func(p int) ([]int32, error) {
@@ -256,9 +257,9 @@ func Simulate(ctx context.Context, cfg Config) (*Result, error) {
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				o, err := ownersOf(jobs[i].p)
+				o, err := ownersOf(configs[i].p)
 				if err == nil {
-					res.Runs[i], err = simulate(ctx, cfg, jobs[i].p, jobs[i].b, o)
+					res.Runs[i], err = simulate(ctx, cfg, configs[i].p, configs[i].b, o)
 				}
 				if err != nil {
 					errMu.Lock()
@@ -273,7 +274,7 @@ func Simulate(ctx context.Context, cfg Config) (*Result, error) {
 		}()
 	}
 feed:
-	for i := range jobs {
+	for i := range configs {
 		select {
 		case next <- i:
 		case <-ctx.Done():
@@ -346,20 +347,20 @@ func simulate(ctx context.Context, cfg Config, p, b int, owner []int32) (Run, er
 		rankNode[i] = i / cfg.RanksPerNode
 	}
 	own := func(s int) int { return int(owner[s]) }
-	d := sampler.Distributed{N: cfg.Samples, World: world, Shuffle: true, Seed: cfg.Seed}
+	spec := control.DefaultJob() // DistributedSampler, shuffled, torch 2.6
+	spec.World, spec.Seed, spec.Batch, spec.Balance = world, cfg.Seed, b, "locality"
 	var reads, stock, local int64
 	for e := 0; e < cfg.Epochs; e++ {
-		for _, gb := range balance.GlobalBatches(d.Global(e), b, world) {
+		_, err := jobs.BalancedPlan(spec, cfg.Samples, e, rankNode, own, func(batch balance.Batch, plan balance.Plan) error {
 			if err := ctx.Err(); err != nil {
-				return r, fmt.Errorf("simulator: %w", err)
+				return fmt.Errorf("simulator: %w", err)
 			}
-			batch := balance.Batch{Samples: gb, Owner: own, RankNode: rankNode, Sizes: balance.StockSizes(len(gb), world)}
+			gb := batch.Samples
 			for i, s := range gb { // stock: position i of a global batch is rank i mod world's
 				if o := own(s); o >= 0 && o != rankNode[i%world] {
 					stock++
 				}
 			}
-			plan := balance.Locality(batch)
 			r.Imbalances = append(r.Imbalances, 100*float64(plan.Moved)/float64(len(gb))) // balance.Imbalance, without a second pass
 			r.Moved += int64(plan.Moved)
 			r.Transfers += int64(len(plan.Transfers))
@@ -373,6 +374,10 @@ func simulate(ctx context.Context, cfg Config, p, b int, owner []int32) (Run, er
 			}
 			reads += int64(len(gb))
 			r.Steps++
+			return nil
+		})
+		if err != nil {
+			return r, err
 		}
 	}
 	r.ImbalancePct = quartiles(slices.Clone(r.Imbalances))
@@ -403,7 +408,9 @@ func model(cfg Config, p int, f Fractions) EpochTime {
 // dataset: a fixed subset (static), or what the previous epoch read last
 // (balance.Reuse's model) in the sampler's order and in balance.EpochOrder's.
 func pfsReads(cfg Config, cached []bool) []EpochPFS {
-	d := sampler.Distributed{N: cfg.Samples, World: 1, Shuffle: true, Seed: cfg.Seed}
+	spec := control.DefaultJob() // one rank's DistributedSampler, shuffled, torch 2.6
+	spec.Seed = cfg.Seed
+	d := jobs.Distributed(spec, cfg.Samples)
 	perms := make([][]int, cfg.Epochs)
 	for e := range perms {
 		perms[e] = d.Global(e)
