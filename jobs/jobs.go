@@ -15,7 +15,9 @@
 // A job plans Lookahead epochs from the announced one. Plans come from the
 // sampler replicas (package sampler) and are computed when asked for and
 // cached per (rank, epoch), since a permutation of a million samples takes
-// tens of milliseconds.
+// tens of milliseconds. ReadOrder and BalancedPlan (plan.go) are the one
+// place a spec becomes a rank's order or a balanced plan; inference
+// (package readers) and the simulator call them too.
 //
 // An inferred job's line (package readers) gives batch= and workers= only
 // once its reads showed them. Until then it is planned with
