@@ -634,15 +634,21 @@ func (l *Loader) Prefetch(ctx context.Context, e *catalog.Entry, keep Keep) (int
 			return staged, fmt.Errorf("prefetch %s: %w", e.Path(), err)
 		}
 		key := BlockKey(e.Path(), i)
-		if l.ram.Contains(key) || l.flight.held(key) || l.readerHas(e, i) {
-			continue // cached, a demand read has it, or its reader passed it or has it fetched ahead
+		held, in := l.readerIn(e, i)
+		if in {
+			break // a reader is in e: its read-ahead fetches the rest
+		}
+		if held || l.ram.Contains(key) || l.flight.held(key) {
+			continue // fetched ahead of a reader, cached, or a demand read has it
 		}
 		tag := l.Tag(e, key)
 		took := false
 		c, shared, err := l.flight.do(ctx, key, tag, forPrefetch, func(ctx context.Context) (fetch, error) {
 			f, err := l.load(ctx, e, i, tag, forPrefetch)
 			if err == nil {
-				took = keep(e, i, blockOf(e, tag, f))
+				if took = keep(e, i, blockOf(e, tag, f)); !took {
+					l.keepForReader(e, i, blockOf(e, tag, f), f.src)
+				}
 			}
 			return f, err
 		})

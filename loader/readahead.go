@@ -5,6 +5,7 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/integrity"
@@ -64,6 +65,8 @@ type readAhead struct {
 type stream struct {
 	gen    uint64          // bumped when turned away: older fetches drop their block
 	seen   uint64          // clock of its last read
+	at     time.Time       // time of its last read
+	end    bool            // a read reached the file's last block
 	last   int64           // the furthest block a read reached
 	window int64           // blocks fetched ahead of last; 0 until the stream moves forward
 	turned bool            // a read turned it away once: with no window, a random reader
@@ -151,7 +154,8 @@ func (l *Loader) readAheadFor(e *catalog.Entry, first, last int64) (random bool)
 		s.window = 1 // a read of the head: most readers go on
 	}
 	random = s.turned && s.window == 0
-	s.seen = ra.clock
+	s.seen, s.at = ra.clock, time.Now()
+	s.end = s.end || last == n-1
 	var want []int64
 	ahead := s.aheadLocked()
 	for ; s.ahead <= min(s.last+s.window, n-1); s.ahead++ {
@@ -310,23 +314,13 @@ func (l *Loader) aheadWanted(e *catalog.Entry, s *stream, gen uint64, j int64) b
 	return l.ahead.streams[e.Path()] == s && s.gen == gen && j > s.last
 }
 
-// readerHas says a reader moving through e has read block i or
-// passed it, or has it fetched ahead: a prefetch of it would read it
-// again.
-func (l *Loader) readerHas(e *catalog.Entry, i int64) bool {
-	held, passed := l.aheadOf(e, i)
-	return held || passed
-}
-
-// aheadHas reports whether block i of e is held ahead of its reader.
-func (l *Loader) aheadHas(e *catalog.Entry, i int64) bool {
-	held, _ := l.aheadOf(e, i)
-	return held
-}
-
-// aheadOf says whether block i of e is held ahead of its reader, and
-// whether the reader has reached it.
-func (l *Loader) aheadOf(e *catalog.Entry, i int64) (held, passed bool) {
+// readerIn says whether block i of e is held ahead of its reader, and
+// whether a reader is in e now: it read e within readerGone and has not
+// reached its end. A prefetch leaves the rest of such a file to the
+// reader's read-ahead, which fetches it in order within its bounds: a
+// block the prefetch fetched past those bounds, or after the reader
+// passed it, would be read again (see keepForReader).
+func (l *Loader) readerIn(e *catalog.Entry, i int64) (held, in bool) {
 	if e.Size <= l.cfg.BlockSize {
 		return false, false // one block: never followed
 	}
@@ -337,7 +331,17 @@ func (l *Loader) aheadOf(e *catalog.Entry, i int64) (held, passed bool) {
 		return false, false
 	}
 	_, held = s.blocks[i]
-	return held, i <= s.last
+	return held, !s.end && time.Since(s.at) < readerGone
+}
+
+// readerGone is how long after its last read a reader that has not
+// reached the end of its file is taken to have left it.
+const readerGone = 2 * time.Second
+
+// aheadHas reports whether block i of e is held ahead of its reader.
+func (l *Loader) aheadHas(e *catalog.Entry, i int64) bool {
+	held, _ := l.readerIn(e, i)
+	return held
 }
 
 // takeAhead returns block key (number i) of e, tagged tag, if it was
@@ -447,6 +451,22 @@ func (l *Loader) readPFSWithTail(ctx context.Context, e *catalog.Entry, i, n int
 // holdAhead puts block j of e, fetched with another, where reads of
 // blocks fetched ahead look, if the bound has room.
 func (l *Loader) holdAhead(e *catalog.Entry, j int64, b ramcache.Block, src tier) {
+	l.hold(e, j, b, src, true)
+}
+
+// keepForReader puts block j of e, which a prefetch fetched but the stage
+// refused (its sample's reader has begun it, so no plan needs it any
+// more), where that reader looks, if it has not passed j and the bound
+// has room: otherwise the reader would read the block again.
+func (l *Loader) keepForReader(e *catalog.Entry, j int64, b ramcache.Block, src tier) {
+	if e.Size > l.cfg.BlockSize && !l.cfg.NoReadAhead {
+		l.hold(e, j, b, src, false)
+	}
+}
+
+// hold puts block j of e among the blocks fetched ahead of e's stream;
+// with start, a stream starts there if e has none.
+func (l *Loader) hold(e *catalog.Entry, j int64, b ramcache.Block, src tier, start bool) {
 	ra := &l.ahead
 	ra.mu.Lock()
 	defer ra.mu.Unlock()
@@ -454,12 +474,15 @@ func (l *Loader) holdAhead(e *catalog.Entry, j int64, b ramcache.Block, src tier
 	if ra.held+size > l.cfg.ReadAheadTotal {
 		return
 	}
-	ra.clock++
 	s := ra.streams[e.Path()]
-	if s == nil {
+	switch {
+	case s == nil && !start, s != nil && !start && j <= s.last:
+		return
+	case s == nil:
 		s = ra.newStreamLocked(e.Path())
 		s.last, s.ahead = j-1, j
 	}
+	ra.clock++
 	if _, ok := s.blocks[j]; ok || s.aheadLocked()+size > l.cfg.ReadAhead {
 		return
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/integrity"
 	"github.com/dlfs/dlfs/ramcache"
 	"github.com/dlfs/dlfs/source"
 )
@@ -427,7 +428,45 @@ func TestPrefetchLeavesReadersBlocks(t *testing.T) {
 	if _, err := l.Prefetch(context.Background(), e, st.keep); err != nil {
 		t.Fatal(err)
 	}
-	if _, twice := pfs.bytesRead("f"); len(twice) > 0 {
+	n, twice := pfs.bytesRead("f")
+	if len(twice) > 0 {
 		t.Errorf("offsets %v read from the PFS twice", twice)
+	}
+	// Nor the rest: the reader's read-ahead fetches it in order, within
+	// its bounds, and a block fetched past them would be read again.
+	if n != 6*bs {
+		t.Errorf("the PFS served %d bytes, want the %d of blocks 0-5: a prefetch fetched past the reader's read-ahead", n, 6*bs)
+	}
+}
+
+// A block a prefetch fetched and the stage refused (its sample's reader
+// has begun it) is kept for that reader if it has not passed it.
+func TestKeepForReader(t *testing.T) {
+	const bs, blocks = 100, 12
+	want := data(bs * blocks)
+	pfs := newBlockPFS(map[string][]byte{"f": want})
+	l := New(Config{BlockSize: bs, ReadAhead: 4 * bs, ReadAheadTotal: 8 * bs, NoReadAhead: false}, ramcache.New(ramcache.Config{Capacity: 1}), nil, pfs)
+	defer l.Close()
+	e := entry("f", bs*blocks)
+	if _, err := l.ReadAt(context.Background(), e, make([]byte, bs), 5*bs); err != nil { // not the head: no window
+		t.Fatal(err)
+	}
+	key := BlockKey("f", 7)
+	tag := l.Tag(e, key)
+	l.keepForReader(e, 7, blockOf(e, tag, fetch{want[7*bs : 8*bs], tierPFS, integrity.Sum(tag, want[7*bs:8*bs])}), tierPFS)
+	l.keepForReader(e, 3, blockOf(e, tag, fetch{want[3*bs : 4*bs], tierPFS, 0}), tierPFS) // passed: not kept
+	b, err := l.ReadAt(context.Background(), e, make([]byte, bs), 7*bs)
+	if err != nil || !bytes.Equal(b, want[7*bs:8*bs]) {
+		t.Fatalf("block 7: %v, right bytes %v", err, bytes.Equal(b, want[7*bs:8*bs]))
+	}
+	pfs.mu.Lock()
+	for _, r := range pfs.reads["f"] {
+		if r[0] == 7*bs {
+			t.Error("block 7 was read from the PFS: it was not kept for the reader")
+		}
+	}
+	pfs.mu.Unlock()
+	if l.aheadHas(e, 3) {
+		t.Error("a block behind the reader was kept for it")
 	}
 }

@@ -798,11 +798,19 @@ func (p *Prefetcher) ObserveRead(uid uint32, known bool, e *catalog.Entry, off i
 	} else {
 		st.Hits++
 	}
+	placing := best.unplaced()
 	best.maxSeen = max(best.maxSeen, bestPos)
 	// The frontier never lags far behind the furthest read: a stream
 	// built while its reader was already under way (an inferred job)
-	// must not fetch what the reader has passed.
-	if f := best.order.step(best.maxSeen) - best.slack; best.frontier < f {
+	// must not fetch what the reader has passed. Its first read places
+	// it: what lies behind was read before the job existed, or is being
+	// read by the reader's other workers now, so its frontier starts
+	// past that read (a large sample fetched again costs the PFS it all).
+	f := best.order.step(best.maxSeen) - best.slack
+	if placing {
+		f = best.order.step(best.maxSeen) + 1
+	}
+	if best.frontier < f {
 		best.frontier = f
 	}
 	p.advanceLocked(best)
@@ -875,7 +883,7 @@ func soonest(streams []*stream, fallback float64) *stream {
 	var s *stream
 	var sLead float64
 	for _, c := range streams {
-		if c.frontier >= c.len() || c.bounded() {
+		if c.frontier >= c.len() || c.bounded() || c.unplaced() {
 			continue
 		}
 		if l := c.lead(fallback); s == nil || l < sLead {
@@ -885,13 +893,19 @@ func soonest(streams []*stream, fallback float64) *stream {
 	return s
 }
 
+// unplaced reports whether s is an inferred job's stream that no read has
+// placed yet. The job was inferred from reads made before it existed, so
+// its cursor is not where its reader is until the reader's next read:
+// fetching from it would fetch what the reader has read already.
+func (s *stream) unplaced() bool { return s.job.Inferred && s.maxSeen < 0 }
+
 // leastAhead returns the stream whose frontier is fewest positions ahead
 // of its reader, of those with samples left to fetch and room to fetch
 // them; or nil.
 func leastAhead(streams []*stream) *stream {
 	var s *stream
 	for _, c := range streams {
-		if c.frontier < c.len() && !c.bounded() && (s == nil || c.ahead() < s.ahead()) {
+		if c.frontier < c.len() && !c.bounded() && !c.unplaced() && (s == nil || c.ahead() < s.ahead()) {
 			s = c
 		}
 	}

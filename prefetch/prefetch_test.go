@@ -141,6 +141,9 @@ func setupSized(t *testing.T, files int, size func(int) int, line string, cfg Co
 	reg := jobs.New(jobs.Config{Snapshot: cat.Snapshot})
 	p := New(cfg, fl, reg)
 	t.Cleanup(p.Close)
+	if line == "" {
+		return p, reg, fl // no job yet
+	}
 	cmds, err := control.Parse([]byte(line))
 	if err != nil {
 		t.Fatal(err)
@@ -689,5 +692,40 @@ func TestEndedJobKept(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitFor(t, "the end", func() bool { st, _ := stats(); return st.Ended })
+	}
+}
+
+// A job inferred from reads made before it existed starts fetching at its
+// reader's next read, past it: what lies behind was read already.
+func TestInferredStreamStartsAtItsReader(t *testing.T) {
+	fl := &fakeLoader{fetches: map[string]int{}}
+	p, reg, _ := setupWith(t, 100, "", Config{Workers: 2, Staging: 20}, fl)
+	cmds, err := control.Parse([]byte("job=inf root=data sampler=sequential epoch=0 batch=1 workers=1 lookahead=1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.ApplyInferred(access.Cred{}, cmds[0].(control.Job)); err != nil {
+		t.Fatal(err)
+	}
+	stats := func() Stats { _, per := p.Stats(); return per["inf"]["rank-0"] }
+	waitFor(t, "the stream", func() bool { return stats().Predicted == 100 })
+	j := reg.Get("inf")
+	order := j.Order(0, 0)
+	at := func(i int) *catalog.Entry { return j.Samples[order[i]].Entry }
+	p.ObserveRead(0, true, at(50), 0, 0)
+	for i := 51; i < 60; i++ {
+		p.ObserveRead(0, true, at(i), 0, 0)
+		waitFor(t, fmt.Sprint("the fetch of position ", i+1), func() bool {
+			fl.mu.Lock()
+			defer fl.mu.Unlock()
+			return fl.fetches[at(i+1).Path()] > 0
+		})
+	}
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	for i := 0; i <= 50; i++ {
+		if n := fl.fetches[at(i).Path()]; n > 0 {
+			t.Errorf("position %d, behind the inferred job's first read (50), fetched %d times", i, n)
+		}
 	}
 }
