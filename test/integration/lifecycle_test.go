@@ -51,6 +51,11 @@ func (p *proc) waitExit(t *testing.T, why, metricsAddr string) {
 func TestUmountIdleMount(t *testing.T) {
 	src := conformance.OddTree(t, t.TempDir())
 	d := startDlfs(t, src)
+	// doctor's advice for a live mount is the one followed below.
+	code, out, _ := runCmd(t, bin.dlfs, "doctor", src, d.Mnt)
+	if want := "FAIL  MOUNTPOINT: " + d.Mnt + " is busy: a live dlfs mount of " + src + " is there; unmount it first (dlfs umount " + d.Mnt + ")"; code != 1 || !strings.Contains(out, want) {
+		t.Errorf("dlfs doctor on a live mount: exit %d, want a line %q:\n%s", code, want, out)
+	}
 	if code, _, stderr := runCmd(t, bin.dlfs, "umount", d.Mnt); code != 0 {
 		t.Fatalf("dlfs umount of an idle mount: exit %d: %s", code, stderr)
 	}
@@ -144,6 +149,10 @@ func TestDeadMountCleared(t *testing.T) {
 	code, out, stderr := runCmd(t, bin.dlfs, "stats", d.Mnt)
 	if code == 0 || !strings.Contains(stderr, "dead mount") || !strings.Contains(stderr, "dlfs umount "+d.Mnt) {
 		t.Errorf("dlfs stats of a dead mount: exit %d: %s%s", code, out, stderr)
+	}
+	code, out, stderr = runCmd(t, bin.dlfs, "doctor", src, d.Mnt)
+	if !strings.Contains(out, "warn  MOUNTPOINT: "+d.Mnt+" is a dead mount (transport endpoint is not connected): its daemon died; dlfs mount clears it") || code != 0 {
+		t.Errorf("dlfs doctor on a dead mount: exit %d:\n%s%s", code, out, stderr)
 	}
 	again := startMount(t, bin.dlfs, d.Mnt, "mount", src, d.Mnt)
 	if n := strings.Count(again.Stderr.String(), "dead mount"); n != 1 {
