@@ -278,3 +278,31 @@ func TestRelativeSource(t *testing.T) {
 		again.stop(t)
 	}
 }
+
+// TestStatsOtherUsersMount: dlfs stats of a mount made without
+// --allow-other, run by another user, says whose mount it is and what to
+// do, instead of "not a dlfs mount".
+func TestStatsOtherUsersMount(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to act as another user")
+	}
+	open := func(dir string) string { // a directory nobody may enter, and its parent
+		os.Chmod(dir, 0o755)
+		os.Chmod(filepath.Dir(dir), 0o755)
+		return dir
+	}
+	mnt := open(t.TempDir())
+	startMount(t, bin.dlfs, mnt, "mount", conformance.OddTree(t, t.TempDir()), mnt)
+	dlfs := filepath.Join(open(t.TempDir()), "dlfs")
+	b, err := os.ReadFile(bin.dlfs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dlfs, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	code, stderr := asNobody(t, dlfs, "stats", mnt)
+	if want := mnt + ": permission denied: it is root's FUSE mount"; code == 0 || !strings.Contains(stderr, want) || !strings.Contains(stderr, "--allow-other") {
+		t.Errorf("dlfs stats as another user: exit %d, %q; want %q and --allow-other", code, stderr, want)
+	}
+}
