@@ -188,8 +188,9 @@ type streamID struct {
 // stream is one local rank's planned reads.
 type stream struct {
 	id       streamID
-	job      *jobs.Job // for its Ahead bound
-	plan     planKey   // what the order was drawn from: a stream is reused only for the same
+	job      *jobs.Job                       // for its Ahead bound and owner (mu: replaced by a new version of the job)
+	samples  atomic.Pointer[[]folder.Sample] // the job's Samples, read without mu (trimStage): a new version of the job replaces them
+	plan     planKey                         // what the order was drawn from: a stream is reused only for the same
 	epochs   []int
 	starts   []int              // position where each epoch begins
 	orders   [][]int32          // each epoch's order, shared with the job: the index in job.Samples of the sample at each position
@@ -442,6 +443,7 @@ func (p *Prefetcher) swap() {
 	for i, s := range fresh {
 		if o := old[s.id]; o != nil && o.plan == s.plan {
 			o.job = s.job // same plan: keep the progress; the job's bound and owner are the new version's
+			o.samples.Store(&s.job.Samples)
 			fresh[i] = o
 			continue
 		}
@@ -571,6 +573,7 @@ func keyOf(j *jobs.Job, rank int, epochs []int) planKey {
 func build(j *jobs.Job, rank int, epochs []int) *stream {
 	s := &stream{id: streamID{j.Spec.Name, rank}, job: j, plan: keyOf(j, rank, epochs), epochs: epochs, maxSeen: -1,
 		epochReads: make([]int64, len(epochs))}
+	s.samples.Store(&j.Samples)
 	var sizes [][]int // each epoch's batch sizes
 	n := 0
 	for _, e := range s.epochs {
@@ -614,7 +617,7 @@ func build(j *jobs.Job, rank int, epochs []int) *stream {
 // (nil for a dangling link: such a position is consumed from the start).
 func (s *stream) entry(pos int) *catalog.Entry {
 	e := s.epochOf(pos)
-	return s.job.Samples[s.orders[e][pos-s.starts[e]]].Entry
+	return (*s.samples.Load())[s.orders[e][pos-s.starts[e]]].Entry
 }
 
 // len is the number of positions.
