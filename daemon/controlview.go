@@ -143,8 +143,12 @@ func jobOfLine(line string) string {
 	return "default"
 }
 
+// jobLabel is the label naming a series' job (not "job", which is
+// Prometheus's own).
+const jobLabel = "dlfs_job"
+
 // promJob finds a series' job label in the text format.
-var promJob = regexp.MustCompile(`[{,]job="((?:[^"\\]|\\.)*)"`)
+var promJob = regexp.MustCompile(`[{,]` + jobLabel + `="((?:[^"\\]|\\.)*)"`)
 
 // promFor keeps of the metrics text b the series of v's jobs and those of
 // no job.

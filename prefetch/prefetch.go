@@ -806,11 +806,14 @@ func (p *Prefetcher) ObserveRead(uid uint32, known bool, e *catalog.Entry, off i
 	// The frontier never lags far behind the furthest read: a stream
 	// built while its reader was already under way (an inferred job)
 	// must not fetch what the reader has passed. Its first read places
-	// it: what lies behind was read before the job existed, or is being
-	// read by the reader's other workers now, so its frontier starts
-	// past that read (a large sample fetched again costs the PFS it all).
+	// it. Behind that read, within the slack, lie samples read before
+	// the job existed and samples the reader's other workers read now:
+	// small ones are fetched (little is lost on those read already, and
+	// the workers' misses would make the guess look wrong), large ones
+	// not (one read again costs the PFS all its bytes: an inferred scan
+	// of 32 MiB samples read 1.2x its bytes).
 	f := best.order.step(best.maxSeen) - best.slack
-	if placing {
+	if placing && e.Size > p.cfg.BlockSize {
 		f = best.order.step(best.maxSeen) + 1
 	}
 	if best.frontier < f {

@@ -697,10 +697,11 @@ func TestEndedJobKept(t *testing.T) {
 }
 
 // A job inferred from reads made before it existed starts fetching at its
-// reader's next read, past it: what lies behind was read already.
+// reader's next read, past it when its samples are larger than a block:
+// what lies behind was read already.
 func TestInferredStreamStartsAtItsReader(t *testing.T) {
 	fl := &fakeLoader{fetches: map[string]int{}}
-	p, reg, _ := setupWith(t, 100, "", Config{Workers: 2, Staging: 20}, fl)
+	p, reg, _ := setupSized(t, 100, func(int) int { return 3 }, "", Config{Workers: 2, Staging: 60, BlockSize: 2}, fl)
 	cmds, err := control.Parse([]byte("job=inf root=data sampler=sequential epoch=0 batch=1 workers=1 lookahead=1"))
 	if err != nil {
 		t.Fatal(err)

@@ -69,7 +69,7 @@ func TestValidationPassPrefetched(t *testing.T) {
 			}
 			out := runHeld(t, exec.Command("/usr/bin/python3", "-c", passScript+held, d.Mnt, arg))
 			// The jobs' prefetch figures after each validation pass.
-			var passes []map[string]map[string]map[string]float64
+			var passes []map[string]map[string]map[string]any
 			for _, line := range strings.Split(out, "\n") {
 				var e, n, m int
 				if _, err := fmt.Sscanf(line, "pass %d %d %d", &e, &n, &m); err != nil {
@@ -78,7 +78,7 @@ func TestValidationPassPrefetched(t *testing.T) {
 				if n != 300 || m != nVal {
 					t.Fatalf("epoch %d read %d training and %d validation samples:\n%s", e, n, m, out)
 				}
-				var jobs map[string]map[string]map[string]float64
+				var jobs map[string]map[string]map[string]any
 				if err := json.Unmarshal([]byte(strings.SplitN(line, " ", 5)[4]), &jobs); err != nil {
 					t.Fatalf("%v: %s", err, line)
 				}
@@ -126,10 +126,10 @@ func TestValidationPassPrefetched(t *testing.T) {
 			}
 			first := passes[0][valJob]["rank-0"]
 			t.Logf("val job %s after its first pass: %v; after its second: %v", valJob, first, passes[1][valJob]["rank-0"])
-			if first["hits"] < float64(nVal)/2 {
+			if hits, _ := first["hits"].(float64); hits < float64(nVal)/2 {
 				t.Errorf("the first validation pass: %v of its %d files prefetched (hits)", first["hits"], nVal)
 			}
-			if e := passes[1][valJob]["rank-0"]["epoch"]; e != 1 {
+			if e := passes[1][valJob]["rank-0"]["epoch"]; e != 1.0 {
 				t.Errorf("the second validation pass is the val job's epoch %v, want 1", e)
 			}
 			sizes, err := os.ReadFile(filepath.Join(d.Mnt, ".dlfs/jobs", valJob, "rank-0/epoch-1.batches"))
