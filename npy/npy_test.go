@@ -1,44 +1,34 @@
 package npy
 
 import (
-	"errors"
-	"reflect"
+	"encoding/binary"
+	"strings"
 	"testing"
 )
 
+// TestHeader: the magic, version 1.0, the little-endian length of what
+// follows, the dict numpy writes, then spaces and a newline up to a
+// multiple of 64 bytes.
 func TestHeader(t *testing.T) {
 	for _, c := range []struct {
 		descr string
 		shape []int
-	}{{"<f4", []int{32, 32, 3}}, {"|u1", []int{7}}, {">i8", nil}, {"<f8", []int{1, 2, 3, 4, 5, 6}}} {
+		dict  string
+	}{
+		{"<f4", []int{32, 32, 3}, "{'descr': '<f4', 'fortran_order': False, 'shape': (32, 32, 3), }"},
+		{"|u1", []int{7}, "{'descr': '|u1', 'fortran_order': False, 'shape': (7,), }"},
+		{">i8", nil, "{'descr': '>i8', 'fortran_order': False, 'shape': (), }"},
+		{"<f8", []int{1, 2, 3, 4, 5, 6}, "{'descr': '<f8', 'fortran_order': False, 'shape': (1, 2, 3, 4, 5, 6), }"},
+	} {
 		h := Header(c.descr, c.shape)
 		if len(h)%64 != 0 || h[len(h)-1] != '\n' {
-			t.Errorf("%v: header of %d bytes", c, len(h))
+			t.Errorf("%v: header of %d bytes", c.shape, len(h))
 		}
-		info, err := Parse(h)
-		want := c.shape
-		if want == nil {
-			want = []int{}
+		if string(h[:8]) != magic+"\x01\x00" || int(binary.LittleEndian.Uint16(h[8:])) != len(h)-10 {
+			t.Errorf("%v: prefix %q", c.shape, h[:10])
 		}
-		if err != nil || info.Descr != c.descr || !reflect.DeepEqual(info.Shape, want) || info.Offset != len(h) {
-			t.Errorf("%v: parsed %+v, %v", c, info, err)
+		if rest := string(h[10:]); !strings.HasPrefix(rest, c.dict) || strings.Trim(rest[len(c.dict):], " ") != "\n" {
+			t.Errorf("%v: dict %q, want %q padded with spaces and a newline", c.shape, rest, c.dict)
 		}
 	}
-}
-
-func FuzzParse(f *testing.F) {
-	f.Add(Header("<f4", []int{2, 3}))
-	f.Add([]byte("\x93NUMPY\x01\x00\x05\x00{}"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		info, err := Parse(b)
-		if err != nil {
-			if !errors.Is(err, ErrFormat) {
-				t.Fatal(err)
-			}
-			return
-		}
-		if info.Offset > len(b) {
-			t.Fatalf("data offset %d past %d bytes", info.Offset, len(b))
-		}
-	})
 }

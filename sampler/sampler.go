@@ -25,11 +25,6 @@
 // SHA-256 of the whole list, for n up to 1,281,167 and seeds beyond 2^32.
 package sampler
 
-import (
-	"errors"
-	"fmt"
-)
-
 // Version selects which torch release's randperm to replicate.
 type Version int
 
@@ -83,9 +78,6 @@ func swapShuffle(n int, g *MT19937) []int {
 	return p
 }
 
-// ErrConfig is wrapped by every invalid sampler configuration.
-var ErrConfig = errors.New("sampler: invalid configuration")
-
 // Distributed describes a torch.utils.data.DistributedSampler.
 type Distributed struct {
 	N        int    // len(dataset)
@@ -95,19 +87,6 @@ type Distributed struct {
 	Seed     uint64 // seed
 	DropLast bool   // drop_last
 	Version  Version
-}
-
-// Validate reports whether d is a configuration torch accepts.
-func (d Distributed) Validate() error {
-	switch {
-	case d.N < 0:
-		return fmt.Errorf("%w: dataset length %d", ErrConfig, d.N)
-	case d.World <= 0:
-		return fmt.Errorf("%w: world %d must be positive", ErrConfig, d.World)
-	case d.Rank < 0 || d.Rank >= d.World:
-		return fmt.Errorf("%w: rank %d must be in [0, %d]", ErrConfig, d.Rank, d.World-1)
-	}
-	return nil
 }
 
 // NumSamples is the sampler's len(): how many indices each rank gets.

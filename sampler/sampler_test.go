@@ -67,9 +67,6 @@ func TestGolden(t *testing.T) {
 				idx = Randperm(c.N, NewMT19937(c.Seed), Torch1)
 			case "distributed":
 				d := Distributed{N: c.N, World: c.World, Rank: c.Rank, Shuffle: c.Shuffle, Seed: c.Seed, DropLast: c.DropLast}
-				if err := d.Validate(); err != nil {
-					t.Fatal(err)
-				}
 				idx = d.Epoch(c.Epoch)
 				if len(idx) != d.NumSamples() {
 					t.Errorf("len %d, NumSamples %d", len(idx), d.NumSamples())
@@ -159,14 +156,6 @@ func TestLargeNThreshold(t *testing.T) {
 	}{{Torch27, LargeN - 1, false}, {Torch27, LargeN, true}, {Torch27, 1 << 30, true}, {Torch1, LargeN, false}, {Torch1, 1 << 30, false}} {
 		if got := c.v.insideOut(c.n); got != c.want {
 			t.Errorf("version %d, n %d: inside-out %v, want %v", c.v, c.n, got, c.want)
-		}
-	}
-}
-
-func TestValidate(t *testing.T) {
-	for _, d := range []Distributed{{N: 10, World: 0}, {N: 10, World: 2, Rank: 2}, {N: 10, World: 2, Rank: -1}, {N: -1, World: 1}} {
-		if d.Validate() == nil {
-			t.Errorf("%+v accepted", d)
 		}
 	}
 }

@@ -251,28 +251,14 @@ func TestReadRecordBounds(t *testing.T) {
 	if _, err := ReadRecord(bytes.NewReader(bad), size, FileHeader); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "record checksum") {
 		t.Fatalf("a flipped payload byte: %v", err)
 	}
-	// Scan walks records and their padding to the end, and no further.
+	// Records and their padding walk to the end, and no further.
 	two := shard([2]string{"a", "xy"}, [2]string{"b", ""})
 	var seen []string
-	if err := Scan(bytes.NewReader(two), int64(len(two)), func(off int64, r Record) error {
+	if err := walk(bytes.NewReader(two), int64(len(two)), func(off int64, r Record) error {
 		seen = append(seen, r.Name)
 		return nil
 	}); err != nil || strings.Join(seen, ",") != "a,b" {
-		t.Fatalf("Scan saw %v, %v", seen, err)
-	}
-}
-
-func TestCheckFileHeaderBounds(t *testing.T) {
-	good := shard()
-	if err := CheckFileHeader(good); err != nil {
-		t.Fatal(err)
-	}
-	v2 := bytes.Clone(good)
-	v2[8] = 2
-	for name, b := range map[string][]byte{"15 bytes": good[:15], "bad magic": append([]byte("DLFSSEQ?"), good[8:]...), "version 2": v2} {
-		if err := CheckFileHeader(b); !errors.Is(err, ErrFormat) {
-			t.Errorf("%s: %v", name, err)
-		}
+		t.Fatalf("walk saw %v, %v", seen, err)
 	}
 }
 
@@ -328,7 +314,7 @@ func FuzzScanResealed(f *testing.F) {
 	f.Add(shard([2]string{strings.Repeat("n", 300), strings.Repeat("d", 1000)}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		b = resealShard(b)
-		err := Scan(bytes.NewReader(b), int64(len(b)), func(off int64, r Record) error {
+		err := walk(bytes.NewReader(b), int64(len(b)), func(off int64, r Record) error {
 			if off < FileHeader || off+HeaderSize+int64(r.NameLen)+r.Length > int64(len(b)) {
 				t.Fatalf("record at %d of %d bytes out of bounds", off, r.RecordSize())
 			}

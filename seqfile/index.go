@@ -333,9 +333,6 @@ func (w *Writer) Append(name string, mode uint32, mtime int64, data []byte) (Ent
 	return e, nil
 }
 
-// Size is the shard's size so far.
-func (w *Writer) Size() int64 { return w.off }
-
 // Close flushes, syncs and closes the shard.
 func (w *Writer) Close() error {
 	err := w.bw.Flush()

@@ -179,40 +179,6 @@ func RecordCRC(name string, data []byte) uint32 {
 	return crc32.Update(crc32.Checksum([]byte(name), castagnoli), castagnoli, data)
 }
 
-// CheckFileHeader checks a shard's first FileHeader bytes.
-func CheckFileHeader(b []byte) error {
-	if len(b) < FileHeader || [8]byte(b[:8]) != fileMagic {
-		return fmt.Errorf("%w: not a seqfile shard (no DLFSSEQ header)", ErrFormat)
-	}
-	if v := binary.LittleEndian.Uint32(b[8:]); v != Version {
-		return fmt.Errorf("%w: shard format version %d; this dlfs reads version %d", ErrFormat, v, Version)
-	}
-	return nil
-}
-
-// Scan reads every record of a shard in order and calls fn with each and
-// its offset. It stops at the first bad record, returning its error.
-func Scan(r io.ReaderAt, size int64, fn func(off int64, rec Record) error) error {
-	var fh [FileHeader]byte
-	if _, err := r.ReadAt(fh[:], 0); err != nil {
-		return fmt.Errorf("%w: file header: %v", ErrFormat, err)
-	}
-	if err := CheckFileHeader(fh[:]); err != nil {
-		return err
-	}
-	for off := int64(FileHeader); off < size; {
-		rec, err := ReadRecord(r, size, off)
-		if err != nil {
-			return err
-		}
-		if err := fn(off, rec); err != nil {
-			return err
-		}
-		off += rec.RecordSize()
-	}
-	return nil
-}
-
 // UpdateCRC continues a record checksum started by RecordCRC with more
 // payload bytes.
 func UpdateCRC(sum uint32, data []byte) uint32 { return crc32.Update(sum, castagnoli, data) }

@@ -2,8 +2,10 @@ package seqfile
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -79,12 +81,16 @@ func TestRoundTrip(t *testing.T) {
 	if e, ok := ix.Lookup("empty"); !ok || !e.IsDir() || e.Mode&0o777 != 0o700 {
 		t.Errorf("empty directory: %+v %v", e, ok)
 	}
-	// Scanning a shard finds its records in order.
+	// Each shard starts with the file header, then its records in order.
 	var scanned int
 	for i := range ix.Shards {
 		f, _ := os.Open(filepath.Join(dir, ix.Shards[i]))
 		fi, _ := f.Stat()
-		if err := Scan(f, fi.Size(), func(off int64, r Record) error { scanned++; return nil }); err != nil {
+		var fh [FileHeader]byte
+		if _, err := f.ReadAt(fh[:], 0); err != nil || [8]byte(fh[:8]) != fileMagic || binary.LittleEndian.Uint32(fh[8:]) != Version {
+			t.Fatalf("shard %d: file header %q, %v", i, fh, err)
+		}
+		if err := walk(f, fi.Size(), func(off int64, r Record) error { scanned++; return nil }); err != nil {
 			t.Fatal(err)
 		}
 		f.Close()
@@ -143,7 +149,7 @@ func TestCorruption(t *testing.T) {
 	if _, err := ReadRecord(bytes.NewReader(cut), int64(len(cut)), e.Offset); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "truncated") {
 		t.Errorf("truncated shard: %v", err)
 	}
-	if err := Scan(bytes.NewReader(cut), int64(len(cut)), func(int64, Record) error { return nil }); !errors.Is(err, ErrFormat) {
+	if err := walk(bytes.NewReader(cut), int64(len(cut)), func(int64, Record) error { return nil }); !errors.Is(err, ErrFormat) {
 		t.Errorf("scanning a truncated shard: %v", err)
 	}
 	idx, _ := os.ReadFile(filepath.Join(dir, IndexName))
@@ -152,6 +158,23 @@ func TestCorruption(t *testing.T) {
 			t.Errorf("bad index of %d bytes: %v", len(c), err)
 		}
 	}
+}
+
+// walk reads a shard's records in order with ReadRecord, from the end of
+// the file header to the end of the shard, and calls fn with each and its
+// offset. It stops at the first bad record, returning its error.
+func walk(r io.ReaderAt, size int64, fn func(off int64, rec Record) error) error {
+	for off := int64(FileHeader); off < size; {
+		rec, err := ReadRecord(r, size, off)
+		if err != nil {
+			return err
+		}
+		if err := fn(off, rec); err != nil {
+			return err
+		}
+		off += rec.RecordSize()
+	}
+	return nil
 }
 
 func FuzzDecodeIndex(f *testing.F) {
@@ -179,7 +202,7 @@ func FuzzReadRecord(f *testing.F) {
 	f.Add(b)
 	f.Add(b[:30])
 	f.Fuzz(func(t *testing.T, b []byte) {
-		err := Scan(bytes.NewReader(b), int64(len(b)), func(off int64, r Record) error {
+		err := walk(bytes.NewReader(b), int64(len(b)), func(off int64, r Record) error {
 			if off < FileHeader || off+r.RecordSize() > int64(len(b))+3 {
 				t.Fatalf("record at %d of %d bytes out of bounds", off, r.RecordSize())
 			}
