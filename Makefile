@@ -2,7 +2,7 @@
 export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 
-.PHONY: all build deps test unit integration fuzz mutate bench bench-scale demo clean dlfs static install uninstall image
+.PHONY: all build deps test unit integration fuzz mutate bench bench-scale demo clean dlfs static install uninstall image docs man
 
 all: build
 
@@ -105,6 +105,16 @@ bench: deps build
 SCALE_FILES ?= 1000000
 bench-scale: deps build
 	./bin/dlfsbench -suites scale -scale-files $(SCALE_FILES)
+
+# The command reference, docs/reference/dlfs*.md, written from the cobra
+# commands; cmd/dlfs's TestReferenceCurrent fails when it is out of date.
+docs:
+	$(GO) test -count=1 -run '^TestReferenceCurrent$$' ./cmd/dlfs -args -update-reference
+
+# Man pages of every command into MANDIR (not committed).
+MANDIR ?= bin/man
+man:
+	$(GO) test -count=1 -run '^TestReferenceCurrent$$' ./cmd/dlfs -args -man $(abspath $(MANDIR))
 
 demo: deps build
 	./scripts/demo.sh
