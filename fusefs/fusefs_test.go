@@ -442,12 +442,11 @@ func TestControlPathCached(t *testing.T) {
 }
 
 // fixedPlane is a ControlPlane whose files render what contents holds,
-// counting renderings; with views, stats is per uid and jobs/x is uid
+// counting renderings; viewPlane makes stats per uid and jobs/x uid
 // 1001's, mode 0500 (its file 0400).
 type fixedPlane struct {
 	plane
 	contents map[string]string
-	views    bool
 }
 
 func (p *fixedPlane) List(dir string) ([]PseudoEntry, error) {

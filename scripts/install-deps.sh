@@ -40,3 +40,13 @@ if ! command -v go >/dev/null 2>&1; then
   fi
 fi
 [ -e /dev/fuse ] || { echo "install-deps: /dev/fuse is missing; FUSE is needed" >&2; exit 1; }
+# staticcheck (its default checks, U1000 among them) runs in make test;
+# the pinned version, installed into $(go env GOPATH)/bin when another or
+# none is there.
+GO="$(command -v go || echo /usr/local/go/bin/go)"
+staticcheck_version="${STATICCHECK_VERSION:-v0.8.2}"
+staticcheck="$("$GO" env GOPATH)/bin/staticcheck"
+if ! { [ -x "$staticcheck" ] && "$GO" version -m "$staticcheck" | grep -Eq "^[[:space:]]+mod[[:space:]]+honnef.co/go/tools[[:space:]]+$staticcheck_version[[:space:]]"; }; then
+  echo "install-deps: installing staticcheck $staticcheck_version"
+  "$GO" install "honnef.co/go/tools/cmd/staticcheck@$staticcheck_version"
+fi
