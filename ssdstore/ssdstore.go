@@ -155,6 +155,7 @@ type Store struct {
 	mu sync.Mutex
 	// mu guards the following.
 	// INVARIANT: bytes == sum of meta.len over index; segBytes[s] == sum over index entries in s.
+	// (The tests check it: checkInvariant.)
 	index     map[string]meta
 	segBytes  map[uint32]int64
 	cur       uint32 // segment being written

@@ -448,6 +448,7 @@ func TestEvictOldest(t *testing.T) {
 			s.cur = max(s.cur, seg)
 		}
 		s.bytes = bytes
+		checkInvariant(t, s)
 		return s, rec
 	}
 	s, _ := setup(30, 30, 3, 5, 7)
@@ -458,6 +459,7 @@ func TestEvictOldest(t *testing.T) {
 	if !s.evictOldest(false) {
 		t.Fatal("nothing evicted one byte over the data capacity")
 	}
+	checkInvariant(t, s)
 	if _, ok := s.segBytes[3]; ok || len(s.index) != 2 || s.bytes != 20 || s.cur != 7 || s.Stats().Evicted != 1 {
 		t.Fatalf("after evicting segment 3: segments %v, %d entries, %d bytes, cur %d, %d evicted", s.segBytes, len(s.index), s.bytes, s.cur, s.Stats().Evicted)
 	}
@@ -472,11 +474,13 @@ func TestEvictOldest(t *testing.T) {
 	if s.evictOldest(true) {
 		t.Fatal("a forced eviction dropped the open segment, the only one left")
 	}
+	checkInvariant(t, s)
 	// Everything in the open segment: it is closed, then dropped.
 	s, _ = setup(20, 10, 7, 7)
 	if !s.evictOldest(false) || s.cur != 8 || len(s.index) != 0 {
 		t.Fatalf("evicting the open segment: cur %d, %d entries left", s.cur, len(s.index))
 	}
+	checkInvariant(t, s)
 }
 
 // TestKeepPlanned: of a dropped segment, the planned blocks needed soonest
@@ -687,6 +691,7 @@ func TestRewriteDeletesTheOldCopy(t *testing.T) {
 	s.commit([]put{{key: "k", b: block(100, 1)}, {key: "j", b: block(50, 1)}})
 	s.commit([]put{{key: "filler", b: block(850, 2)}}) // closes segment 0
 	s.commit([]put{{key: "k", b: block(100, 3)}, {key: "j", b: block(50, 3)}})
+	checkInvariant(t, s)
 	if s.index["k"].seg != 1 || s.index["j"].seg != 1 {
 		t.Fatalf("the rewrites went to segments %d and %d, want 1", s.index["k"].seg, s.index["j"].seg)
 	}

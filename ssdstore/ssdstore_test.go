@@ -32,6 +32,8 @@ func mustOpen(t *testing.T, cfg Config) *Store {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Cleanups run last first: Close, then the checks.
+	t.Cleanup(func() { checkClosed(t, s) })
 	t.Cleanup(func() { s.Close() })
 	return s
 }
@@ -57,6 +59,7 @@ func store(t *testing.T, s *Store, key string, b Block) {
 		s.Put(key, b)
 		time.Sleep(10 * time.Millisecond)
 	}
+	checkInvariant(t, s)
 }
 
 // waitStored polls until key is committed.
@@ -69,6 +72,7 @@ func waitStored(t *testing.T, s *Store, key string) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+	checkInvariant(t, s)
 }
 
 func TestRoundTripAndPersistence(t *testing.T) {
@@ -119,6 +123,7 @@ func TestIdentityMismatchIsMiss(t *testing.T) {
 	if s.Contains("k") {
 		t.Error("the stale block was kept")
 	}
+	checkInvariant(t, s)
 }
 
 func TestCorruptionIsMiss(t *testing.T) {
@@ -143,6 +148,7 @@ func TestCorruptionIsMiss(t *testing.T) {
 	if st := s.Stats(); st.Corrupt != 1 || st.Entries != 0 {
 		t.Errorf("stats after corruption: %+v", st)
 	}
+	checkInvariant(t, s)
 }
 
 // TestMisdirectedValueIsMiss: one key's value found under another key (a
@@ -171,6 +177,7 @@ func TestMisdirectedValueIsMiss(t *testing.T) {
 	if _, ok, _ := s.Get("a\x000", tagA); !ok {
 		t.Error("a itself is no longer served")
 	}
+	checkInvariant(t, s)
 }
 
 // TestCapacityReclaimsDisk writes four times the capacity, at about the
@@ -194,6 +201,7 @@ func TestCapacityReclaimsDisk(t *testing.T) {
 			if st.DiskBytes > cfg.Capacity {
 				t.Fatalf("after %d blocks: %d bytes on disk, over the capacity of %d", i, st.DiskBytes, cfg.Capacity)
 			}
+			checkInvariant(t, s) // while the writer and maintenance run
 			time.Sleep(2 * time.Millisecond)
 		}
 	}
@@ -303,6 +311,7 @@ func TestEvictionKeepsPlannedBlocks(t *testing.T) {
 	if s.Stats().Kept == 0 {
 		t.Error("nothing was kept on eviction")
 	}
+	checkInvariant(t, s)
 }
 
 // TestCloseDuringEviction: Close while an eviction is copying planned
@@ -458,4 +467,5 @@ func TestDeletePrefix(t *testing.T) {
 			t.Errorf("%q: cached %v after DeletePrefix(a\\x00), want %v", k, ok, want)
 		}
 	}
+	checkInvariant(t, s)
 }
