@@ -70,6 +70,7 @@ type stream struct {
 	last   int64           // the furthest block a read reached
 	window int64           // blocks fetched ahead of last; 0 until the stream moves forward
 	turned bool            // a read turned it away once: with no window, a random reader
+	moved  int             // reads forward since it was last turned away
 	ahead  int64           // blocks below it are read, held or being fetched
 	flying map[int64]int64 // blocks being fetched for it: their sizes
 	blocks map[int64]aheadBlock
@@ -140,8 +141,16 @@ func (l *Loader) readAheadFor(e *catalog.Entry, first, last int64) (random bool)
 		s.last, s.ahead = last, last+1
 	case last <= s.last+2 && first >= s.last-max(s.window, 1):
 		// Onwards (a read may overtake the one before it by a block).
+		// A reader turned away once opens no window on one move forward,
+		// only on a second in a row: a random reader's read that crosses
+		// into the next block (an HDF5 row across a block boundary, or
+		// split by the kernel into two requests) would waste the block
+		// fetched after it.
 		if last > s.last {
-			s.window = min(max(2*s.window, 1), depth)
+			s.moved++
+			if !s.turned || s.window > 0 || s.moved >= 2 {
+				s.window = min(max(2*s.window, 1), depth)
+			}
 		}
 		s.last = max(s.last, last)
 		s.ahead = max(s.ahead, s.last+1)
@@ -245,7 +254,7 @@ func (ra *readAhead) turnLocked(s *stream) {
 		ra.dropLocked(s, j, b, true)
 	}
 	s.gen++
-	s.window = 0
+	s.window, s.moved = 0, 0
 	s.turned = true
 }
 

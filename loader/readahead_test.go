@@ -470,3 +470,31 @@ func TestKeepForReader(t *testing.T) {
 		t.Error("a block behind the reader was kept for it")
 	}
 }
+
+// A random reader whose reads cross into the next block, each sent as two
+// requests (an HDF5 row across a block boundary, split by the kernel),
+// opens no window: read-ahead wastes no more than the head's block.
+func TestReadAheadRandomReaderAcrossBlocks(t *testing.T) {
+	const bs, blocks = 100, 200
+	want := data(bs * blocks)
+	pfs := newBlockPFS(map[string][]byte{"f": want})
+	l := newAheadLoader(Config{BlockSize: bs, ReadAhead: 16 * bs, ReadAheadTotal: 64 * bs}, pfs)
+	defer l.Close()
+	e := entry("f", int64(len(want)))
+	read := func(off, n int64) {
+		b, err := l.ReadAt(context.Background(), e, make([]byte, n), off)
+		if err != nil || !bytes.Equal(b, want[off:off+n]) {
+			t.Fatalf("read at %d: %v", off, err)
+		}
+	}
+	read(0, 10) // the header
+	for k := int64(0); k < 40; k++ {
+		i := 2 + (k*37+11)%(blocks-3)
+		read(i*bs-bs/4, bs/4) // the row's first part, in block i-1
+		read(i*bs, bs/4)      // its second part, in block i
+	}
+	waitFor(t, "the read-ahead to settle", func() bool { return l.ReadAheadStats().Held == 0 })
+	if w := l.ReadAheadStats().Wasted; w > bs {
+		t.Errorf("read-ahead wasted %d bytes on a random reader of rows across blocks, over one block", w)
+	}
+}
