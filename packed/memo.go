@@ -26,7 +26,8 @@ const (
 type recordMemo struct {
 	mu sync.Mutex
 	// mu guards the following.
-	// INVARIANT: bytes == sum of len(data) over items, and bytes <= memoBytes.
+	// INVARIANT: bytes == sum of len(data) over items, and bytes <= memoBytes
+	// (the tests check it: checkInvariant).
 	items map[memoKey]*list.Element
 	lru   list.List // front: most recently used; values are *memoItem
 	bytes int64

@@ -55,6 +55,15 @@ func TestSeqDataset(t *testing.T) {
 			t.Fatalf("%s: %d bytes, %v", p, n, err)
 		}
 		paths, wants = append(paths, p), append(wants, w)
+		// A read of part of the record goes through the memo of verified
+		// records.
+		if n, err := d.ReadAt(p, w, buf[:10], 1); err != nil || n != min(10, len(want)-1) || string(buf[:n]) != string(want[1:1+n]) {
+			t.Fatalf("%s at 1: %d bytes, %v", p, n, err)
+		}
+		checkMemo(t, &d.(*seqDataset).memo)
+	}
+	if d.(*seqDataset).memo.lru.Len() == 0 {
+		t.Error("reads of part of a record left nothing in the memo")
 	}
 	sort.Sort(byName{paths, wants}) // the pack holds them in path order
 	c := d.(interface {
