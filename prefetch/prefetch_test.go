@@ -144,6 +144,8 @@ func setupSized(t *testing.T, files int, size func(int) int, line string, cfg Co
 	}
 	reg := jobs.New(jobs.Config{Snapshot: cat.Snapshot})
 	p := New(cfg, fl, reg)
+	// Cleanups run last first: Close, then the check.
+	t.Cleanup(func() { checkInvariant(t, p) })
 	t.Cleanup(p.Close)
 	if line == "" {
 		return p, reg, fl // no job yet
@@ -177,6 +179,7 @@ func TestFollowsThePlan(t *testing.T) {
 	j := reg.Get("j")
 	order := j.Order(1, 0)
 	waitFor(t, "the whole epoch to be staged", func() bool { return fl.total.Load() == int64(len(order)) })
+	checkInvariant(t, p)
 	if d := p.NextUse(j.Samples[order[5]].Entry.Ino); d != 5 {
 		t.Errorf("NextUse of the 6th sample = %d, want 5", d)
 	}
@@ -189,6 +192,7 @@ func TestFollowsThePlan(t *testing.T) {
 			t.Fatalf("%s was not staged", e.Path())
 		}
 		p.ObserveRead(0, true, e, 0, 0)
+		checkInvariant(t, p)
 	}
 	tot, per := p.Stats()
 	st := per["j"]["rank-1"]
@@ -295,6 +299,7 @@ func TestReplanFreesTheStage(t *testing.T) {
 	fl := &fakeLoader{fetches: map[string]int{}}
 	p, reg, _ := setupWith(t, 400, "job=j root=data seed=3 epoch=0 lookahead=1", Config{Workers: 4, Staging: 40}, fl)
 	waitFor(t, "the stage to fill", func() bool { return fl.total.Load() == 40 })
+	checkInvariant(t, p)
 	cmds, err := control.Parse([]byte("job=j root=data seed=3 epoch=5 lookahead=1"))
 	if err != nil {
 		t.Fatal(err)
@@ -321,6 +326,7 @@ func TestReplanFreesTheStage(t *testing.T) {
 	offered := len(fl.offered)
 	fl.mu.Unlock()
 	tot, _ := p.Stats()
+	checkInvariant(t, p)
 	if offered < 20 || tot.Wasted != int64(offered) || tot.StagedBytes > 40 {
 		t.Errorf("%d staged blocks offered to RAM, %d wasted, %d bytes staged; want most of epoch 0's 40 offered and refused",
 			offered, tot.Wasted, tot.StagedBytes)
@@ -574,8 +580,12 @@ func TestSampleLargerThanTheStage(t *testing.T) {
 		if tot, _ := p.Stats(); tot.StagedBytes > most.Load() {
 			most.Store(tot.StagedBytes)
 		}
+		if err := p.checkInvariant(); err != nil {
+			t.Errorf("INVARIANT broken during a fetch: %v", err)
+		}
 	}
 	p = New(Config{Workers: 1, Staging: stage, BlockSize: block}, &watchingLoader{fl, watch}, reg)
+	t.Cleanup(func() { checkInvariant(t, p) })
 	t.Cleanup(p.Close)
 	cmds, _ := control.Parse([]byte("job=j root=data sampler=sequential epoch=0 lookahead=1"))
 	if err := reg.Apply(cmds[0].(control.Job)); err != nil {

@@ -109,6 +109,7 @@ func TestPushedAcrossPlanChanges(t *testing.T) {
 	fp.fail = true // nothing new is pushed: what is counted below was pushed for j
 	fp.mu.Unlock()
 	waitFor(t, "the pushes under way", func() bool { p.mu.Lock(); defer p.mu.Unlock(); return len(p.pushing) == 0 })
+	checkInvariant(t, p)
 	before := held()
 	announce := func(line string) {
 		cmds, err := control.Parse([]byte(line))
@@ -133,12 +134,14 @@ func TestPushedAcrossPlanChanges(t *testing.T) {
 	if h := held(); h != before {
 		t.Errorf("after another job was announced: %d bytes pushed ahead counted, want %d", h, before)
 	}
+	checkInvariant(t, p)
 	for _, name := range []string{"j", "k"} {
 		if err := reg.End(name); err != nil {
 			t.Fatal(err)
 		}
 	}
 	waitFor(t, "the pushes no plan needs to be let go", func() bool { return held() == 0 })
+	checkInvariant(t, p)
 }
 
 // A trip sample of one rank is not pushed for another rank (which reads
