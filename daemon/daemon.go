@@ -644,7 +644,7 @@ func (n *Node) serveMetrics(addr string) error {
 	mux.Handle("/metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{}))
 	n.statusHandlers(mux)
 	// Timeouts and a connection limit: idle keep-alives cannot pin the
-	// daemon's descriptors (README: Bounds).
+	// daemon's descriptors (docs/operating.md: Bounds).
 	srv, lim, err := netlimit.HTTPServer(ln, mux, n.cfg.MetricsLimits, "metrics", n.log)
 	if err != nil {
 		ln.Close()

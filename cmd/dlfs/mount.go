@@ -296,7 +296,7 @@ func runMount(cmd *cobra.Command, cfg daemon.Config, o *mountOptions) error {
 			return fmt.Errorf("--pprof-addr %s: profiles are served on loopback only (127.0.0.1:PORT)", o.pprofAddr)
 		}
 		// Bounded like the metrics server, but a CPU profile may take
-		// minutes to write (README: Bounds).
+		// minutes to write (docs/operating.md: Bounds).
 		srv, lim, err := netlimit.HTTPServer(ln, http.DefaultServeMux,
 			netlimit.HTTPConfig{WriteTimeout: 5 * time.Minute, MaxConns: 8, MaxPerHost: 8}, "pprof", cfg.Logger)
 		if err != nil {
