@@ -45,6 +45,8 @@ type Config struct {
 	// Backoff is how long a source whose read failed is skipped; default
 	// 1 s, doubled per failure in a row up to 32 s.
 	Backoff time.Duration
+	// Now is the clock backoffs and Since are read from.
+	Now func() time.Time // default time.Now
 }
 
 // DefaultConfig returns the defaults: priors that order an unmeasured
@@ -53,6 +55,7 @@ func DefaultConfig() Config {
 	return Config{
 		Weight:  0.05,
 		Backoff: time.Second,
+		Now:     time.Now,
 		Priors: map[string]Prior{
 			"ram":  {Latency: time.Microsecond, Bandwidth: 10e9},
 			"ssd":  {Latency: 100 * time.Microsecond, Bandwidth: 1e9},
@@ -90,6 +93,9 @@ func New(cfg Config) *Model {
 	}
 	if cfg.Priors == nil {
 		cfg.Priors = d.Priors
+	}
+	if cfg.Now == nil {
+		cfg.Now = d.Now
 	}
 	return &Model{cfg: cfg, src: map[string]*fit{}}
 }
@@ -134,7 +140,7 @@ func (m *Model) Fail(source string) {
 	defer m.mu.Unlock()
 	f := m.get(source)
 	f.failures++
-	now := time.Now()
+	now := m.cfg.Now()
 	if now.Before(f.skipUntil) {
 		return // one outage fails every read in flight: count it once
 	}
@@ -151,7 +157,7 @@ func (m *Model) observe(f *fit, x, y float64) {
 		w = 1
 	}
 	f.n++
-	f.last = time.Now()
+	f.last = m.cfg.Now()
 	f.x += w * (x - f.x)
 	f.y += w * (y - f.y)
 	f.xx += w * (x*x - f.xx)
@@ -174,7 +180,7 @@ func (m *Model) Estimate(source string, n int64) time.Duration {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	f := m.get(source)
-	if time.Now().Before(f.skipUntil) {
+	if m.cfg.Now().Before(f.skipUntil) {
 		return Unreachable
 	}
 	return time.Duration((f.latency + f.secPerByte*float64(max(n, 0))) * 1e9)
@@ -196,7 +202,7 @@ func (m *Model) Since(source string) time.Duration {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if f := m.src[source]; f != nil && f.n > 0 {
-		return time.Since(f.last)
+		return m.cfg.Now().Sub(f.last)
 	}
 	return math.MaxInt64
 }
@@ -216,7 +222,7 @@ func (m *Model) Stats() map[string]Source {
 	defer m.mu.Unlock()
 	out := make(map[string]Source, len(m.src))
 	for name, f := range m.src {
-		s := Source{LatencyMs: f.latency * 1e3, Reads: f.n, Failures: f.failures, Skipped: time.Now().Before(f.skipUntil)}
+		s := Source{LatencyMs: f.latency * 1e3, Reads: f.n, Failures: f.failures, Skipped: m.cfg.Now().Before(f.skipUntil)}
 		if f.secPerByte > 0 {
 			s.BandwidthMBps = 1 / f.secPerByte / 1e6
 		}

@@ -3,6 +3,7 @@ package perfmodel
 import (
 	"math"
 	"math/rand"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -37,12 +38,26 @@ func TestOneSize(t *testing.T) {
 	}
 }
 
+// clock is a fake Config.Now that moves only when told to.
+type clock struct{ ns atomic.Int64 }
+
+func (c *clock) now() time.Time          { return time.Unix(0, c.ns.Load()) }
+func (c *clock) advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+func fakeClock() *clock {
+	c := &clock{}
+	c.ns.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	return c
+}
+
 // TestOrderFollowsMeasurements: priors put a peer before the PFS; once the
 // peer is measured slower, the PFS comes first; a failed source is
 // skipped for the backoff and then tried again.
 func TestOrderFollowsMeasurements(t *testing.T) {
+	c := fakeClock()
 	cfg := DefaultConfig()
 	cfg.Backoff = 50 * time.Millisecond
+	cfg.Now = c.now
 	m := New(cfg)
 	order := func() []string {
 		s := []string{"ssd", "peer:b", "pfs"}
@@ -69,11 +84,58 @@ func TestOrderFollowsMeasurements(t *testing.T) {
 	if o := order(); o[2] != "peer:b" || m.Estimate("peer:b", 1) != Unreachable || !m.Stats()["peer:b"].Skipped {
 		t.Fatalf("order after a failure %v, want the peer last", o)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for order()[1] != "peer:b" {
-		if time.Now().After(deadline) {
-			t.Fatal("the peer was never tried again after its backoff")
+	c.advance(50 * time.Millisecond)
+	if o := order(); o[1] != "peer:b" {
+		t.Fatalf("order after the backoff %v, want the peer tried again", o)
+	}
+}
+
+// TestBackoff, on a fake clock: a failure skips a source for Backoff,
+// doubled for each failure in a row up to 32 times; failures while it is
+// skipped do not lengthen the wait; a read that succeeds starts the
+// count again. Since counts from the last read.
+func TestBackoff(t *testing.T) {
+	c := fakeClock()
+	m := New(Config{Backoff: time.Second, Now: c.now})
+	skippedFor := func() time.Duration {
+		t.Helper()
+		var d time.Duration
+		for m.Estimate("pfs", 1) == Unreachable {
+			if !m.Stats()["pfs"].Skipped {
+				t.Fatal("unreachable but not shown as skipped")
+			}
+			c.advance(time.Millisecond)
+			if d += time.Millisecond; d > time.Minute {
+				t.Fatal("skipped for over a minute")
+			}
 		}
-		time.Sleep(5 * time.Millisecond)
+		return d
+	}
+	for i, want := range []time.Duration{1, 2, 4, 8, 16, 32, 32} {
+		m.Fail("pfs")
+		if i == 0 {
+			c.advance(500 * time.Millisecond)
+			m.Fail("pfs") // in flight during the outage: not counted again
+			c.advance(-500 * time.Millisecond)
+		}
+		if got := skippedFor(); got != want*time.Second {
+			t.Fatalf("failure %d in a row: skipped for %v, want %v", i+1, got, want*time.Second)
+		}
+	}
+	if st := m.Stats()["pfs"]; st.Failures != 8 || st.Skipped {
+		t.Fatalf("stats %+v, want 8 failures and not skipped", st)
+	}
+	m.Observe("pfs", 100, time.Millisecond)
+	m.Fail("pfs")
+	if got := skippedFor(); got != time.Second {
+		t.Fatalf("after a read: skipped for %v, want the first backoff again", got)
+	}
+	if m.Since("ssd") != math.MaxInt64 {
+		t.Error("Since of a source never read")
+	}
+	m.Observe("ssd", 100, time.Millisecond)
+	c.advance(3 * time.Second)
+	if got := m.Since("ssd"); got != 3*time.Second {
+		t.Errorf("Since = %v, want 3s", got)
 	}
 }
