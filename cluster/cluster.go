@@ -9,9 +9,14 @@
 // bound on every interface are never advertised as such (addr.go); join
 // names may resolve to several addresses, and a node none of them
 // answers serves alone and keeps trying (join.go). Members()
-// is the current view: every node alive or suspect, and those dead or
-// gone for at most Config.ForgetDead, with its metadata. Subscribers hear
-// of every change without blocking.
+// is the current view: every node alive, and those dead or gone for at
+// most Config.ForgetDead, with its metadata. Subscribers hear of every
+// change without blocking.
+//
+// There is no suspect state in the view: memberlist tells its delegate of
+// joins, updates and leaves, not of suspicion, so a member it suspects
+// stays alive here until memberlist declares it dead (after its
+// suspicion timeout), and then dead until ForgetDead has passed.
 //
 // # Security
 //
@@ -74,10 +79,9 @@ type Config struct {
 
 // State of a member.
 const (
-	StateAlive   = "alive"
-	StateSuspect = "suspect"
-	StateDead    = "dead"
-	StateLeft    = "left"
+	StateAlive = "alive"
+	StateDead  = "dead" // failed: memberlist's suspicion ran out
+	StateLeft  = "left" // left the cluster (Close)
 )
 
 // Member is a node in the view.
@@ -232,8 +236,8 @@ func splitHostPort(hp, what string) (string, int, error) {
 // Addr returns the gossip address this member is reachable on.
 func (c *Cluster) Addr() string { return c.addr }
 
-// Members returns the view, sorted by name: the members alive or
-// suspect, and those dead or gone for less than Config.ForgetDead.
+// Members returns the view, sorted by name: the members alive, and those
+// dead or gone for less than Config.ForgetDead.
 func (c *Cluster) Members() []Member {
 	c.mu.Lock()
 	defer c.mu.Unlock()
