@@ -2,6 +2,7 @@ package loader
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -16,7 +17,9 @@ import (
 // every read waiting on the container and reads them in runs of
 // neighbours, one request per run (holes wider than the gap limit split a
 // run). A read that finds a free slot goes at once, so combining adds no
-// latency when the PFS keeps up, and saves requests when it does not.
+// latency when the PFS keeps up, and saves requests when it does not. A
+// waiting read whose ctx is done leaves at once; the one that serves a
+// batch serves it whole (its reads end at the PFS's deadline).
 
 // combiner holds the waiting demand reads per container.
 type combiner struct {
@@ -63,7 +66,23 @@ func (l *Loader) readDemand(ctx context.Context, c Coalescer, e *catalog.Entry, 
 	}
 	me := &demandRead{e: e, span: span}
 	q.waiting = append(q.waiting, me)
+	stop := context.AfterFunc(ctx, func() { // wakes the wait below
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		q.cond.Broadcast()
+	})
+	defer stop()
 	for !me.done && (me.taken || q.active >= limit) {
+		if err := ctx.Err(); err != nil {
+			// The reader gave up. Waiting, it leaves the queue; in a
+			// batch another serves, its result goes unread. The queue
+			// stays: a slot, or the batch, is taken.
+			if !me.taken {
+				q.waiting = slices.DeleteFunc(q.waiting, func(r *demandRead) bool { return r == me })
+			}
+			m.mu.Unlock()
+			return nil, err
+		}
 		q.cond.Wait()
 	}
 	if me.done {

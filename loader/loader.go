@@ -44,7 +44,9 @@
 // a performance model (package perfmodel) fitted to the reads made from
 // each, and the PFS last. A source that fails (an error, or no answer by
 // its deadline) is skipped for a while and the next one tried, so a dead,
-// stuck or erring peer costs the reader no error.
+// stuck or erring peer costs the reader no error. A reader whose context
+// is done (a FUSE request the kernel interrupted) stops waiting at once,
+// whichever source it waits on, and no source after it is tried.
 //
 // The PFS is shared: what one node measures of it hides what its reads
 // cost the others, and a sample read from it by a node that does not own
@@ -222,14 +224,16 @@ type (
 		// Fetch returns block i of e from peer, with the sum the peer
 		// sent (checked by the loader), or an error when the peer failed
 		// or was too slow, or one wrapping ErrNoBlock when it answered
-		// but could not serve this block.
-		Fetch(peer string, e *catalog.Entry, i int64) ([]byte, uint32, error)
+		// but could not serve this block. It stops waiting, with ctx's
+		// error, when ctx is done.
+		Fetch(ctx context.Context, peer string, e *catalog.Entry, i int64) ([]byte, uint32, error)
 		// Previous names the peer that owned e before the last change
 		// of placement, if it is another alive node than the owner.
 		Previous(e *catalog.Entry) (string, bool)
 		// FetchCached asks peer for block i of e from its caches only
-		// (ErrNoBlock if it does not hold it).
-		FetchCached(peer string, e *catalog.Entry, i int64) ([]byte, uint32, error)
+		// (ErrNoBlock if it does not hold it). It stops waiting, with
+		// ctx's error, when ctx is done.
+		FetchCached(ctx context.Context, peer string, e *catalog.Entry, i int64) ([]byte, uint32, error)
 	}
 	// Stage holds prefetched blocks and watches demand reads. It may be nil.
 	Stage interface {

@@ -405,9 +405,9 @@ type movedRemote struct {
 func (r *movedRemote) Owner(*catalog.Entry) (string, bool)    { return r.owner, r.owner != "" }
 func (r *movedRemote) Previous(*catalog.Entry) (string, bool) { return r.previous, r.previous != "" }
 
-func (r *movedRemote) FetchCached(peer string, e *catalog.Entry, i int64) ([]byte, uint32, error) {
+func (r *movedRemote) FetchCached(ctx context.Context, peer string, e *catalog.Entry, i int64) ([]byte, uint32, error) {
 	r.cached.Add(1)
-	return r.fakeRemote.Fetch(peer, e, i)
+	return r.fakeRemote.Fetch(ctx, peer, e, i)
 }
 
 // TestSourceChoiceRules: the choice of source at the edges of its rules.
@@ -570,10 +570,10 @@ type heldRemote struct {
 	inside  atomic.Int64
 }
 
-func (r *heldRemote) Fetch(peer string, e *catalog.Entry, i int64) ([]byte, uint32, error) {
+func (r *heldRemote) Fetch(ctx context.Context, peer string, e *catalog.Entry, i int64) ([]byte, uint32, error) {
 	r.inside.Add(1)
 	<-r.release
-	return r.fakeRemote.Fetch(peer, e, i)
+	return r.fakeRemote.Fetch(ctx, peer, e, i)
 }
 
 // joined reports whether a demand read runs or shares c.

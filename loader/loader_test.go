@@ -200,13 +200,13 @@ func (r *fakeRemote) Owner(e *catalog.Entry) (string, bool) { return "b", true }
 
 func (r *fakeRemote) Previous(e *catalog.Entry) (string, bool) { return "", false }
 
-func (r *fakeRemote) FetchCached(peer string, e *catalog.Entry, i int64) ([]byte, uint32, error) {
+func (r *fakeRemote) FetchCached(ctx context.Context, peer string, e *catalog.Entry, i int64) ([]byte, uint32, error) {
 	return nil, 0, ErrNoBlock
 }
 
 // Fetch answers as a peer of the same dataset (the tests' loaders have
 // dataset 0) would: the block with its sum under the asker's tag.
-func (r *fakeRemote) Fetch(peer string, e *catalog.Entry, i int64) ([]byte, uint32, error) {
+func (r *fakeRemote) Fetch(ctx context.Context, peer string, e *catalog.Entry, i int64) ([]byte, uint32, error) {
 	r.fetches.Add(1)
 	if r.err != nil {
 		return nil, 0, r.err

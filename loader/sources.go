@@ -23,7 +23,9 @@ import (
 // that does not hold the block, or fails, returns an error wrapping
 // errMiss, and the chain falls through to the next; the PFS's own error
 // falls through too, and is the chain's when no source after it has the
-// block.
+// block. A load whose ctx is done stops at the source it is in (each
+// waits on ctx: the PFS in pfsCall, a peer in Remote, a busy packed
+// container in readDemand) and tries none after it.
 
 // errMiss means a source did not supply a block: the chain tries the next.
 var errMiss = errors.New("loader: not supplied by this source")
@@ -160,6 +162,9 @@ func (l *Loader) loadFrom(ctx context.Context, e *catalog.Entry, i int64, tag ui
 		if serr == nil {
 			return f, nil
 		}
+		if cerr := ctx.Err(); cerr != nil {
+			return fetch{src: tierPFS}, cerr // its reader gave up: no source after
+		}
 		if !errors.Is(serr, errMiss) {
 			err = serr
 		}
@@ -233,7 +238,7 @@ func (l *Loader) fromSSD(r blockReq) (fetch, error) {
 // that only lacks the block is not.
 func (l *Loader) fromOwner(ctx context.Context, rem Remote, peer string, r blockReq) (fetch, error) {
 	start := time.Now()
-	b, sum, err := rem.Fetch(peer, r.e, r.i)
+	b, sum, err := rem.Fetch(ctx, peer, r.e, r.i)
 	if err == nil && int64(len(b)) != r.n {
 		err = fmt.Errorf("peer %s sent %d bytes of %d", peer, len(b), r.n)
 	}
@@ -242,7 +247,7 @@ func (l *Loader) fromOwner(ctx context.Context, rem Remote, peer string, r block
 	}
 	if err != nil {
 		l.log.Debug("loader: peer fetch failed; trying the next source", "path", r.e.Path(), "peer", peer, "err", err)
-		if !errors.Is(err, ErrNoBlock) {
+		if !errors.Is(err, ErrNoBlock) && ctx.Err() == nil { // a reader giving up is not the peer's fault
 			l.model.Fail(peerSource(peer))
 		}
 		return fetch{}, fmt.Errorf("%w: %w", errMiss, err)
@@ -257,11 +262,11 @@ func (l *Loader) fromOwner(ctx context.Context, rem Remote, peer string, r block
 // its PFS), and queues what it sends for the SSD: the block is this
 // node's own now.
 func (l *Loader) fromPrevious(ctx context.Context, rem Remote, peer string, r blockReq) (fetch, error) {
-	b, sum, err := rem.FetchCached(peer, r.e, r.i)
+	b, sum, err := rem.FetchCached(ctx, peer, r.e, r.i)
 	if err == nil {
 		err = l.checkPeer(peer, r, b, sum)
 	}
-	if err != nil && !errors.Is(err, ErrNoBlock) {
+	if err != nil && !errors.Is(err, ErrNoBlock) && ctx.Err() == nil {
 		l.model.Fail(peerSource(peer))
 	}
 	if err == nil && int64(len(b)) != r.n {

@@ -89,7 +89,10 @@ func (o *Owners) batcherFor(addr, name string) *batcher {
 	return b
 }
 
-func (b *batcher) fetch(it peer.Item, size int64) (peer.Result, error) {
+// fetch queues it (size bytes expected) for the next batch and waits for
+// its answer, until ctx is done: a reader that gives up leaves the batch
+// to the others in it (its reply has room, so the batch never waits).
+func (b *batcher) fetch(ctx context.Context, it peer.Item, size int64) (peer.Result, error) {
 	// A batcher already stopped takes nothing: a select with a free queue
 	// slot could otherwise pick the send.
 	select {
@@ -100,6 +103,8 @@ func (b *batcher) fetch(it peer.Item, size int64) (peer.Result, error) {
 	reply := make(chan batchReply, 1)
 	select {
 	case b.q <- batchItem{it, size, reply}:
+	case <-ctx.Done():
+		return peer.Result{}, ctx.Err()
 	case <-b.o.stop:
 		return peer.Result{}, peer.ErrClosed
 	case <-b.gone:
@@ -108,6 +113,8 @@ func (b *batcher) fetch(it peer.Item, size int64) (peer.Result, error) {
 	select {
 	case r := <-reply:
 		return r.res, r.err
+	case <-ctx.Done():
+		return peer.Result{}, ctx.Err()
 	case <-b.o.stop:
 		return peer.Result{}, peer.ErrClosed
 	case <-b.gone:

@@ -1,8 +1,10 @@
 package owners
 
 import (
+	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/dlfs/dlfs/cluster"
 	"github.com/dlfs/dlfs/peer"
@@ -30,7 +32,45 @@ func TestBatchersOfGoneMembersStop(t *testing.T) {
 	if len(o.batchers.m) != 1 {
 		t.Fatalf("%d batchers for 1 member", len(o.batchers.m))
 	}
-	if _, err := q.fetch(peer.Item{Path: "x"}, 1); !errors.Is(err, errPeerGone) {
+	if _, err := q.fetch(context.Background(), peer.Item{Path: "x"}, 1); !errors.Is(err, errPeerGone) {
 		t.Fatalf("a fetch from a gone member: %v, want errPeerGone", err)
+	}
+}
+
+// TestBatcherFetchCancelled: a reader whose ctx is done stops waiting for
+// a batcher, whether its block is not queued yet or waits for its batch's
+// answer.
+func TestBatcherFetchCancelled(t *testing.T) {
+	o := &Owners{stop: make(chan struct{})}
+	defer close(o.stop)
+	for _, c := range []struct {
+		name  string
+		queue int // room in the queue: 0, the block never goes in
+	}{{"not queued", 0}, {"queued, waiting for its batch", 1}} {
+		t.Run(c.name, func(t *testing.T) {
+			b := &batcher{o: o, q: make(chan batchItem, c.queue), gone: make(chan struct{})} // no run: nothing answers
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				_, err := b.fetch(ctx, peer.Item{Path: "x"}, 1)
+				done <- err
+			}()
+			if c.queue > 0 {
+				for deadline := time.Now().Add(10 * time.Second); len(b.q) == 0; time.Sleep(time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatal("the block was never queued")
+					}
+				}
+			}
+			cancel()
+			select {
+			case err := <-done:
+				if !errors.Is(err, context.Canceled) {
+					t.Errorf("a cancelled fetch: %v, want context.Canceled", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the fetch still waits 10 s after its ctx was cancelled")
+			}
+		})
 	}
 }

@@ -44,14 +44,15 @@ func (o *Owners) Owner(e *catalog.Entry) (string, bool) {
 }
 
 // Fetch returns block i of e from peerName, batched with the other
-// blocks wanted from it.
-func (o *Owners) Fetch(peerName string, e *catalog.Entry, i int64) ([]byte, uint32, error) {
+// blocks wanted from it. It stops waiting when ctx is done; the batch
+// goes on for the others in it.
+func (o *Owners) Fetch(ctx context.Context, peerName string, e *catalog.Entry, i int64) ([]byte, uint32, error) {
 	addr, ok := o.view.Load().dataAddr(peerName)
 	if !ok {
 		return nil, 0, fmt.Errorf("peer %s: no longer a member with a data address", peerName)
 	}
 	size := min(o.d.BlockSize, e.Size-i*o.d.BlockSize)
-	res, err := o.batcherFor(addr, peerName).fetch(o.item(e, i), size)
+	res, err := o.batcherFor(addr, peerName).fetch(ctx, o.item(e, i), size)
 	if err != nil {
 		return nil, 0, fmt.Errorf("peer %s: %w", peerName, err)
 	}
@@ -83,13 +84,13 @@ func (o *Owners) Previous(e *catalog.Entry) (string, bool) {
 }
 
 // FetchCached asks peerName, a previous owner of e, for block i of e from
-// its caches only.
-func (o *Owners) FetchCached(peerName string, e *catalog.Entry, i int64) ([]byte, uint32, error) {
+// its caches only, within cachedTimeout and until ctx is done.
+func (o *Owners) FetchCached(ctx context.Context, peerName string, e *catalog.Entry, i int64) ([]byte, uint32, error) {
 	addr, ok := o.view.Load().dataAddr(peerName)
 	if !ok {
 		return nil, 0, fmt.Errorf("peer %s: no longer a member with a data address", peerName)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), cachedTimeout)
+	ctx, cancel := context.WithTimeout(ctx, cachedTimeout)
 	defer cancel()
 	start := time.Now()
 	res, err := o.d.Peers.FetchCached(ctx, addr, []peer.Item{o.item(e, i)})
