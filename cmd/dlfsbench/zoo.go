@@ -66,7 +66,7 @@ type zooWorkload struct {
 // dlfs shows it as it is), and from the native page cache. No job line
 // can order the rows of one file; announced, the file lies at the top of
 // SOURCE instead, where dlfs shows each row as a .npy file (rows/00042.npy,
-// README: Packed sources), and the job reads those files in the plan's
+// docs/datasets.md), and the job reads those files in the plan's
 // order, as a Dataset calling numpy.load does.
 
 var (
