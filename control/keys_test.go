@@ -24,10 +24,7 @@ func randomJob(r *rand.Rand) Job {
 	j.Seed = r.Uint64()
 	j.Epoch = r.IntN(MaxEpoch + 1)
 	j.World = 1 + r.IntN(MaxWorld)
-	j.Ranks = nil
-	for _, rk := range r.Perm(min(j.World, 5))[:1+r.IntN(min(j.World, 5))] {
-		j.Ranks = append(j.Ranks, rk)
-	}
+	j.Ranks = append([]int(nil), r.Perm(min(j.World, 5))[:1+r.IntN(min(j.World, 5))]...)
 	j.Shuffle, j.DropLast, j.Torch27 = r.IntN(2) == 0, r.IntN(2) == 0, r.IntN(2) == 0
 	j.Batch = 1 + r.IntN(1<<20)
 	j.Workers = r.IntN(1025)
