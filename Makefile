@@ -51,13 +51,15 @@ IMAGE ?= dlfs:latest
 image:
 	docker build -t $(IMAGE) .
 
-# Everything CI runs: unit tests (with the race detector), integration
-# tests with real mounts and torch, and a short run of every fuzzer. The
-# fuzzers run for a count of inputs, not a time: a timed run that ends
-# before a busy machine finishes the seed corpus fails with "context
-# deadline exceeded".
+# Everything CI runs: go vet and staticcheck (its default checks, U1000
+# among them; scripts/install-deps.sh installs it), unit tests (with the
+# race detector), integration tests with real mounts and torch, and a
+# short run of every fuzzer. The fuzzers run for a count of inputs, not a
+# time: a timed run that ends before a busy machine finishes the seed
+# corpus fails with "context deadline exceeded".
 test: deps build
 	$(GO) vet ./...
+	$$($(GO) env GOPATH)/bin/staticcheck ./...
 	$(GO) test -race -count=1 -timeout 10m $$($(GO) list ./... | grep -v /test/integration)
 	$(GO) test -count=1 -timeout 15m ./test/integration/
 	$(MAKE) fuzz FUZZTIME=20000x FUZZTIME_HDF5=2000x
