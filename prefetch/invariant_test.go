@@ -32,33 +32,37 @@ func (p *Prefetcher) checkInvariant() error {
 			return fmt.Errorf("stagedIno[%d] = %d, %d blocks of it are staged", ino, n, perIno[ino])
 		}
 	}
-	var inflight int64
-	for ino, n := range p.inflight {
-		if n < 0 {
-			return fmt.Errorf("inflight[%d] = %d", ino, n)
-		}
-		inflight += n
+	inflight, err := sum("inflight", p.inflight)
+	if err != nil {
+		return err
 	}
 	if inflight != p.inflightBytes {
 		return fmt.Errorf("inflightBytes %d, inflight holds %d", p.inflightBytes, inflight)
 	}
-	var pushed int64
-	for ino, n := range p.pushedIno {
-		if n < 0 {
-			return fmt.Errorf("pushedIno[%d] = %d", ino, n)
-		}
-		pushed += n
+	pushed, err := sum("pushedIno", p.pushedIno)
+	if err != nil {
+		return err
 	}
-	for ino, n := range p.pushing {
-		if n < 0 {
-			return fmt.Errorf("pushing[%d] = %d", ino, n)
-		}
-		pushed += n
+	pushing, err := sum("pushing", p.pushing)
+	if err != nil {
+		return err
 	}
-	if pushed != p.pushedBytes {
-		return fmt.Errorf("pushedBytes %d, pushedIno and pushing hold %d", p.pushedBytes, pushed)
+	if pushed+pushing != p.pushedBytes {
+		return fmt.Errorf("pushedBytes %d, pushedIno and pushing hold %d", p.pushedBytes, pushed+pushing)
 	}
 	return nil
+}
+
+// sum adds up the bytes of m (named name), none of which may be negative.
+func sum(name string, m map[uint64]int64) (int64, error) {
+	var n int64
+	for ino, b := range m {
+		if b < 0 {
+			return 0, fmt.Errorf("%s[%d] = %d", name, ino, b)
+		}
+		n += b
+	}
+	return n, nil
 }
 
 // checkInvariant fails t if p's stage bookkeeping is inconsistent.
