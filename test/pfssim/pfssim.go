@@ -323,7 +323,7 @@ func (s *Sim) acquire(ctx context.Context, d time.Duration) bool {
 		return false
 	}
 	if d > 0 {
-		time.Sleep(d)
+		time.Sleep(d) // not a wait in a test: the server's latency, simulated
 	}
 	return true
 }
@@ -344,7 +344,7 @@ func (s *Sim) transfer(n int) {
 	s.bwNext = s.bwNext.Add(cost)
 	until := s.bwNext
 	s.bwMu.Unlock()
-	time.Sleep(time.Until(until))
+	time.Sleep(time.Until(until)) // the link's bandwidth, simulated
 }
 
 // node is a loopback node whose opens of regular files are slowed and
