@@ -259,3 +259,72 @@ func TestDatasetString(t *testing.T) {
 		}
 	}
 }
+
+// A range of a block is checked against the segments it lies in: a change
+// in one of them fails it, a change elsewhere does not; a segment's sum is
+// bound to the tag and to its place in the block.
+func TestCheckRange(t *testing.T) {
+	const tag = 0x1234
+	data := make([]byte, 3*SegmentBytes+100)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	sum, segs := Sum(tag, data), Segments(tag, data)
+	if len(segs) != 4 {
+		t.Fatalf("%d segments, want 4", len(segs))
+	}
+	whole := func(lo, hi int) bool { return CheckRange(tag, sum, segs, data, lo, hi) }
+	if !whole(0, len(data)) || !whole(SegmentBytes+5, SegmentBytes+10) || !whole(len(data)-1, len(data)) {
+		t.Fatal("an intact block fails a range check")
+	}
+	data[2*SegmentBytes+1] ^= 1
+	if whole(2*SegmentBytes, 2*SegmentBytes+2) || whole(SegmentBytes, 3*SegmentBytes) || whole(0, len(data)) {
+		t.Error("a range over a changed segment passes")
+	}
+	if !whole(0, 2*SegmentBytes) || !whole(3*SegmentBytes, len(data)) {
+		t.Error("a range over intact segments fails because another segment changed")
+	}
+	data[2*SegmentBytes+1] ^= 1
+	if CheckRange(tag+1, sum, segs, data, 0, 10) {
+		t.Error("segments pass under another tag")
+	}
+	swapped := append([]uint32(nil), segs...)
+	swapped[0], swapped[1] = swapped[1], swapped[0]
+	if CheckRange(tag, sum, swapped, data, 0, 10) {
+		t.Error("a segment's sum passes at another segment's place")
+	}
+	if whole(-1, 10) || whole(10, len(data)+1) || whole(10, 5) {
+		t.Error("a range out of the block passes")
+	}
+	// Without segments (one segment's worth, or none computed) the whole
+	// block is checked.
+	small := data[:100]
+	if !CheckRange(tag, Sum(tag, small), Segments(tag, small), small, 10, 20) || CheckRange(tag, Sum(tag, small)+1, nil, small, 10, 20) {
+		t.Error("a block without segments is not checked whole")
+	}
+}
+
+func FuzzCheckRange(f *testing.F) {
+	f.Add([]byte("abc"), 0, 3, 1)
+	f.Fuzz(func(t *testing.T, seed []byte, lo, hi, flip int) {
+		if len(seed) == 0 {
+			return
+		}
+		data := make([]byte, 2*SegmentBytes+len(seed))
+		for i := range data {
+			data[i] = seed[i%len(seed)]
+		}
+		sum, segs := Sum(7, data), Segments(7, data)
+		ok := CheckRange(7, sum, segs, data, lo, hi)
+		if ok != (lo >= 0 && hi <= len(data) && lo <= hi) {
+			t.Fatalf("range %d-%d of an intact block of %d: %v", lo, hi, len(data), ok)
+		}
+		if !ok || hi <= lo || flip < lo/SegmentBytes*SegmentBytes || flip >= min(len(data), (hi+SegmentBytes-1)/SegmentBytes*SegmentBytes) {
+			return
+		}
+		data[flip] ^= 0x80
+		if CheckRange(7, sum, segs, data, lo, hi) {
+			t.Fatalf("byte %d changed in the segments of range %d-%d, and it passed", flip, lo, hi)
+		}
+	})
+}

@@ -15,7 +15,7 @@ import (
 )
 
 // sparsePFS serves a file of any size, all zeros, as a sparse file does.
-type sparsePFS struct{ size int64 }
+type sparsePFS struct{}
 
 func (s sparsePFS) ReadAt(path string, want source.Version, p []byte, off int64) (int, error) {
 	if off >= want.Size {

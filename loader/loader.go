@@ -400,7 +400,24 @@ func (l *Loader) Tag(e *catalog.Entry, key string) uint64 {
 
 // blockOf is f, block key of e, as the RAM tier and the stage keep it.
 func blockOf(e *catalog.Entry, tag uint64, f fetch) ramcache.Block {
-	return ramcache.Block{ID: e.Ino, Data: f.val, Tag: tag, Sum: f.sum, Peer: f.src == tierPeer}
+	return ramcache.Block{ID: e.Ino, Data: f.val, Tag: tag, Sum: f.sum, Segs: integrity.Segments(tag, f.val), Peer: f.src == tierPeer}
+}
+
+// part is the bytes lo to hi of a block that a read serves: what it
+// checks of a block that has segment sums (integrity.CheckRange). hi < 0
+// is the block's end.
+type part struct{ lo, hi int }
+
+// whole is all of a block.
+var whole = part{0, -1}
+
+// intact reports whether p of block b, tagged tag, is intact.
+func (p part) intact(tag uint64, b ramcache.Block) bool {
+	hi := p.hi
+	if hi < 0 {
+		hi = len(b.Data)
+	}
+	return integrity.CheckRange(tag, b.Sum, b.Segs, b.Data, p.lo, hi)
 }
 
 // ReadAt returns up to len(dest) bytes of file e at off. The result is a
@@ -446,7 +463,7 @@ func (l *Loader) ReadAtWaited(ctx context.Context, e *catalog.Entry, dest []byte
 	switch {
 	case narrowed: // its range alone, from the PFS
 	case first == last:
-		b, t, w, err := l.block(ctx, e, first, end == blockEnd(e.Size, bs, first), &held)
+		b, t, w, err := l.block(ctx, e, first, end == blockEnd(e.Size, bs, first), part{int(off - first*bs), int(end - first*bs)}, &held)
 		if err != nil {
 			return nil, "", 0, err
 		}
@@ -457,7 +474,8 @@ func (l *Loader) ReadAtWaited(ctx context.Context, e *catalog.Entry, dest []byte
 	default:
 		n := 0
 		for i := first; i <= last; i++ {
-			b, t, w, err := l.block(ctx, e, i, end >= blockEnd(e.Size, bs, i), &held)
+			p := part{int(max(off, i*bs) - i*bs), int(min(end, blockEnd(e.Size, bs, i)) - i*bs)}
+			b, t, w, err := l.block(ctx, e, i, end >= blockEnd(e.Size, bs, i), p, &held)
 			if err != nil {
 				return nil, "", 0, err
 			}
@@ -489,16 +507,16 @@ func (l *Loader) count(t tier, n int64) {
 // how long it waited on the PFS. done says the read reaches the block's
 // end. A block it has to fetch (or wait for) is added to held: the read
 // holds it until it is reported to the stage.
-func (l *Loader) block(ctx context.Context, e *catalog.Entry, i int64, done bool, held *[]string) ([]byte, tier, time.Duration, error) {
+func (l *Loader) block(ctx context.Context, e *catalog.Entry, i int64, done bool, p part, held *[]string) ([]byte, tier, time.Duration, error) {
 	key := BlockKey(e.Path(), i)
 	tag := l.Tag(e, key)
-	if b, ok := l.ram.Get(key, tag); ok {
+	if b, ok := l.ram.GetRange(key, tag, p.lo, p.hi); ok {
 		return b.Data, tierRAM, 0, nil
 	}
-	if b, ok := l.fromStage(key, tag, e, done); ok {
+	if b, ok := l.fromStage(key, tag, e, done, p); ok {
 		return b.Data, tierStage, 0, nil
 	}
-	if b, ok := l.fromAhead(e, i, key, tag, done); ok {
+	if b, ok := l.fromAhead(e, i, key, tag, done, p); ok {
 		return b.Data, tierStage, 0, nil
 	}
 	l.flight.hold(key)
@@ -528,7 +546,7 @@ func (l *Loader) block(ctx context.Context, e *catalog.Entry, i int64, done bool
 	if shared {
 		// A read-ahead that ran the flight holds the block until a read
 		// reaches its end.
-		_, ahead = l.takeAhead(e, i, key, tag, done)
+		_, ahead = l.takeAhead(e, i, key, tag, done, p)
 	}
 	if shared && c.src != tierPeer && (!ahead || done) {
 		// The flight may have been a prefetch, which stages rather than
@@ -562,7 +580,7 @@ func (l *Loader) demandFetch(e *catalog.Entry, i int64, key string, tag uint64, 
 		if b, ok := l.ram.Get(key, tag); ok {
 			return fetch{b.Data, tierRAM, b.Sum}, nil
 		}
-		if b, ok := l.fromStage(key, tag, e, done); ok {
+		if b, ok := l.fromStage(key, tag, e, done, whole); ok {
 			return fetch{b.Data, tierStage, b.Sum}, nil
 		}
 		f, err := l.load(ctx, e, i, tag, forReader)
@@ -580,7 +598,7 @@ func (l *Loader) demandFetch(e *catalog.Entry, i int64, key string, tag uint64, 
 // fromStage takes block key of e, whose tag is tag, from the stage, if
 // it is there and intact. A read that reaches the block's end (done) takes
 // it off, and RAM keeps it if its next use warrants.
-func (l *Loader) fromStage(key string, tag uint64, e *catalog.Entry, done bool) (ramcache.Block, bool) {
+func (l *Loader) fromStage(key string, tag uint64, e *catalog.Entry, done bool, p part) (ramcache.Block, bool) {
 	s := l.stage.Load()
 	if s == nil {
 		return ramcache.Block{}, false
@@ -589,7 +607,7 @@ func (l *Loader) fromStage(key string, tag uint64, e *catalog.Entry, done bool) 
 	if !ok {
 		return ramcache.Block{}, false
 	}
-	if !integrity.Check(tag, b.Sum, b.Data) {
+	if !p.intact(tag, b) {
 		l.log.Warn("loader: a staged block fails its checksum; reading it again", "path", e.Path())
 		s.s.Take(key, tag, true)
 		return ramcache.Block{}, false
@@ -737,7 +755,7 @@ func (l *Loader) Cached(e *catalog.Entry, i int64) ([]byte, uint32, bool) {
 // peer, the previous owner's caches, the PFS; see Choice of source). It
 // runs inside a flight.
 func (l *Loader) load(ctx context.Context, e *catalog.Entry, i int64, tag uint64, why purpose) (fetch, error) {
-	if b, ok := l.takeAhead(e, i, BlockKey(e.Path(), i), tag, true); ok {
+	if b, ok := l.takeAhead(e, i, BlockKey(e.Path(), i), tag, true, whole); ok {
 		return fetch{b.b.Data, b.src, b.b.Sum}, nil // fetched with the block before it
 	}
 	f, err := l.loadFrom(ctx, e, i, tag, why)

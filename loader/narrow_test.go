@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/integrity"
 	"github.com/dlfs/dlfs/ramcache"
 	"github.com/dlfs/dlfs/source"
 )
@@ -91,5 +92,39 @@ func TestNarrowNotWhenCached(t *testing.T) {
 	}
 	if st := l.ReadAheadStats(); st.Narrow != 0 {
 		t.Errorf("narrow reads of a file RAM holds: %d bytes", st.Narrow)
+	}
+}
+
+// A read of part of a cached block checks the segments it lies in: a read
+// of an intact part is a hit although another part is damaged, and a read
+// of the damaged part misses and reads the right bytes again.
+func TestPartOfBlockChecked(t *testing.T) {
+	const bs = 4 * integrity.SegmentBytes
+	want := data(bs)
+	pfs := newBlockPFS(map[string][]byte{"f": want})
+	l := New(Config{BlockSize: bs}, ramcache.New(ramcache.Config{Capacity: 8 << 20}), nil, pfs)
+	defer l.Close()
+	e := entry("f", bs)
+	read := func(off int64) {
+		t.Helper()
+		b, err := l.ReadAt(context.Background(), e, make([]byte, 100), off)
+		if err != nil || !bytes.Equal(b, want[off:off+100]) {
+			t.Fatalf("read at %d: %v, right bytes %v", off, err, bytes.Equal(b, want[off:off+100]))
+		}
+	}
+	read(0)
+	key := BlockKey("f", 0)
+	b, ok := l.ram.Get(key, l.Tag(e, key))
+	if !ok || len(b.Segs) != 4 {
+		t.Fatalf("the block is not cached with its segments: %v, %d", ok, len(b.Segs))
+	}
+	b.Data[3*integrity.SegmentBytes+5] ^= 1 // damaged in place
+	read(integrity.SegmentBytes)
+	if n, _ := pfs.bytesRead("f"); n != bs {
+		t.Fatalf("a read of an intact part went to the PFS (%d bytes read)", n)
+	}
+	read(3 * integrity.SegmentBytes)
+	if n, _ := pfs.bytesRead("f"); n != 2*bs {
+		t.Errorf("a read of the damaged part: the PFS served %d bytes in all, want %d", n, 2*bs)
 	}
 }

@@ -356,7 +356,7 @@ func (l *Loader) aheadHas(e *catalog.Entry, i int64) bool {
 // takeAhead returns block key (number i) of e, tagged tag, if it was
 // fetched ahead and is intact; a read that reaches its end (done) takes
 // it off the buffer.
-func (l *Loader) takeAhead(e *catalog.Entry, i int64, key string, tag uint64, done bool) (aheadBlock, bool) {
+func (l *Loader) takeAhead(e *catalog.Entry, i int64, key string, tag uint64, done bool, p part) (aheadBlock, bool) {
 	if e.Size <= l.cfg.BlockSize {
 		return aheadBlock{}, false // one block: never followed, so no lock on the small-file path
 	}
@@ -371,7 +371,7 @@ func (l *Loader) takeAhead(e *catalog.Entry, i int64, key string, tag uint64, do
 	if !ok {
 		return aheadBlock{}, false
 	}
-	if b.b.Tag != tag || !integrity.Check(tag, b.b.Sum, b.b.Data) {
+	if b.b.Tag != tag || !p.intact(tag, b.b) {
 		ra.dropLocked(s, i, b, true) // another version, or damaged: a miss
 		return aheadBlock{}, false
 	}
@@ -504,8 +504,8 @@ func (l *Loader) hold(e *catalog.Entry, j int64, b ramcache.Block, src tier, sta
 // fromAhead takes block i of e (key, tag) from the blocks fetched ahead,
 // if there and intact; a read that reaches its end offers it to RAM, which
 // keeps it if its next use warrants, as a staged block.
-func (l *Loader) fromAhead(e *catalog.Entry, i int64, key string, tag uint64, done bool) (ramcache.Block, bool) {
-	b, ok := l.takeAhead(e, i, key, tag, done)
+func (l *Loader) fromAhead(e *catalog.Entry, i int64, key string, tag uint64, done bool, p part) (ramcache.Block, bool) {
+	b, ok := l.takeAhead(e, i, key, tag, done, p)
 	if !ok {
 		return ramcache.Block{}, false
 	}

@@ -58,6 +58,9 @@ type Block struct {
 	Data []byte
 	Tag  uint64 // integrity.Tag of the block's dataset, key and file version
 	Sum  uint32 // integrity.Sum of Data under Tag
+	// Segs are integrity.Segments of Data under Tag (none for a block of
+	// one segment): a read of part of the block checks only its segments.
+	Segs []uint32
 	// Peer says the block came from the node that owns it: this node's
 	// RAM tier does not keep it (the nodes' RAM tiers are disjoint).
 	Peer bool
@@ -70,7 +73,7 @@ const overhead = 104
 
 // cost is what a block allocated on its own holds in memory: its data, as
 // the allocator sized it, and the bookkeeping.
-func cost(b Block) int64 { return int64(AllocSize(cap(b.Data))) + overhead }
+func cost(b Block) int64 { return int64(AllocSize(cap(b.Data))+4*cap(b.Segs)) + overhead }
 
 // AllocSize is how many bytes Go's allocator gives a buffer of n bytes:
 // the size class up to 32 KiB, whole 8 KiB pages beyond.
@@ -168,6 +171,18 @@ func unlink(it *item) {
 
 // Get returns the block for key if it is cached with tag and intact.
 func (c *Cache) Get(key string, tag uint64) (Block, bool) {
+	return c.get(key, tag, func(b Block) bool { return integrity.Check(tag, b.Sum, b.Data) })
+}
+
+// GetRange is Get for a read of bytes lo to hi of the block: it checks
+// only the segments they lie in (the whole block, if it has none).
+func (c *Cache) GetRange(key string, tag uint64, lo, hi int) (Block, bool) {
+	return c.get(key, tag, func(b Block) bool { return integrity.CheckRange(tag, b.Sum, b.Segs, b.Data, lo, hi) })
+}
+
+// get returns the block for key if it is cached with tag and intact by
+// check; one that is not is dropped.
+func (c *Cache) get(key string, tag uint64, intact func(Block) bool) (Block, bool) {
 	h := c.hash(key)
 	c.mu.Lock()
 	it, ok := c.items[h]
@@ -184,7 +199,7 @@ func (c *Cache) Get(key string, tag uint64) (Block, bool) {
 	c.front(it)
 	b := it.b
 	c.mu.Unlock()
-	if !integrity.Check(tag, b.Sum, b.Data) {
+	if !intact(b) {
 		c.mu.Lock()
 		if cur, ok := c.items[h]; ok && cur == it {
 			c.removeLocked(it)

@@ -215,3 +215,29 @@ func TestDeleteID(t *testing.T) {
 	}
 	checkInvariant(t, c)
 }
+
+// GetRange checks only the segments of the range read: a damaged segment
+// fails a read of it, and the block is dropped.
+func TestGetRange(t *testing.T) {
+	c := New(Config{Capacity: 8 << 20})
+	const tag = 9
+	data := make([]byte, 4*integrity.SegmentBytes)
+	for i := range data {
+		data[i] = byte(i)
+	}
+	c.Put("k", Block{ID: 1, Data: data, Tag: tag, Sum: integrity.Sum(tag, data), Segs: integrity.Segments(tag, data)})
+	b, ok := c.Get("k", tag)
+	if !ok {
+		t.Fatal("an intact block missed")
+	}
+	b.Data[3*integrity.SegmentBytes] ^= 1 // damage the cached bytes in place
+	if _, ok := c.GetRange("k", tag, 0, 2*integrity.SegmentBytes); !ok {
+		t.Error("a range over intact segments missed")
+	}
+	if _, ok := c.GetRange("k", tag, 3*integrity.SegmentBytes, 3*integrity.SegmentBytes+10); ok {
+		t.Error("a range over the damaged segment was served")
+	}
+	if c.Contains("k") {
+		t.Error("a damaged block stayed cached")
+	}
+}

@@ -332,7 +332,7 @@ func runHosts(o options, src string, files []string, total int64) error {
 	if err := runCappedHosts(o, src, files, total, keyFile); err != nil {
 		return err
 	}
-	return runSixteenHosts(o, src, files, total, keyFile)
+	return runSixteenHosts(o, src, files, keyFile)
 }
 
 // cappedBits is each host's link in the capped runs, each way: 400
@@ -423,7 +423,7 @@ func abs(x float64) float64 {
 
 // runSixteenHosts: 16 hosts, each reading the whole dataset twice, then a
 // host leaves and one joins.
-func runSixteenHosts(o options, src string, files []string, total int64, keyFile string) error {
+func runSixteenHosts(o options, src string, files []string, keyFile string) error {
 	const hosts = 16
 	// 16 readers of the whole dataset on two cores: a dataset of its
 	// first 1,000 files (hard links), so that the table runs in minutes.
