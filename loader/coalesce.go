@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"math"
 	"time"
 
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/integrity"
+	"github.com/dlfs/dlfs/loader/runs"
 	"github.com/dlfs/dlfs/source"
 )
 
@@ -67,6 +68,7 @@ func (l *Loader) RunLimits() (gap, run int64) {
 // fetched and whether keep staged each. It leaves out samples RAM or the
 // SSD holds, that a peer owns, that a demand read holds, or that another
 // fetch is already bringing in: the caller prefetches those one by one.
+// The holes they leave split the request where wider than the gap limit.
 //
 // It stops early when ctx is done: the samples not yet read fail with
 // ctx's error (a demand read waiting on one of them fetches it again).
@@ -76,15 +78,14 @@ func (l *Loader) PrefetchRun(ctx context.Context, first *catalog.Entry, neighbou
 		return nil, nil
 	}
 	es := append([]*catalog.Entry{first}, neighbours...)
-	offs := make(map[uint64]int64, len(es))
+	spans := make(map[uint64]Span, len(es))
 	for _, e := range es {
 		sp, ok := c.Locate(e.Path())
 		if !ok {
 			return nil, fmt.Errorf("loader: %s is not in a packed container", e.Path())
 		}
-		offs[e.Ino] = sp.Off
+		spans[e.Ino] = sp
 	}
-	sort.Slice(es, func(i, j int) bool { return offs[es[i].Ino] < offs[es[j].Ino] })
 	r := l.remote.Load()
 	var pick []*catalog.Entry
 	for _, e := range es {
@@ -110,74 +111,43 @@ func (l *Loader) PrefetchRun(ctx context.Context, first *catalog.Entry, neighbou
 	}
 	calls := l.flight.claim(keys, tags)
 	var (
-		paths []string
-		wants []source.Version
-		mine  []int
+		mine    []int // indexes of pick whose flight this fetch claimed
+		claimed []Span
 	)
 	for i, e := range pick {
 		if calls[i] != nil {
-			paths = append(paths, e.Path())
-			wants = append(wants, e.Version())
 			mine = append(mine, i)
+			claimed = append(claimed, spans[e.Ino])
 		}
 	}
 	out := make(map[uint64]bool, len(mine))
-	// Samples that RAM, the SSD or another fetch supplies leave holes: a
-	// hole wider than the gap limit splits the run.
-	gapLimit, _ := l.RunLimits()
-	for a := 0; a < len(mine); {
-		b := a + 1
-		for b < len(mine) {
-			prev, next := pick[mine[b-1]], pick[mine[b]]
-			if offs[next.Ino]-(offs[prev.Ino]+prev.Size) > gapLimit {
-				break
-			}
-			b++
+	gap, _ := l.RunLimits() // first and its neighbours are within the length limit already
+	for _, run := range runs.Plan(claimed, gap, math.MaxInt64) {
+		part := make([]int, len(run))
+		for k, i := range run {
+			part[k] = mine[i]
 		}
-		l.readRun(ctx, c, first, pick, keys, tags, calls, mine[a:b], paths[a:b], wants[a:b], keep, out)
-		a = b
+		l.finishRun(ctx, c, first, pick, keys, tags, calls, part, keep, out)
 	}
 	return out, nil
 }
 
-// readRun reads one run of PrefetchRun's picks (mine indexes pick, keys
-// and calls) with one request, finishes their flights and fills out. If
-// the run fails, each sample is read alone and fails alone.
-func (l *Loader) readRun(ctx context.Context, c Coalescer, first *catalog.Entry, pick []*catalog.Entry, keys []string, tags []uint64, calls []*call,
-	mine []int, paths []string, wants []source.Version, keep Keep, out map[uint64]bool) {
-	start := time.Now()
-	bufs, err := pfsCall(ctx, l, paths[0], func() ([][]byte, error) { return c.ReadRun(paths, wants) })
-	if err != nil && (ctx.Err() != nil || !perSample(err)) {
-		for _, i := range mine {
-			l.flight.finish(keys[i], tags[i], calls[i], fetch{src: tierPFS}, err)
-		}
-		return
+// finishRun reads one run of PrefetchRun's picks (part indexes pick, keys,
+// tags and calls), finishes their flights and fills out.
+func (l *Loader) finishRun(ctx context.Context, c Coalescer, first *catalog.Entry, pick []*catalog.Entry, keys []string, tags []uint64, calls []*call,
+	part []int, keep Keep, out map[uint64]bool) {
+	es := make([]*catalog.Entry, len(part))
+	for k, i := range part {
+		es[k] = pick[i]
 	}
-	if err == nil && len(bufs) != len(mine) {
-		err = errRunLength
-	}
-	failed := make([]bool, len(mine))
-	if err != nil {
-		// One bad record (corrupt, changed) must not fail its neighbours:
-		// read each alone, and let each fail on its own.
-		l.log.Warn("loader: a coalesced read failed; reading its samples one by one", "samples", len(mine), "err", err)
-		bufs = make([][]byte, len(mine))
-		for k, i := range mine {
-			var rerr error
-			if bufs[k], rerr = l.readPFS(ctx, pick[i], 0, pick[i].Size); rerr != nil {
-				failed[k] = true
-				l.flight.finish(keys[i], tags[i], calls[i], fetch{src: tierPFS}, rerr)
-			}
-		}
-	}
-	var total int64
-	for k, i := range mine {
+	bufs, errs := l.readRun(ctx, c, es)
+	for k, i := range part {
 		e := pick[i]
-		if failed[k] {
-			continue // finished above with its own error
+		if errs[k] != nil {
+			l.flight.finish(keys[i], tags[i], calls[i], fetch{src: tierPFS}, errs[k])
+			continue
 		}
 		b := bufs[k]
-		total += int64(len(b))
 		l.fetches[tierPFS].Add(1)
 		l.fetched[tierPFS].Add(int64(len(b)))
 		// RAM or the stage take the block before its flight ends (see Keep).
@@ -189,11 +159,48 @@ func (l *Loader) readRun(ctx context.Context, c Coalescer, first *catalog.Entry,
 		l.flight.finish(keys[i], tags[i], calls[i], f, nil)
 		l.toSSD(keys[i], tag, f)
 	}
-	if err == nil {
-		l.model.Observe(srcPFS, total, time.Since(start))
-		if len(mine) > 1 {
-			l.runs.Add(1)
-			l.runSamples.Add(int64(len(mine)))
-		}
+}
+
+// readRun reads es, samples of one container in offset order, with one
+// request. If that fails in a way that may be one sample's fault
+// (perSample), it reads each alone, and each fails alone; otherwise they
+// all fail alike. It returns each sample's bytes or error.
+func (l *Loader) readRun(ctx context.Context, c Coalescer, es []*catalog.Entry) ([][]byte, []error) {
+	paths := make([]string, len(es))
+	wants := make([]source.Version, len(es))
+	for i, e := range es {
+		paths[i], wants[i] = e.Path(), e.Version()
 	}
+	start := time.Now()
+	bufs, err := pfsCall(ctx, l, paths[0], func() ([][]byte, error) { return c.ReadRun(paths, wants) })
+	errs := make([]error, len(es))
+	if err != nil && (ctx.Err() != nil || !perSample(err)) {
+		for i := range errs {
+			errs[i] = err // all alike: another try of each would wait as long
+		}
+		return make([][]byte, len(es)), errs
+	}
+	if err == nil && len(bufs) != len(es) {
+		err = errRunLength
+	}
+	if err != nil {
+		// One bad record (corrupt, changed) must not fail its neighbours:
+		// read each alone, and let each fail on its own.
+		l.log.Warn("loader: a coalesced read failed; reading its samples one by one", "samples", len(es), "err", err)
+		bufs = make([][]byte, len(es))
+		for i, e := range es {
+			bufs[i], errs[i] = l.readPFS(ctx, e, 0, e.Size)
+		}
+		return bufs, errs
+	}
+	var total int64
+	for _, b := range bufs {
+		total += int64(len(b))
+	}
+	l.model.Observe(srcPFS, total, time.Since(start))
+	if len(es) > 1 {
+		l.runs.Add(1)
+		l.runSamples.Add(int64(len(es)))
+	}
+	return bufs, errs
 }

@@ -3,12 +3,10 @@ package loader
 import (
 	"context"
 	"slices"
-	"sort"
 	"sync"
-	"time"
 
 	"github.com/dlfs/dlfs/catalog"
-	"github.com/dlfs/dlfs/source"
+	"github.com/dlfs/dlfs/loader/runs"
 )
 
 // Demand reads of a packed container are combined when the container is
@@ -121,60 +119,27 @@ func (l *Loader) release(container string, q *demandQueue) {
 }
 
 // serveBatch reads a batch of waiting reads of one container in runs and
-// sets each one's result (not done: the caller marks the batch done).
+// sets each one's result (not done: the caller marks the batch done). The
+// reads are for others too: only the PFS's deadline ends them.
 func (l *Loader) serveBatch(c Coalescer, batch []*demandRead) {
-	sorted := append([]*demandRead(nil), batch...)
-	sort.Slice(sorted, func(i, j int) bool { return sorted[i].span.Off < sorted[j].span.Off })
-	gap, run := l.RunLimits()
-	for a := 0; a < len(sorted); {
-		b := a + 1
-		for b < len(sorted) {
-			prev, next := sorted[b-1].span, sorted[b].span
-			if next.Off-(prev.Off+prev.Len) > gap || next.Off+next.Len-sorted[a].span.Off > run {
-				break
-			}
-			b++
+	spans := make([]Span, len(batch))
+	for i, r := range batch {
+		spans[i] = r.span
+	}
+	gap, limit := l.RunLimits()
+	for _, run := range runs.Plan(spans, gap, limit) {
+		if len(run) == 1 {
+			r := batch[run[0]]
+			r.val, r.err = l.readPFS(context.Background(), r.e, 0, r.e.Size)
+			continue
 		}
-		part := sorted[a:b]
-		if len(part) == 1 {
-			part[0].val, part[0].err = l.readPFS(context.Background(), part[0].e, 0, part[0].e.Size) // for others too: only the deadline ends it
-		} else {
-			paths := make([]string, len(part))
-			wants := make([]source.Version, len(part))
-			for i, r := range part {
-				paths[i], wants[i] = r.e.Path(), r.e.Version()
-			}
-			start := time.Now()
-			bufs, err := pfsCall(context.Background(), l, paths[0], func() ([][]byte, error) { return c.ReadRun(paths, wants) })
-			if err == nil && len(bufs) != len(part) {
-				err = errRunLength
-			}
-			switch {
-			case err != nil && !perSample(err):
-				for _, r := range part {
-					r.err = err // all alike: another try of each would wait as long
-				}
-			case err != nil:
-				// One bad record must not fail its neighbours: read each
-				// alone.
-				l.log.Warn("loader: a coalesced read failed; reading its samples one by one", "samples", len(part), "err", err)
-				for _, r := range part {
-					r.val, r.err = l.readPFS(context.Background(), r.e, 0, r.e.Size)
-				}
-			}
-			var total int64
-			for i, r := range part {
-				if err == nil {
-					r.val = bufs[i]
-					total += int64(len(bufs[i]))
-				}
-			}
-			if err == nil {
-				l.model.Observe(srcPFS, total, time.Since(start))
-				l.runs.Add(1)
-				l.runSamples.Add(int64(len(part)))
-			}
+		es := make([]*catalog.Entry, len(run))
+		for k, i := range run {
+			es[k] = batch[i].e
 		}
-		a = b
+		bufs, errs := l.readRun(context.Background(), c, es)
+		for k, i := range run {
+			batch[i].val, batch[i].err = bufs[k], errs[k]
+		}
 	}
 }

@@ -62,7 +62,8 @@
 // Over a packed dataset (a PFS that is a Coalescer), neighbouring samples
 // of one container can be read in one request: the prefetcher's runs
 // (coalesce.go) and demand reads that queue on a busy container
-// (combine.go).
+// (combine.go). Package runs plans the runs; readRun reads each once, and
+// its samples one by one if it fails.
 //
 // # Accounting
 //
@@ -83,6 +84,7 @@ import (
 
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/integrity"
+	"github.com/dlfs/dlfs/loader/runs"
 	"github.com/dlfs/dlfs/perfmodel"
 	"github.com/dlfs/dlfs/ramcache"
 	"github.com/dlfs/dlfs/source"
@@ -252,10 +254,7 @@ type (
 )
 
 // Span is where a sample's bytes lie in a packed container.
-type Span struct {
-	Container string
-	Off, Len  int64
-}
+type Span = runs.Span
 
 // ErrNoBlock means a peer answered but could not serve a block (its view
 // of the file differs, or its own read failed): the peer is not at fault
