@@ -3,7 +3,7 @@
 //
 // A warm-up takes the files under some paths in the order cheapest for the
 // PFS: packed samples by container and offset, in runs of neighbours read
-// in one request; plain files by path. It warms as many bytes as the caches
+// in one request (package runs plans them); plain files by path. It warms as many bytes as the caches
 // hold, and no more, and says how many fit. Half as many workers
 // (Config.Workers) as the prefetcher has fetch, so that a training job
 // reading beside it is not starved. Where
@@ -26,14 +26,14 @@ import (
 	"time"
 
 	"github.com/dlfs/dlfs/catalog"
-	"github.com/dlfs/dlfs/loader"
+	"github.com/dlfs/dlfs/loader/runs"
 )
 
 // Source is what a warm-up fetches through.
 type Source interface {
 	// Locate says where a packed sample lies; ok is false for a plain
 	// file.
-	Locate(e *catalog.Entry) (loader.Span, bool)
+	Locate(e *catalog.Entry) (runs.Span, bool)
 	// RunLimits are the longest gap to read through and the longest run
 	// of one request, for packed neighbours.
 	RunLimits() (gap, run int64)
@@ -211,7 +211,7 @@ func (w *Warmer) Status() Status {
 func plan(src Source, entries []*catalog.Entry, capacity int64) ([][]*catalog.Entry, Status) {
 	type item struct {
 		e      *catalog.Entry
-		span   loader.Span
+		span   runs.Span
 		packed bool
 	}
 	items := make([]item, 0, len(entries))
@@ -243,24 +243,26 @@ func plan(src Source, entries []*catalog.Entry, capacity int64) ([][]*catalog.En
 	}
 	st.FitFiles = n
 	items = items[:n]
-	gap, run := src.RunLimits()
+	// Packed samples come first: in runs of neighbours, each one unit.
+	packed := 0
+	for packed < len(items) && items[packed].packed {
+		packed++
+	}
+	spans := make([]runs.Span, packed)
+	for i := range spans {
+		spans[i] = items[i].span
+	}
+	gap, limit := src.RunLimits()
 	var units [][]*catalog.Entry
-	for i := 0; i < len(items); {
-		u := []*catalog.Entry{items[i].e}
-		j := i + 1
-		if items[i].packed {
-			lo, hi := items[i].span.Off, items[i].span.Off+items[i].span.Len
-			for ; j < len(items) && items[j].packed && items[j].span.Container == items[i].span.Container; j++ {
-				sp := items[j].span
-				if sp.Off-hi > gap || sp.Off+sp.Len-lo > run {
-					break
-				}
-				u = append(u, items[j].e)
-				hi = max(hi, sp.Off+sp.Len)
-			}
+	for _, run := range runs.Plan(spans, gap, limit) {
+		u := make([]*catalog.Entry, len(run))
+		for k, i := range run {
+			u[k] = items[i].e
 		}
 		units = append(units, u)
-		i = j
+	}
+	for _, it := range items[packed:] {
+		units = append(units, []*catalog.Entry{it.e})
 	}
 	return units, st
 }

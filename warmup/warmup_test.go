@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/dlfs/dlfs/catalog"
-	"github.com/dlfs/dlfs/loader"
+	"github.com/dlfs/dlfs/loader/runs"
 )
 
 // fakeSource: files named p* are plain; c<k>/<off> lie in container k at
@@ -22,12 +22,12 @@ type fakeSource struct {
 	ctxAware bool
 }
 
-func (f *fakeSource) Locate(e *catalog.Entry) (loader.Span, bool) {
+func (f *fakeSource) Locate(e *catalog.Entry) (runs.Span, bool) {
 	var k, off int64
 	if _, err := fmt.Sscanf(e.Path(), "c%d/%d", &k, &off); err != nil {
-		return loader.Span{}, false
+		return runs.Span{}, false
 	}
-	return loader.Span{Container: fmt.Sprint(k), Off: off, Len: 10}, true
+	return runs.Span{Container: fmt.Sprint(k), Off: off, Len: 10}, true
 }
 func (f *fakeSource) RunLimits() (gap, run int64) { return 5, 40 }
 func (f *fakeSource) Warm(ctx context.Context, first *catalog.Entry, ns []*catalog.Entry) error {
