@@ -80,6 +80,7 @@ import (
 	"github.com/dlfs/dlfs/folder"
 	"github.com/dlfs/dlfs/jobs"
 	"github.com/dlfs/dlfs/loader"
+	"github.com/dlfs/dlfs/loader/runs"
 	"github.com/dlfs/dlfs/ramcache"
 )
 
@@ -1151,63 +1152,36 @@ func (p *Prefetcher) next(gap, run int64) []*catalog.Entry {
 
 // neighboursLocked returns the sample at pos together with its neighbours
 // in its container that a plan still needs and that nothing has fetched:
-// a run read in one request. The run reads through unneeded bytes (samples
-// already cached) of at most gap in a row, spans at most run bytes, and
-// fits in what staging has left plus an eighth of it.
+// a run read in one request (runs.Grow). The run reads through unneeded
+// bytes (samples already cached) of at most gap in a row, spans at most
+// run bytes, and fits in what staging has left plus an eighth of it.
 // The sample at pos comes first; the rest follow in offset order.
 func (p *Prefetcher) neighboursLocked(s *stream, pos int, gap, run int64) []*catalog.Entry {
 	list := s.runs[s.spans[pos].Container]
-	k := int(s.runIdx[pos])
-	lo, hi := s.spans[pos].Off, s.spans[pos].Off+s.spans[pos].Len
-	group := []*catalog.Entry{s.entry(int(pos))}
 	// Neighbours mostly go to RAM, not the stage, so they may borrow an
 	// eighth of staging beyond what is free; one that RAM refuses is
 	// staged only if the stage has room (finish).
-	budget := p.cfg.Staging + p.cfg.Staging/8 - p.stagedBytes - p.inflightBytes - p.pushedBytes - s.entry(int(pos)).Size
-	wanted := func(q int32) bool {
-		e := s.entry(int(q))
-		return p.stagedIno[e.Ino] == 0 && p.inflight[e.Ino] == 0 && p.neededLocked(e.Ino, false)
-	}
-	// extend walks one way from k, adding wanted neighbours while the run
-	// holds; it returns what it added, nearest first.
-	extend := func(step int) []*catalog.Entry {
-		var out []*catalog.Entry
-		edge := lo
-		if step > 0 {
-			edge = hi
+	budget := p.cfg.Staging + p.cfg.Staging/8 - p.stagedBytes - p.inflightBytes - p.pushedBytes - s.entry(pos).Size
+	take := func(j int) runs.Take {
+		e := s.entry(int(list[j]))
+		switch {
+		case p.stagedIno[e.Ino] > 0 || p.inflight[e.Ino] > 0 || !p.neededLocked(e.Ino, false):
+			return runs.Skip // read through it if the next wanted one is near enough
+		case e.Size > budget:
+			return runs.Stop
 		}
-		for j := k + step; j >= 0 && j < len(list); j += step {
-			q := list[j]
-			sp := s.spans[q]
-			far := sp.Off - edge // bytes between the run and this one
-			if step < 0 {
-				far = edge - (sp.Off + sp.Len)
-			}
-			if far > gap || max(hi, sp.Off+sp.Len)-min(lo, sp.Off) > run {
-				break
-			}
-			if !wanted(q) {
-				continue // read through it if the next wanted one is near enough
-			}
-			if s.entry(int(q)).Size > budget {
-				break
-			}
-			budget -= s.entry(int(q)).Size
-			out = append(out, s.entry(int(q)))
-			lo, hi = min(lo, sp.Off), max(hi, sp.Off+sp.Len)
-			edge = hi
-			if step < 0 {
-				edge = lo
-			}
+		budget -= e.Size
+		return runs.Join
+	}
+	span := func(j int) runs.Span { return s.spans[list[j]] }
+	k := int(s.runIdx[pos])
+	group := []*catalog.Entry{s.entry(pos)}
+	for _, j := range runs.Grow(len(list), k, span, gap, run, take) {
+		if j != k {
+			group = append(group, s.entry(int(list[j])))
 		}
-		return out
 	}
-	right := extend(1)
-	left := extend(-1)
-	for i := len(left) - 1; i >= 0; i-- {
-		group = append(group, left[i])
-	}
-	return append(group, right...)
+	return group
 }
 
 // schedule hands files to workers until ctx ends.
