@@ -1,0 +1,217 @@
+// Package backing builds the files FUSE passthrough serves resident
+// samples from.
+//
+// # What a backing file is
+//
+// A File is an anonymous memory file (memfd) holding exactly one version
+// of one sample's bytes, at the same offsets. The kernel reads it instead
+// of asking the daemon (package fusefs registers it at OPEN), so its bytes
+// must be right without any further check: Build writes each block only
+// after checking it against its integrity sum (package integrity), refuses
+// the whole file when a block is missing, of the wrong length or fails its
+// sum (a hole would read as zeros), and seals the file (F_SEAL_WRITE,
+// F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_SEAL) before anyone else sees it.
+// Once sealed, nobody can change its bytes or its size, not through the
+// descriptor, not through /proc/PID/fd, not through a mapping.
+//
+// # Lifetime
+//
+// A File is reference counted: Build returns it with one reference, the
+// caller's. Whoever keeps it (the RAM tier while it is resident, the
+// mount while an open of its sample lasts) holds a reference of its own;
+// the descriptor is closed when the last goes. The kernel keeps its own
+// reference to a registered file, so an open file reads correct bytes
+// after the daemon let go.
+package backing
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dlfs/dlfs/integrity"
+)
+
+// ErrMissing means a block of the file was not there, or not whole: no
+// backing file is made with a hole in it.
+var ErrMissing = errors.New("backing: a block is missing")
+
+// ErrCorrupt means a block failed its integrity sum.
+var ErrCorrupt = errors.New("backing: a block fails its checksum")
+
+// Seals are the seals every File carries: nobody may write it, shrink it,
+// grow it, or remove the seals.
+const Seals = unix.F_SEAL_WRITE | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL
+
+// Block is one block's bytes with their integrity tag and sum.
+type Block struct {
+	Data []byte
+	Tag  uint64
+	Sum  uint32
+}
+
+// File is a sealed backing file. Safe for concurrent use; no method
+// blocks but on memory.
+type File struct {
+	size int64 // read-only after Build
+	name string
+
+	mu sync.Mutex
+	// mu guards the following.
+	// INVARIANT: fd >= 0 exactly while refs > 0.
+	fd     int
+	refs   int
+	onFree []func() // run once the last reference is gone
+}
+
+// maxName is the longest name memfd_create takes, less its terminator.
+const maxName = 249
+
+// Build makes a sealed File of size bytes: block i (of blockSize bytes,
+// the last one shorter) comes from block(i), which reports false when it
+// has none. name is for /proc/PID/fd and errors (the sample's path). Every
+// block is checked against its sum before it is written; a block missing,
+// of another length than the file's size says, or failing its sum
+// refuses the whole file (ErrMissing, ErrCorrupt).
+func Build(name string, size, blockSize int64, block func(i int64) (Block, bool)) (*File, error) {
+	if size < 0 || blockSize <= 0 {
+		return nil, fmt.Errorf("backing: %s: size %d, block size %d: want size >= 0 and block size > 0", name, size, blockSize)
+	}
+	memName := "dlfs:" + name
+	if len(memName) > maxName {
+		memName = memName[:maxName]
+	}
+	fd, err := unix.MemfdCreate(memName, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, fmt.Errorf("backing: %s: memfd_create: %w", name, err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			unix.Close(fd)
+		}
+	}()
+	if err := unix.Ftruncate(fd, size); err != nil {
+		return nil, fmt.Errorf("backing: %s: size %d: %w", name, size, err)
+	}
+	for off, i := int64(0), int64(0); off < size; off, i = off+blockSize, i+1 {
+		b, there := block(i)
+		want := min(blockSize, size-off)
+		switch {
+		case !there:
+			return nil, fmt.Errorf("%w: %s: block %d", ErrMissing, name, i)
+		case int64(len(b.Data)) != want:
+			return nil, fmt.Errorf("%w: %s: block %d has %d bytes, want %d", ErrMissing, name, i, len(b.Data), want)
+		case !integrity.Check(b.Tag, b.Sum, b.Data):
+			return nil, fmt.Errorf("%w: %s: block %d", ErrCorrupt, name, i)
+		}
+		if err := pwriteAll(fd, b.Data, off); err != nil {
+			return nil, fmt.Errorf("backing: %s: write block %d: %w", name, i, err)
+		}
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, Seals); err != nil {
+		return nil, fmt.Errorf("backing: %s: seal: %w", name, err)
+	}
+	ok = true
+	return &File{size: size, name: name, fd: fd, refs: 1}, nil
+}
+
+func pwriteAll(fd int, b []byte, off int64) error {
+	for len(b) > 0 {
+		n, err := unix.Pwrite(fd, b, off)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		b, off = b[n:], off+int64(n)
+	}
+	return nil
+}
+
+// Size is the file's length in bytes.
+func (f *File) Size() int64 { return f.size }
+
+// Name is the sample's path it was built for.
+func (f *File) Name() string { return f.name }
+
+// Pages is what the file holds in memory: its size in whole pages.
+func (f *File) Pages() int64 { return (f.size + pageSize - 1) &^ (pageSize - 1) }
+
+var pageSize = int64(unix.Getpagesize())
+
+// Fd is the file's descriptor, valid while the caller holds a reference.
+func (f *File) Fd() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.fd
+}
+
+// Acquire takes another reference, and reports false if the file was
+// already closed (the caller then must not use it).
+func (f *File) Acquire() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.refs == 0 {
+		return false
+	}
+	f.refs++
+	return true
+}
+
+// Release drops a reference; the last closes the file.
+func (f *File) Release() { f.Detach(nil) }
+
+// Detach drops a reference. If others remain it reports true, and fn (if
+// not nil) runs when the last goes: the RAM tier counts an evicted file
+// that is still open until it is closed.
+func (f *File) Detach(fn func()) bool {
+	f.mu.Lock()
+	if f.refs <= 0 {
+		f.mu.Unlock()
+		return false // released more often than acquired: a bug, but the file is closed already
+	}
+	f.refs--
+	if f.refs > 0 {
+		if fn != nil {
+			f.onFree = append(f.onFree, fn)
+		}
+		f.mu.Unlock()
+		return true
+	}
+	fd, fns := f.fd, f.onFree
+	f.fd, f.onFree = -1, nil
+	f.mu.Unlock()
+	unix.Close(fd)
+	for _, fn := range fns {
+		fn()
+	}
+	return false
+}
+
+// ReadAt reads len(p) bytes at off (fewer at the end of the file). The
+// caller holds a reference.
+func (f *File) ReadAt(p []byte, off int64) (int, error) {
+	fd := f.Fd()
+	if fd < 0 {
+		return 0, fmt.Errorf("backing: %s: read after close", f.name)
+	}
+	n := 0
+	for n < len(p) && off+int64(n) < f.size {
+		m, err := unix.Pread(fd, p[n:], off+int64(n))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return n, fmt.Errorf("backing: %s: read at %d: %w", f.name, off+int64(n), err)
+		}
+		if m == 0 {
+			break
+		}
+		n += m
+	}
+	return n, nil
+}
