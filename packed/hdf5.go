@@ -18,7 +18,7 @@ import (
 	"gonum.org/v1/hdf5"
 
 	"github.com/dlfs/dlfs/catalog"
-	"github.com/dlfs/dlfs/loader"
+	"github.com/dlfs/dlfs/loader/runs"
 	"github.com/dlfs/dlfs/npy"
 	"github.com/dlfs/dlfs/source"
 )
@@ -393,14 +393,14 @@ func recoverLibrary(err *error) {
 
 // Locate implements loader.Coalescer: a dataset is a container whose
 // samples are its rows, each at row × its .npy size.
-func (d *h5Dataset) Locate(p string) (loader.Span, bool) {
+func (d *h5Dataset) Locate(p string) (runs.Span, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	r, ok := d.rows[p]
 	if !ok {
-		return loader.Span{}, false
+		return runs.Span{}, false
 	}
-	return loader.Span{Container: r.file + "\x00" + r.set, Off: int64(r.row) * r.v.Size, Len: r.v.Size}, true
+	return runs.Span{Container: r.file + "\x00" + r.set, Off: int64(r.row) * r.v.Size, Len: r.v.Size}, true
 }
 
 // ReadRun implements loader.Coalescer: one hyperslab read of the rows from

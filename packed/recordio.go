@@ -15,7 +15,7 @@ import (
 	"syscall"
 
 	"github.com/dlfs/dlfs/catalog"
-	"github.com/dlfs/dlfs/loader"
+	"github.com/dlfs/dlfs/loader/runs"
 	"github.com/dlfs/dlfs/recordio"
 	"github.com/dlfs/dlfs/source"
 )
@@ -347,14 +347,14 @@ func topFiles(dir string, suffixes ...string) ([]string, error) {
 }
 
 // Locate implements loader.Coalescer, for images of whole records.
-func (d *recDataset) Locate(p string) (loader.Span, bool) {
+func (d *recDataset) Locate(p string) (runs.Span, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	s, ok := d.samples[p]
 	if !ok || !s.rec.Contiguous() {
-		return loader.Span{}, false
+		return runs.Span{}, false
 	}
-	return loader.Span{Container: s.file, Off: s.rec.DataOffset() + s.skip, Len: s.length}, true
+	return runs.Span{Container: s.file, Off: s.rec.DataOffset() + s.skip, Len: s.length}, true
 }
 
 // ReadRun implements loader.Coalescer.

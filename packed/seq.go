@@ -9,7 +9,7 @@ import (
 	"syscall"
 
 	"github.com/dlfs/dlfs/catalog"
-	"github.com/dlfs/dlfs/loader"
+	"github.com/dlfs/dlfs/loader/runs"
 	"github.com/dlfs/dlfs/seqfile"
 	"github.com/dlfs/dlfs/source"
 )
@@ -215,14 +215,14 @@ func (d *seqDataset) Close() error {
 }
 
 // Locate implements loader.Coalescer.
-func (d *seqDataset) Locate(path string) (loader.Span, bool) {
+func (d *seqDataset) Locate(path string) (runs.Span, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	e, ok := d.ix.Lookup(path)
 	if !ok || e.IsDir() {
-		return loader.Span{}, false
+		return runs.Span{}, false
 	}
-	return loader.Span{Container: d.ix.Shards[e.Shard], Off: e.DataOffset(), Len: e.Length}, true
+	return runs.Span{Container: d.ix.Shards[e.Shard], Off: e.DataOffset(), Len: e.Length}, true
 }
 
 // ReadRun implements loader.Coalescer: one read for the run, then every
