@@ -124,7 +124,27 @@ func (f *FS) open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fu
 	if in.Flags&syscall.O_ACCMODE != syscall.O_RDONLY || in.Flags&syscall.O_TRUNC != 0 {
 		return fuse.EROFS
 	}
-	return noOpen
+	if !f.passthroughOn() {
+		return noOpen
+	}
+	e, st := f.entry(in.NodeId)
+	if !st.Ok() {
+		return st
+	}
+	if !e.IsRegular() {
+		out.OpenFlags = fuse.FOPEN_KEEP_CACHE
+		return fuse.OK
+	}
+	return f.openRegular(in, e, out) // passthrough.go
+}
+
+// Release forgets an open (passthrough.go); with noOpen, none comes.
+func (f *FS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	t0 := f.begin()
+	if !isPseudo(in.NodeId) {
+		f.release(in)
+	}
+	f.done(t0, opRelease, &in.InHeader, in.NodeId, "", -1, 0, "", fuse.OK)
 }
 
 // read answers a read with the bytes and the tier that served them.
@@ -139,6 +159,9 @@ func (f *FS) read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) ([]byte, 
 	}
 	if e.IsDir() {
 		return nil, "", fuse.Status(syscall.EISDIR)
+	}
+	if b, ok, st := f.passthroughRead(in, buf); ok {
+		return b, "passthrough", st // reported at its open
 	}
 	b, source, err := f.data.ReadAt(requestContext{cancel}, e, buf[:min(int(in.Size), len(buf))], int64(in.Offset), in.Caller.Pid)
 	if err != nil {

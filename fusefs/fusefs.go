@@ -26,7 +26,9 @@
 // invalidates what changed), so entries and attributes are cached for
 // Config.TTL, listings are cached (FOPEN_CACHE_DIR), and regular files are
 // never opened (noOpen): the page cache is kept across opens, and a file
-// read before is read again without any request reaching the daemon.
+// read before is read again without any request reaching the daemon. A
+// mount that uses passthrough (passthrough.go) answers OPEN instead, and
+// the kernel reads a file held whole from its backing file.
 // Control files get fresh contents on every open by another route
 // (control.go). Push (push.go) stores a file's bytes in the page cache
 // before it is read (FUSE_NOTIFY_STORE).
@@ -83,6 +85,10 @@ type Config struct {
 	// to what the kernel allows (/proc/sys/fs/fuse/max_pages_limit pages;
 	// 256, so 1 MiB, unless an administrator raised it).
 	MaxRequest int // default 1 MiB
+	// Passthrough serves files the Dataset holds whole from backing files
+	// the kernel reads itself (passthrough.go), when the Dataset is a
+	// Backer, the kernel offers it and the daemon may register them.
+	Passthrough bool
 	// Debug logs every FUSE request (very verbose).
 	Debug bool
 	// Latency receives each request's latency by operation (nil: not
@@ -161,6 +167,10 @@ type FS struct {
 	nextFh uint64                // (mu)
 
 	statfs statfsCall
+	pt     passthrough
+	// ownThread tells the daemon's own requests (ownThread; tests replace
+	// it, as they read through the mount from the daemon's process).
+	ownThread func(pid uint32) bool
 }
 
 // New returns a filesystem over data with the control directory served by
@@ -182,7 +192,7 @@ func New(cfg Config, data Dataset, ctl ControlPlane) *FS {
 	f := &FS{
 		RawFileSystem: fuse.NewDefaultRawFileSystem(),
 		cfg:           cfg, log: cfg.Logger, data: data, ctl: ctl, born: time.Now(), alog: cfg.AccessLog,
-		pseudo: newPseudoTable(), dirs: map[uint64]*dirHandle{},
+		pseudo: newPseudoTable(), dirs: map[uint64]*dirHandle{}, ownThread: ownThread,
 	}
 	if cfg.Latency != nil {
 		for o := range numOps {

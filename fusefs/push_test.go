@@ -44,6 +44,13 @@ func (c *countingTree) readsOf(ino uint64) int {
 // mountpoint.
 func mountTree(t *testing.T, sizes ...int) (*FS, *countingTree, string) {
 	t.Helper()
+	return mountDataset(t, Config{}, func(c *countingTree) Dataset { return c }, sizes...)
+}
+
+// mountDataset is mountTree with the filesystem's configuration, and the
+// dataset the filesystem serves made from the counting tree.
+func mountDataset(t *testing.T, cfg Config, dataset func(*countingTree) Dataset, sizes ...int) (*FS, *countingTree, string) {
+	t.Helper()
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		t.Skip("no /dev/fuse")
 	}
@@ -62,7 +69,7 @@ func mountTree(t *testing.T, sizes ...int) (*FS, *countingTree, string) {
 		t.Fatal(err)
 	}
 	data := &countingTree{tree: tree{cat}, reads: map[uint64]int{}}
-	f := New(Config{}, data, &plane{})
+	f := New(cfg, dataset(data), &plane{})
 	mnt := t.TempDir()
 	server, err := f.Mount(mnt, "dlfs-test")
 	if err != nil {

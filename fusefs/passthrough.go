@@ -1,0 +1,358 @@
+package fusefs
+
+import (
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"github.com/dlfs/dlfs/catalog"
+)
+
+// Passthrough: a file the Dataset holds whole, in a sealed backing file
+// (package backing), is opened with FOPEN_PASSTHROUGH and the backing
+// file's id: the kernel then serves its reads, mmap and splice from the
+// backing file, and no READ reaches the daemon until RELEASE.
+//
+// Passthrough needs OPEN, so a mount that uses it answers OPEN for every
+// file instead of noOpen: a file without a backing file is opened with
+// FOPEN_KEEP_CACHE, which keeps its page cache across opens as noOpen
+// did. Whether the mount uses it is decided once, at the first OPEN (the
+// kernel's answer to noOpen is for the whole connection): the kernel must
+// offer CAP_PASSTHROUGH (Linux 6.9+, CONFIG_FUSE_PASSTHROUGH) and a
+// backing file must register, which needs CAP_SYS_ADMIN. Otherwise the
+// mount works as without it.
+//
+// The kernel gives an inode one backing file, shared by all its opens,
+// and refuses (the open fails with EIO) a passthrough open of an inode
+// open in caching mode, a caching open of an inode open for passthrough,
+// and a second backing file while one is in use (libfuse #1125). So the
+// mount keeps, per inode, the opens it answered either way and the
+// backing id its passthrough opens share, and answers a new open the way
+// the inode is open already. One consequence: an open made after a
+// refresh changed the file, while an open of the old version is still
+// open, shares the old version's backing file; it reads that version
+// whole, never a mix, and the first open after the last of those is
+// released gets the new one.
+//
+// The id is registered at the inode's first passthrough open and
+// unregistered at its last RELEASE: one ioctl each, and the kernel then
+// holds no backing file the Dataset has dropped (the RAM tier counts
+// every backing file it holds, and the ones it evicted while open).
+//
+// The kernel may still send READ for a passthrough open (readahead(2),
+// for one); it is answered from the open's backing file.
+
+// BackingFile is a sealed file holding exactly one version of a file's
+// bytes (package backing).
+type BackingFile interface {
+	// Fd is its descriptor, for the kernel to register.
+	Fd() int
+	// ReadAt reads its bytes.
+	ReadAt(p []byte, off int64) (int, error)
+	// Release drops the reference Backer.Backing gave.
+	Release()
+}
+
+// Backer is a Dataset that can give the kernel backing files for
+// passthrough.
+type Backer interface {
+	// Backing returns a backing file holding exactly e's bytes, with a
+	// reference for the caller, or nil when it holds none. It may copy
+	// bytes it holds into a new one; it must not read SOURCE.
+	Backing(e *catalog.Entry) BackingFile
+	// OpenedPassthrough reports an open of e, by process pid, that the
+	// kernel serves from a backing file: no read of it will reach ReadAt.
+	// It must not block.
+	OpenedPassthrough(e *catalog.Entry, pid uint32)
+}
+
+// PassthroughStats tell whether the mount uses passthrough and how much.
+type PassthroughStats struct {
+	// On says whether the mount uses passthrough; Why, when it does not
+	// (or before its first open decides).
+	On  bool   `json:"on"`
+	Why string `json:"why,omitempty"`
+	// Opens counts opens served by passthrough, and Bytes the sizes of
+	// the files they opened. Shared counts those that shared a backing
+	// file already registered for the inode.
+	Opens  int64 `json:"opens"`
+	Bytes  int64 `json:"bytes"`
+	Shared int64 `json:"shared_opens"`
+	// Cached counts opens answered without passthrough: the file was not
+	// held whole, or its inode was open that way already.
+	Cached int64 `json:"cached_opens"`
+	// Failed counts backing files the kernel refused to register.
+	Failed int64 `json:"register_failures"`
+	// Registered is the backing ids registered now: inodes open with
+	// passthrough.
+	Registered int `json:"registered"`
+}
+
+// passthrough is the mount's passthrough state.
+type passthrough struct {
+	decide sync.Once
+
+	mu sync.Mutex
+	// mu guards the following.
+	// INVARIANT: no inode has both cached and pt opens; an inode with pt
+	// opens has its id registered and holds file.
+	on      bool
+	why     string
+	inodes  map[uint64]*inodeOpens
+	handles map[uint64]*inodeOpens // passthrough opens by file handle
+	nextFh  uint64
+	stats   PassthroughStats
+}
+
+// inodeOpens is how an inode is open.
+type inodeOpens struct {
+	cached int // opens answered in caching mode, not yet released
+	pt     int // opens answered with passthrough, not yet released
+	id     int32
+	file   BackingFile
+}
+
+// ownThread reports whether pid (a request's caller: the thread's id, not
+// the process's) is one of this process's threads: the daemon's own
+// opens through the mount (Push) are never consumption, and never make
+// an inode's first passthrough open.
+func ownThread(pid uint32) bool {
+	if pid == uint32(os.Getpid()) {
+		return true
+	}
+	_, err := os.Stat("/proc/self/task/" + strconv.FormatUint(uint64(pid), 10))
+	return err == nil
+}
+
+// passthroughOn decides, once, whether the mount uses passthrough, and
+// reports it.
+func (f *FS) passthroughOn() bool {
+	p := &f.pt
+	p.decide.Do(func() {
+		on, why := f.probePassthrough()
+		p.mu.Lock()
+		p.on, p.why = on, why
+		p.inodes, p.handles = map[uint64]*inodeOpens{}, map[uint64]*inodeOpens{}
+		p.mu.Unlock()
+		if on {
+			f.log.Info("passthrough on: files held whole are read by the kernel from their backing files")
+		} else {
+			f.log.Info("passthrough off: every read goes through the daemon", "why", why)
+		}
+	})
+	return p.on // written once, inside decide
+}
+
+// probePassthrough says whether passthrough can work here: configured,
+// offered by the kernel, and a backing file registers.
+func (f *FS) probePassthrough() (bool, string) {
+	if !f.cfg.Passthrough {
+		return false, "turned off (--passthrough=false)"
+	}
+	if _, ok := f.data.(Backer); !ok {
+		return false, "the dataset holds no backing files"
+	}
+	s := f.fuseServer()
+	if s == nil {
+		return false, "not mounted"
+	}
+	if s.KernelSettings().Flags64()&fuse.CAP_PASSTHROUGH == 0 {
+		return false, "the kernel does not offer FUSE passthrough (it needs Linux 6.9 or newer, built with CONFIG_FUSE_PASSTHROUGH)"
+	}
+	fd, err := unix.MemfdCreate("dlfs:probe", unix.MFD_CLOEXEC)
+	if err != nil {
+		return false, "memfd_create: " + err.Error()
+	}
+	defer unix.Close(fd)
+	id, errno := s.RegisterBackingFd(&fuse.BackingMap{Fd: int32(fd)})
+	switch {
+	case errno == syscall.EPERM:
+		return false, "the daemon runs without CAP_SYS_ADMIN, which registering a backing file needs (run it as root)"
+	case errno != 0:
+		return false, "the kernel refused a backing file: " + errno.Error()
+	}
+	if errno := s.UnregisterBackingFd(id); errno != 0 {
+		f.log.Warn("passthrough: unregistering the probe's backing file failed", "err", errno)
+	}
+	return true, ""
+}
+
+// PassthroughStats returns the mount's passthrough state and counts.
+func (f *FS) PassthroughStats() PassthroughStats {
+	p := &f.pt
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.stats
+	st.On, st.Why = p.on, p.why
+	if !p.on && p.why == "" {
+		st.Why = "not decided yet: no file was opened"
+	}
+	st.Registered = 0
+	for _, io := range p.inodes {
+		if io.pt > 0 {
+			st.Registered++
+		}
+	}
+	return st
+}
+
+// openRegular answers the OPEN of regular file e on a mount that uses
+// passthrough: with e's backing file if the inode is open that way or the
+// Dataset holds one, in caching mode otherwise.
+func (f *FS) openRegular(in *fuse.OpenIn, e *catalog.Entry, out *fuse.OpenOut) fuse.Status {
+	p := &f.pt
+	caller := in.Caller.Pid
+	own := f.ownThread(caller)
+	var file BackingFile // asked for once, outside the lock: it may copy
+	asked := false
+	release := func() {
+		if file != nil {
+			file.Release()
+		}
+	}
+	for {
+		p.mu.Lock()
+		io := p.inodes[e.Ino]
+		if io == nil {
+			io = &inodeOpens{}
+			p.inodes[e.Ino] = io
+		}
+		switch {
+		case io.pt > 0: // share the inode's backing file
+			p.stats.Shared++
+			f.answerPassthrough(io, e, out)
+			p.mu.Unlock()
+			release()
+			f.opened(e, caller, own)
+			return fuse.OK
+		case io.cached > 0 || own || asked && file == nil:
+			f.answerCached(io, out)
+			release()
+			return fuse.OK
+		case !asked:
+			p.mu.Unlock()
+			file, asked = f.data.(Backer).Backing(e), true
+			continue // the inode's opens may have changed meanwhile
+		}
+		// The inode's first passthrough open: register its backing file.
+		id, errno := f.fuseServer().RegisterBackingFd(&fuse.BackingMap{Fd: int32(file.Fd())})
+		if errno != 0 {
+			p.stats.Failed++
+			f.answerCached(io, out)
+			release()
+			f.log.Warn("passthrough: the kernel refused a backing file; reading through the daemon", "path", e.Path(), "err", errno)
+			return fuse.OK
+		}
+		io.id, io.file = id, file
+		f.answerPassthrough(io, e, out)
+		p.mu.Unlock()
+		f.opened(e, caller, own)
+		return fuse.OK
+	}
+}
+
+// fuseServer is the server Init was given.
+func (f *FS) fuseServer() *fuse.Server {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.server
+}
+
+// answerPassthrough counts an open of io with passthrough and fills its
+// answer. p.mu is held.
+func (f *FS) answerPassthrough(io *inodeOpens, e *catalog.Entry, out *fuse.OpenOut) {
+	p := &f.pt
+	io.pt++
+	p.nextFh++
+	p.handles[p.nextFh] = io
+	p.stats.Opens++
+	p.stats.Bytes += e.Size
+	out.Fh = p.nextFh
+	out.BackingID = io.id
+	// Never FOPEN_DIRECT_IO (it turns passthrough off); the mount's own
+	// page cache plays no part in a passthrough open.
+	out.OpenFlags = fuse.FOPEN_PASSTHROUGH
+}
+
+// answerCached counts an open of io in caching mode, fills its answer and
+// unlocks p.mu.
+func (f *FS) answerCached(io *inodeOpens, out *fuse.OpenOut) {
+	p := &f.pt
+	io.cached++
+	p.stats.Cached++
+	p.mu.Unlock()
+	// The page cache is kept across opens, as noOpen kept it: the dataset
+	// is immutable while mounted, and a refresh invalidates what changed.
+	out.OpenFlags = fuse.FOPEN_KEEP_CACHE
+}
+
+// opened reports a passthrough open to the Dataset, unless it is the
+// daemon's own.
+func (f *FS) opened(e *catalog.Entry, pid uint32, own bool) {
+	if !own {
+		f.data.(Backer).OpenedPassthrough(e, pid)
+	}
+}
+
+// release forgets an open of a regular file: a passthrough open by its
+// handle, a caching one (handle 0) by its inode. The inode's last
+// passthrough open unregisters its backing file.
+func (f *FS) release(in *fuse.ReleaseIn) {
+	p := &f.pt
+	p.mu.Lock()
+	if p.inodes == nil {
+		p.mu.Unlock()
+		return
+	}
+	var drop BackingFile
+	io := p.handles[in.Fh]
+	switch {
+	case in.Fh != 0 && io != nil:
+		delete(p.handles, in.Fh)
+		if io.pt--; io.pt == 0 {
+			if errno := f.fuseServer().UnregisterBackingFd(io.id); errno != 0 {
+				f.log.Warn("passthrough: unregistering a backing file failed", "ino", in.NodeId, "err", errno)
+			}
+			drop, io.file, io.id = io.file, nil, 0
+		}
+	case in.Fh == 0:
+		if io = p.inodes[in.NodeId]; io != nil && io.cached > 0 {
+			io.cached--
+		}
+	}
+	if io != nil && io.pt == 0 && io.cached == 0 && p.inodes[in.NodeId] == io {
+		delete(p.inodes, in.NodeId)
+	}
+	p.mu.Unlock()
+	if drop != nil {
+		drop.Release()
+	}
+}
+
+// passthroughRead answers a READ of a passthrough open from its backing
+// file; ok is false for any other open.
+func (f *FS) passthroughRead(in *fuse.ReadIn, buf []byte) (b []byte, ok bool, st fuse.Status) {
+	if in.Fh == 0 {
+		return nil, false, fuse.OK
+	}
+	p := &f.pt
+	p.mu.Lock()
+	io := p.handles[in.Fh]
+	var file BackingFile
+	if io != nil {
+		file = io.file // held until the handle's release, which cannot overlap its reads
+	}
+	p.mu.Unlock()
+	if file == nil {
+		return nil, false, fuse.OK
+	}
+	n, err := file.ReadAt(buf[:min(int(in.Size), len(buf))], int64(in.Offset))
+	if err != nil {
+		return nil, true, fuse.Status(toErrno(f.log, "read a backing file", err))
+	}
+	return buf[:n], true, fuse.OK
+}

@@ -1,0 +1,260 @@
+package fusefs
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"github.com/dlfs/dlfs/backing"
+	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/integrity"
+)
+
+// backedTree is a counting tree that holds backing files of the files it
+// is told to (by inode number), built from SOURCE's bytes.
+type backedTree struct {
+	*countingTree
+	mu      sync.Mutex
+	backed  map[uint64]bool
+	asked   map[uint64]int    // Backing calls by inode
+	opened  map[uint64]uint32 // the last passthrough open's pid, by inode
+	nOpened int
+}
+
+func (b *backedTree) Backing(e *catalog.Entry) BackingFile {
+	b.mu.Lock()
+	b.asked[e.Ino]++
+	ok := b.backed[e.Ino]
+	b.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	data, err := os.ReadFile(filepath.Join(b.Source(), e.Path()))
+	if err != nil {
+		return nil
+	}
+	const bs = 64 << 10
+	f, err := backing.Build(e.Path(), int64(len(data)), bs, func(i int64) (backing.Block, bool) {
+		d := data[i*bs : min(int64(len(data)), (i+1)*bs)]
+		return backing.Block{Data: d, Tag: 7, Sum: integrity.Sum(7, d)}, true
+	})
+	if err != nil {
+		return nil
+	}
+	return f
+}
+
+func (b *backedTree) OpenedPassthrough(e *catalog.Entry, pid uint32) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.opened[e.Ino] = pid
+	b.nOpened++
+}
+
+func (b *backedTree) back(ino uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.backed[ino] = true
+}
+
+func (b *backedTree) askedOf(ino uint64) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.asked[ino]
+}
+
+// mountBacked mounts a backed tree with passthrough on, and skips the test
+// where this kernel or process cannot use it.
+func mountBacked(t *testing.T, sizes ...int) (*FS, *backedTree, string) {
+	t.Helper()
+	var bt *backedTree
+	f, _, mnt := mountDataset(t, Config{Passthrough: true}, func(c *countingTree) Dataset {
+		bt = &backedTree{countingTree: c, backed: map[uint64]bool{}, asked: map[uint64]int{}, opened: map[uint64]uint32{}}
+		return bt
+	}, sizes...)
+	f.ownThread = func(uint32) bool { return false } // this test reads through its own mount
+	if !f.passthroughOn() {
+		t.Skipf("passthrough is off here: %s", f.PassthroughStats().Why)
+	}
+	return f, bt, mnt
+}
+
+func content(i, n int) []byte { return bytes.Repeat([]byte{byte('a' + i%26)}, n) }
+
+// TestPassthroughServesBackedFiles: a file with a backing file is opened
+// with passthrough: its bytes are right, no read reaches the daemon, the
+// open is reported with its reader's pid and counted; a file without one
+// is read through the daemon as before.
+func TestPassthroughServesBackedFiles(t *testing.T) {
+	sizes := []int{300_000, 5000}
+	f, data, mnt := mountBacked(t, sizes...)
+	backed := data.Snapshot().Lookup("c/" + fileName(0))
+	plain := data.Snapshot().Lookup("c/" + fileName(1))
+	data.back(backed.Ino)
+
+	got, err := os.ReadFile(filepath.Join(mnt, backed.Path()))
+	if err != nil || !bytes.Equal(got, content(0, sizes[0])) {
+		t.Fatalf("read %s: %d bytes, err %v", backed.Path(), len(got), err)
+	}
+	if r := data.readsOf(backed.Ino); r != 0 {
+		t.Fatalf("%d reads of a passthrough file reached the daemon; stats %+v", r, f.PassthroughStats())
+	}
+	data.mu.Lock()
+	pid, n := data.opened[backed.Ino], data.nOpened
+	data.mu.Unlock()
+	if n != 1 || pid == 0 {
+		t.Fatalf("opens reported %d, pid %d; want 1, a pid", n, pid)
+	}
+	if got, err := os.ReadFile(filepath.Join(mnt, plain.Path())); err != nil || !bytes.Equal(got, content(1, sizes[1])) {
+		t.Fatalf("read %s: %d bytes, err %v", plain.Path(), len(got), err)
+	}
+	if data.readsOf(plain.Ino) == 0 {
+		t.Fatal("the file without a backing file was not read through the daemon")
+	}
+	waitFor(t, "the backing file unregistered after close", func() bool { return f.PassthroughStats().Registered == 0 })
+	st := f.PassthroughStats()
+	if !st.On || st.Opens != 1 || st.Bytes != int64(sizes[0]) || st.Cached != 1 {
+		t.Fatalf("stats %+v; want on, 1 passthrough open of %d bytes, 1 cached", st, sizes[0])
+	}
+}
+
+// TestPassthroughOneBackingPerInode: concurrent opens of one file share
+// one backing file, registered while any is open; an open while the inode
+// is open in caching mode stays in caching mode (the kernel would fail a
+// passthrough one), and the first open after every open closed uses
+// passthrough again.
+func TestPassthroughOneBackingPerInode(t *testing.T) {
+	f, data, mnt := mountBacked(t, 200_000)
+	e := data.Snapshot().Lookup("c/" + fileName(0))
+	path := filepath.Join(mnt, e.Path())
+
+	// Caching mode first: no backing file yet.
+	cached, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data.back(e.Ino)
+	second, err := os.Open(path)
+	if err != nil {
+		t.Fatalf("an open while the inode is open in caching mode: %v", err)
+	}
+	if st := f.PassthroughStats(); st.Opens != 0 || st.Cached != 2 {
+		t.Fatalf("stats %+v; want 2 cached opens", st)
+	}
+	readWhole(t, second, content(0, 200_000))
+	second.Close()
+	cached.Close()
+
+	// Passthrough: many opens, one backing file.
+	var files []*os.File
+	for i := 0; i < 20; i++ {
+		fh, err := os.Open(path)
+		if err != nil {
+			t.Fatalf("open %d: %v", i, err)
+		}
+		files = append(files, fh)
+	}
+	st := f.PassthroughStats()
+	if st.Opens != 20 || st.Shared != 19 || st.Registered != 1 {
+		t.Fatalf("stats %+v; want 20 passthrough opens, 19 shared, 1 registered", st)
+	}
+	if a := data.askedOf(e.Ino); a != 2 {
+		t.Fatalf("backing file asked for %d times, want 2 (the cached opens', then the first passthrough open's)", a)
+	}
+	for _, fh := range files {
+		readWhole(t, fh, content(0, 200_000))
+		fh.Close()
+	}
+	if data.readsOf(e.Ino) == 0 {
+		t.Fatal("the cached opens' read never reached the daemon")
+	}
+	waitFor(t, "the backing file unregistered after the last close (RELEASE comes after close returns)", func() bool {
+		return f.PassthroughStats().Registered == 0
+	})
+}
+
+// waitFor polls cond until it holds, failing after a deadline.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+func readWhole(t *testing.T, fh *os.File, want []byte) {
+	t.Helper()
+	got := make([]byte, len(want)+1)
+	n, err := fh.ReadAt(got, 0)
+	if err != nil && n != len(want) || !bytes.Equal(got[:n], want) {
+		t.Fatalf("read %s: %d bytes, err %v; want %d", fh.Name(), n, err, len(want))
+	}
+}
+
+// TestPassthroughRead: a READ the kernel still sends for a passthrough
+// open is answered from its backing file, not the daemon's tiers.
+func TestPassthroughRead(t *testing.T) {
+	f, data, mnt := mountBacked(t, 100_000)
+	e := data.Snapshot().Lookup("c/" + fileName(0))
+	data.back(e.Ino)
+	fh, err := os.Open(filepath.Join(mnt, e.Path()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	f.pt.mu.Lock()
+	var handle uint64
+	for h := range f.pt.handles {
+		handle = h
+	}
+	f.pt.mu.Unlock()
+	if handle == 0 {
+		t.Fatal("no passthrough handle")
+	}
+	buf := make([]byte, 1<<20)
+	in := &fuse.ReadIn{InHeader: fuse.InHeader{NodeId: e.Ino}, Fh: handle, Offset: 99_000, Size: 4096}
+	res, st := f.Read(nil, in, buf)
+	if !st.Ok() {
+		t.Fatalf("READ: %v", st)
+	}
+	got, _ := res.Bytes(make([]byte, 4096))
+	if !bytes.Equal(got, content(0, 1000)) {
+		t.Fatalf("READ got %d bytes, want the last 1000", len(got))
+	}
+	if data.readsOf(e.Ino) != 0 {
+		t.Fatal("the READ reached the dataset")
+	}
+	// readahead(2) on the passthrough file works too, whoever answers it.
+	if err := unix.Fadvise(int(fh.Fd()), 0, 0, unix.FADV_WILLNEED); err != nil && !errors.Is(err, syscall.ENOSYS) {
+		t.Fatalf("fadvise: %v", err)
+	}
+	readWhole(t, fh, content(0, 100_000))
+}
+
+// TestPassthroughOff: without Config.Passthrough the mount never answers
+// OPEN (noOpen), and says why in its stats.
+func TestPassthroughOff(t *testing.T) {
+	var bt *backedTree
+	f, _, mnt := mountDataset(t, Config{}, func(c *countingTree) Dataset {
+		bt = &backedTree{countingTree: c, backed: map[uint64]bool{}, asked: map[uint64]int{}, opened: map[uint64]uint32{}}
+		return bt
+	}, 10_000)
+	e := bt.Snapshot().Lookup("c/" + fileName(0))
+	bt.back(e.Ino)
+	if got, err := os.ReadFile(filepath.Join(mnt, e.Path())); err != nil || !bytes.Equal(got, content(0, 10_000)) {
+		t.Fatalf("read: %d bytes, %v", len(got), err)
+	}
+	st := f.PassthroughStats()
+	if st.On || st.Why == "" || st.Opens != 0 || bt.askedOf(e.Ino) != 0 {
+		t.Fatalf("stats %+v, asked %d; want off with a reason, never asked", st, bt.askedOf(e.Ino))
+	}
+}
