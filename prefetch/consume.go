@@ -70,7 +70,7 @@ func (p *Prefetcher) ObserveRead(uid uint32, known bool, e *catalog.Entry, off i
 		best.hist.lastEpoch = e
 		best.hist.Epochs++
 	}
-	if _, ok := p.pushedIno[e.Ino]; ok {
+	if p.stage.wasPushed(e.Ino) {
 		p.totals.PushedThenRead++
 	}
 	if waited > 0 {

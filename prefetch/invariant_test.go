@@ -5,52 +5,59 @@ import (
 	"testing"
 )
 
-// checkInvariant checks the INVARIANT of the stage's bookkeeping under
-// mu: stagedBytes is the sum of the staged blocks' lengths and stagedIno
-// counts them per file; inflightBytes is the sum of inflight;
-// pushedBytes is the sum of pushedIno and pushing. No count is negative.
-func (p *Prefetcher) checkInvariant() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+// checkInvariant checks the stage's INVARIANTs: bytes is the sum of the
+// staged blocks' lengths and perIno counts them per file; inflightBytes
+// is the sum of inflight; pushedBytes is the sum of pushed and pushing. No
+// count is negative.
+func (st *stage) checkInvariant() error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
 	var staged int64
 	perIno := map[uint64]int{}
-	for key, b := range p.staged {
+	for key, b := range st.blocks {
 		staged += int64(len(b.Data))
 		perIno[b.ID]++
 		if len(b.Data) == 0 {
 			return fmt.Errorf("staged block %q is empty", key)
 		}
 	}
-	if staged != p.stagedBytes {
-		return fmt.Errorf("stagedBytes %d, the staged blocks hold %d", p.stagedBytes, staged)
+	if staged != st.bytes {
+		return fmt.Errorf("bytes %d, the staged blocks hold %d", st.bytes, staged)
 	}
-	if len(perIno) != len(p.stagedIno) {
-		return fmt.Errorf("stagedIno counts %d files, %d have staged blocks", len(p.stagedIno), len(perIno))
+	if len(perIno) != len(st.perIno) {
+		return fmt.Errorf("perIno counts %d files, %d have staged blocks", len(st.perIno), len(perIno))
 	}
-	for ino, n := range p.stagedIno {
+	for ino, n := range st.perIno {
 		if n != perIno[ino] {
-			return fmt.Errorf("stagedIno[%d] = %d, %d blocks of it are staged", ino, n, perIno[ino])
+			return fmt.Errorf("perIno[%d] = %d, %d blocks of it are staged", ino, n, perIno[ino])
 		}
 	}
-	inflight, err := sum("inflight", p.inflight)
+	inflight, err := sum("inflight", st.inflight)
 	if err != nil {
 		return err
 	}
-	if inflight != p.inflightBytes {
-		return fmt.Errorf("inflightBytes %d, inflight holds %d", p.inflightBytes, inflight)
+	if inflight != st.inflightBytes {
+		return fmt.Errorf("inflightBytes %d, inflight holds %d", st.inflightBytes, inflight)
 	}
-	pushed, err := sum("pushedIno", p.pushedIno)
+	pushed, err := sum("pushed", st.pushed)
 	if err != nil {
 		return err
 	}
-	pushing, err := sum("pushing", p.pushing)
+	pushing, err := sum("pushing", st.pushing)
 	if err != nil {
 		return err
 	}
-	if pushed+pushing != p.pushedBytes {
-		return fmt.Errorf("pushedBytes %d, pushedIno and pushing hold %d", p.pushedBytes, pushed+pushing)
+	if pushed+pushing != st.pushedBytes {
+		return fmt.Errorf("pushedBytes %d, pushed and pushing hold %d", st.pushedBytes, pushed+pushing)
 	}
 	return nil
+}
+
+// pushes is the number of pushes under way.
+func (st *stage) pushes() int {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return len(st.pushing)
 }
 
 // sum adds up the bytes of m (named name), none of which may be negative.
@@ -68,7 +75,7 @@ func sum(name string, m map[uint64]int64) (int64, error) {
 // checkInvariant fails t if p's stage bookkeeping is inconsistent.
 func checkInvariant(t testing.TB, p *Prefetcher) {
 	t.Helper()
-	if err := p.checkInvariant(); err != nil {
+	if err := p.stage.checkInvariant(); err != nil {
 		t.Fatalf("INVARIANT broken: %v", err)
 	}
 }

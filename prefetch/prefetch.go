@@ -66,9 +66,11 @@
 //
 // # Locking
 //
-// mu guards all state. Lock order: the RAM tier's lock before mu (the RAM
-// tier calls NextUse with its lock held); the Prefetcher never calls the
-// RAM tier or the loader with mu held.
+// mu guards the streams and the figures; the stage has its own lock, so
+// that a demand read's Take waits on nothing else (stage.go). Lock order:
+// the RAM tier's lock before mu (the RAM tier calls NextUse with its lock
+// held), mu before the stage's; the Prefetcher never calls the RAM tier
+// or the loader with mu held.
 package prefetch
 
 import (
@@ -163,22 +165,14 @@ type Prefetcher struct {
 	built     uint64
 	closed    bool
 
+	stage *stage // its own lock, taken after mu
+
 	mu sync.Mutex
 	// mu guards the following.
-	// INVARIANT: stagedBytes == sum of len(staged[k].Data); inflightBytes == sum of inflight.
-	streams       []*stream
-	others        []*stream                 // ranks other nodes run (AllRanks): for NextUse only
-	history       map[streamID]*rankHistory // per (job, rank), surviving plan changes, and kept a while after it ends
-	staged        map[string]ramcache.Block
-	stagedIno     map[uint64]int // blocks staged per file
-	stagedBytes   int64
-	inflight      map[uint64]int64
-	inflightBytes int64
-	// INVARIANT: pushedBytes == sum of pushedIno + sum of pushing.
-	pushedIno   map[uint64]int64 // pushed samples not yet behind their cursor: bytes each
-	pushing     map[uint64]int64 // pushes under way: bytes reserved (0 if staged)
-	pushedBytes int64
-	totals      Totals
+	streams []*stream
+	others  []*stream                 // ranks other nodes run (AllRanks): for NextUse only
+	history map[streamID]*rankHistory // per (job, rank), surviving plan changes, and kept a while after it ends
+	totals  Totals
 }
 
 // New starts a prefetcher over plans.
@@ -203,8 +197,7 @@ func New(cfg Config, load Loader, plans Plans) *Prefetcher {
 	p := &Prefetcher{
 		cfg: cfg, log: cfg.Logger, load: load, plans: plans,
 		tasks: make(chan []*catalog.Entry), wake: make(chan struct{}, 1), pushWake: make(chan struct{}, 1), cancel: cancel,
-		history: map[streamID]*rankHistory{}, staged: map[string]ramcache.Block{}, stagedIno: map[uint64]int{},
-		inflight: map[uint64]int64{}, pushedIno: map[uint64]int64{}, pushing: map[uint64]int64{},
+		history: map[streamID]*rankHistory{}, stage: newStage(cfg.BlockSize),
 	}
 	p.builtCond = sync.NewCond(&p.builtMu)
 	changes := plans.Subscribe()
@@ -228,9 +221,7 @@ func (p *Prefetcher) Close() {
 	p.closed = true
 	p.builtCond.Broadcast() // Follows returns
 	p.builtMu.Unlock()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.staged, p.stagedIno, p.stagedBytes = map[string]ramcache.Block{}, map[uint64]int{}, 0
+	p.stage.clear()
 }
 
 // Follows waits, up to timeout, until the streams are built from the

@@ -580,7 +580,7 @@ func TestSampleLargerThanTheStage(t *testing.T) {
 		if tot, _ := p.Stats(); tot.StagedBytes > most.Load() {
 			most.Store(tot.StagedBytes)
 		}
-		if err := p.checkInvariant(); err != nil {
+		if err := p.stage.checkInvariant(); err != nil {
 			t.Errorf("INVARIANT broken during a fetch: %v", err)
 		}
 	}

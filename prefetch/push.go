@@ -125,27 +125,27 @@ func (p *Prefetcher) pushable(limit int) []*catalog.Entry {
 				continue
 			}
 			e := s.entry(pos)
-			if e == nil || e.Size <= 0 || e.Size > p.cfg.BlockSize || p.pushedIno[e.Ino] > 0 || s.pending(e.Ino) != pos {
+			if e == nil || e.Size <= 0 || e.Size > p.cfg.BlockSize || p.stage.pushBusy(e.Ino) || s.pending(e.Ino) != pos {
 				// Nothing to push; more than a block (see Pushing);
-				// pushed; or read earlier at a position still to come,
-				// perhaps a trip (the window reaches into the next epoch).
+				// pushed or being pushed; or read earlier at a position
+				// still to come, perhaps a trip (the window reaches into
+				// the next epoch).
 				continue
 			}
-			if _, busy := p.pushing[e.Ino]; busy || p.tripLocked(e.Ino) {
+			if p.tripLocked(e.Ino) {
 				continue
 			}
-			if p.inflight[e.Ino] > 0 {
+			if p.stage.reserved(e.Ino) > 0 {
 				break // wait for its fetch
 			}
 			var reserve int64
-			if p.stagedIno[e.Ino] == 0 { // from RAM or the SSD: new bytes against the bound
-				if p.stagedBytes+p.inflightBytes+p.pushedBytes+e.Size > p.cfg.Staging {
+			if !p.stage.has(e.Ino) { // from RAM or the SSD: new bytes against the bound
+				if p.stage.held()+e.Size > p.cfg.Staging {
 					break
 				}
 				reserve = e.Size
 			}
-			p.pushing[e.Ino] = reserve
-			p.pushedBytes += reserve
+			p.stage.reservePush(e.Ino, reserve)
 			out = append(out, e)
 		}
 	}
@@ -172,8 +172,7 @@ func (p *Prefetcher) tripLocked(ino uint64) bool {
 func (p *Prefetcher) pushed(e *catalog.Entry, n int64, err error) []stagedBlock {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.pushedBytes -= p.pushing[e.Ino]
-	delete(p.pushing, e.Ino)
+	p.stage.pushDone(e.Ino)
 	if err != nil {
 		if p.totals.PushFailed++; p.totals.PushFailed == 1 {
 			p.log.Info("prefetch: a push into the page cache failed; its read goes through dlfs (logged once)", "err", err)
@@ -189,9 +188,8 @@ func (p *Prefetcher) pushed(e *catalog.Entry, n int64, err error) []stagedBlock 
 		p.totals.Pushed++
 		p.totals.PushedBytes += n
 	}
-	out := p.unstageFileLocked(e)
-	p.pushedIno[e.Ino] = e.Size
-	p.pushedBytes += e.Size
+	out := p.stage.removeFile(e)
+	p.stage.markPushed(e.Ino, e.Size)
 	if st := p.statsOfLocked(e.Ino, nil); st != nil {
 		st.Pushed++
 	}
@@ -204,10 +202,7 @@ func (p *Prefetcher) releasePushedLocked(e *catalog.Entry) {
 	if e == nil {
 		return
 	}
-	if n, ok := p.pushedIno[e.Ino]; ok {
-		delete(p.pushedIno, e.Ino)
-		p.pushedBytes -= n
-	}
+	p.stage.releasePushed(e.Ino)
 }
 
 // dropUnneededPushedLocked stops counting what was pushed for samples no
@@ -216,10 +211,5 @@ func (p *Prefetcher) releasePushedLocked(e *catalog.Entry) {
 // may need a sample only late, does not inherit them. The kernel's page
 // cache may hold them a while longer; it is the kernel's to reclaim.
 func (p *Prefetcher) dropUnneededPushedLocked() {
-	for ino, n := range p.pushedIno {
-		if !p.neededLocked(ino, true) {
-			p.pushedBytes -= n
-			delete(p.pushedIno, ino)
-		}
-	}
+	p.stage.dropPushedIf(func(ino uint64) bool { return !p.neededLocked(ino, true) })
 }

@@ -108,7 +108,7 @@ func TestPushedAcrossPlanChanges(t *testing.T) {
 	fp.mu.Lock()
 	fp.fail = true // nothing new is pushed: what is counted below was pushed for j
 	fp.mu.Unlock()
-	waitFor(t, "the pushes under way", func() bool { p.mu.Lock(); defer p.mu.Unlock(); return len(p.pushing) == 0 })
+	waitFor(t, "the pushes under way", func() bool { return p.stage.pushes() == 0 })
 	checkInvariant(t, p)
 	before := held()
 	announce := func(line string) {
@@ -162,7 +162,7 @@ func TestTripNotPushedForAnotherRank(t *testing.T) {
 				return false
 			}
 		}
-		return len(p.streams) == 2 && len(p.pushing) == 0
+		return len(p.streams) == 2 && p.stage.pushes() == 0
 	})
 	j := reg.Get("j")
 	p.mu.Lock()

@@ -125,12 +125,12 @@ func (p *Prefetcher) next(gap, run int64) []*catalog.Entry {
 			continue
 		}
 		e := s.entry(pos)
-		if p.stagedIno[e.Ino] > 0 || p.inflight[e.Ino] > 0 {
+		if p.stage.busy(e.Ino) {
 			s.frontier++
 			skipped = true // no fetch to finish, so no kick
 			continue
 		}
-		held := p.stagedBytes + p.inflightBytes + p.pushedBytes
+		held := p.stage.held()
 		if e.Size > p.cfg.Staging {
 			// Larger than the stage: fetch its head, as much as the stage
 			// has room for; its reader reads the rest through the tiers.
@@ -139,8 +139,7 @@ func (p *Prefetcher) next(gap, run int64) []*catalog.Entry {
 				return nil // wait for reads
 			}
 			s.frontier++
-			p.inflight[e.Ino] = room
-			p.inflightBytes += room
+			p.stage.reserve(e.Ino, room)
 			return []*catalog.Entry{e}
 		}
 		if held+e.Size > p.cfg.Staging && held > 0 {
@@ -152,8 +151,7 @@ func (p *Prefetcher) next(gap, run int64) []*catalog.Entry {
 			group = p.neighboursLocked(s, pos, gap, run)
 		}
 		for _, g := range group {
-			p.inflight[g.Ino] = g.Size
-			p.inflightBytes += g.Size
+			p.stage.reserve(g.Ino, g.Size)
 		}
 		return group
 	}
@@ -170,11 +168,11 @@ func (p *Prefetcher) neighboursLocked(s *stream, pos int, gap, run int64) []*cat
 	// Neighbours mostly go to RAM, not the stage, so they may borrow an
 	// eighth of staging beyond what is free; one that RAM refuses is
 	// staged only if the stage has room (finish).
-	budget := p.cfg.Staging + p.cfg.Staging/8 - p.stagedBytes - p.inflightBytes - p.pushedBytes - s.entry(pos).Size
+	budget := p.cfg.Staging + p.cfg.Staging/8 - p.stage.held() - s.entry(pos).Size
 	take := func(j int) runs.Take {
 		e := s.entry(int(list[j]))
 		switch {
-		case p.stagedIno[e.Ino] > 0 || p.inflight[e.Ino] > 0 || !p.neededLocked(e.Ino, false):
+		case p.stage.busy(e.Ino) || !p.neededLocked(e.Ino, false):
 			return runs.Skip // read through it if the next wanted one is near enough
 		case e.Size > budget:
 			return runs.Stop
@@ -226,7 +224,7 @@ func (p *Prefetcher) work(ctx context.Context) {
 		case group = <-p.tasks:
 		}
 		keep := func(e *catalog.Entry, i int64, b ramcache.Block) bool {
-			return p.stage(e, loader.BlockKey(e.Path(), i), b, e != group[0])
+			return p.keep(e, loader.BlockKey(e.Path(), i), b, e != group[0])
 		}
 		var run map[uint64]bool
 		if len(group) > 1 {
@@ -241,7 +239,7 @@ func (p *Prefetcher) work(ctx context.Context) {
 				if took {
 					staged = 1
 				}
-			} else if head := p.reserved(e); head < e.Size {
+			} else if head := p.stage.reserved(e.Ino); head < e.Size {
 				staged, err = p.fetchHead(ctx, e, head)
 			} else {
 				staged, err = p.load.Prefetch(ctx, e, keep)
@@ -250,13 +248,6 @@ func (p *Prefetcher) work(ctx context.Context) {
 		}
 		p.kick()
 	}
-}
-
-// reserved is the stage's room next reserved for a fetch of e.
-func (p *Prefetcher) reserved(e *catalog.Entry) int64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.inflight[e.Ino]
 }
 
 // fetchHead fetches the first head bytes of e, a sample larger than the
@@ -273,7 +264,7 @@ func (p *Prefetcher) fetchHead(ctx context.Context, e *catalog.Entry, head int64
 			stop()
 			return false
 		}
-		if !p.stage(e, loader.BlockKey(e.Path(), i), b, false) {
+		if !p.keep(e, loader.BlockKey(e.Path(), i), b, false) {
 			return false
 		}
 		kept += int64(len(b.Data))
@@ -285,22 +276,22 @@ func (p *Prefetcher) fetchHead(ctx context.Context, e *catalog.Entry, head int64
 	return staged, err
 }
 
-// stage is the loader.Keep of a fetch: it stages block key of e if a plan
+// keep is the loader.Keep of a fetch: it stages block key of e if a plan
 // still needs e. A sample fetched as a neighbour in a run may lie past the
 // frontier: it is kept if any plan needs it, and if the stage has room
 // (its bytes were not reserved).
-func (p *Prefetcher) stage(e *catalog.Entry, key string, b ramcache.Block, neighbour bool) bool {
+func (p *Prefetcher) keep(e *catalog.Entry, key string, b ramcache.Block, neighbour bool) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
 	case !p.neededLocked(e.Ino, !neighbour):
 		return false // consumed meanwhile, or no longer planned
-	case neighbour && p.stagedBytes+int64(len(b.Data)) > p.cfg.Staging:
+	case neighbour && p.stage.stagedBytes()+int64(len(b.Data)) > p.cfg.Staging:
 		// Read with a run, refused by RAM, and no room on the stage.
 		p.totals.Wasted++
 		p.totals.WastedBytes += int64(len(b.Data))
 		return false
-	case p.stageLocked(key, b):
+	case p.stage.add(key, b):
 		p.totals.FetchedBytes += int64(len(b.Data))
 		return true
 	}
@@ -312,8 +303,7 @@ func (p *Prefetcher) stage(e *catalog.Entry, key string, b ramcache.Block, neigh
 func (p *Prefetcher) finish(e *catalog.Entry, staged int, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.inflightBytes -= p.inflight[e.Ino]
-	delete(p.inflight, e.Ino)
+	p.stage.release(e.Ino)
 	switch {
 	case err != nil:
 		p.totals.Errors++

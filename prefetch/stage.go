@@ -1,15 +1,294 @@
 package prefetch
 
 import (
+	"sync"
+
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/loader"
 	"github.com/dlfs/dlfs/ramcache"
 )
 
+// stage holds prefetched blocks until a demand read takes them, and counts
+// what else holds the staging bound: the bytes reserved by fetches in
+// flight, and by pushed samples not yet behind their cursor (see push.go).
+// It decides nothing: the Prefetcher asks it, under its own mu, what is
+// staged and how much is held, and tells it what to add, reserve and drop.
+//
+// It has its own lock, so that a demand read's Take never waits on the
+// streams or the scheduler. Every method takes it; none calls out. Lock
+// order: Prefetcher.mu before stage.mu (a predicate given to dropIf runs
+// with stage.mu held and may read the streams under Prefetcher.mu). Take
+// is the only change made without Prefetcher.mu, and it only removes: a
+// decision the Prefetcher makes under mu from what is staged and held
+// stays sound while a Take runs beside it.
+type stage struct {
+	blockSize int64 // read-only
+
+	mu sync.Mutex
+	// mu guards the following.
+	// INVARIANT: bytes == sum of len(blocks[k].Data); perIno[i] == the blocks of file i in blocks.
+	// INVARIANT: inflightBytes == sum of inflight.
+	// INVARIANT: pushedBytes == sum of pushed + sum of pushing.
+	blocks        map[string]ramcache.Block
+	perIno        map[uint64]int // blocks staged per file
+	bytes         int64
+	inflight      map[uint64]int64
+	inflightBytes int64
+	pushed        map[uint64]int64 // pushed samples not yet behind their cursor: bytes each
+	pushing       map[uint64]int64 // pushes under way: bytes reserved (0 if staged)
+	pushedBytes   int64
+}
+
 // stagedBlock is a block with its key.
 type stagedBlock struct {
 	key string
 	ramcache.Block
+}
+
+func newStage(blockSize int64) *stage {
+	st := &stage{blockSize: blockSize}
+	st.clear()
+	return st
+}
+
+// clear empties the stage (Close).
+func (st *stage) clear() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.blocks, st.perIno, st.bytes = map[string]ramcache.Block{}, map[uint64]int{}, 0
+	if st.inflight == nil {
+		st.inflight, st.pushed, st.pushing = map[uint64]int64{}, map[uint64]int64{}, map[uint64]int64{}
+	}
+}
+
+// held is what counts against the staging bound: staged blocks, fetches
+// in flight and pushed samples.
+func (st *stage) held() int64 {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.bytes + st.inflightBytes + st.pushedBytes
+}
+
+// stagedBytes is the bytes of the staged blocks.
+func (st *stage) stagedBytes() int64 {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.bytes
+}
+
+// has reports whether a block of file ino is staged.
+func (st *stage) has(ino uint64) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.perIno[ino] > 0
+}
+
+// busy reports whether a block of file ino is staged or a fetch of it is
+// in flight.
+func (st *stage) busy(ino uint64) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.perIno[ino] > 0 || st.inflight[ino] > 0
+}
+
+// files returns the files with staged blocks.
+func (st *stage) files() map[uint64]bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	out := make(map[uint64]bool, len(st.perIno))
+	for ino := range st.perIno {
+		out[ino] = true
+	}
+	return out
+}
+
+// add stages b unless a block is staged under key already, and reports
+// whether it added it.
+func (st *stage) add(key string, b ramcache.Block) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if _, dup := st.blocks[key]; dup {
+		return false
+	}
+	st.blocks[key] = b
+	st.perIno[b.ID]++
+	st.bytes += int64(len(b.Data))
+	return true
+}
+
+// take returns block key if it is staged with tag, and takes it off the
+// stage if done (the reader is past it) or stale (another version of the
+// file).
+func (st *stage) take(key string, tag uint64, done bool) (ramcache.Block, bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	b, ok := st.blocks[key]
+	if !ok {
+		return ramcache.Block{}, false
+	}
+	stale := b.Tag != tag
+	if done || stale {
+		st.removeLocked(key, b)
+	}
+	if stale {
+		return ramcache.Block{}, false
+	}
+	return b, true
+}
+
+func (st *stage) removeLocked(key string, b ramcache.Block) {
+	delete(st.blocks, key)
+	st.bytes -= int64(len(b.Data))
+	if st.perIno[b.ID]--; st.perIno[b.ID] <= 0 {
+		delete(st.perIno, b.ID)
+	}
+}
+
+// removeFile takes every staged block of e off the stage and returns them.
+func (st *stage) removeFile(e *catalog.Entry) []stagedBlock {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var out []stagedBlock
+	n := loader.Blocks(e.Size, st.blockSize)
+	if n > int64(len(st.blocks)) {
+		// A file of more blocks than the stage holds (a sparse file may
+		// claim 2^43): walk the stage instead.
+		for key, b := range st.blocks {
+			if b.ID == e.Ino {
+				st.removeLocked(key, b)
+				out = append(out, stagedBlock{key, b})
+			}
+		}
+		return out
+	}
+	for i := int64(0); i < n && st.perIno[e.Ino] > 0; i++ {
+		key := loader.BlockKey(e.Path(), i)
+		if b, ok := st.blocks[key]; ok {
+			st.removeLocked(key, b)
+			out = append(out, stagedBlock{key, b})
+		}
+	}
+	return out
+}
+
+// dropIf takes off the stage every block for which drop reports true, and
+// returns them. drop runs with st.mu held.
+func (st *stage) dropIf(drop func(ramcache.Block) bool) []stagedBlock {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var out []stagedBlock
+	for key, b := range st.blocks {
+		if drop(b) {
+			st.removeLocked(key, b)
+			out = append(out, stagedBlock{key, b})
+		}
+	}
+	return out
+}
+
+// reserve holds n bytes for a fetch of file ino.
+func (st *stage) reserve(ino uint64, n int64) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.inflight[ino] = n
+	st.inflightBytes += n
+}
+
+// reserved is the bytes held for a fetch of file ino.
+func (st *stage) reserved(ino uint64) int64 {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.inflight[ino]
+}
+
+// release gives back what a fetch of file ino held.
+func (st *stage) release(ino uint64) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.inflightBytes -= takeOut(st.inflight, ino)
+}
+
+// takeOut deletes m[ino] and returns what it held.
+func takeOut(m map[uint64]int64, ino uint64) int64 {
+	n := m[ino]
+	delete(m, ino)
+	return n
+}
+
+// wasPushed reports whether file ino was pushed and is not yet behind
+// its cursor.
+func (st *stage) wasPushed(ino uint64) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	_, ok := st.pushed[ino]
+	return ok
+}
+
+// pushBusy reports whether file ino is pushed, or a push of it is under
+// way.
+func (st *stage) pushBusy(ino uint64) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	_, busy := st.pushing[ino]
+	return busy || st.pushed[ino] > 0
+}
+
+// reservePush holds n bytes for a push of file ino (0 when its blocks
+// are staged: they are counted already).
+func (st *stage) reservePush(ino uint64, n int64) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.pushing[ino] = n
+	st.pushedBytes += n
+}
+
+// pushDone gives back what a push of file ino held.
+func (st *stage) pushDone(ino uint64) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.pushedBytes -= takeOut(st.pushing, ino)
+}
+
+// markPushed counts n bytes pushed for file ino until releasePushed.
+func (st *stage) markPushed(ino uint64, n int64) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.pushed[ino] = n
+	st.pushedBytes += n
+}
+
+// releasePushed stops counting file ino's pushed bytes.
+func (st *stage) releasePushed(ino uint64) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.pushedBytes -= takeOut(st.pushed, ino)
+}
+
+// dropPushedIf stops counting the pushed bytes of every file for which
+// drop reports true. drop runs with st.mu held.
+func (st *stage) dropPushedIf(drop func(ino uint64) bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for ino, n := range st.pushed {
+		if drop(ino) {
+			st.pushedBytes -= n
+			delete(st.pushed, ino)
+		}
+	}
+}
+
+// stageFigures are the stage's part of Totals.
+type stageFigures struct {
+	stagedBytes  int64
+	stagedBlocks int
+	inFlight     int
+	pushedHeld   int64
+}
+
+func (st *stage) figures() stageFigures {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return stageFigures{st.bytes, len(st.blocks), len(st.inflight), st.pushedBytes}
 }
 
 // trimStage takes off the stage the blocks that no stream would stage
@@ -35,11 +314,8 @@ func (p *Prefetcher) trimStage() []stagedBlock {
 			views = append(views, view{s, s.order.step(s.cursor)})
 		}
 	}
-	staged := make(map[uint64]bool, len(p.stagedIno))
-	for ino := range p.stagedIno {
-		staged[ino] = true
-	}
 	p.mu.Unlock()
+	staged := p.stage.files()
 	if len(staged) == 0 {
 		return nil
 	}
@@ -59,64 +335,22 @@ func (p *Prefetcher) trimStage() []stagedBlock {
 			}
 		}
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out []stagedBlock
-	for key, b := range p.staged {
-		if staged[b.ID] && !window[b.ID] {
-			p.unstageLocked(key, b)
-			out = append(out, stagedBlock{key, b})
-		}
-	}
-	return out
+	return p.stage.dropIf(func(b ramcache.Block) bool { return staged[b.ID] && !window[b.ID] })
 }
 
 // Hold implements loader.Stage.
 func (p *Prefetcher) Hold(key string, b ramcache.Block) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !p.neededLocked(b.ID, false) || p.stagedBytes+int64(len(b.Data)) > p.cfg.Staging {
+	if !p.neededLocked(b.ID, false) || p.stage.stagedBytes()+int64(len(b.Data)) > p.cfg.Staging {
 		return // unplanned (nothing would ever drop it) or no room
 	}
-	p.stageLocked(key, b)
+	p.stage.add(key, b)
 }
 
-// stageLocked adds b to the stage unless it is there already, and reports
-// whether it added it.
-func (p *Prefetcher) stageLocked(key string, b ramcache.Block) bool {
-	if _, dup := p.staged[key]; dup {
-		return false
-	}
-	p.staged[key] = b
-	p.stagedIno[b.ID]++
-	p.stagedBytes += int64(len(b.Data))
-	return true
-}
-
-// Take implements loader.Stage.
+// Take implements loader.Stage. It takes only the stage's lock.
 func (p *Prefetcher) Take(key string, tag uint64, done bool) (ramcache.Block, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	b, ok := p.staged[key]
-	if !ok {
-		return ramcache.Block{}, false
-	}
-	stale := b.Tag != tag // another version of the file
-	if done || stale {
-		p.unstageLocked(key, b)
-	}
-	if stale {
-		return ramcache.Block{}, false
-	}
-	return b, true
-}
-
-func (p *Prefetcher) unstageLocked(key string, b ramcache.Block) {
-	delete(p.staged, key)
-	p.stagedBytes -= int64(len(b.Data))
-	if p.stagedIno[b.ID]--; p.stagedIno[b.ID] <= 0 {
-		delete(p.stagedIno, b.ID)
-	}
+	return p.stage.take(key, tag, done)
 }
 
 // neededLocked reports whether a stream still has ino ahead of its cursor
@@ -133,10 +367,14 @@ func (p *Prefetcher) neededLocked(ino uint64, soon bool) bool {
 // dropIfUnneededLocked drops e's staged blocks if no stream will read them
 // soon; they count as wasted.
 func (p *Prefetcher) dropIfUnneededLocked(e *catalog.Entry) {
-	if e == nil || p.stagedIno[e.Ino] == 0 || p.neededLocked(e.Ino, true) {
+	if e == nil || !p.stage.has(e.Ino) || p.neededLocked(e.Ino, true) {
 		return
 	}
-	for _, b := range p.unstageFileLocked(e) {
+	dropped := p.stage.removeFile(e)
+	if len(dropped) == 0 {
+		return // taken meanwhile
+	}
+	for _, b := range dropped {
 		p.totals.WastedBytes += int64(len(b.Data))
 	}
 	p.totals.Wasted++
@@ -145,40 +383,11 @@ func (p *Prefetcher) dropIfUnneededLocked(e *catalog.Entry) {
 	}
 }
 
-// unstageFileLocked takes every staged block of e off the stage and
-// returns them.
-func (p *Prefetcher) unstageFileLocked(e *catalog.Entry) []stagedBlock {
-	var out []stagedBlock
-	n := loader.Blocks(e.Size, p.cfg.BlockSize)
-	if n > int64(len(p.staged)) {
-		// A file of more blocks than the stage holds (a sparse file may
-		// claim 2^43): walk the stage instead, under p.mu either way.
-		for key, b := range p.staged {
-			if b.ID == e.Ino {
-				p.unstageLocked(key, b)
-				out = append(out, stagedBlock{key, b})
-			}
-		}
-		return out
-	}
-	for i := int64(0); i < n && p.stagedIno[e.Ino] > 0; i++ {
-		key := loader.BlockKey(e.Path(), i)
-		if b, ok := p.staged[key]; ok {
-			p.unstageLocked(key, b)
-			out = append(out, stagedBlock{key, b})
-		}
-	}
-	return out
-}
-
 // dropUnneededLocked drops every staged block that no stream will read
 // again (after a plan change).
 func (p *Prefetcher) dropUnneededLocked() {
-	for key, b := range p.staged {
-		if !p.neededLocked(b.ID, false) {
-			p.unstageLocked(key, b)
-			p.totals.Wasted++
-			p.totals.WastedBytes += int64(len(b.Data))
-		}
+	for _, b := range p.stage.dropIf(func(b ramcache.Block) bool { return !p.neededLocked(b.ID, false) }) {
+		p.totals.Wasted++
+		p.totals.WastedBytes += int64(len(b.Data))
 	}
 }

@@ -92,8 +92,8 @@ func (p *Prefetcher) Stats() (Totals, map[string]map[string]Stats) {
 	defer p.mu.Unlock()
 	t := p.totals
 	t.Workers, t.StagingCapacity = p.cfg.Workers, p.cfg.Staging
-	t.StagedBytes, t.StagedBlocks, t.InFlight = p.stagedBytes, len(p.staged), len(p.inflight)
-	t.PushedHeld = p.pushedBytes
+	f := p.stage.figures()
+	t.StagedBytes, t.StagedBlocks, t.InFlight, t.PushedHeld = f.stagedBytes, f.stagedBlocks, f.inFlight, f.pushedHeld
 	fallback := p.fallbackRateLocked()
 	for _, s := range p.streams {
 		s.stats.Rate, s.stats.LeadSeconds = s.rate, 0

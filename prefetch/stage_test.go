@@ -1,0 +1,136 @@
+package prefetch
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/loader"
+	"github.com/dlfs/dlfs/ramcache"
+)
+
+// stageFiles returns two files of a catalog: a, of three 10-byte blocks,
+// and b, of one.
+func stageFiles(t *testing.T) (a, b *catalog.Entry) {
+	t.Helper()
+	root := t.TempDir()
+	for name, size := range map[string]int{"a": 30, "b": 10} {
+		if err := os.WriteFile(filepath.Join(root, name), make([]byte, size), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cat, err := catalog.Open(context.Background(), catalog.DefaultConfig(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b = cat.Snapshot().Lookup("a"), cat.Snapshot().Lookup("b")
+	if a == nil || b == nil {
+		t.Fatal("the files are not in the catalog")
+	}
+	return a, b
+}
+
+// TestStage: the stage's bookkeeping holds through adding, taking,
+// removing a file, dropping, reserving and pushing; what it reports
+// follows.
+func TestStage(t *testing.T) {
+	a, b := stageFiles(t)
+	st := newStage(10)
+	check := func(what string) {
+		t.Helper()
+		if err := st.checkInvariant(); err != nil {
+			t.Fatalf("after %s: INVARIANT broken: %v", what, err)
+		}
+	}
+	block := func(e *catalog.Entry, n int) ramcache.Block {
+		return ramcache.Block{ID: e.Ino, Tag: 7, Data: make([]byte, n)}
+	}
+	key := func(e *catalog.Entry, i int64) string { return loader.BlockKey(e.Path(), i) }
+	for i := int64(0); i < 3; i++ {
+		if !st.add(key(a, i), block(a, 10)) {
+			t.Fatalf("block %d of a not added", i)
+		}
+	}
+	if st.add(key(a, 0), block(a, 10)) {
+		t.Error("a block staged twice")
+	}
+	st.add(key(b, 0), block(b, 10))
+	check("adding")
+	if got := st.stagedBytes(); got != 40 {
+		t.Errorf("staged %d bytes, want 40", got)
+	}
+	if _, ok := st.take(key(a, 0), 7, false); !ok || !st.has(a.Ino) {
+		t.Error("a read not done took a block off the stage, or found none")
+	}
+	if _, ok := st.take(key(a, 0), 8, false); ok || len(st.blocks) != 3 {
+		t.Error("a stale block was served, or left on the stage")
+	}
+	if _, ok := st.take(key(a, 1), 7, true); !ok {
+		t.Error("a staged block was not served")
+	}
+	check("taking")
+	if got := st.removeFile(a); len(got) != 1 || got[0].key != key(a, 2) || st.has(a.Ino) {
+		t.Errorf("removing a gave %v; a still staged: %v", got, st.has(a.Ino))
+	}
+	check("removing a file")
+	st.add(key(a, 0), block(a, 10))
+	if got := st.dropIf(func(bl ramcache.Block) bool { return bl.ID == b.Ino }); len(got) != 1 || st.has(b.Ino) || !st.has(a.Ino) {
+		t.Errorf("dropping b gave %v", got)
+	}
+	check("dropping")
+	st.reserve(b.Ino, 10)
+	if !st.busy(b.Ino) || st.reserved(b.Ino) != 10 || st.held() != 20 {
+		t.Errorf("a reservation: busy %v, reserved %d, held %d", st.busy(b.Ino), st.reserved(b.Ino), st.held())
+	}
+	st.release(b.Ino)
+	check("a fetch")
+	st.reservePush(b.Ino, 10)
+	if !st.pushBusy(b.Ino) || st.wasPushed(b.Ino) {
+		t.Error("a push under way not seen, or seen as done")
+	}
+	st.pushDone(b.Ino)
+	st.markPushed(b.Ino, 10)
+	if !st.wasPushed(b.Ino) || st.held() != 20 {
+		t.Errorf("a push: pushed %v, held %d", st.wasPushed(b.Ino), st.held())
+	}
+	check("a push")
+	st.dropPushedIf(func(uint64) bool { return true })
+	if st.wasPushed(b.Ino) || st.held() != 10 {
+		t.Errorf("after dropping the pushes: pushed %v, held %d", st.wasPushed(b.Ino), st.held())
+	}
+	st.clear()
+	check("clearing")
+	if f := st.figures(); f != (stageFigures{}) {
+		t.Errorf("a cleared stage: %+v", f)
+	}
+}
+
+// TestStageCheckInvariant: checkInvariant finds each miscount.
+func TestStageCheckInvariant(t *testing.T) {
+	a, _ := stageFiles(t)
+	for name, spoil := range map[string]func(st *stage){
+		"bytes":         func(st *stage) { st.bytes++ },
+		"blocks a file": func(st *stage) { st.perIno[a.Ino]++ },
+		"a file gone":   func(st *stage) { delete(st.perIno, a.Ino) },
+		"inflight":      func(st *stage) { st.inflight[a.Ino]++ },
+		"negative":      func(st *stage) { st.inflight[a.Ino], st.inflightBytes = -1, -1 },
+		"pushed":        func(st *stage) { st.pushedBytes++ },
+		"empty block":   func(st *stage) { st.blocks["x"] = ramcache.Block{ID: a.Ino}; st.perIno[a.Ino]++ },
+	} {
+		t.Run(name, func(t *testing.T) {
+			st := newStage(10)
+			st.add(loader.BlockKey(a.Path(), 0), ramcache.Block{ID: a.Ino, Data: make([]byte, 10)})
+			st.reserve(a.Ino, 20)
+			st.markPushed(a.Ino, 10)
+			if err := st.checkInvariant(); err != nil {
+				t.Fatalf("before: %v", err)
+			}
+			spoil(st)
+			if err := st.checkInvariant(); err == nil {
+				t.Error("not found")
+			}
+		})
+	}
+}
