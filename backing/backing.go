@@ -27,6 +27,7 @@ package backing
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -79,7 +80,7 @@ func Build(name string, size, blockSize int64, block func(i int64) (Block, bool)
 	if size < 0 || blockSize <= 0 {
 		return nil, fmt.Errorf("backing: %s: size %d, block size %d: want size >= 0 and block size > 0", name, size, blockSize)
 	}
-	memName := "dlfs:" + name
+	memName := "dlfs:" + strings.ReplaceAll(name, "\x00", "/") // a NUL would end it
 	if len(memName) > maxName {
 		memName = memName[:maxName]
 	}

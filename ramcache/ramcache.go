@@ -35,6 +35,7 @@ import (
 	"hash/maphash"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/dlfs/dlfs/integrity"
 )
@@ -115,6 +116,9 @@ type Stats struct {
 	// block is copied once when put, and again when its chunk is
 	// compacted); larger blocks are kept as they came, uncopied.
 	CopiedBytes int64 `json:"copied_bytes"`
+	// Backing describes the files held in backing files (backed.go),
+	// whose pages Bytes counts.
+	Backing BackingStats `json:"backing"`
 }
 
 // Cache is safe for concurrent use; no method blocks on I/O.
@@ -128,15 +132,25 @@ type Cache struct {
 	nextUse  func(uint64) int64
 	seed     maphash.Seed
 
+	// orphans are the pages of backing files evicted while open
+	// (backed.go); they count against the capacity.
+	orphans atomic.Int64
+
 	mu sync.Mutex
 	// mu guards the following.
 	// INVARIANT: bytes == overhead per item + cost(b) of every item
-	// allocated on its own + every chunk's size, and bytes <= capacity.
-	items     map[uint64]*item
-	lru       item // sentinel of the recency ring: lru.next is the most recently used
-	bytes     int64
-	slabs     slabs
-	compacted int64
+	// allocated on its own + every chunk's size + every backed file's
+	// pages and 4 bytes per segment sum, and bytes <= capacity.
+	// INVARIANT: an item has Data == nil exactly when backedBlocks has
+	// it, and then its backed file is in backed and lists it.
+	items        map[uint64]*item
+	lru          item // sentinel of the recency ring: lru.next is the most recently used
+	bytes        int64
+	slabs        slabs
+	compacted    int64
+	backed       map[uint64]*backedFile // by file ID
+	backedBlocks map[uint64]backedBlock // by item hash
+	backedBytes  int64                  // the backed files' pages
 }
 
 // item is one entry, on the recency ring.
@@ -150,7 +164,7 @@ type item struct {
 // New returns an empty cache.
 func New(cfg Config) *Cache {
 	c := &Cache{capacity: cfg.Capacity, nextUse: cfg.NextUse, seed: maphash.MakeSeed(), items: make(map[uint64]*item),
-		slabs: newSlabs(cfg.Capacity)}
+		slabs: newSlabs(cfg.Capacity), backed: map[uint64]*backedFile{}, backedBlocks: map[uint64]backedBlock{}}
 	c.lru.next, c.lru.prev = &c.lru, &c.lru
 	return c
 }
@@ -198,7 +212,15 @@ func (c *Cache) get(key string, tag uint64, intact func(Block) bool) (Block, boo
 	unlink(it)
 	c.front(it)
 	b := it.b
+	bb, backed := c.backedBlocks[h]
+	backed = backed && b.Data == nil
 	c.mu.Unlock()
+	if backed {
+		var ok bool
+		if b, ok = readBacked(bb, b); !ok {
+			return Block{}, false
+		}
+	}
 	if !intact(b) {
 		c.mu.Lock()
 		if cur, ok := c.items[h]; ok && cur == it {
@@ -242,19 +264,8 @@ func (c *Cache) Put(key string, b Block) bool {
 		}
 		return overhead
 	}
-	if need() > c.capacity {
+	if !c.roomLocked(b.ID, need) {
 		return false
-	}
-	for c.bytes+need() > c.capacity {
-		if ch := c.slabs.sparse(c.capacity); ch != nil {
-			c.compactLocked(ch)
-			continue
-		}
-		victim := c.victimLocked()
-		if c.nextUse != nil && c.nextUse(b.ID) > c.nextUse(victim.b.ID) {
-			return false // needed later than anything here: Belady would not keep it
-		}
-		c.removeLocked(victim)
 	}
 	it := &item{hash: h, b: b}
 	if packed {
@@ -266,6 +277,30 @@ func (c *Cache) Put(key string, b Block) bool {
 	}
 	c.front(it)
 	c.items[h] = it
+	return true
+}
+
+// roomLocked evicts until need() more bytes fit, and reports whether they
+// do. A block of file id that would be needed later than the victim is
+// refused, as Belady would refuse it.
+func (c *Cache) roomLocked(id uint64, need func() int64) bool {
+	if need() > c.capacity {
+		return false
+	}
+	for c.bytes+c.orphans.Load()+need() > c.capacity {
+		if ch := c.slabs.sparse(c.capacity); ch != nil {
+			c.compactLocked(ch)
+			continue
+		}
+		if len(c.items) == 0 {
+			return false // backing files still open hold the rest
+		}
+		victim := c.victimLocked()
+		if c.nextUse != nil && c.nextUse(id) > c.nextUse(victim.b.ID) {
+			return false // needed later than anything here: Belady would not keep it
+		}
+		c.removeLocked(victim)
+	}
 	return true
 }
 
@@ -338,6 +373,10 @@ func (c *Cache) victimLocked() *item {
 }
 
 func (c *Cache) removeLocked(it *item) {
+	if c.isBacked(it) {
+		c.removeBackedLocked(c.backedBlocks[it.hash].bf)
+		return
+	}
 	unlink(it)
 	delete(c.items, it.hash)
 	if it.ch == nil {
@@ -354,5 +393,6 @@ func (c *Cache) Stats() Stats {
 	defer c.mu.Unlock()
 	return Stats{Entries: int64(len(c.items)), Bytes: c.bytes, Capacity: c.capacity,
 		Chunks: int64(len(c.slabs.chunks)), DeadBytes: c.slabs.dead, Compactions: c.compacted,
-		CopiedBytes: c.slabs.copied}
+		CopiedBytes: c.slabs.copied,
+		Backing: BackingStats{Files: int64(len(c.backed)), Bytes: c.backedBytes, EvictedOpenBytes: c.orphans.Load()}}
 }

@@ -3,6 +3,7 @@ package ramcache
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"unsafe"
@@ -24,10 +25,19 @@ func checkInvariant(t *testing.T, c *Cache) {
 	defer c.mu.Unlock()
 	var sum int64
 	live := map[*chunk]int{}
+	backed := map[*backedFile]int{}
 	for h, it := range c.items {
-		if it.ch == nil {
+		switch bb, isBacked := c.backedBlocks[h]; {
+		case isBacked != (it.b.Data == nil):
+			t.Fatalf("INVARIANT broken: item %x has data %v but is backed %v", h, it.b.Data != nil, isBacked)
+		case isBacked:
+			if c.backed[bb.bf.id] != bb.bf || !slices.Contains(bb.bf.hashes, h) {
+				t.Fatalf("INVARIANT broken: backed item %x is not its file's", h)
+			}
+			backed[bb.bf]++
+		case it.ch == nil:
 			sum += cost(it.b)
-		} else {
+		default:
 			sum += overhead
 			live[it.ch] += hdrSize + len(it.b.Data)
 			start := it.ch.buf[:cap(it.ch.buf)]
@@ -38,6 +48,17 @@ func checkInvariant(t *testing.T, c *Cache) {
 		if it.hash != h || it.next.prev != it || it.prev.next != it {
 			t.Fatalf("INVARIANT broken: item under %x has hash %x, or is off the ring", h, it.hash)
 		}
+	}
+	var backedBytes int64
+	for _, bf := range c.backed {
+		if backed[bf] != len(bf.hashes) {
+			t.Fatalf("INVARIANT broken: backed file %d has %d of its %d items", bf.id, backed[bf], len(bf.hashes))
+		}
+		sum += bf.cost
+		backedBytes += bf.f.Pages()
+	}
+	if len(backed) != len(c.backed) || backedBytes != c.backedBytes {
+		t.Fatalf("INVARIANT broken: %d backed files with items, %d listed; %d bytes, counted %d", len(backed), len(c.backed), backedBytes, c.backedBytes)
 	}
 	var dead int64
 	for i, ch := range c.slabs.chunks {
@@ -55,7 +76,7 @@ func checkInvariant(t *testing.T, c *Cache) {
 	for it := c.lru.next; it != &c.lru; it = it.next {
 		ring++
 	}
-	if sum != c.bytes || c.bytes > c.capacity || ring != len(c.items) {
+	if sum != c.bytes || c.bytes+max(c.orphans.Load(), 0) > c.capacity || ring != len(c.items) {
 		t.Fatalf("INVARIANT broken: sum %d bytes %d capacity %d ring %d items %d", sum, c.bytes, c.capacity, ring, len(c.items))
 	}
 }
