@@ -394,5 +394,5 @@ func (c *Cache) Stats() Stats {
 	return Stats{Entries: int64(len(c.items)), Bytes: c.bytes, Capacity: c.capacity,
 		Chunks: int64(len(c.slabs.chunks)), DeadBytes: c.slabs.dead, Compactions: c.compacted,
 		CopiedBytes: c.slabs.copied,
-		Backing: BackingStats{Files: int64(len(c.backed)), Bytes: c.backedBytes, EvictedOpenBytes: c.orphans.Load()}}
+		Backing:     BackingStats{Files: int64(len(c.backed)), Bytes: c.backedBytes, EvictedOpenBytes: c.orphans.Load()}}
 }
