@@ -123,6 +123,10 @@ type Config struct {
 	// read then goes through the daemon, as before issue 14.
 	NoPush bool
 
+	// NoPassthrough turns FUSE passthrough off (passthrough.go): every
+	// read then goes through the daemon, as before issue 32.
+	NoPassthrough bool
+
 	// NoLatency turns off the latency histograms (reads by source, FUSE
 	// requests by operation, peer requests by member), for comparison:
 	// each observation costs two atomic adds and a clock read.
@@ -194,6 +198,9 @@ type tiers struct {
 	ram  *ramcache.Cache
 	ssd  *ssdstore.Store // nil when the SSD tier is off
 	load *loader.Loader
+	// backing counts the RAM tier's backing files given to opens
+	// (passthrough.go).
+	backing passthroughCounts
 }
 
 // allocation shares the loader CPUs (package allocator), from the read
@@ -480,6 +487,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	// so it does not log itself.
 	n.alog = accesslog.New(accesslog.Config{Logger: cfg.Logger})
 	fc.Latency, fc.AccessLog = n.lat.fuse, n.alog
+	fc.Passthrough = !cfg.NoPassthrough
 	n.fs = fusefs.New(fc, dataset{n}, n.ctl)
 
 	if err := n.reg.Register(&collector{n: n}); err != nil {

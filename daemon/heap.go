@@ -66,13 +66,15 @@ func governHeap(ram *ramcache.Cache) (release func() error) {
 	}
 }
 
-// held is the bytes of every registered tier.
+// held is the heap bytes of every registered tier: not its backing
+// files, which are memory files outside the heap.
 func held() int64 {
 	governor.mu.Lock()
 	defer governor.mu.Unlock()
 	var n int64
 	for c := range governor.tiers {
-		n += c.Stats().Bytes
+		s := c.Stats()
+		n += s.Bytes - s.Backing.Bytes
 	}
 	return n
 }

@@ -63,6 +63,9 @@ type Stats struct {
 	Latency *LatencyStats `json:"latency,omitempty"`
 	// AccessLog is .dlfs/accesslog's reader and what it was sent.
 	AccessLog accesslog.Stats `json:"access_log"`
+	// Passthrough says whether the mount serves resident files by FUSE
+	// passthrough, why not, and its backing files (passthrough.go).
+	Passthrough PassthroughStats `json:"passthrough"`
 }
 
 // CopyStats count the bytes dlfs copies in its own memory, outside the
@@ -198,6 +201,7 @@ func (n *Node) Stats() Stats {
 	s.Allocation = n.alloc.Stats()
 	s.Latency = n.lat.stats()
 	s.AccessLog = n.alog.Stats()
+	s.Passthrough = n.passthroughStats(s.Cache.RAM)
 	for _, j := range n.jobs.All() {
 		if ps := j.PlanStats(); len(ps) > 0 {
 			if s.Plans == nil {

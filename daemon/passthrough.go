@@ -1,0 +1,186 @@
+package daemon
+
+import (
+	"errors"
+	"sync/atomic"
+
+	"github.com/dlfs/dlfs/backing"
+	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/fusefs"
+	"github.com/dlfs/dlfs/loader"
+	"github.com/dlfs/dlfs/ramcache"
+)
+
+// Passthrough (package fusefs) serves a file held whole from a sealed
+// backing file the kernel reads itself. The node gives the mount those
+// files (dataset.Backing):
+//
+//   - from the RAM tier, which holds a file's backing file as its copy of
+//     the file (ramcache: Adopt) once one is built;
+//   - else built at the open from the blocks the RAM tier and the
+//     prefetcher's stage hold, each checked against its sum by
+//     backing.Build; a file missing any block gets none, and is read
+//     through the daemon. The stage's blocks then live in the backing
+//     file, which the RAM tier adopts if its next use warrants it.
+//
+// Files smaller than passthroughMin get none: see docs/design.md.
+//
+// The backing files held by opens are bounded by a quarter of the RAM
+// tier's capacity (openBound): an open beyond it is read through the
+// daemon. Those an eviction or a refresh took from the tier while open
+// count against the capacity until they close (ramcache).
+//
+// Reads of a passthrough open never reach the daemon, so the open is the
+// read (dataset.OpenedPassthrough): the reader tracker and the
+// prefetcher learn of it as of a read at offset 0, which is what moves a
+// job's cursor, in the order the reader opens its samples.
+
+// passthroughMin is the smallest file given a backing file.
+const passthroughMin = 0
+
+// passthroughCounts are the node's side of the passthrough figures.
+type passthroughCounts struct {
+	openBytes   atomic.Int64 // bytes of backing files held by opens
+	built       atomic.Int64 // backing files built
+	builtBytes  atomic.Int64
+	notResident atomic.Int64 // opens of files not held whole
+	overBound   atomic.Int64 // opens turned away by openBound
+	failed      atomic.Int64 // builds that failed (a block failed its sum, or memory)
+}
+
+// PassthroughStats is stats' passthrough object.
+type PassthroughStats struct {
+	fusefs.PassthroughStats
+	// BackingFiles and BackingBytes are the backing files the RAM tier
+	// holds (counted in its bytes), EvictedOpenBytes those it let go of
+	// while open (counted against its capacity until they close).
+	BackingFiles     int64 `json:"backing_files"`
+	BackingBytes     int64 `json:"backing_bytes"`
+	EvictedOpenBytes int64 `json:"evicted_open_bytes"`
+	// OpenBytes are the bytes of backing files opens hold, at most
+	// OpenBound.
+	OpenBytes int64 `json:"open_bytes"`
+	OpenBound int64 `json:"open_bound_bytes"`
+	// Built counts backing files built, with their bytes; NotResident
+	// opens of files not held whole (read through the daemon), OverBound
+	// opens turned away by the bound, BuildFailures builds that failed.
+	Built         int64 `json:"built"`
+	BuiltBytes    int64 `json:"built_bytes"`
+	NotResident   int64 `json:"not_resident"`
+	OverBound     int64 `json:"over_bound"`
+	BuildFailures int64 `json:"build_failures"`
+	// MinBytes is the smallest file given a backing file.
+	MinBytes int64 `json:"min_bytes"`
+}
+
+// openBound is the most bytes of backing files opens may hold.
+func (n *Node) openBound() int64 { return max(n.cfg.RAMCache, 0) / 4 }
+
+// passthroughStats collects stats' passthrough object.
+func (n *Node) passthroughStats(ram ramcache.Stats) PassthroughStats {
+	c := &n.tiers.backing
+	return PassthroughStats{PassthroughStats: n.fs.PassthroughStats(),
+		BackingFiles: ram.Backing.Files, BackingBytes: ram.Backing.Bytes, EvictedOpenBytes: ram.Backing.EvictedOpenBytes,
+		OpenBytes: c.openBytes.Load(), OpenBound: n.openBound(),
+		Built: c.built.Load(), BuiltBytes: c.builtBytes.Load(), NotResident: c.notResident.Load(),
+		OverBound: c.overBound.Load(), BuildFailures: c.failed.Load(), MinBytes: passthroughMin}
+}
+
+// Backing implements fusefs.Backer.
+func (d dataset) Backing(e *catalog.Entry) fusefs.BackingFile {
+	n := d.n
+	if e.Size < max(passthroughMin, 1) {
+		return nil
+	}
+	c := &n.tiers.backing
+	if c.openBytes.Add(e.Size) > n.openBound() {
+		c.openBytes.Add(-e.Size)
+		c.overBound.Add(1)
+		return nil
+	}
+	f := n.backingOf(e)
+	if f == nil {
+		c.openBytes.Add(-e.Size)
+		return nil
+	}
+	return openBacking{f, c}
+}
+
+// openBacking is a backing file an open holds.
+type openBacking struct {
+	*backing.File
+	c *passthroughCounts
+}
+
+func (o openBacking) Release() {
+	o.c.openBytes.Add(-o.Size())
+	o.File.Release()
+}
+
+// backingOf returns e's backing file with a reference for the caller:
+// the RAM tier's, or one built from the blocks RAM and the stage hold;
+// nil if they do not hold all of e.
+func (n *Node) backingOf(e *catalog.Entry) *backing.File {
+	load, ram := n.tiers.load, n.tiers.ram
+	bs := load.BlockSize()
+	key0 := loader.BlockKey(e.Path(), 0)
+	if f := ram.Backing(e.Ino, load.Tag(e, key0)); f != nil {
+		return f
+	}
+	nb := loader.Blocks(e.Size, bs)
+	keys := make([]string, nb)
+	blocks := make([]ramcache.Block, nb)
+	staged := make([]bool, nb)
+	peer := false
+	for i := range nb {
+		keys[i] = loader.BlockKey(e.Path(), i)
+		tag := load.Tag(e, keys[i])
+		b, ok := ram.Peek(keys[i], tag)
+		if !ok {
+			if b, ok = n.pf.Take(keys[i], tag, false); !ok {
+				n.tiers.backing.notResident.Add(1)
+				return nil
+			}
+			staged[i] = true
+		}
+		blocks[i], peer = b, peer || b.Peer
+	}
+	f, err := backing.Build(e.Path(), e.Size, bs, func(i int64) (backing.Block, bool) {
+		b := blocks[i]
+		return backing.Block{Data: b.Data, Tag: b.Tag, Sum: b.Sum}, true
+	})
+	if err != nil {
+		n.tiers.backing.failed.Add(1)
+		if errors.Is(err, backing.ErrCorrupt) {
+			// The tier drops what fails its sum when it is next read.
+			n.log.Warn("passthrough: a cached block fails its checksum; reading the file through the daemon", "path", e.Path(), "err", err)
+		} else {
+			n.log.Debug("passthrough: no backing file", "path", e.Path(), "err", err)
+		}
+		return nil
+	}
+	n.tiers.backing.built.Add(1)
+	n.tiers.backing.builtBytes.Add(e.Size)
+	// The stage's blocks live in the backing file now: the open is their read.
+	for i, s := range staged {
+		if s {
+			n.pf.Take(keys[i], blocks[i].Tag, true)
+		}
+	}
+	if !peer { // RAM holds this node's share only
+		ram.Adopt(e.Ino, keys, blocks, f)
+	}
+	return f
+}
+
+// OpenedPassthrough implements fusefs.Backer: the open stands for the
+// reads that will not come, as one read at offset 0 that waited on
+// nothing (the bytes are resident).
+func (d dataset) OpenedPassthrough(e *catalog.Entry, pid uint32) {
+	n := d.n
+	if n.readers == nil {
+		return
+	}
+	r := n.readers.Observe(pid, e, 0, false, "passthrough", 0)
+	n.pf.ObserveRead(r.Cred.Uid, r.Known, e, 0, 0)
+}
