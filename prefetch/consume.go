@@ -1,7 +1,6 @@
 package prefetch
 
 import (
-	"math"
 	"time"
 
 	"github.com/dlfs/dlfs/catalog"
@@ -112,6 +111,7 @@ func (p *Prefetcher) advanceLocked(s *stream) {
 			s.stats.Inferred++
 		default:
 			s.stats.Cursor = s.cursor
+			s.at.Store(int64(s.cursor))
 			s.measureLocked(time.Now())
 			return
 		}
@@ -125,6 +125,7 @@ func (p *Prefetcher) advanceLocked(s *stream) {
 		}
 	}
 	s.stats.Cursor = s.cursor
+	s.at.Store(int64(s.cursor))
 	s.measureLocked(time.Now())
 }
 
@@ -145,33 +146,5 @@ func (s *stream) measureLocked(now time.Time) {
 	s.rate, s.rateAt, s.rateFrom = r, now, s.cursor
 }
 
-// NextUse is the RAM tier's oracle: how many positions ahead of its
-// stream's cursor file ino is next needed; math.MaxInt64 if no plan has it.
-// Ranks of other nodes (AllRanks) count with the cursor of this node's
-// furthest-behind rank of the same job.
-func (p *Prefetcher) NextUse(ino uint64) int64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	best := int64(math.MaxInt64)
-	for _, s := range p.streams {
-		if q := s.pending(ino); q >= 0 {
-			best = min(best, int64(q-s.cursor))
-		}
-	}
-	for _, o := range p.others {
-		cursor := -1
-		for _, s := range p.streams {
-			if s.id.job == o.id.job && (cursor < 0 || s.cursor < cursor) {
-				cursor = s.cursor
-			}
-		}
-		if cursor < 0 {
-			continue
-		}
-		o.cursor = cursor // others are never consumed: pending skips only what is behind
-		if q := o.pending(ino); q >= 0 {
-			best = min(best, int64(q-cursor))
-		}
-	}
-	return best
-}
+// NextUse is the tiers' oracle (see Oracle.NextUse). It takes no lock.
+func (p *Prefetcher) NextUse(ino uint64) int64 { return p.oracle.NextUse(ino) }

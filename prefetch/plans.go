@@ -20,7 +20,10 @@ type streamID struct {
 	rank int
 }
 
-// stream is one local rank's planned reads.
+// stream is one local rank's planned reads. Its order (epochs, starts,
+// orders, index, order) does not change once built; NextUse reads it
+// without a lock, with the consumed bits (atomic) and the published
+// cursor (at). The rest is read and written under the Prefetcher's mu.
 type stream struct {
 	id       streamID
 	job      *jobs.Job                       // for its Ahead bound and owner (mu: replaced by a new version of the job)
@@ -32,6 +35,7 @@ type stream struct {
 	index    []uint64           // ino<<32 | pos for every position with a file, sorted: each file's positions in order
 	consumed bitset             // a position without a file (a dangling link) is consumed from the start
 	cursor   int                // first position not consumed
+	at       atomic.Int64       // cursor, published for NextUse when advanceLocked moves it
 	maxSeen  int                // furthest position consumed by a read; -1 before any
 	spans    []loader.Span      // where each position's sample lies in a packed container
 	packed   []bool             // whether spans[pos] is known
@@ -113,7 +117,6 @@ func (p *Prefetcher) swap() {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.others = others
 	old := map[streamID]*stream{}
 	for _, s := range p.streams {
 		old[s.id] = s
@@ -151,6 +154,7 @@ func (p *Prefetcher) swap() {
 	}
 	p.pruneEndedLocked(now)
 	p.streams = fresh
+	p.oracle.publish(fresh, others)
 	p.dropUnneededPushedLocked()
 	p.dropUnneededLocked()
 	p.kick()
@@ -250,14 +254,13 @@ func (s *stream) positions(ino uint64) []uint64 {
 // has reports whether ino is planned at all.
 func (s *stream) has(ino uint64) bool { return len(s.positions(ino)) > 0 }
 
-// bitset is one bit per position.
-type bitset []uint64
+// bitset is one bit per position. Set under the Prefetcher's mu; read
+// with or without it (NextUse).
+type bitset []atomic.Uint64
 
-func newBitset(n int) bitset { return make(bitset, (n+63)/64) }
-
-func (b bitset) get(i int) bool { return b[i/64]&(1<<(i%64)) != 0 }
-
-func (b bitset) set(i int) { b[i/64] |= 1 << (i % 64) }
+func newBitset(n int) bitset    { return make(bitset, (n+63)/64) }
+func (b bitset) get(i int) bool { return b[i/64].Load()&(1<<(i%64)) != 0 }
+func (b bitset) set(i int)      { b[i/64].Or(1 << (i % 64)) }
 
 // locate records where each sample of s lies, when SOURCE is packed, so
 // that next can coalesce neighbours without calling out under mu.
@@ -304,9 +307,14 @@ func (s *stream) epochOf(pos int) int {
 
 // pending returns the first unconsumed position of ino at or after the
 // cursor, or -1.
-func (s *stream) pending(ino uint64) int {
+func (s *stream) pending(ino uint64) int { return s.pendingFrom(ino, s.cursor) }
+
+// pendingFrom returns the first unconsumed position of ino at or after
+// cursor, or -1. It takes no lock: NextUse calls it with the published
+// cursor.
+func (s *stream) pendingFrom(ino uint64, cursor int) int {
 	list := s.positions(ino)
-	i, _ := slices.BinarySearch(list, ino<<32|uint64(s.cursor))
+	i, _ := slices.BinarySearch(list, ino<<32|uint64(cursor))
 	for ; i < len(list); i++ {
 		if q := int(uint32(list[i])); !s.consumed.get(q) {
 			return q

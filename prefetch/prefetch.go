@@ -60,17 +60,18 @@
 //
 // prefetch.go holds the configuration and the Prefetcher's life; plans.go
 // the streams, built from the jobs' plans; consume.go consumption
-// tracking (ObserveRead, the cursor, NextUse); scheduler.go the scheduler
-// and its fetch workers; stage.go the stage; push.go pushing; stats.go
-// the figures; schedule.go the order a DataLoader asks in.
+// tracking (ObserveRead, the cursor); oracle.go NextUse, read without a
+// lock; scheduler.go the scheduler and its fetch workers; stage.go the
+// stage; push.go pushing; stats.go the figures; schedule.go the order a
+// DataLoader asks in.
 //
 // # Locking
 //
 // mu guards the streams and the figures; the stage has its own lock, so
 // that a demand read's Take waits on nothing else (stage.go). Lock order:
-// the RAM tier's lock before mu (the RAM tier calls NextUse with its lock
-// held), mu before the stage's; the Prefetcher never calls the RAM tier
-// or the loader with mu held.
+// mu before the stage's. NextUse takes no lock: it reads what the streams
+// publish (oracle.go), so the tiers ask it under their own locks. The
+// Prefetcher never calls the RAM tier or the loader with mu held.
 package prefetch
 
 import (
@@ -165,12 +166,12 @@ type Prefetcher struct {
 	built     uint64
 	closed    bool
 
-	stage *stage // its own lock, taken after mu
+	stage  *stage  // its own lock, taken after mu
+	oracle *Oracle // the streams as NextUse reads them, without a lock
 
 	mu sync.Mutex
 	// mu guards the following.
 	streams []*stream
-	others  []*stream                 // ranks other nodes run (AllRanks): for NextUse only
 	history map[streamID]*rankHistory // per (job, rank), surviving plan changes, and kept a while after it ends
 	totals  Totals
 }
@@ -197,7 +198,7 @@ func New(cfg Config, load Loader, plans Plans) *Prefetcher {
 	p := &Prefetcher{
 		cfg: cfg, log: cfg.Logger, load: load, plans: plans,
 		tasks: make(chan []*catalog.Entry), wake: make(chan struct{}, 1), pushWake: make(chan struct{}, 1), cancel: cancel,
-		history: map[streamID]*rankHistory{}, stage: newStage(cfg.BlockSize),
+		history: map[streamID]*rankHistory{}, stage: newStage(cfg.BlockSize), oracle: &Oracle{},
 	}
 	p.builtCond = sync.NewCond(&p.builtMu)
 	changes := plans.Subscribe()

@@ -741,3 +741,66 @@ func TestInferredStreamStartsAtItsReader(t *testing.T) {
 		}
 	}
 }
+
+// TestNextUseTakesNoLock: NextUse answers while the prefetcher's lock is
+// held (the RAM tier asks it many times per eviction, under its own lock),
+// and while reads move the cursors beside it (the race detector watches);
+// a rank another node runs counts with this node's rank's cursor.
+func TestNextUseTakesNoLock(t *testing.T) {
+	p, reg, _ := setup(t, 60, "job=j root=data seed=3 epoch=0 world=2 rank=0 lookahead=1", Config{Workers: 1, Staging: 1 << 20, AllRanks: true})
+	j := reg.Get("j")
+	mine, other := j.Order(0, 0), j.Order(1, 0)
+	ino := func(i int32) uint64 { return j.Samples[i].Entry.Ino }
+	waitFor(t, "the plan", func() bool { return p.NextUse(ino(mine[5])) == 5 })
+
+	p.mu.Lock()
+	answer := make(chan int64)
+	go func() { answer <- p.NextUse(ino(mine[7])) }()
+	select {
+	case d := <-answer:
+		if d != 7 {
+			t.Errorf("NextUse of the 8th sample = %d, want 7", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("NextUse waited for the prefetcher's lock")
+		defer func() { <-answer }()
+	}
+	p.mu.Unlock()
+
+	stop := make(chan struct{})
+	var asked sync.WaitGroup
+	asked.Add(1)
+	go func() {
+		defer asked.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, i := range other {
+				p.NextUse(ino(i))
+			}
+		}
+	}()
+	for _, i := range mine[:10] {
+		p.ObserveRead(0, true, j.Samples[i].Entry, 0, 0)
+	}
+	close(stop)
+	asked.Wait()
+	if d := p.NextUse(ino(mine[15])); d != 5 {
+		t.Errorf("after 10 reads, NextUse of the 16th sample = %d, want 5", d)
+	}
+	own := map[int32]bool{}
+	for _, i := range mine {
+		own[i] = true
+	}
+	for k, i := range other {
+		if !own[i] && k >= 10 {
+			if d := p.NextUse(ino(i)); d != int64(k-10) {
+				t.Errorf("rank 1's sample at position %d: NextUse %d, want %d (its cursor is rank 0's)", k, d, k-10)
+			}
+			break
+		}
+	}
+}
