@@ -244,6 +244,7 @@ func (f *FS) Mount(dir, fsname string) (*fuse.Server, error) {
 		_ = server.Unmount()
 		return nil, err
 	}
+	f.passthroughOn() // decided now, for stats, rather than at the first open
 	return server, nil
 }
 

@@ -1,0 +1,188 @@
+package integration
+
+// Issue 32: files held whole in RAM are opened with FUSE passthrough, and
+// the kernel reads them from sealed backing files without asking dlfs.
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// needPassthrough skips the test where the mount does not use
+// passthrough (a kernel without it, a daemon without CAP_SYS_ADMIN),
+// saying why. Only the first open decides, so it opens the mount's stats.
+func needPassthrough(t *testing.T, mnt string) {
+	t.Helper()
+	st := dlfsStats(t, mnt)
+	pt, _ := st["passthrough"].(map[string]any)
+	if on, _ := pt["on"].(bool); !on {
+		t.Skipf("passthrough is off here: %v", pt["why"])
+	}
+}
+
+func passthroughNum(t *testing.T, mnt, key string) float64 {
+	t.Helper()
+	return num(dlfsStats(t, mnt), "passthrough", key)
+}
+
+// TestPassthroughReadsAndVersions: a file read once is held in RAM, and
+// its next open is served by passthrough: right bytes, counted in stats,
+// its backing file counted in the RAM tier. Rewritten at SOURCE and
+// refreshed, it loses its backing file; an open of the old version keeps
+// reading the old bytes whole (its backing file counted as evicted while
+// open until it closes), and the first open after it reads the new ones.
+func TestPassthroughReadsAndVersions(t *testing.T) {
+	src := t.TempDir()
+	path := filepath.Join(src, "f.bin")
+	old, next := randomBytes(3<<20+12345, 1), randomBytes(2<<20+777, 2)
+	if err := os.WriteFile(path, old, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := startDlfs(t, src, "--ram-cache", "256MiB", "--infer=false", "--push=false")
+	needPassthrough(t, d.Mnt)
+	f := filepath.Join(d.Mnt, "f.bin")
+
+	readFile(t, f, old) // through dlfs: it is not held yet
+	if n := passthroughNum(t, d.Mnt, "opens"); n != 0 {
+		t.Fatalf("%v passthrough opens before the file was held", n)
+	}
+	readFile(t, f, old) // held whole now
+	st := dlfsStats(t, d.Mnt)
+	if num(st, "passthrough", "opens") != 1 || num(st, "passthrough", "bytes") != float64(len(old)) {
+		t.Fatalf("passthrough after the second read: %v; want 1 open of %d bytes", st["passthrough"], len(old))
+	}
+	if num(st, "cache", "ram", "backing", "files") != 1 || num(st, "cache", "ram", "backing", "bytes") < float64(len(old)) {
+		t.Fatalf("RAM tier %v: want its backing file counted", st["cache"])
+	}
+	served := num(st, "served", "ram", "bytes") + num(st, "served", "stage", "bytes") + num(st, "served", "pfs", "bytes")
+
+	// An open of the old version, held across the rewrite and refresh.
+	held, err := os.Open(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	head := make([]byte, 4096)
+	if _, err := io.ReadFull(held, head); err != nil || !bytes.Equal(head, old[:4096]) {
+		t.Fatalf("the held open's first page: %v", err)
+	}
+	rewrite(t, path, next)
+	if err := control(d.Mnt, "refresh"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the refresh to drop the old backing file", 10*time.Second, func() bool {
+		return num(dlfsStats(t, d.Mnt), "cache", "ram", "backing", "files") == 0
+	})
+	if n := passthroughNum(t, d.Mnt, "evicted_open_bytes"); n < float64(len(old)) {
+		t.Fatalf("evicted-open bytes %v while the old version is open; want its %d bytes", n, len(old))
+	}
+	rest, err := io.ReadAll(held)
+	if err != nil || !bytes.Equal(append(head, rest...), old) {
+		t.Fatalf("the open of the old version read %d bytes (%v), not the old version whole", len(head)+len(rest), err)
+	}
+	// While it is open the kernel allows the inode no other backing file:
+	// an open meanwhile reads the old version too, whole.
+	readFile(t, f, old)
+	held.Close()
+	waitFor(t, "the old version's last open to be released", 10*time.Second, func() bool {
+		st := dlfsStats(t, d.Mnt)
+		return num(st, "passthrough", "registered") == 0 && num(st, "passthrough", "evicted_open_bytes") == 0
+	})
+
+	readFile(t, f, next) // the new version, through dlfs
+	readFile(t, f, next) // and by passthrough
+	st = dlfsStats(t, d.Mnt)
+	if num(st, "passthrough", "opens") != 4 || num(st, "passthrough", "built") != 2 {
+		t.Fatalf("passthrough %v: want 4 opens, 2 backing files built", st["passthrough"])
+	}
+	// The passthrough opens' bytes never reached dlfs's read path.
+	now := num(st, "served", "ram", "bytes") + num(st, "served", "stage", "bytes") + num(st, "served", "pfs", "bytes")
+	if now-served > float64(len(next)) {
+		t.Errorf("dlfs served %v bytes after the rewrite; want at most the new version's one read of %d", now-served, len(next))
+	}
+}
+
+func readFile(t *testing.T, path string, want []byte) {
+	t.Helper()
+	got, err := os.ReadFile(path)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("read %s: %d bytes, %v; want %d bytes as written", path, len(got), err, len(want))
+	}
+}
+
+// rewrite replaces path's contents and makes sure its mtime moves.
+func rewrite(t *testing.T, path string, b []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().Add(time.Minute)
+	if err := os.Chtimes(path, later, later); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPassthroughMovesTheCursor: the reads of a file served by
+// passthrough never reach dlfs, so its open is the read: an announced
+// job's cursor moves with every open, in order, exactly (no position
+// taken as consumed without a read).
+func TestPassthroughMovesTheCursor(t *testing.T) {
+	src := t.TempDir()
+	const files = 12
+	var names []string
+	contents := map[string][]byte{}
+	if err := os.MkdirAll(filepath.Join(src, "class_a"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < files; i++ {
+		rel := fmt.Sprintf("class_a/img_%02d.jpg", i)
+		contents[rel] = randomBytes(2<<20+i, uint64(i))
+		if err := os.WriteFile(filepath.Join(src, rel), contents[rel], 0o644); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, rel)
+	}
+	d := startDlfs(t, src, "--ram-cache", "256MiB", "--infer=false", "--push=false")
+	needPassthrough(t, d.Mnt)
+	if err := control(d.Mnt, "job=pt sampler=sequential epoch=0"); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := os.ReadFile(filepath.Join(d.Mnt, ".dlfs/jobs/pt/rank-0/epoch-0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	order := strings.Split(strings.TrimSpace(string(plan)), "\n")
+	if strings.Join(order, ",") != strings.Join(names, ",") {
+		t.Fatalf("plan %v, want %v", order, names)
+	}
+	job := func(key string) float64 { return num(dlfsStats(t, d.Mnt), "jobs", "pt", "rank-0", key) }
+
+	// Epoch 0 fills RAM (some of it may be passthrough already, from what
+	// the prefetcher staged).
+	for _, rel := range order {
+		readFile(t, filepath.Join(d.Mnt, rel), contents[rel])
+	}
+	if c := job("cursor"); c != files {
+		t.Fatalf("cursor %v after epoch 0, want %d", c, files)
+	}
+	opens := passthroughNum(t, d.Mnt, "opens")
+	for i, rel := range order {
+		readFile(t, filepath.Join(d.Mnt, rel), contents[rel])
+		if c := job("cursor"); c != float64(files+i+1) {
+			t.Fatalf("epoch 1, after %s: cursor %v, want %d", rel, c, files+i+1)
+		}
+	}
+	if n := passthroughNum(t, d.Mnt, "opens") - opens; n != files {
+		t.Fatalf("%v of epoch 1's %d opens were served by passthrough; want all", n, files)
+	}
+	st := dlfsStats(t, d.Mnt)
+	if c, inf := num(st, "jobs", "pt", "rank-0", "consumed_total"), num(st, "jobs", "pt", "rank-0", "inferred"); c != 2*files || inf != 0 {
+		t.Fatalf("consumed %v, inferred %v; want %d consumed by reads and opens, none inferred", c, inf, 2*files)
+	}
+}
