@@ -12,7 +12,10 @@ import (
 // the RAM tier may ask it many times per eviction, under its own lock,
 // without waiting on the scheduler or a plan change.
 //
-// The zero Oracle knows no plan. It is safe for concurrent use.
+// Make one before the tiers, hand its NextUse to them, and give it to the
+// Prefetcher (Config.Oracle), which publishes to it. The zero Oracle
+// knows no plan. It is safe for concurrent use; one Oracle serves one
+// Prefetcher.
 type Oracle struct {
 	set atomic.Pointer[planned]
 }

@@ -103,6 +103,10 @@ type Config struct {
 	// cluster, this node owns samples that only those ranks read, and its
 	// RAM tier must keep them for them.
 	AllRanks bool
+	// Oracle is where the prefetcher publishes its streams for NextUse:
+	// the tiers that evict by next use are made before the prefetcher,
+	// and ask the Oracle they were given (nil: New makes one).
+	Oracle *Oracle
 	// EvenShare shares fetches between streams by positions ahead of
 	// their readers, not by time (--allocation even, for comparison).
 	EvenShare bool
@@ -194,11 +198,14 @@ func New(cfg Config, load Loader, plans Plans) *Prefetcher {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Oracle == nil {
+		cfg.Oracle = &Oracle{}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Prefetcher{
 		cfg: cfg, log: cfg.Logger, load: load, plans: plans,
 		tasks: make(chan []*catalog.Entry), wake: make(chan struct{}, 1), pushWake: make(chan struct{}, 1), cancel: cancel,
-		history: map[streamID]*rankHistory{}, stage: newStage(cfg.BlockSize), oracle: &Oracle{},
+		history: map[streamID]*rankHistory{}, stage: newStage(cfg.BlockSize), oracle: cfg.Oracle,
 	}
 	p.builtCond = sync.NewCond(&p.builtMu)
 	changes := plans.Subscribe()

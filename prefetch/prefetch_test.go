@@ -804,3 +804,17 @@ func TestNextUseTakesNoLock(t *testing.T) {
 		}
 	}
 }
+
+// TestOracleMadeFirst: an Oracle made before the prefetcher (as the tiers
+// that ask it are) knows no plan until the prefetcher given it publishes
+// its streams.
+func TestOracleMadeFirst(t *testing.T) {
+	o := &Oracle{}
+	if d := o.NextUse(2); d != math.MaxInt64 {
+		t.Fatalf("an Oracle without a prefetcher: NextUse %d", d)
+	}
+	_, reg, _ := setup(t, 20, "job=j root=data seed=3 epoch=0 lookahead=1", Config{Workers: 1, Staging: 1 << 20, Oracle: o})
+	j := reg.Get("j")
+	e := j.Samples[j.Order(0, 0)[5]].Entry
+	waitFor(t, "the plan in the Oracle", func() bool { return o.NextUse(e.Ino) == 5 })
+}
