@@ -198,6 +198,9 @@ type tiers struct {
 	ram  *ramcache.Cache
 	ssd  *ssdstore.Store // nil when the SSD tier is off
 	load *loader.Loader
+	// oracle tells RAM and the SSD how soon the plans need a file; the
+	// prefetcher publishes to it.
+	oracle *prefetch.Oracle
 	// backing counts the RAM tier's backing files given to opens
 	// (passthrough.go).
 	backing passthroughCounts
@@ -246,17 +249,6 @@ type closer struct {
 // onClose registers fn to stop the part called name.
 func (n *Node) onClose(name string, fn func() error) {
 	n.closing.closers = append(n.closing.closers, closer{name, fn})
-}
-
-// closeFirst moves the closer called name to run before every closer
-// registered so far: a part built early that uses parts built after it.
-func (n *Node) closeFirst(name string) {
-	for i, c := range n.closing.closers {
-		if c.name == name {
-			n.closing.closers = append(append(n.closing.closers[:i:i], n.closing.closers[i+1:]...), c)
-			return
-		}
-	}
 }
 
 // defaultBind is where gossip listens when --join is given without --bind.
@@ -370,10 +362,10 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	n.log.Info("scanned SOURCE", "source", n.cat.Source(), "format", format, "dataset", n.dataset.String(), "files", snap.Files, "dirs", snap.Dirs,
 		"bytes", snap.Bytes, "seconds", snap.ScanTime.Seconds())
-	// The RAM tier evicts by next use once the prefetcher knows the future.
-	rc := ramcache.Config{Capacity: max(cfg.RAMCache, 0), NextUse: func(ino uint64) int64 {
-		return n.pf.NextUse(ino) // n.pf is set before the mount serves any read
-	}}
+	// The RAM and SSD tiers evict by next use: the prefetcher, made after
+	// them, publishes the plans to the oracle they ask.
+	n.tiers.oracle = &prefetch.Oracle{}
+	rc := ramcache.Config{Capacity: max(cfg.RAMCache, 0), NextUse: n.tiers.oracle.NextUse}
 	if cfg.RAMEvictLRU {
 		rc.NextUse = nil
 	}
@@ -442,71 +434,11 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Operator: cfg.FUSE.Owner.Uid, // the mounting user may change every job
 		Logger:   cfg.Logger,
 	})
-	pc.BlockSize, pc.Logger, pc.AllRanks = lc.BlockSize, cfg.Logger, allRanks
-	pc.EvenShare = cfg.Allocation.Mode == allocator.Even
-	if pc.BlockSize <= 0 {
-		pc.BlockSize = loader.DefaultConfig().BlockSize
-	}
-	n.pf = prefetch.New(pc, n.tiers.load, n.jobs)
-	n.onClose("prefetch", func() error { n.pf.Close(); return nil })
-	n.tiers.load.SetStage(n.pf)
-	n.readers = readers.New(readers.Config{
-		Snapshot: n.cat.Snapshot,
-		Index: func(root string, exts []string, cred access.Cred) ([]folder.Sample, error) {
-			spec := control.DefaultJob()
-			spec.Root, spec.Extensions = root, exts
-			if root == "" {
-				spec.Root = "."
-			}
-			return n.jobs.IndexAs(cred, spec)
-		},
-		Jobs:   inferJobs{n.jobs, cfg.NoInfer},
-		Logger: cfg.Logger,
-	})
-	n.readers.Start()
-	n.onClose("readers", func() error { n.readers.Close(); return nil })
-	ac := cfg.Allocation
-	ac.Logger = cfg.Logger
-	if ac.NodeCPU == nil {
-		ac.NodeCPU = allocator.ProcStat
-	}
-	ac.LastRead = n.lastRead
-	n.alloc.Allocator = allocator.New(ac)
-	n.warmer = warmup.New(warmup.Config{Logger: cfg.Logger}, warmSource{n})
-	n.onClose("warmup", func() error { n.warmer.Close(); return nil })
-	n.ctl = &controlPlane{n: n}
-	fc := cfg.FUSE
-	fc.Logger, fc.MaxRequest = cfg.Logger, int(n.tiers.load.BlockSize())
 	if !cfg.NoLatency {
 		if n.lat, err = newLatencies(n.reg); err != nil {
 			return nil, err
 		}
 	}
-	// The daemon's polls for a reader reach no FUSE handler (it holds the
-	// control directory, and a FIFO is the kernel's; see startAccessLog),
-	// so it does not log itself.
-	n.alog = accesslog.New(accesslog.Config{Logger: cfg.Logger})
-	fc.Latency, fc.AccessLog = n.lat.fuse, n.alog
-	fc.Passthrough = !cfg.NoPassthrough
-	n.fs = fusefs.New(fc, dataset{n}, n.ctl)
-
-	if err := n.reg.Register(&collector{n: n}); err != nil {
-		return nil, fmt.Errorf("register metrics: %w", err)
-	}
-	_ = n.reg.Register(collectors.NewGoCollector())
-	_ = n.reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if cfg.MetricsAddr != "" {
-		if err := n.serveMetrics(cfg.MetricsAddr); err != nil {
-			return nil, err
-		}
-		n.onClose("metrics", func() error {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = n.metrics.srv.Shutdown(ctx)
-			return nil
-		})
-	}
-
 	if cc := cfg.Cluster; cc.Bind != "" || len(cc.Join) > 0 {
 		if cc.Bind == "" {
 			cc.Bind = defaultBind
@@ -547,10 +479,69 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		n.onClose("owners", func() error { n.cluster.owners.Close(); return nil })
 		n.tiers.load.SetRemote(n.cluster.owners)
 	}
-	// The prefetcher fetches through the peers too: it stops before them.
-	n.closeFirst("prefetch")
-	n.closeFirst("readers") // it ends the jobs it inferred
-	n.closeFirst("warmup")
+	// Built after the peers it fetches through, the prefetcher stops before
+	// them (Close runs the closers in reverse); the readers, which end the
+	// jobs they inferred, and the warmer stop before it.
+	pc.BlockSize, pc.Logger, pc.AllRanks = lc.BlockSize, cfg.Logger, allRanks
+	pc.EvenShare = cfg.Allocation.Mode == allocator.Even
+	if pc.BlockSize <= 0 {
+		pc.BlockSize = loader.DefaultConfig().BlockSize
+	}
+	pc.Oracle = n.tiers.oracle
+	n.pf = prefetch.New(pc, n.tiers.load, n.jobs)
+	n.onClose("prefetch", func() error { n.pf.Close(); return nil })
+	n.tiers.load.SetStage(n.pf)
+	n.readers = readers.New(readers.Config{
+		Snapshot: n.cat.Snapshot,
+		Index: func(root string, exts []string, cred access.Cred) ([]folder.Sample, error) {
+			spec := control.DefaultJob()
+			spec.Root, spec.Extensions = root, exts
+			if root == "" {
+				spec.Root = "."
+			}
+			return n.jobs.IndexAs(cred, spec)
+		},
+		Jobs:   inferJobs{n.jobs, cfg.NoInfer},
+		Logger: cfg.Logger,
+	})
+	n.readers.Start()
+	n.onClose("readers", func() error { n.readers.Close(); return nil })
+	ac := cfg.Allocation
+	ac.Logger = cfg.Logger
+	if ac.NodeCPU == nil {
+		ac.NodeCPU = allocator.ProcStat
+	}
+	ac.LastRead = n.lastRead
+	n.alloc.Allocator = allocator.New(ac)
+	n.warmer = warmup.New(warmup.Config{Logger: cfg.Logger}, warmSource{n})
+	n.onClose("warmup", func() error { n.warmer.Close(); return nil })
+	n.ctl = &controlPlane{n: n}
+	fc := cfg.FUSE
+	fc.Logger, fc.MaxRequest = cfg.Logger, int(n.tiers.load.BlockSize())
+	// The daemon's polls for a reader reach no FUSE handler (it holds the
+	// control directory, and a FIFO is the kernel's; see startAccessLog),
+	// so it does not log itself.
+	n.alog = accesslog.New(accesslog.Config{Logger: cfg.Logger})
+	fc.Latency, fc.AccessLog = n.lat.fuse, n.alog
+	fc.Passthrough = !cfg.NoPassthrough
+	n.fs = fusefs.New(fc, dataset{n}, n.ctl)
+
+	if err := n.reg.Register(&collector{n: n}); err != nil {
+		return nil, fmt.Errorf("register metrics: %w", err)
+	}
+	_ = n.reg.Register(collectors.NewGoCollector())
+	_ = n.reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if cfg.MetricsAddr != "" {
+		if err := n.serveMetrics(cfg.MetricsAddr); err != nil {
+			return nil, err
+		}
+		n.onClose("metrics", func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = n.metrics.srv.Shutdown(ctx)
+			return nil
+		})
+	}
 
 	n.refresher = newRefresher(n.Refresh)
 	n.onClose("refresher", func() error { n.refresher.close(); return nil })
@@ -604,7 +595,6 @@ func (n *Node) keepCatalog() {
 		<-done
 		return nil
 	})
-	n.closeFirst("catalog keeper")
 }
 
 // warmAll warms the whole dataset when the caches can hold it (mount
@@ -788,8 +778,8 @@ func (n *Node) layout(j *jobs.Job) jobs.Layout {
 // block key belongs to.
 func (n *Node) nextUseOfKey(key string) int64 {
 	path, _, _ := strings.Cut(key, "\x00")
-	if e := n.cat.Snapshot().Lookup(path); e != nil && n.pf != nil {
-		return n.pf.NextUse(e.Ino)
+	if e := n.cat.Snapshot().Lookup(path); e != nil {
+		return n.tiers.oracle.NextUse(e.Ino)
 	}
 	return math.MaxInt64
 }
