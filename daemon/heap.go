@@ -22,6 +22,15 @@ import (
 // tick, to that figure with the tier's current bytes. The limit is never
 // below what is live, so the collector cannot be driven to run without
 // end (and the runtime caps it at half the CPU if it were).
+//
+// The limit follows what the last collection found live, so it does not
+// fall when the tier lets go of much of the heap at once (its blocks moved
+// into backing files for passthrough, or dropped by a refresh): with the
+// reads served by the kernel nothing may allocate, nothing collects, and
+// the freed blocks would stay in the daemon's memory beside the backing
+// files that replaced them. So when the tier's heap bytes fall by
+// heapHeadroom from their highest since the last such release, the
+// governor collects and returns the freed memory to the system.
 
 const (
 	heapTick     = 100 * time.Millisecond
@@ -86,6 +95,16 @@ func limit(live, held int64) int64 {
 	return held + other + max(other/2, heapHeadroom)
 }
 
+// releaseDue reports whether the tier's heap bytes, now held, fell by
+// heapHeadroom from their highest since the last release, peak, and
+// returns the new peak.
+func releaseDue(peak, held int64) (int64, bool) {
+	if peak = max(peak, held); peak-held >= heapHeadroom {
+		return held, true
+	}
+	return peak, false
+}
+
 func runGovernor(prev <-chan struct{}, stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
 	if prev != nil {
@@ -100,13 +119,18 @@ func runGovernor(prev <-chan struct{}, stop <-chan struct{}, done chan<- struct{
 	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
 	t := time.NewTicker(heapTick)
 	defer t.Stop()
+	var peak int64 // the tier's heap bytes at their highest since the last release
 	for {
+		h := held()
+		var release bool
+		if peak, release = releaseDue(peak, h); release {
+			debug.FreeOSMemory()
+		}
 		metrics.Read(sample)
 		var live int64
 		if sample[0].Value.Kind() == metrics.KindUint64 {
 			live = int64(sample[0].Value.Uint64())
 		}
-		h := held()
 		// Blocks added since the last collection are live too.
 		debug.SetMemoryLimit(limit(max(live, h), h))
 		select {
