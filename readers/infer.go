@@ -33,6 +33,11 @@ type inference struct {
 	plan    []int32 // a torch order's index position -> its position in this epoch's order; -1: not the rank's
 	next    []int32 // the same for the next epoch, once the reader nears its end
 	nearEnd bool    // next is ready
+	// back says its reader left it idle (idle) and has not been followed
+	// since: it may come back at the next epoch's start (a validation
+	// pass after a training epoch) without having been seen near the end
+	// of this one, whose last reads the stream's ring may have lost.
+	back bool
 	// A one-rank torch order may be RandomSampler with a generator seeded
 	// guess.Seed rather than DistributedSampler: they agree on epoch 0 and
 	// differ after. nextRandom is the RandomSampler's next epoch; random
@@ -290,7 +295,7 @@ func (t *Tracker) reshape(s *stream, inf *inference) {
 // validation passes). Its job may fetch only MinAhead past where its
 // reader left off, and its confirmations start over when it comes back.
 func (t *Tracker) idle(inf *inference) {
-	inf.confirmed = 0
+	inf.confirmed, inf.back = 0, true
 	if inf.ahead != MinAhead {
 		inf.ahead = MinAhead
 		t.cfg.Jobs.SetAhead(inf.job, MinAhead)
@@ -316,7 +321,7 @@ func (t *Tracker) follow(s *stream, inf *inference, files []fileRead, unseen int
 			continue
 		}
 		base := inf.epoch * inf.length
-		if inf.high-base >= inf.length-w && !inf.nearEnd {
+		if (inf.high-base >= inf.length-w || inf.back) && !inf.nearEnd {
 			inf.next, inf.nearEnd = inf.planOf(inf.epoch+1), true
 			if inf.pattern.Kind == "torch" && inf.guess.World == 1 && !inf.random {
 				inf.nextRandom = inf.randomPlan(inf.epoch + 1)
@@ -340,6 +345,9 @@ func (t *Tracker) follow(s *stream, inf *inference, files []fileRead, unseen int
 			inf.epoch++
 			inf.plan, inf.next, inf.nextRandom, inf.nearEnd = inf.next, nil, nil, false
 			u = inf.epoch*inf.length + q
+			// The reader has passed the last epoch's end, whether or not
+			// its last reads were seen (back from idle).
+			inf.high = max(inf.high, inf.epoch*inf.length-1)
 			next := inf.line
 			next.Epoch = inf.epoch
 			next.Set = maps.Clone(inf.line.Set)
@@ -364,6 +372,7 @@ func (t *Tracker) follow(s *stream, inf *inference, files []fileRead, unseen int
 		inf.obs = append(inf.obs, posRead{u, r.proc})
 		inf.sinceShape++
 	}
+	inf.back = false
 	if over := len(inf.recent) - t.cfg.History; over > 0 {
 		inf.recent = append(inf.recent[:0], inf.recent[over:]...)
 	}

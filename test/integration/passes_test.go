@@ -115,7 +115,7 @@ func TestValidationPassPrefetched(t *testing.T) {
 				}
 			}
 			if valJob == "" {
-				t.Fatalf("no job over val/: %s\nstreams %v", b, dlfsStats(t, d.Mnt)["streams"])
+				t.Fatalf("no job over val/: %s\nstreams %v\nthe script's output:\n%s\ndlfs's log:\n%s", b, dlfsStats(t, d.Mnt)["streams"], out, d.Stderr)
 			}
 			v := status.Jobs[valJob]
 			if !v.Inferred || v.Sampler != "sequential" || v.Batch != 16 || v.Workers != 2 || len(v.Unknown) != 0 || v.RankEpochs["rank-0"] != 1 {
