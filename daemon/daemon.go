@@ -123,9 +123,9 @@ type Config struct {
 	// read then goes through the daemon, as before issue 14.
 	NoPush bool
 
-	// NoPassthrough turns FUSE passthrough off (passthrough.go): every
-	// read then goes through the daemon, as before issue 32.
-	NoPassthrough bool
+	// Passthrough is when the kernel reads files held in RAM from backing
+	// files itself (passthrough.go): PassthroughAuto (""), On or Off.
+	Passthrough string
 
 	// NoLatency turns off the latency histograms (reads by source, FUSE
 	// requests by operation, peer requests by member), for comparison:
@@ -523,7 +523,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	// so it does not log itself.
 	n.alog = accesslog.New(accesslog.Config{Logger: cfg.Logger})
 	fc.Latency, fc.AccessLog = n.lat.fuse, n.alog
-	fc.Passthrough = !cfg.NoPassthrough
+	fc.Passthrough, fc.PassthroughOff = passthroughMode(cfg.Passthrough, snap.Files, snap.Bytes)
+	n.tiers.backing.maxFiles = maxBackingFiles()
 	n.fs = fusefs.New(fc, dataset{n}, n.ctl)
 
 	if err := n.reg.Register(&collector{n: n}); err != nil {

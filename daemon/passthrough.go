@@ -2,7 +2,10 @@ package daemon
 
 import (
 	"errors"
+	"fmt"
 	"sync/atomic"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/dlfs/dlfs/backing"
 	"github.com/dlfs/dlfs/catalog"
@@ -23,7 +26,17 @@ import (
 //     through the daemon. The stage's blocks then live in the backing
 //     file, which the RAM tier adopts if its next use warrants it.
 //
-// Files smaller than passthroughMin get none: see docs/design.md.
+// A mount that uses passthrough answers OPEN for every file, so every file
+// held whole gets a backing file: one that has none costs an OPEN and a
+// READ, more than either way alone. Whether the mount uses it is
+// Config.Passthrough: by default (auto) only for a dataset whose files
+// average passthroughAutoMin or more, where it wins by measurement; a
+// dataset of small files keeps FUSE no-open, under which a file in the
+// mount's page cache is read with no request at all (docs/design.md).
+//
+// Each backing file holds a descriptor (and about 1 KiB of the kernel's
+// memory, which the RAM tier counts): the tier holds at most
+// maxBackingFiles, half the descriptors this process may open.
 //
 // The backing files held by opens are bounded by a quarter of the RAM
 // tier's capacity (openBound): an open beyond it is read through the
@@ -35,8 +48,70 @@ import (
 // prefetcher learn of it as of a read at offset 0, which is what moves a
 // job's cursor, in the order the reader opens its samples.
 
-// passthroughMin is the smallest file given a backing file.
-const passthroughMin = 0
+// Passthrough modes (Config.Passthrough).
+const (
+	PassthroughAuto = "auto" // on for a dataset whose files average passthroughAutoMin or more
+	PassthroughOn   = "on"
+	PassthroughOff  = "off"
+)
+
+// passthroughAutoMin is the mean file size from which auto uses
+// passthrough.
+const passthroughAutoMin = 1 << 20
+
+// passthroughMode says whether a mount of files files of bytes in all
+// tries passthrough under mode, and why not.
+func passthroughMode(mode string, files int, bytes int64) (bool, string) {
+	switch mode {
+	case PassthroughOn:
+		return true, ""
+	case PassthroughOff:
+		return false, "turned off (--passthrough off)"
+	}
+	if files == 0 || bytes/int64(files) < passthroughAutoMin {
+		return false, fmt.Sprintf("--passthrough auto: the dataset's files average under %d MiB; small files read faster through the mount's page cache (--passthrough on overrides)", passthroughAutoMin>>20)
+	}
+	return true, ""
+}
+
+// checkPassthrough is the check line about passthrough on host h.
+func (c *Config) checkPassthrough(h Host) Check {
+	mode := c.Passthrough
+	if mode == "" {
+		mode = PassthroughAuto
+	}
+	switch mode {
+	case PassthroughOff:
+		return Check{OK, "--passthrough", "off: every read goes through dlfs"}
+	case PassthroughAuto, PassthroughOn:
+	default:
+		return Check{Fail, "--passthrough", fmt.Sprintf("%q: want auto, on or off", c.Passthrough)}
+	}
+	level := OK
+	if mode == PassthroughOn {
+		level = Warn // asked for, and it will not work
+	}
+	if major, minor, ok := kernelVersion(h.Release); ok && (major < 6 || major == 6 && minor < 9) {
+		return Check{level, "--passthrough", fmt.Sprintf("off: Linux %d.%d has no FUSE passthrough (6.9+ built with CONFIG_FUSE_PASSTHROUGH); files held in RAM are read through dlfs", major, minor)}
+	}
+	if !h.Root {
+		return Check{level, "--passthrough", "off: registering a backing file needs CAP_SYS_ADMIN; run the mount as root to let the kernel read files held in RAM itself"}
+	}
+	if mode == PassthroughAuto {
+		return Check{OK, "--passthrough", fmt.Sprintf("auto: on if the dataset's files average %d MiB or more and the kernel has CONFIG_FUSE_PASSTHROUGH (the mount's stats say: passthrough.on, why)", passthroughAutoMin>>20)}
+	}
+	return Check{OK, "--passthrough", "on, if the kernel has CONFIG_FUSE_PASSTHROUGH (the mount's stats say: passthrough.on, why)"}
+}
+
+// maxBackingFiles is how many backing files the RAM tier may hold: half
+// the descriptors this process may open.
+func maxBackingFiles() int64 {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil || lim.Cur == unix.RLIM_INFINITY {
+		return 1 << 20
+	}
+	return int64(lim.Cur / 2)
+}
 
 // passthroughCounts are the node's side of the passthrough figures.
 type passthroughCounts struct {
@@ -45,7 +120,9 @@ type passthroughCounts struct {
 	builtBytes  atomic.Int64
 	notResident atomic.Int64 // opens of files not held whole
 	overBound   atomic.Int64 // opens turned away by openBound
+	tooMany     atomic.Int64 // builds turned away by maxBackingFiles
 	failed      atomic.Int64 // builds that failed (a block failed its sum, or memory)
+	maxFiles    int64        // maxBackingFiles, read once
 }
 
 // PassthroughStats is stats' passthrough object.
@@ -69,8 +146,10 @@ type PassthroughStats struct {
 	NotResident   int64 `json:"not_resident"`
 	OverBound     int64 `json:"over_bound"`
 	BuildFailures int64 `json:"build_failures"`
-	// MinBytes is the smallest file given a backing file.
-	MinBytes int64 `json:"min_bytes"`
+	// MaxFiles bounds BackingFiles (half the descriptors dlfs may open);
+	// TooMany counts opens turned away by it.
+	MaxFiles int64 `json:"max_backing_files"`
+	TooMany  int64 `json:"too_many"`
 }
 
 // openBound is the most bytes of backing files opens may hold.
@@ -83,13 +162,13 @@ func (n *Node) passthroughStats(ram ramcache.Stats) PassthroughStats {
 		BackingFiles: ram.Backing.Files, BackingBytes: ram.Backing.Bytes, EvictedOpenBytes: ram.Backing.EvictedOpenBytes,
 		OpenBytes: c.openBytes.Load(), OpenBound: n.openBound(),
 		Built: c.built.Load(), BuiltBytes: c.builtBytes.Load(), NotResident: c.notResident.Load(),
-		OverBound: c.overBound.Load(), BuildFailures: c.failed.Load(), MinBytes: passthroughMin}
+		OverBound: c.overBound.Load(), BuildFailures: c.failed.Load(), MaxFiles: c.maxFiles, TooMany: c.tooMany.Load()}
 }
 
 // Backing implements fusefs.Backer.
 func (d dataset) Backing(e *catalog.Entry) fusefs.BackingFile {
 	n := d.n
-	if e.Size < max(passthroughMin, 1) {
+	if e.Size == 0 {
 		return nil
 	}
 	c := &n.tiers.backing
@@ -126,6 +205,10 @@ func (n *Node) backingOf(e *catalog.Entry) *backing.File {
 	key0 := loader.BlockKey(e.Path(), 0)
 	if f := ram.Backing(e.Ino, load.Tag(e, key0)); f != nil {
 		return f
+	}
+	if ram.Stats().Backing.Files >= n.tiers.backing.maxFiles {
+		n.tiers.backing.tooMany.Add(1)
+		return nil
 	}
 	nb := loader.Blocks(e.Size, bs)
 	keys := make([]string, nb)

@@ -197,6 +197,7 @@ func (c *Config) checkAllButSource(h Host) []Check {
 
 	// This host.
 	out = append(out, checkFUSE(h, c.FUSE.AllowOther)...)
+	out = append(out, c.checkPassthrough(h))
 	out = append(out, c.checkMemory(h)...)
 	if c.SSDDir != "" {
 		out = append(out, checkCacheDir(c.SSDDir, c.SSDCapacity)...)

@@ -88,7 +88,9 @@ type Config struct {
 	// Passthrough serves files the Dataset holds whole from backing files
 	// the kernel reads itself (passthrough.go), when the Dataset is a
 	// Backer, the kernel offers it and the daemon may register them.
-	Passthrough bool
+	// PassthroughOff says why it is off, for PassthroughStats.
+	Passthrough    bool
+	PassthroughOff string
 	// Debug logs every FUSE request (very verbose).
 	Debug bool
 	// Latency receives each request's latency by operation (nil: not

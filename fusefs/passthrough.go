@@ -151,7 +151,10 @@ func (f *FS) passthroughOn() bool {
 // offered by the kernel, and a backing file registers.
 func (f *FS) probePassthrough() (bool, string) {
 	if !f.cfg.Passthrough {
-		return false, "turned off (--passthrough=false)"
+		if f.cfg.PassthroughOff != "" {
+			return false, f.cfg.PassthroughOff
+		}
+		return false, "turned off"
 	}
 	if _, ok := f.data.(Backer); !ok {
 		return false, "the dataset holds no backing files"

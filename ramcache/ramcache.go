@@ -140,7 +140,7 @@ type Cache struct {
 	// mu guards the following.
 	// INVARIANT: bytes == overhead per item + cost(b) of every item
 	// allocated on its own + every chunk's size + every backed file's
-	// pages and 4 bytes per segment sum, and bytes <= capacity.
+	// pages, fileOverhead and 4 bytes per segment sum, and bytes <= capacity.
 	// INVARIANT: an item has Data == nil exactly when backedBlocks has
 	// it, and then its backed file is in backed and lists it.
 	items        map[uint64]*item

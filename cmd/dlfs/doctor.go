@@ -1,11 +1,13 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -94,6 +96,7 @@ func runDoctor(env doctorEnv, cfg daemon.Config) []daemon.Check {
 	if cfg.Mountpoint != "" {
 		if m, ok := fusefs.MountAt(cfg.Mountpoint); ok && strings.HasPrefix(m.Source, "dlfs:") {
 			out = append(out, checkLiveMembers(env, cfg.Mountpoint, cfg.FUSE.ControlName)...) // can it reach its peers?
+			out = append(out, checkLivePassthrough(cfg.Mountpoint, cfg.FUSE.ControlName)...)
 		}
 	}
 	return out
@@ -109,4 +112,23 @@ func unwrapNet(err error) error {
 		return oe.Err
 	}
 	return err
+}
+
+// checkLivePassthrough says whether the live dlfs mount at mnt uses FUSE
+// passthrough, and why not.
+func checkLivePassthrough(mnt, control string) []daemon.Check {
+	b, err := os.ReadFile(filepath.Join(mnt, control, "stats"))
+	if err != nil {
+		return nil
+	}
+	var st daemon.Stats
+	if json.Unmarshal(b, &st) != nil {
+		return nil // checkLiveMembers says so
+	}
+	pt := st.Passthrough
+	if !pt.On {
+		return []daemon.Check{{Level: daemon.OK, What: "passthrough", Detail: fmt.Sprintf("off at %s: %s", mnt, pt.Why)}}
+	}
+	return []daemon.Check{{Level: daemon.OK, What: "passthrough", Detail: fmt.Sprintf("on at %s: %d opens served from %d backing files (%s of --ram-cache)",
+		mnt, pt.Opens, pt.BackingFiles, human(pt.BackingBytes))}}
 }

@@ -1,0 +1,57 @@
+package daemon
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestPassthroughMode: auto uses passthrough for a dataset of large
+// files only; on and off are what they say.
+func TestPassthroughMode(t *testing.T) {
+	cases := []struct {
+		mode  string
+		files int
+		bytes int64
+		on    bool
+	}{
+		{"", 24, 24 << 25, true},              // 32 MiB files
+		{"auto", 3000, 3000 * 110_000, false}, // 110 KB files
+		{"auto", 10, 10 << 20, true},          // exactly 1 MiB on average
+		{"auto", 0, 0, false},                 // empty
+		{"on", 3000, 3000 * 110_000, true},
+		{"off", 24, 24 << 25, false},
+	}
+	for _, c := range cases {
+		on, why := passthroughMode(c.mode, c.files, c.bytes)
+		if on != c.on || on != (why == "") {
+			t.Errorf("%q, %d files of %d bytes: on %v (%q), want %v with a reason when off", c.mode, c.files, c.bytes, on, why, c.on)
+		}
+	}
+}
+
+// TestCheckPassthrough: the check line says whether passthrough can work
+// and why not: a kernel before 6.9, no CAP_SYS_ADMIN; a bad mode fails.
+func TestCheckPassthrough(t *testing.T) {
+	cases := []struct {
+		mode, release string
+		root          bool
+		level         Level
+		says          string
+	}{
+		{"", "6.18.4", true, OK, "auto"},
+		{"on", "6.18.4", true, OK, "on"},
+		{"auto", "6.1.0-28-amd64", true, OK, "6.9"},
+		{"on", "6.1.0-28-amd64", true, Warn, "6.9"},
+		{"auto", "6.18.4", false, OK, "CAP_SYS_ADMIN"},
+		{"on", "6.18.4", false, Warn, "CAP_SYS_ADMIN"},
+		{"off", "6.18.4", true, OK, "off"},
+		{"yes", "6.18.4", true, Fail, "auto, on or off"},
+	}
+	for _, c := range cases {
+		cfg := Config{Passthrough: c.mode}
+		ch := cfg.checkPassthrough(Host{Release: c.release, Root: c.root})
+		if ch.Level != c.level || !strings.Contains(ch.Detail, c.says) {
+			t.Errorf("%q on %s (root %v): %v %q; want %v saying %q", c.mode, c.release, c.root, ch.Level, ch.Detail, c.level, c.says)
+		}
+	}
+}
