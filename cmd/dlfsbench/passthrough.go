@@ -1,0 +1,267 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dlfs/dlfs/test/datagen"
+	"github.com/dlfs/dlfs/test/mountproc"
+)
+
+// The passthrough suite (issue 32): a later epoch of files dlfs holds in
+// its RAM tier, read by a few threads: dlfs with passthrough (the kernel
+// reads each file from its sealed backing file), dlfs without (FUSE
+// no-open: a READ the daemon answers from RAM, unless the mount's page
+// cache has the file), the FUSE floor (zeros, one READ per request: the
+// most a FUSE daemon that answers reads itself can reach), the local
+// files in the page cache, and a copy of them in tmpfs (shmem, the memory
+// backing files are made of). dlfs is measured with the mount's own page
+// cache dropped before every pass (fadvise DONTNEED on each file through
+// the mount: dlfs's RAM tier serves the pass, as when memory is short and
+// the kernel's second copy is gone) and with it warm. Backing files are
+// memory files that fadvise does not drop, as it does not drop RAM.
+
+// ptShape is one dataset of the suite.
+type ptShape struct {
+	name     string
+	key      string
+	spec     datagen.Spec
+	readers  int
+	readSize int
+}
+
+var ptShapes = []ptShape{
+	{name: "24 × 32 MiB", key: "32mib", spec: datagen.Spec{Classes: 2, Files: 24, MeanSize: 32 << 20, Seed: 32, Ext: ".bin"},
+		readers: 2, readSize: 1 << 20},
+	{name: "3,000 × 110 KB", key: "110kb", spec: datagen.Spec{Classes: 30, Files: 3000, MeanSize: 110_000, Seed: 32},
+		readers: 4, readSize: 256 << 10},
+}
+
+// ptPasses is how many timed passes each row takes the median of.
+const ptPasses = 5
+
+// ptRow is one way of reading a shape.
+type ptRow struct {
+	seconds  float64 // median pass, the mount's page cache dropped
+	warm     float64 // median pass, with it warm
+	cpuPerGB float64 // the daemon's CPU seconds per GB read; NaN: no daemon
+	memory   int64   // the daemon's RSS plus the shmem it added; -1: no daemon
+	opens    float64 // passthrough opens per pass
+}
+
+func runPassthrough(o options) error {
+	fmt.Printf("\n## Passthrough: later epochs from RAM (issue 32)\n\n")
+	fmt.Printf("Each dataset is read by N threads in a fresh shuffled order per pass (open, read to EOF, close), median of %d passes, "+
+		"after two epochs through dlfs (the first fills the RAM tier, the second builds the backing files). "+
+		"Seconds per pass (× native): the local files with their page cache warm; the same files copied into tmpfs; "+
+		"dlfs with `--passthrough on`, then `off`, each with the mount's page cache dropped before every pass (fadvise DONTNEED through the mount) and warm; "+
+		"the FUSE floor, dropped. CPU is the daemon's per GB read (dropped passes); memory its RSS plus the shmem it added, against --ram-cache.\n\n", ptPasses)
+	fmt.Println("| files | readers | native | tmpfs | dlfs passthrough, dropped | warm | dlfs no passthrough, dropped | warm | FUSE floor | dlfs CPU s/GB (pt / no pt) | memory MiB (pt / no pt) of --ram-cache |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, s := range ptShapes {
+		if err := measureShape(o, s); err != nil {
+			return fmt.Errorf("passthrough %s: %w", s.name, err)
+		}
+	}
+	return nil
+}
+
+func measureShape(o options, s ptShape) error {
+	src := filepath.Join(o.dir, "pt-"+s.key)
+	fmt.Fprintf(os.Stderr, "passthrough: generating %s under %s ...\n", s.name, src)
+	gen, err := datagen.ImageFolder(src, s.spec)
+	if err != nil {
+		return err
+	}
+	files := make([]string, len(gen))
+	var total int64
+	for i, f := range gen {
+		files[i], total = f.Path, total+f.Size
+	}
+	// passes reads root ptPasses times, each after drop, and returns the
+	// median pass.
+	passes := func(root string, drop func() error) (float64, error) {
+		var secs []float64
+		for i := 0; i < ptPasses; i++ {
+			if drop != nil {
+				if err := drop(); err != nil {
+					return 0, err
+				}
+			}
+			r, err := readAllBy(root, files, s.readers, uint64(100+i), s.readSize)
+			if err != nil {
+				return 0, err
+			}
+			if r.bytes != total {
+				return 0, fmt.Errorf("read %d bytes of %d", r.bytes, total)
+			}
+			secs = append(secs, r.elapsed.Seconds())
+		}
+		sort.Float64s(secs)
+		return secs[len(secs)/2], nil
+	}
+
+	fmt.Fprintf(os.Stderr, "measuring: %s, native\n", s.name)
+	if _, err := readAllBy(src, files, s.readers, 1, s.readSize); err != nil { // warm
+		return err
+	}
+	native, err := passes(src, nil)
+	if err != nil {
+		return err
+	}
+	ram := total + total/4 + 64<<20
+	dlfs := func(flags ...string) (ptRow, error) {
+		fmt.Fprintf(os.Stderr, "measuring: %s, dlfs %v\n", s.name, flags)
+		row := ptRow{memory: -1}
+		mnt, err := freshDir(filepath.Join(o.dir, "pt-mnt"))
+		if err != nil {
+			return row, err
+		}
+		shmem0 := meminfo("Shmem")
+		args := append([]string{"mount", "--log-level", "warn", "--ram-cache", strconv.FormatInt(ram, 10), "--push=false", "--infer=false"}, flags...)
+		d, err := mountproc.Start(filepath.Join(o.bin, "dlfs"), mnt, time.Minute, append(args, src, mnt)...)
+		if err != nil {
+			return row, err
+		}
+		defer d.Stop(30 * time.Second)
+		for epoch := 0; epoch < 2; epoch++ {
+			if _, err := readAllBy(mnt, files, s.readers, uint64(10+epoch), s.readSize); err != nil {
+				return row, err
+			}
+		}
+		st0, err := readStats(mnt)
+		if err != nil {
+			return row, err
+		}
+		cpu0, err := cpuOf(d.Cmd.Process.Pid)
+		if err != nil {
+			return row, err
+		}
+		if row.seconds, err = passes(mnt, func() error { return dropPageCache(mnt, files) }); err != nil {
+			return row, err
+		}
+		cpu1, err := cpuOf(d.Cmd.Process.Pid)
+		if err != nil {
+			return row, err
+		}
+		if row.warm, err = passes(mnt, nil); err != nil {
+			return row, err
+		}
+		st1, err := readStats(mnt)
+		if err != nil {
+			return row, err
+		}
+		used := cpu1.minus(cpu0)
+		row.cpuPerGB = (used.user + used.sys) / (float64(total) * ptPasses / 1e9)
+		row.opens = float64(st1.Passthrough.Opens-st0.Passthrough.Opens) / ptPasses
+		row.memory = procStatus(d.Cmd.Process.Pid, "VmRSS") + max(meminfo("Shmem")-shmem0, 0)
+		fmt.Fprintf(os.Stderr, "  passthrough: %+v\n", st1.Passthrough)
+		return row, nil
+	}
+	pt, err := dlfs("--passthrough", "on")
+	if err != nil {
+		return err
+	}
+	plain, err := dlfs("--passthrough", "off")
+	if err != nil {
+		return err
+	}
+	tmpfs, err := ptTmpfs(src, files, func(root string) (float64, error) { return passes(root, nil) })
+	if err != nil {
+		return err
+	}
+
+	fmt.Fprintf(os.Stderr, "measuring: %s, FUSE floor\n", s.name)
+	floorMnt, err := freshDir(filepath.Join(o.dir, "pt-floor"))
+	if err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	fl, err := mountproc.Start(self, floorMnt, time.Minute, "-serve-floor", floorMnt, "-floor-src", src)
+	if err != nil {
+		return err
+	}
+	defer fl.Stop(30 * time.Second)
+	if _, err := readAllBy(floorMnt, files, s.readers, 1, s.readSize); err != nil { // its lookups
+		return err
+	}
+	floor, err := passes(floorMnt, func() error { return dropPageCache(floorMnt, files) })
+	if err != nil {
+		return err
+	}
+	ratio := func(x float64) string { return fmt.Sprintf("%.2f (%.2f)", x, native/x) }
+	note := ""
+	if pt.opens < float64(len(files)) {
+		note = fmt.Sprintf(" [%.0f of %d opens by passthrough]", pt.opens, len(files))
+	}
+	fmt.Printf("| %s | %d | %.2f | %s | %s%s | %s | %s | %s | %s | %.3f / %.3f | %d / %d of %d |\n", s.name, s.readers, native,
+		ratio(tmpfs), ratio(pt.seconds), note, ratio(pt.warm), ratio(plain.seconds), ratio(plain.warm), ratio(floor),
+		pt.cpuPerGB, plain.cpuPerGB, pt.memory>>20, plain.memory>>20, ram>>20)
+	return nil
+}
+
+// ptTmpfs copies files under src into a fresh tmpfs mount, measures them
+// there with measure, and removes the copy.
+func ptTmpfs(src string, files []string, measure func(root string) (float64, error)) (float64, error) {
+	dir, err := os.MkdirTemp("", "dlfsbench-tmpfs")
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(dir)
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "mode=0700"); err != nil {
+		return 0, fmt.Errorf("mount tmpfs (the suite runs as root): %w", err)
+	}
+	defer unix.Unmount(dir, unix.MNT_DETACH)
+	for _, rel := range files {
+		b, err := os.ReadFile(filepath.Join(src, rel))
+		if err != nil {
+			return 0, err
+		}
+		p := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return 0, err
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			return 0, err
+		}
+	}
+	return measure(dir)
+}
+
+// meminfo returns a /proc/meminfo field in bytes, or 0.
+func meminfo(field string) int64 { return kbField("/proc/meminfo", field) }
+
+// procStatus returns a /proc/PID/status field in bytes, or 0.
+func procStatus(pid int, field string) int64 {
+	return kbField(fmt.Sprintf("/proc/%d/status", pid), field)
+}
+
+// kbField reads "FIELD: N kB" from file, in bytes.
+func kbField(file, field string) int64 {
+	f, err := os.Open(file)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		name, rest, ok := strings.Cut(sc.Text(), ":")
+		if !ok || name != field {
+			continue
+		}
+		kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+		return kb << 10
+	}
+	return 0
+}
