@@ -64,7 +64,7 @@ func main() {
 	flag.DurationVar(&o.readLatency, "pfs-read-latency", 200*time.Microsecond, "pfssim latency per read call")
 	flag.Float64Var(&o.bandwidth, "pfs-bandwidth-mbps", 300, "pfssim aggregate bandwidth in MB/s")
 	flag.BoolVar(&o.genOnly, "gen-only", false, "only generate the dataset under DIR/source")
-	flag.StringVar(&o.suites, "suites", "mount,push,clairvoyance,untold,cluster,balance,hosts,zoo,packed,sealing,allocation,sharing,observe,simulate", "which tables to measure")
+	flag.StringVar(&o.suites, "suites", "mount,push,clairvoyance,untold,cluster,balance,hosts,zoo,packed,sealing,allocation,sharing,observe,passthrough,simulate", "which tables to measure")
 	flag.StringVar(&o.examples, "examples", "examples", "directory of train_imagefolder.py")
 	flag.DurationVar(&o.busyOpen, "busy-open-latency", 20*time.Millisecond, "clairvoyance suite: pfssim latency per open")
 	flag.DurationVar(&o.busyRead, "busy-read-latency", time.Millisecond, "clairvoyance suite: pfssim latency per read call")
@@ -195,6 +195,11 @@ func run(o options) error {
 	}
 	if strings.Contains(o.suites, "sharing") {
 		if err := runPrefetchShare(o); err != nil {
+			return err
+		}
+	}
+	if strings.Contains(o.suites, "passthrough") {
+		if err := runPassthrough(o); err != nil {
 			return err
 		}
 	}
