@@ -198,3 +198,45 @@ func TestPassthroughMovesTheCursor(t *testing.T) {
 		t.Fatalf("consumed %v, inferred %v; want %d consumed by reads and opens, none inferred", c, inf, 2*files)
 	}
 }
+
+// TestPassthroughDaemonKilled: SIGKILL of the daemon while a file is open
+// with passthrough: the open reads its sealed backing file's bytes (the
+// kernel holds it) or an error, never other bytes; a new open fails; the
+// next mount at the same place clears the dead one and reads right.
+func TestPassthroughDaemonKilled(t *testing.T) {
+	src := t.TempDir()
+	want := randomBytes(8<<20, 5)
+	if err := os.WriteFile(filepath.Join(src, "a.bin"), want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := startDlfs(t, src, "--ram-cache", "64MiB", "--infer=false", "--push=false")
+	needPassthrough(t, d.Mnt)
+	f := filepath.Join(d.Mnt, "a.bin")
+	readFile(t, f, want)
+	readFile(t, f, want)
+	held, err := os.Open(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if n := passthroughNum(t, d.Mnt, "registered"); n != 1 {
+		t.Fatalf("%v backing files registered with the file open, want 1", n)
+	}
+	head := make([]byte, 4096)
+	if _, err := io.ReadFull(held, head); err != nil {
+		t.Fatal(err)
+	}
+	d.Cmd.Process.Kill()
+	<-d.Exited
+	rest, err := io.ReadAll(held)
+	if got := append(head, rest...); len(got) > len(want) || !bytes.Equal(got, want[:len(got)]) || err == nil && len(got) != len(want) {
+		t.Fatalf("the open read %d bytes after SIGKILL (err %v) that differ from the file's", len(got), err)
+	}
+	t.Logf("after SIGKILL the open read %d of %d bytes, err %v", len(head)+len(rest), len(want), err)
+	if _, err := os.ReadFile(f); err == nil {
+		t.Fatal("a new open of a killed daemon's mount succeeded")
+	}
+	held.Close()
+	again := startMount(t, bin.dlfs, d.Mnt, "mount", "--ram-cache", "64MiB", src, d.Mnt)
+	readFile(t, filepath.Join(again.Mnt, "a.bin"), want)
+}
