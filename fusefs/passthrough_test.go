@@ -79,8 +79,9 @@ func mountBacked(t *testing.T, sizes ...int) (*FS, *backedTree, string) {
 	f, _, mnt := mountDataset(t, Config{Passthrough: true}, func(c *countingTree) Dataset {
 		bt = &backedTree{countingTree: c, backed: map[uint64]bool{}, asked: map[uint64]int{}, opened: map[uint64]uint32{}}
 		return bt
+	}, func(f *FS) {
+		f.ownThread = func(uint32) bool { return false } // this test reads through its own mount
 	}, sizes...)
-	f.ownThread = func(uint32) bool { return false } // this test reads through its own mount
 	if !f.passthroughOn() {
 		t.Skipf("passthrough is off here: %s", f.PassthroughStats().Why)
 	}
@@ -152,6 +153,11 @@ func TestPassthroughOneBackingPerInode(t *testing.T) {
 	readWhole(t, second, content(0, 200_000))
 	second.Close()
 	cached.Close()
+	waitFor(t, "the cached opens released (RELEASE comes after close returns)", func() bool {
+		f.pt.mu.Lock()
+		defer f.pt.mu.Unlock()
+		return f.pt.inodes[e.Ino] == nil
+	})
 
 	// Passthrough: many opens, one backing file.
 	var files []*os.File
@@ -247,7 +253,7 @@ func TestPassthroughOff(t *testing.T) {
 	f, _, mnt := mountDataset(t, Config{}, func(c *countingTree) Dataset {
 		bt = &backedTree{countingTree: c, backed: map[uint64]bool{}, asked: map[uint64]int{}, opened: map[uint64]uint32{}}
 		return bt
-	}, 10_000)
+	}, nil, 10_000)
 	e := bt.Snapshot().Lookup("c/" + fileName(0))
 	bt.back(e.Ino)
 	if got, err := os.ReadFile(filepath.Join(mnt, e.Path())); err != nil || !bytes.Equal(got, content(0, 10_000)) {

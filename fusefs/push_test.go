@@ -44,12 +44,13 @@ func (c *countingTree) readsOf(ino uint64) int {
 // mountpoint.
 func mountTree(t *testing.T, sizes ...int) (*FS, *countingTree, string) {
 	t.Helper()
-	return mountDataset(t, Config{}, func(c *countingTree) Dataset { return c }, sizes...)
+	return mountDataset(t, Config{}, func(c *countingTree) Dataset { return c }, nil, sizes...)
 }
 
-// mountDataset is mountTree with the filesystem's configuration, and the
-// dataset the filesystem serves made from the counting tree.
-func mountDataset(t *testing.T, cfg Config, dataset func(*countingTree) Dataset, sizes ...int) (*FS, *countingTree, string) {
+// mountDataset is mountTree with the filesystem's configuration, the
+// dataset the filesystem serves made from the counting tree, and setup
+// (if not nil) run on the filesystem before it is mounted.
+func mountDataset(t *testing.T, cfg Config, dataset func(*countingTree) Dataset, setup func(*FS), sizes ...int) (*FS, *countingTree, string) {
 	t.Helper()
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		t.Skip("no /dev/fuse")
@@ -70,6 +71,9 @@ func mountDataset(t *testing.T, cfg Config, dataset func(*countingTree) Dataset,
 	}
 	data := &countingTree{tree: tree{cat}, reads: map[uint64]int{}}
 	f := New(cfg, dataset(data), &plane{})
+	if setup != nil {
+		setup(f)
+	}
 	mnt := t.TempDir()
 	server, err := f.Mount(mnt, "dlfs-test")
 	if err != nil {
