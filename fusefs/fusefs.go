@@ -247,6 +247,9 @@ func (f *FS) Mount(dir, fsname string) (*fuse.Server, error) {
 		return nil, err
 	}
 	f.passthroughOn() // decided now, for stats, rather than at the first open
+	if n, err := SetReadAhead(dir, f.cfg.MaxRequest); err != nil {
+		f.log.Info("fusefs: the kernel's read-ahead for the mount stays below MaxRequest; reads come in smaller requests", "window", n, "err", err)
+	}
 	return server, nil
 }
 

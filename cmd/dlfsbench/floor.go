@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/dlfs/dlfs/fusefs"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -139,6 +140,10 @@ func serveFloor(src, mnt string) error {
 	go server.Serve()
 	if err := server.WaitMount(); err != nil {
 		return fmt.Errorf("floor: mount %s: %w", mnt, err)
+	}
+	// Mounted as dlfs is: its read-ahead window raised as dlfs raises its own.
+	if _, err := fusefs.SetReadAhead(mnt, 1<<20); err != nil {
+		fmt.Fprintln(os.Stderr, "floor:", err)
 	}
 	fmt.Println("mounted")
 	sig := make(chan os.Signal, 1)

@@ -61,8 +61,11 @@ func TestPassthroughReadsAndVersions(t *testing.T) {
 	fh.Close()
 	readFile(t, f, old) // through dlfs: it is not held whole yet
 	st := dlfsStats(t, d.Mnt)
-	if num(st, "passthrough", "opens") != 0 || num(st, "passthrough", "not_resident") < 2 {
-		t.Fatalf("passthrough %v before the file was held whole; want no passthrough open, 2 not resident", st["passthrough"])
+	// Both opens cached: the second may find the first's RELEASE not yet
+	// handled (close does not wait for it), and is then answered as the
+	// inode's open is, without asking whether the file is resident.
+	if num(st, "passthrough", "opens") != 0 || num(st, "passthrough", "cached_opens") < 2 || num(st, "passthrough", "not_resident") < 1 {
+		t.Fatalf("passthrough %v before the file was held whole; want no passthrough open, 2 cached", st["passthrough"])
 	}
 	readFile(t, f, old) // held whole now
 	st = dlfsStats(t, d.Mnt)
