@@ -313,7 +313,7 @@ func (t *Tracker) follow(s *stream, inf *inference, files []fileRead, unseen int
 		return
 	}
 	bad := 0
-	w := min(maxWindow, max(inf.length/4, 1))
+	w := window(inf.length, inf.line)
 	for _, r := range files {
 		x, ok := inf.idx.at(r.e)
 		if !ok {
@@ -399,6 +399,21 @@ func (t *Tracker) follow(s *stream, inf *inference, files []fileRead, unseen int
 		inf.ahead = ahead
 		t.cfg.Jobs.SetAhead(inf.job, ahead)
 	}
+}
+
+// window is how far, in positions, a read of an inferred job with an
+// epoch of length positions may land from the furthest read so far: a
+// quarter of the epoch, at most maxWindow, and at least what its loader
+// (once its shape is known) has in flight: prefetch_factor (2) batches
+// per worker and the batch being read. A validation pass of 200 files
+// read by 2 workers in batches of 16 has 64 in flight, more than its
+// quarter: its job was dropped, its files "off the plan".
+func window(length int, line control.Job) int {
+	w := min(maxWindow, max(length/4, 1))
+	if line.Set["batch"] && line.Batch > 0 {
+		w = max(w, min(maxWindow, (2*max(line.Workers, 1)+1)*line.Batch))
+	}
+	return w
 }
 
 // maxWindow is how far, in samples of the stream, a read may land from

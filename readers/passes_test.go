@@ -309,3 +309,27 @@ func TestLanes(t *testing.T) {
 		t.Errorf("inferred under a job announced over the mount: %+v", js.lines[n:])
 	}
 }
+
+// TestWindow: a read may land as far from the furthest as the job's
+// loader has in flight, when its shape is known, though that is more
+// than a quarter of the epoch.
+func TestWindow(t *testing.T) {
+	shaped := control.DefaultJob()
+	shaped.Batch, shaped.Workers = 16, 2
+	shaped.Set = map[string]bool{"batch": true, "workers": true}
+	for _, c := range []struct {
+		length int
+		line   control.Job
+		want   int
+	}{
+		{200, control.DefaultJob(), 50},
+		{200, shaped, 80},
+		{100000, shaped, 2048},
+		{1 << 30, control.DefaultJob(), maxWindow},
+		{0, control.DefaultJob(), 1},
+	} {
+		if got := window(c.length, c.line); got != c.want {
+			t.Errorf("window(%d, batch %d workers %d): %d, want %d", c.length, c.line.Batch, c.line.Workers, got, c.want)
+		}
+	}
+}
