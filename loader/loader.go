@@ -547,12 +547,19 @@ func (l *Loader) block(ctx context.Context, e *catalog.Entry, i int64, done bool
 		// reaches its end.
 		_, ahead = l.takeAhead(e, i, key, tag, done, p)
 	}
+	var blk ramcache.Block // built once (its segment sums are a pass over it)
+	blockOnce := func() ramcache.Block {
+		if blk.Data == nil {
+			blk = blockOf(e, tag, c.fetch)
+		}
+		return blk
+	}
 	if shared && c.src != tierPeer && (!ahead || done) {
 		// The flight may have been a prefetch, which stages rather than
 		// caches: this read offers the block to RAM itself (a read-ahead's
 		// block once a read reaches its end: until then the read-ahead
 		// holds it, and a later part of it must be taken from there).
-		kept = l.ram.Put(key, blockOf(e, tag, c.fetch))
+		kept = l.ram.Put(key, blockOnce())
 	}
 	if s := l.stage.Load(); s != nil {
 		if kept || done {
@@ -560,7 +567,7 @@ func (l *Loader) block(ctx context.Context, e *catalog.Entry, i int64, done bool
 			// ended; RAM has it now, or this read was its last.
 			s.s.Take(key, tag, true)
 		} else if !ahead {
-			s.s.Hold(key, blockOf(e, tag, c.fetch))
+			s.s.Hold(key, blockOnce())
 		}
 	}
 	var waited time.Duration
@@ -667,8 +674,9 @@ func (l *Loader) Prefetch(ctx context.Context, e *catalog.Entry, keep Keep) (int
 		c, shared, err := l.flight.do(ctx, key, tag, forPrefetch, func(ctx context.Context) (fetch, error) {
 			f, err := l.load(ctx, e, i, tag, forPrefetch)
 			if err == nil {
-				if took = keep(e, i, blockOf(e, tag, f)); !took {
-					l.keepForReader(e, i, blockOf(e, tag, f), f.src)
+				b := blockOf(e, tag, f)
+				if took = keep(e, i, b); !took {
+					l.keepForReader(e, i, b, f.src)
 				}
 			}
 			return f, err
