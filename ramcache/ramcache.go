@@ -67,10 +67,10 @@ type Block struct {
 	Peer bool
 }
 
-// overhead approximates the bookkeeping bytes per entry (an item, 80
-// bytes, and its slot in the map), so that many tiny blocks cannot blow
-// the memory bound.
-const overhead = 104
+// overhead approximates the bookkeeping bytes per entry (an item, 112
+// bytes since blocks carry segment sums, and its slot in the map), so
+// that many tiny blocks cannot blow the memory bound.
+const overhead = 136
 
 // cost is what a block allocated on its own holds in memory: its data, as
 // the allocator sized it, and the bookkeeping.
