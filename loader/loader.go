@@ -445,7 +445,7 @@ func (l *Loader) ReadAtWaited(ctx context.Context, e *catalog.Entry, dest []byte
 	end := off + min(int64(len(dest)), e.Size-off) // never past 2^63-1
 	bs := l.cfg.BlockSize
 	first, last := off/bs, (end-1)/bs
-	random := l.readAheadFor(e, first, last)
+	random := l.readAheadFor(e, off, end)
 	var (
 		from   tier
 		waited time.Duration

@@ -68,6 +68,7 @@ type stream struct {
 	at     time.Time       // time of its last read
 	end    bool            // a read reached the file's last block
 	last   int64           // the furthest block a read reached
+	next   int64           // the furthest byte a read reached (its end)
 	window int64           // blocks fetched ahead of last; 0 until the stream moves forward
 	turned bool            // a read turned it away once: with no window, a random reader
 	moved  int             // reads forward since it was last turned away
@@ -116,13 +117,14 @@ func aheadDepth(latency, perBlock float64, most int64) int64 {
 	return min(max(d, 2), most)
 }
 
-// readAheadFor moves e's stream with a read of blocks first..last and
-// starts the fetches its window lacks. It reports whether the reader is
-// random: it turned away from where it read before and has not moved
-// forward since (narrow.go).
-func (l *Loader) readAheadFor(e *catalog.Entry, first, last int64) (random bool) {
+// readAheadFor moves e's stream with a read of [off, end) and starts the
+// fetches its window lacks. It reports whether the reader is random: it
+// turned away from where it read before and has not moved forward since
+// (narrow.go).
+func (l *Loader) readAheadFor(e *catalog.Entry, off, end int64) (random bool) {
 	bs := l.cfg.BlockSize
 	n := Blocks(e.Size, bs)
+	first, last := off/bs, (end-1)/bs
 	if n < 2 || l.cfg.NoReadAhead {
 		return false
 	}
@@ -138,15 +140,20 @@ func (l *Loader) readAheadFor(e *catalog.Entry, first, last int64) (random bool)
 	switch {
 	case s == nil:
 		s = ra.newStreamLocked(e.Path())
-		s.last, s.ahead = last, last+1
+		s.last, s.ahead, s.next = last, last+1, end
 	case last <= s.last+2 && first >= s.last-max(s.window, 1):
 		// Onwards (a read may overtake the one before it by a block).
 		// A reader turned away once opens no window on one move forward,
-		// only on a second in a row: a random reader's read that crosses
+		// only on a second in a row, each starting where the reads
+		// before it ended (no gap): a random reader's read that crosses
 		// into the next block (an HDF5 row across a block boundary, or
-		// split by the kernel into two requests) would waste the block
-		// fetched after it.
+		// split by the kernel into two requests), or two rows that
+		// happen to lie a block apart, would waste the block fetched
+		// after them.
 		if last > s.last {
+			if s.turned && s.window == 0 && off > s.next {
+				s.moved = 0 // a gap: a random reader's rows, not a stream
+			}
 			s.moved++
 			if !s.turned || s.window > 0 || s.moved >= 2 {
 				s.window = min(max(2*s.window, 1), depth)
@@ -154,13 +161,17 @@ func (l *Loader) readAheadFor(e *catalog.Entry, first, last int64) (random bool)
 		}
 		s.last = max(s.last, last)
 		s.ahead = max(s.ahead, s.last+1)
+		s.next = max(s.next, end)
 		ra.dropBehindLocked(s)
 	default:
 		ra.turnLocked(s) // the reader jumped: start again from here
-		s.last, s.ahead = last, last+1
+		s.last, s.ahead, s.next = last, last+1, end
 	}
-	if first == 0 && s.window == 0 {
-		s.window = 1 // a read of the head: most readers go on
+	if off == 0 && s.window == 0 && !s.turned {
+		// A read of the head: most readers go on. Not a random reader
+		// that comes back to a row at the head, nor one whose read only
+		// lies in the first block.
+		s.window = 1
 	}
 	random = s.turned && s.window == 0
 	s.seen, s.at = ra.clock, time.Now()

@@ -498,3 +498,43 @@ func TestReadAheadRandomReaderAcrossBlocks(t *testing.T) {
 		t.Errorf("read-ahead wasted %d bytes on a random reader of rows across blocks, over one block", w)
 	}
 }
+
+// A random reader that comes back to rows at the file's head, or reads
+// two rows that happen to lie a block apart with a gap between them,
+// opens no window; the same reader going on through the file with no
+// gaps opens one again.
+func TestReadAheadRandomReaderHeadAndNeighbours(t *testing.T) {
+	const bs, blocks = 100, 200
+	want := data(bs * blocks)
+	pfs := newBlockPFS(map[string][]byte{"f": want})
+	l := newAheadLoader(Config{BlockSize: bs, ReadAhead: 16 * bs, ReadAheadTotal: 64 * bs}, pfs)
+	defer l.Close()
+	e := entry("f", int64(len(want)))
+	read := func(off, n int64) {
+		b, err := l.ReadAt(context.Background(), e, make([]byte, n), off)
+		if err != nil || !bytes.Equal(b, want[off:off+n]) {
+			t.Fatalf("read at %d: %v", off, err)
+		}
+	}
+	read(0, 10) // the header
+	for k := int64(0); k < 30; k++ {
+		i := 3 + (k*37+11)%(blocks-6)
+		read(i*bs+60, 10)      // a row
+		read((i+1)*bs+50, 10)  // a row a block on, with a gap
+		read((i+2)*bs+70, 10)  // and another
+		l.ahead.running.Wait() // what they set off fetching is fetched
+		read(0, 10)            // a row at the head, from a turned reader
+		read(bs/2, 10)         // the next row in the first block
+	}
+	waitFor(t, "the read-ahead to settle", func() bool { return l.ReadAheadStats().Held == 0 })
+	if w := l.ReadAheadStats().Wasted; w > bs {
+		t.Errorf("read-ahead wasted %d bytes on a random reader of rows near each other and at the head, over one block", w)
+	}
+	before := l.ReadAheadStats().Fetched
+	for off := int64(100 * bs); off < 140*bs; off += bs / 2 {
+		read(off, bs/2) // then a scan with no gaps
+	}
+	waitFor(t, "a block fetched ahead of a reader scanning on with no gaps after random reads", func() bool {
+		return l.ReadAheadStats().Fetched > before
+	})
+}
