@@ -204,6 +204,8 @@ type tiers struct {
 	// backing counts the RAM tier's backing files given to opens
 	// (passthrough.go).
 	backing passthroughCounts
+	// builder builds backing files ahead of opens (builder.go).
+	builder *builder
 }
 
 // allocation shares the loader CPUs (package allocator), from the read
@@ -526,6 +528,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	fc.Passthrough, fc.PassthroughOff = passthroughMode(cfg.Passthrough, snap.Files, snap.Bytes)
 	n.tiers.backing.maxFiles = maxBackingFiles()
 	n.fs = fusefs.New(fc, dataset{n}, n.ctl)
+	n.tiers.builder = newBuilder(n)
+	n.onClose("backing builder", func() error { n.tiers.builder.close(); return nil })
 
 	if err := n.reg.Register(&collector{n: n}); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
@@ -744,6 +748,9 @@ func (d dataset) ReadAt(ctx context.Context, e *catalog.Entry, dest []byte, off 
 	}
 	took := time.Since(start)
 	d.n.lat.read.With(source).Observe(took)
+	if off+int64(len(b)) == e.Size {
+		d.n.tiers.builder.offer(e) // read to its end: its backing file for the next epoch
+	}
 	if d.n.readers != nil {
 		r := d.n.readers.Observe(pid, e, off, waited > 0, source, took)
 		d.n.pf.ObserveRead(r.Cred.Uid, r.Known, e, off, waited) // only the reader's jobs

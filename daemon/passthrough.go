@@ -20,6 +20,8 @@ import (
 //
 //   - from the RAM tier, which holds a file's backing file as its copy of
 //     the file (ramcache: Adopt) once one is built;
+//   - built in the background once a reader has read the file to its end
+//     while the RAM tier holds it whole (builder.go);
 //   - else built at the open from the blocks the RAM tier and the
 //     prefetcher's stage hold, each checked against its sum by
 //     backing.Build; a file missing any block gets none, and is read
@@ -117,6 +119,7 @@ func maxBackingFiles() int64 {
 type passthroughCounts struct {
 	openBytes   atomic.Int64 // bytes of backing files held by opens
 	built       atomic.Int64 // backing files built
+	builtAhead  atomic.Int64 // of them, by the builder, before an open asked (builder.go)
 	builtBytes  atomic.Int64
 	notResident atomic.Int64 // opens of files not held whole
 	overBound   atomic.Int64 // opens turned away by openBound
@@ -141,8 +144,10 @@ type PassthroughStats struct {
 	// Built counts backing files built, with their bytes; NotResident
 	// opens of files not held whole (read through the daemon), OverBound
 	// opens turned away by the bound, BuildFailures builds that failed.
-	Built         int64 `json:"built"`
-	BuiltBytes    int64 `json:"built_bytes"`
+	Built      int64 `json:"built"`
+	BuiltBytes int64 `json:"built_bytes"`
+	BuiltAhead int64 `json:"built_ahead"` // of Built, in the background once a reader read the file to its end
+
 	NotResident   int64 `json:"not_resident"`
 	OverBound     int64 `json:"over_bound"`
 	BuildFailures int64 `json:"build_failures"`
@@ -161,7 +166,7 @@ func (n *Node) passthroughStats(ram ramcache.Stats) PassthroughStats {
 	return PassthroughStats{PassthroughStats: n.fs.PassthroughStats(),
 		BackingFiles: ram.Backing.Files, BackingBytes: ram.Backing.Bytes, EvictedOpenBytes: ram.Backing.EvictedOpenBytes,
 		OpenBytes: c.openBytes.Load(), OpenBound: n.openBound(),
-		Built: c.built.Load(), BuiltBytes: c.builtBytes.Load(), NotResident: c.notResident.Load(),
+		Built: c.built.Load(), BuiltBytes: c.builtBytes.Load(), BuiltAhead: c.builtAhead.Load(), NotResident: c.notResident.Load(),
 		OverBound: c.overBound.Load(), BuildFailures: c.failed.Load(), MaxFiles: c.maxFiles, TooMany: c.tooMany.Load()}
 }
 
@@ -198,14 +203,36 @@ func (o openBacking) Release() {
 
 // backingOf returns e's backing file with a reference for the caller:
 // the RAM tier's, or one built from the blocks RAM and the stage hold;
-// nil if they do not hold all of e.
+// nil if they do not hold all of e. An open of a file the builder is
+// building waits for that build (builder.go).
 func (n *Node) backingOf(e *catalog.Entry) *backing.File {
+	ram := n.tiers.ram
+	tag0 := n.tiers.load.Tag(e, loader.BlockKey(e.Path(), 0))
+	for {
+		if f := ram.Backing(e.Ino, tag0); f != nil {
+			return f
+		}
+		end, mine := n.tiers.builder.begin(e.Ino)
+		if !mine {
+			n.tiers.builder.wait(e.Ino)
+			continue // built meanwhile, or the build failed: look again
+		}
+		defer end()
+		if f := ram.Backing(e.Ino, tag0); f != nil {
+			return f // built between the look and the claim
+		}
+		return n.buildBacking(e, true)
+	}
+}
+
+// buildBacking builds e's backing file from the blocks the RAM tier
+// holds and, with fromStage, those the prefetcher's stage holds (which
+// then leave the stage: the file holds them), and leaves it to the RAM
+// tier; it returns it with a reference for the caller, or nil if they do
+// not hold all of e.
+func (n *Node) buildBacking(e *catalog.Entry, fromStage bool) *backing.File {
 	load, ram := n.tiers.load, n.tiers.ram
 	bs := load.BlockSize()
-	key0 := loader.BlockKey(e.Path(), 0)
-	if f := ram.Backing(e.Ino, load.Tag(e, key0)); f != nil {
-		return f
-	}
 	if ram.Stats().Backing.Files >= n.tiers.backing.maxFiles {
 		n.tiers.backing.tooMany.Add(1)
 		return nil
@@ -219,12 +246,15 @@ func (n *Node) backingOf(e *catalog.Entry) *backing.File {
 		keys[i] = loader.BlockKey(e.Path(), i)
 		tag := load.Tag(e, keys[i])
 		b, ok := ram.Peek(keys[i], tag)
+		if !ok && fromStage {
+			b, ok = n.pf.Take(keys[i], tag, false)
+			staged[i] = ok
+		}
 		if !ok {
-			if b, ok = n.pf.Take(keys[i], tag, false); !ok {
+			if fromStage {
 				n.tiers.backing.notResident.Add(1)
-				return nil
 			}
-			staged[i] = true
+			return nil
 		}
 		blocks[i], peer = b, peer || b.Peer
 	}

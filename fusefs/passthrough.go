@@ -359,3 +359,12 @@ func (f *FS) passthroughRead(in *fuse.ReadIn, buf []byte) (b []byte, ok bool, st
 	}
 	return buf[:n], true, fuse.OK
 }
+
+// UsesPassthrough says whether the mount opens files held whole with
+// passthrough; false until the mount has decided (at mount).
+func (f *FS) UsesPassthrough() bool {
+	p := &f.pt
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.on
+}

@@ -123,6 +123,44 @@ func TestPassthroughReadsAndVersions(t *testing.T) {
 	}
 }
 
+// TestPassthroughBuiltAhead: a file read to its end through dlfs while
+// RAM holds it whole gets its backing file built in the background, so
+// the next epoch's open finds it built (no copy at the open) and is
+// served by passthrough; a file read in part gets none.
+func TestPassthroughBuiltAhead(t *testing.T) {
+	src := t.TempDir()
+	whole, part := randomBytes(9<<20+4321, 3), randomBytes(5<<20, 4)
+	for name, b := range map[string][]byte{"whole.bin": whole, "part.bin": part} {
+		if err := os.WriteFile(filepath.Join(src, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := startDlfs(t, src, "--ram-cache", "256MiB", "--infer=false", "--push=false")
+	needPassthrough(t, d.Mnt)
+	readFile(t, filepath.Join(d.Mnt, "whole.bin"), whole) // the first epoch, through dlfs
+	fh, err := os.Open(filepath.Join(d.Mnt, "part.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := make([]byte, 2<<20)
+	if _, err := io.ReadFull(fh, head); err != nil || !bytes.Equal(head, part[:len(head)]) {
+		t.Fatalf("part.bin's head: %v", err)
+	}
+	fh.Close()
+	waitFor(t, "whole.bin's backing file built in the background", 10*time.Second, func() bool {
+		st := dlfsStats(t, d.Mnt)
+		return num(st, "passthrough", "built_ahead") == 1 && num(st, "cache", "ram", "backing", "files") == 1
+	})
+	readFile(t, filepath.Join(d.Mnt, "whole.bin"), whole) // the next epoch
+	st := dlfsStats(t, d.Mnt)
+	if num(st, "passthrough", "opens") != 1 || num(st, "passthrough", "bytes") != float64(len(whole)) {
+		t.Fatalf("passthrough %v: want whole.bin's next open served by passthrough", st["passthrough"])
+	}
+	if num(st, "passthrough", "built") != 1 || num(st, "passthrough", "built_ahead") != 1 {
+		t.Fatalf("passthrough %v: want one backing file, built ahead of the open, none for the file read in part", st["passthrough"])
+	}
+}
+
 func readFile(t *testing.T, path string, want []byte) {
 	t.Helper()
 	got, err := os.ReadFile(path)
