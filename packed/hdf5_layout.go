@@ -24,6 +24,22 @@ package packed
 // 	return ok;
 // }
 //
+// // The bytes of a dataset's whole dataspace in its own type: 1 and sets
+// // *bytes, 0 when they do not fit in an hsize_t, -1 on an error.
+// static int dlfs_data_bytes(hid_t ds, hsize_t *bytes) {
+// 	hid_t sp = H5Dget_space(ds);
+// 	if (sp < 0) return -1;
+// 	hssize_t n = H5Sget_simple_extent_npoints(sp);
+// 	H5Sclose(sp);
+// 	hid_t t = H5Dget_type(ds);
+// 	if (t < 0) return -1;
+// 	size_t size = H5Tget_size(t);
+// 	H5Tclose(t);
+// 	if (n < 0 || size == 0 || (hsize_t)n > ((hsize_t)-1) / size) return 0;
+// 	*bytes = (hsize_t)n * size;
+// 	return 1;
+// }
+//
 // // Whether a dataset's storage holds its whole dataspace: 1 yes, 0 no, -1
 // // on an error. The library copies a compact dataset's data (kept in its
 // // object header) for the whole dataspace without checking that the
@@ -37,16 +53,39 @@ package packed
 // 	H5D_layout_t l = H5Pget_layout(dcpl);
 // 	H5Pclose(dcpl);
 // 	if (l != H5D_COMPACT) return l < 0 ? -1 : 1;
-// 	hid_t sp = H5Dget_space(ds);
-// 	if (sp < 0) return -1;
-// 	hssize_t n = H5Sget_simple_extent_npoints(sp);
-// 	H5Sclose(sp);
-// 	hid_t t = H5Dget_type(ds);
-// 	if (t < 0) return -1;
-// 	size_t size = H5Tget_size(t);
-// 	H5Tclose(t);
-// 	if (n < 0 || size == 0 || (hsize_t)n > ((hsize_t)-1) / size) return 0;
-// 	return H5Dget_storage_size(ds) >= (hsize_t)n * size;
+// 	hsize_t bytes;
+// 	int ok = dlfs_data_bytes(ds, &bytes);
+// 	if (ok <= 0) return ok;
+// 	return H5Dget_storage_size(ds) >= bytes;
+// }
+//
+// // Where a dataset's elements lie in its file as they are, one after
+// // another: contiguous storage, allocated, without filters, as long as
+// // the whole dataspace. It returns 1 and sets *at to the data's absolute
+// // offset (after any user block), 0 when the data is elsewhere (chunked
+// // or compact storage, filters, contiguous storage not yet written, which
+// // reads as the fill value), -1 on an error. The space status is asked
+// // first: for unwritten storage H5Dget_offset (1.10) returns
+// // HADDR_UNDEF plus the user block's size, a plausible offset.
+// static int dlfs_contiguous_at(hid_t ds, unsigned long long *at) {
+// 	hid_t dcpl = H5Dget_create_plist(ds);
+// 	if (dcpl < 0) return -1;
+// 	H5D_layout_t l = H5Pget_layout(dcpl);
+// 	int nf = H5Pget_nfilters(dcpl);
+// 	H5Pclose(dcpl);
+// 	if (l < 0 || nf < 0) return -1;
+// 	if (l != H5D_CONTIGUOUS || nf != 0) return 0;
+// 	H5D_space_status_t st;
+// 	if (H5Dget_space_status(ds, &st) < 0) return -1;
+// 	if (st != H5D_SPACE_STATUS_ALLOCATED) return 0;
+// 	hsize_t bytes;
+// 	int ok = dlfs_data_bytes(ds, &bytes);
+// 	if (ok <= 0) return ok;
+// 	if (H5Dget_storage_size(ds) < bytes) return 0;
+// 	haddr_t a = H5Dget_offset(ds);
+// 	if (a == HADDR_UNDEF) return 0;
+// 	*at = a;
+// 	return 1;
 // }
 //
 // // Whether the link name in group g is a hard link: 1 yes, 0 no (an
@@ -71,6 +110,16 @@ func storedInside(ds *hdf5.Dataset) bool { return C.dlfs_stored_inside(C.hid_t(d
 // storageSane reports whether ds's storage holds its whole dataspace (see
 // dlfs_storage_sane).
 func storageSane(ds *hdf5.Dataset) bool { return C.dlfs_storage_sane(C.hid_t(ds.ID())) == 1 }
+
+// contiguousAt returns the offset in its file of ds's elements when they
+// lie there as they are, row after row (see dlfs_contiguous_at).
+func contiguousAt(ds *hdf5.Dataset) (uint64, bool) {
+	var at C.ulonglong
+	if C.dlfs_contiguous_at(C.hid_t(ds.ID()), &at) != 1 {
+		return 0, false
+	}
+	return uint64(at), true
+}
 
 // hardLink reports whether name in g is a hard link, whose object lies in
 // g's file.
