@@ -32,13 +32,13 @@ import (
 //     the page cache, the upper bound.
 //
 // The page cache (and the dentry cache) is dropped before every row but
-// the last. dlfs's PFS bytes and opens include what its mount reads for
-// the dataset's identity; its PFS bytes leave out what it holds fetched
-// and unread at the end, for a later epoch (shown beside). A last table
-// reads the 32 MiB samples a third time through a dlfs whose RAM tier
-// holds them all (the second pass builds passthrough's backing files),
-// page cache dropped, against the FUSE floor (floor.go) over the same
-// tree.
+// the last. dlfs's PFS bytes include what its mount reads for the
+// dataset's identity; its opens are the epoch's, those its mount made
+// (once per mount) shown beside; its PFS bytes leave out what it holds
+// fetched and unread at the end, for a later epoch (shown beside). A
+// last table reads the 32 MiB samples a second and a third time through
+// a dlfs whose RAM tier holds them all after a first pass, page cache
+// dropped, against the FUSE floor (floor.go) over the same tree.
 
 // issue 29's PFS.
 const (
@@ -208,7 +208,8 @@ type zooRow struct {
 	dataset  int64
 	seconds  float64
 	pfsBytes float64
-	opens    float64
+	opens    float64 // in the epoch
+	atMount  float64 // opens while dlfs mounted (the dataset identity's head reads, a packed listing): once per mount
 	calls    float64 // PFS read calls
 	cpu      float64 // dlfs's CPU-seconds
 	held     float64 // bytes dlfs held fetched and unread at the end (left out of pfsBytes)
@@ -220,7 +221,8 @@ func (r zooRow) dlfs() bool { return r.reader == zooUntold || r.reader == zooAnn
 // zooLater is the later-epochs table: the 32 MiB samples from dlfs's RAM
 // tier against the FUSE floor.
 type zooLater struct {
-	dlfs, floor, native float64 // seconds
+	second              float64 // seconds: dlfs's second pass, the first later epoch
+	dlfs, floor, native float64 // seconds: dlfs's third pass
 	pfsBytes            float64 // dlfs's in the measured epoch
 	dataset             int64
 }
@@ -306,6 +308,11 @@ func zooMeasure(o options, w zooWorkload, d zooData, reader zooReader) (zooRow, 
 		defer dl.Stop(30 * time.Second)
 		root = mnt
 	}
+	mounted, err := pfs.PFSCounters(pfs.stats, 10*time.Second)
+	if err != nil {
+		return r, err
+	}
+	r.atMount = float64(mounted.Opens - before.Opens)
 	if err := dropAllCaches(); err != nil {
 		return r, err
 	}
@@ -338,7 +345,7 @@ func zooMeasure(o options, w zooWorkload, d zooData, reader zooReader) (zooRow, 
 	if err != nil {
 		return r, err
 	}
-	r.pfsBytes, r.opens = float64(after.Bytes-before.Bytes), float64(after.Opens-before.Opens)
+	r.pfsBytes, r.opens = float64(after.Bytes-before.Bytes), float64(after.Opens-mounted.Opens)
 	r.calls = float64(after.ReadOps - before.ReadOps)
 	if dl != nil {
 		// What dlfs holds fetched and unread at the end was fetched for a
@@ -427,7 +434,7 @@ func zooReadRows(w zooWorkload, d zooData, root string) (float64, error) {
 // RAM tier holds it all, the page cache dropped, and then through the FUSE
 // floor the same way.
 func zooLaterEpochs(o options, w zooWorkload, d zooData) (zooLater, error) {
-	l := zooLater{dlfs: notMeasured, floor: notMeasured, native: notMeasured, pfsBytes: notMeasured, dataset: d.bytes}
+	l := zooLater{second: notMeasured, dlfs: notMeasured, floor: notMeasured, native: notMeasured, pfsBytes: notMeasured, dataset: d.bytes}
 	pfs, err := startSim(o, "zoo-pfs", d.dir, "-open-latency", zooOpenLatency.String(),
 		"-read-latency", zooReadLatency.String(), "-bandwidth-mbps", fmt.Sprint(zooMBps))
 	if err != nil {
@@ -452,17 +459,21 @@ func zooLaterEpochs(o options, w zooWorkload, d zooData) (zooLater, error) {
 		}
 		return dropCaches(1)
 	}
-	// Two passes first: the first fills the RAM tier, the second is the
-	// first later epoch, in which dlfs builds the backing files that
-	// passthrough serves the ones after from (--passthrough auto, for
-	// files this large). The third is measured.
-	for range 2 {
-		if err := fill(mnt); err != nil {
-			return l, err
-		}
+	// The first pass fills the RAM tier (and, --passthrough auto for
+	// files this large, has the backing files passthrough serves later
+	// epochs from built as each file is read to its end). The second, the
+	// first later epoch, and the third are measured.
+	if err := fill(mnt); err != nil {
+		return l, err
 	}
 	before, err := pfs.bytes()
 	if err != nil {
+		return l, err
+	}
+	if l.second, err = zooRead(w, d, mnt, nil); err != nil {
+		return l, err
+	}
+	if err := dropCaches(1); err != nil {
 		return l, err
 	}
 	if l.dlfs, err = zooRead(w, d, mnt, nil); err != nil {
@@ -505,7 +516,7 @@ func printZoo(rows []zooRow, later zooLater) {
 		"%.0f MB/s), page cache and dentries dropped first, by: direct from pfssim; a fresh dlfs mount with no control line (`--ram-cache 64MiB`); "+
 		"the same announced by a control line, the reader then following dlfs's plan (the time includes the announcement); "+
 		"and the same reader on the local files already in the page cache (the upper bound). "+
-		"dlfs's PFS bytes and opens include what its mount reads for the dataset's identity; its PFS bytes leave out what it holds fetched and unread at the end (prefetched for a next epoch), shown per row.\n\n",
+		"dlfs's PFS bytes include what its mount reads for the dataset's identity; its opens are the epoch's, with those its mount made (once per mount: the identity's head reads, whose files stay open for the epoch, or a packed file's listing) in brackets; its PFS bytes leave out what it holds fetched and unread at the end (prefetched for a next epoch), shown per row.\n\n",
 		zooOpenLatency, zooReadLatency, zooMBps)
 	fmt.Println("| workload | how it is read |")
 	fmt.Println("|---|---|")
@@ -528,6 +539,9 @@ func printZoo(rows []zooRow, later zooLater) {
 		pfs, held, opens, cpu := "-", "-", "-", "-"
 		if r.reader != zooPageCache {
 			pfs, opens = show("%.3f", r.pfsBytes/float64(r.dataset)), show("%.2f", r.opens/float64(r.files))
+			if r.dlfs() {
+				opens += show(" (%.2f at mount)", r.atMount/float64(r.files))
+			}
 		}
 		if r.dlfs() {
 			cpu = show("%.2f", perUnit(r.cpu, float64(r.dataset)/1e9))
@@ -537,14 +551,15 @@ func printZoo(rows []zooRow, later zooLater) {
 			show("%.2f", perUnit(direct[r.w.name], r.seconds)), pfs, held, opens, cpu)
 	}
 	fmt.Printf("\n### Later epochs of large samples from RAM\n\n")
-	fmt.Printf("The 32 MiB samples read a third time (2 readers, shuffled, reads of 1 MiB) after two passes, the page cache dropped between: "+
+	fmt.Printf("The 32 MiB samples read a second and a third time (2 readers, shuffled, reads of 1 MiB) after a first pass, the page cache dropped between: "+
 		"through dlfs with `--ram-cache` %.0f MB holding them all, and through the FUSE floor (a filesystem answering each READ with zeros at once, "+
 		"mounted as dlfs is); the native page cache for reference.\n\n", float64(later.dataset+later.dataset/4)/1e6)
-	fmt.Println("| reader | seconds | ÷ FUSE floor | PFS bytes ÷ dataset |")
+	fmt.Println("| reader | seconds | ÷ FUSE floor | PFS bytes ÷ dataset (both passes) |")
 	fmt.Println("|---|---:|---:|---:|")
 	fmt.Printf("| FUSE floor | %s | 1.00 | - |\n", show("%.2f", later.floor))
-	fmt.Printf("| dlfs, RAM tier | %s | %s | %s |\n", show("%.2f", later.dlfs), show("%.2f", perUnit(later.floor, later.dlfs)),
+	fmt.Printf("| dlfs, RAM tier, second pass | %s | %s | %s |\n", show("%.2f", later.second), show("%.2f", perUnit(later.floor, later.second)),
 		show("%.3f", later.pfsBytes/float64(later.dataset)))
+	fmt.Printf("| dlfs, RAM tier, third pass | %s | %s | - |\n", show("%.2f", later.dlfs), show("%.2f", perUnit(later.floor, later.dlfs)))
 	fmt.Printf("| native page cache | %s | %s | - |\n", show("%.2f", later.native), show("%.2f", perUnit(later.floor, later.native)))
 	fmt.Println()
 	for _, line := range zooVerdicts(rows, later) {
@@ -609,8 +624,13 @@ func zooVerdicts(rows []zooRow, later zooLater) []string {
 		out = append(out, fmt.Sprintf("%s, %s: PFS bytes %s the dataset, %s opens per file (target at most 1.01x and 1): %s",
 			r.w.name, r.reader, show("%.3fx", b), show("%.2f", op), verdict(b <= 1.01 && op <= 1, b, op)))
 	}
-	ratio := perUnit(later.floor, later.dlfs)
-	out = append(out, fmt.Sprintf("later epochs of the 32 MiB samples from dlfs's RAM tier: %s the FUSE floor (target at least 0.8x): %s",
-		show("%.2fx", ratio), atLeast(ratio, 0.8)))
+	for _, p := range []struct {
+		name    string
+		seconds float64
+	}{{"second", later.second}, {"third", later.dlfs}} {
+		ratio := perUnit(later.floor, p.seconds)
+		out = append(out, fmt.Sprintf("later epochs of the 32 MiB samples from dlfs's RAM tier, the %s pass: %s the FUSE floor (target at least 0.8x): %s",
+			p.name, show("%.2fx", ratio), atLeast(ratio, 0.8)))
+	}
 	return out
 }
