@@ -28,7 +28,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dlfs/dlfs/daemon"
-	"github.com/dlfs/dlfs/test/datagen"
 	"github.com/dlfs/dlfs/test/mountproc"
 	"github.com/dlfs/dlfs/test/pfssim"
 )
@@ -64,7 +63,7 @@ func main() {
 	flag.DurationVar(&o.readLatency, "pfs-read-latency", 200*time.Microsecond, "pfssim latency per read call")
 	flag.Float64Var(&o.bandwidth, "pfs-bandwidth-mbps", 300, "pfssim aggregate bandwidth in MB/s")
 	flag.BoolVar(&o.genOnly, "gen-only", false, "only generate the dataset under DIR/source")
-	flag.StringVar(&o.suites, "suites", "mount,push,clairvoyance,untold,cluster,balance,hosts,zoo,packed,sealing,allocation,sharing,observe,passthrough,simulate", "which tables to measure")
+	flag.StringVar(&o.suites, "suites", "all", "which tables to measure: a comma list of suite names (listed below), all: the default set")
 	flag.StringVar(&o.examples, "examples", "examples", "directory of train_imagefolder.py")
 	flag.DurationVar(&o.busyOpen, "busy-open-latency", 20*time.Millisecond, "clairvoyance suite: pfssim latency per open")
 	flag.DurationVar(&o.busyRead, "busy-read-latency", time.Millisecond, "clairvoyance suite: pfssim latency per read call")
@@ -77,6 +76,11 @@ func main() {
 	var reader readerFlags
 	var readSeed uint64
 	addReaderFlags(&reader, &readSeed)
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "Usage of %s:\n", os.Args[0])
+		flag.PrintDefaults()
+		printSuites(flag.CommandLine.Output())
+	}
 	flag.Parse()
 	if reader.root != "" {
 		if err := runReader(reader.root, reader.sums, readSeed); err != nil {
@@ -92,7 +96,7 @@ func main() {
 		}
 		return
 	}
-	if err := run(o); err != nil {
+	if err := runSuites(o); err != nil {
 		fmt.Fprintln(os.Stderr, "dlfsbench:", err)
 		os.Exit(1)
 	}
@@ -110,104 +114,6 @@ type row struct {
 
 func (r row) filesPerSec() float64 { return float64(r.files) / r.elapsed.Seconds() }
 func (r row) mbPerSec() float64    { return float64(r.bytes) / 1e6 / r.elapsed.Seconds() }
-
-func run(o options) error {
-	if o.suites == "scale" {
-		if o.scaleDir == "" {
-			o.scaleDir = filepath.Join(o.dir, fmt.Sprintf("scale-%d", o.scaleFiles))
-		}
-		return runScale(o)
-	}
-	src := filepath.Join(o.dir, "source")
-	fmt.Fprintf(os.Stderr, "generating %d files under %s ...\n", o.files, src)
-	gen, err := datagen.ImageFolder(src, datagen.Spec{Classes: 100, Files: o.files, MeanSize: 110_000, Spread: 40_000, Seed: 42})
-	if err != nil {
-		return err
-	}
-	if o.genOnly {
-		return nil
-	}
-	files := make([]string, len(gen))
-	var total int64
-	for i, f := range gen {
-		files[i] = f.Path
-		total += f.Size
-	}
-	if strings.Contains(o.suites, "mount") {
-		if err := runMount(o, src, files, total); err != nil {
-			return err
-		}
-	}
-	if strings.Contains(o.suites, "push") {
-		if err := runPush(o, src, files, total); err != nil {
-			return err
-		}
-	}
-	if strings.Contains(o.suites, "clairvoyance") {
-		if err := runClairvoyance(o, src, total); err != nil {
-			return err
-		}
-	}
-	if strings.Contains(o.suites, "untold") {
-		if err := runUntold(o, src, files, total); err != nil {
-			return err
-		}
-	}
-	if strings.Contains(o.suites, "cluster") {
-		if err := runCluster(o, src, files, total); err != nil {
-			return err
-		}
-	}
-	if strings.Contains(o.suites, "balance") {
-		if err := runBalance(o, src, files, total); err != nil {
-			return err
-		}
-	}
-	if strings.Contains(o.suites, "hosts") {
-		if err := runHosts(o, src, files, total); err != nil {
-			return err
-		}
-	}
-	if strings.Contains(o.suites, "zoo") {
-		if err := runZoo(o); err != nil {
-			return err
-		}
-	}
-	if strings.Contains(o.suites, "packed") {
-		if err := runPacked(o, src, files, total); err != nil {
-			return err
-		}
-	}
-	if strings.Contains(o.suites, "sealing") {
-		if err := runSealing(o); err != nil {
-			return err
-		}
-	}
-	if strings.Contains(o.suites, "allocation") {
-		if err := runAllocation(o); err != nil {
-			return err
-		}
-	}
-	if strings.Contains(o.suites, "observe") {
-		if err := runObserve(o, src, files, total); err != nil {
-			return err
-		}
-	}
-	if strings.Contains(o.suites, "sharing") {
-		if err := runPrefetchShare(o); err != nil {
-			return err
-		}
-	}
-	if strings.Contains(o.suites, "passthrough") {
-		if err := runPassthrough(o); err != nil {
-			return err
-		}
-	}
-	if strings.Contains(o.suites, "simulate") {
-		return runSimulate(o)
-	}
-	return nil
-}
 
 // runMount measures the mount suite (issue 2): raw reads of every file.
 func runMount(o options, src string, files []string, total int64) error {
