@@ -91,7 +91,7 @@ fuzz:
 # killed. Each package's efficacy (killed / (killed + lived)) must reach
 # MUTATE_THRESHOLD. Logs, JSON reports and the sources as mutated go to
 # bin/mutate/ (see scripts/mutate.sh).
-MUTATE_PKGS ?= integrity placement control ssdstore catalog peer fusefs loader
+MUTATE_PKGS ?= integrity placement control ssdstore catalog cluster/peer fusefs loader
 MUTATE_WORKERS ?= 1
 MUTATE_TIMEOUT_COEFFICIENT ?= 20
 MUTATE_THRESHOLD ?= 80

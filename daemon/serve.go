@@ -4,8 +4,8 @@ import (
 	"context"
 
 	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/cluster/peer"
 	"github.com/dlfs/dlfs/loader"
-	"github.com/dlfs/dlfs/peer"
 )
 
 // Block serves a peer's request (peer.Source): a block of a file of this

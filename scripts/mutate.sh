@@ -3,9 +3,10 @@
 #   scripts/mutate.sh OUTDIR THRESHOLD WORKERS COEFFICIENT PKG...
 # For each package: a copy of its sources as mutated (OUTDIR/PKG.src, where
 # the survivors' line numbers point), gremlins' log (OUTDIR/PKG.log) and
-# JSON report (OUTDIR/PKG.json), and a line in OUTDIR/summary. Exits 1 if a
-# package's efficacy (killed / (killed + lived)) is under THRESHOLD, or was
-# not measured.
+# JSON report (OUTDIR/PKG.json), and a line in OUTDIR/summary; a PKG's
+# slashes become dashes in these names (cluster/peer: OUTDIR/cluster-peer.log).
+# Exits 1 if a package's efficacy (killed / (killed + lived)) is under
+# THRESHOLD, or was not measured.
 #
 # A mutant can make a test hang on a FUSE mount it serves itself (the
 # hung-PFS tests): gremlins kills `go test` at its timeout, but the test
@@ -37,21 +38,22 @@ reap() {
 
 for p in "$@"; do
   echo "mutate $p"
-  rm -rf "$out/$p.src" && cp -r "./$p" "$out/$p.src"
-  tmp=$(mktemp -d "/tmp/dlfs-mutate-$p.XXXXXX")
+  n=${p//\//-}
+  rm -rf "$out/$n.src" && cp -r "./$p" "$out/$n.src"
+  tmp=$(mktemp -d "/tmp/dlfs-mutate-$n.XXXXXX")
   TMPDIR=$tmp GOFLAGS="${GOFLAGS:-} -count=1" "$gremlins" unleash --workers "$workers" --timeout-coefficient "$coefficient" \
-    -S lt -o "$out/$p.json" "./$p" >"$out/$p.log" 2>&1 &
+    -S lt -o "$out/$n.json" "./$p" >"$out/$n.log" 2>&1 &
   pid=$!
-  tail -n +1 -f --pid=$pid "$out/$p.log" &
+  tail -n +1 -f --pid=$pid "$out/$n.log" &
   while kill -0 $pid 2>/dev/null; do
     sleep 5
-    grep -q '^Mutator coverage:' "$out/$p.log" && reap "$tmp"
+    grep -q '^Mutator coverage:' "$out/$n.log" && reap "$tmp"
   done
   wait $pid
   reap "$tmp"
   rm -rf "$tmp"
-  eff=$(sed -n 's/^Test efficacy: \([0-9.]*\)%.*/\1/p' "$out/$p.log")
-  counts=$(grep -E '^(Killed|Timed out):' "$out/$p.log" | tr '\n' ' ')
+  eff=$(sed -n 's/^Test efficacy: \([0-9.]*\)%.*/\1/p' "$out/$n.log")
+  counts=$(grep -E '^(Killed|Timed out):' "$out/$n.log" | tr '\n' ' ')
   echo "$p ${eff:-none} $counts" >>"$out/summary"
 done
 echo

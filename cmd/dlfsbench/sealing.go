@@ -11,8 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dlfs/dlfs/cluster/peer"
 	"github.com/dlfs/dlfs/integrity"
-	"github.com/dlfs/dlfs/peer"
 	"github.com/dlfs/dlfs/source"
 )
 

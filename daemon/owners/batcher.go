@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dlfs/dlfs/peer"
+	"github.com/dlfs/dlfs/cluster/peer"
 	"github.com/dlfs/dlfs/perfmodel"
 )
 

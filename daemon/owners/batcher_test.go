@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/dlfs/dlfs/cluster"
-	"github.com/dlfs/dlfs/peer"
+	"github.com/dlfs/dlfs/cluster/peer"
 	"github.com/dlfs/dlfs/placement"
 )
 

@@ -66,12 +66,12 @@ import (
 
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/cluster"
+	"github.com/dlfs/dlfs/cluster/peer"
 	"github.com/dlfs/dlfs/control"
 	"github.com/dlfs/dlfs/folder"
 	"github.com/dlfs/dlfs/jobs"
 	"github.com/dlfs/dlfs/latency"
 	"github.com/dlfs/dlfs/loader"
-	"github.com/dlfs/dlfs/peer"
 )
 
 // Config configures the read policy. Zero values take the defaults.

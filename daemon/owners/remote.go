@@ -8,8 +8,8 @@ import (
 
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/cluster"
+	"github.com/dlfs/dlfs/cluster/peer"
 	"github.com/dlfs/dlfs/loader"
-	"github.com/dlfs/dlfs/peer"
 )
 
 // errPeerSkipped fails blocks queued for a peer that failed meanwhile.

@@ -28,7 +28,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlfs/dlfs/peer"
+	"github.com/dlfs/dlfs/cluster/peer"
 	"github.com/dlfs/dlfs/seqfile"
 )
 
