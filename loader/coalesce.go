@@ -61,10 +61,10 @@ func (l *Loader) RunLimits() (gap, run int64) {
 }
 
 // PrefetchRun fetches first and its neighbours in one container from the
-// PFS with one request, sharing flights with concurrent reads. The
-// neighbours are offered to RAM, which keeps them if their next use
-// warrants (they were read early only because they were near first); the
-// rest, and first, go to keep. It returns, by inode, the samples it
+// PFS with one request, sharing flights with concurrent reads. Each goes
+// to keep (the stage: the prefetcher picks neighbours its plans need
+// within the stage's horizon); a neighbour keep refuses is offered to
+// RAM, which keeps it if its next use warrants. It returns, by inode, the samples it
 // fetched and whether keep staged each. It leaves out samples RAM or the
 // SSD holds, that a peer owns, that a demand read holds, or that another
 // fetch is already bringing in: the caller prefetches those one by one.
@@ -150,12 +150,14 @@ func (l *Loader) finishRun(ctx context.Context, c Coalescer, first *catalog.Entr
 		b := bufs[k]
 		l.fetches[tierPFS].Add(1)
 		l.fetched[tierPFS].Add(int64(len(b)))
-		// RAM or the stage take the block before its flight ends (see Keep).
+		// The stage or RAM take the block before its flight ends (see Keep).
 		tag := tags[i]
 		f := fetch{b, tierPFS, integrity.Sum(tag, b)} // ReadRun checked the records
 		blk := blockOf(e, tag, f)
-		inRAM := e != first && l.ram.Put(keys[i], blk)
-		out[e.Ino] = !inRAM && keep(e, 0, blk)
+		out[e.Ino] = keep(e, 0, blk)
+		if !out[e.Ino] && e != first {
+			l.ram.Put(keys[i], blk) // kept if its next use warrants
+		}
 		l.flight.finish(keys[i], tags[i], calls[i], f, nil)
 		l.toSSD(keys[i], tag, f)
 	}

@@ -37,6 +37,7 @@ type fakeLoader struct {
 	// when ctx ends, and counts the blocks it read.
 	blockSize int64
 	blocks    atomic.Int64
+	runs      [][]*catalog.Entry // PrefetchRun's groups, first first
 }
 
 func (f *fakeLoader) Coalesces() bool { return f.packed }
@@ -53,6 +54,9 @@ func (f *fakeLoader) Locate(e *catalog.Entry) (loader.Span, bool) {
 func (f *fakeLoader) PrefetchRun(ctx context.Context, first *catalog.Entry, rest []*catalog.Entry, keep loader.Keep) (map[uint64]bool, error) {
 	f.requests.Add(1)
 	es := append([]*catalog.Entry{first}, rest...)
+	f.mu.Lock()
+	f.runs = append(f.runs, es)
+	f.mu.Unlock()
 	out := map[uint64]bool{}
 	for _, e := range es {
 		f.mu.Lock()
@@ -226,6 +230,40 @@ func TestCoalescing(t *testing.T) {
 		t.Errorf("%d requests for %d samples, want at most half", r, n)
 	} else {
 		t.Logf("%d requests for %d samples", r, n)
+	}
+}
+
+// TestCoalescingWithinHorizon: a run joins only neighbours the plan needs
+// within the stage's horizon (as many samples as the stage holds), which
+// the stage keeps until they are read; one needed later would wait in
+// RAM, be evicted before its turn and be read again.
+func TestCoalescingWithinHorizon(t *testing.T) {
+	const staging = 200 // samples of 1 byte: a horizon of 200 steps of 600
+	_, reg, fl := setupWith(t, 600, "job=j root=data seed=3 epoch=0 lookahead=1", Config{Workers: 1, Staging: staging},
+		&fakeLoader{fetches: map[string]int{}, packed: true})
+	j := reg.Get("j")
+	step := map[uint64]int{}
+	for k, i := range j.Order(0, 0) {
+		step[j.Samples[i].Entry.Ino] = k
+	}
+	waitFor(t, "the stage to fill", func() bool { return fl.total.Load() >= staging })
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	if len(fl.runs) == 0 {
+		t.Fatal("no coalesced reads")
+	}
+	joined := 0
+	for _, run := range fl.runs {
+		first := step[run[0].Ino]
+		for _, e := range run[1:] {
+			joined++
+			if step[e.Ino] > first+staging {
+				t.Errorf("a run from step %d joined %s, needed at step %d: past the horizon of %d", first, e.Path(), step[e.Ino], staging)
+			}
+		}
+	}
+	if joined == 0 {
+		t.Error("no run joined a neighbour")
 	}
 }
 

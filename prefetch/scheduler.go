@@ -2,6 +2,7 @@ package prefetch
 
 import (
 	"context"
+	"math"
 
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/loader"
@@ -158,23 +159,30 @@ func (p *Prefetcher) next(gap, run int64) []*catalog.Entry {
 }
 
 // neighboursLocked returns the sample at pos together with its neighbours
-// in its container that a plan still needs and that nothing has fetched:
-// a run read in one request (runs.Grow). The run reads through unneeded
-// bytes (samples already cached) of at most gap in a row, spans at most
-// run bytes, and fits in what staging has left plus an eighth of it.
-// The sample at pos comes first; the rest follow in offset order.
+// in its container that a plan needs soon (within the stage's horizon)
+// and that nothing has fetched: a run read in one request (runs.Grow).
+// The run reads through unneeded bytes (samples already cached or
+// consumed) of at most gap in a row, stops at a sample needed later than
+// the horizon, spans at most run bytes, and fits in what staging has
+// left. The sample at pos comes first; the rest follow in offset order.
+//
+// The horizon is as many samples of this one's size as the stage holds:
+// a neighbour needed within it would be fetched into the stage soon
+// anyway, and the stage keeps it until it is read. One needed later would
+// have to wait in RAM, which (holding less than the dataset) evicts it
+// before its turn, and the PFS would serve it again: a random order over
+// one HDF5 file read its rows 1.67x.
 func (p *Prefetcher) neighboursLocked(s *stream, pos int, gap, run int64) []*catalog.Entry {
 	list := s.runs[s.spans[pos].Container]
-	// Neighbours mostly go to RAM, not the stage, so they may borrow an
-	// eighth of staging beyond what is free; one that RAM refuses is
-	// staged only if the stage has room (finish).
-	budget := p.cfg.Staging + p.cfg.Staging/8 - p.stage.held() - s.entry(pos).Size
+	size := max(s.entry(pos).Size, 1)
+	budget := p.cfg.Staging - p.stage.held() - size
+	horizon := int(min(p.cfg.Staging/size, math.MaxInt32))
 	take := func(j int) runs.Take {
 		e := s.entry(int(list[j]))
 		switch {
 		case p.stage.busy(e.Ino) || !p.neededLocked(e.Ino, false):
 			return runs.Skip // read through it if the next wanted one is near enough
-		case e.Size > budget:
+		case !p.soonLocked(e.Ino, horizon), e.Size > budget:
 			return runs.Stop
 		}
 		budget -= e.Size

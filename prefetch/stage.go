@@ -364,6 +364,17 @@ func (p *Prefetcher) neededLocked(ino uint64, soon bool) bool {
 	return false
 }
 
+// soonLocked says whether a stream needs ino within horizon steps of its
+// frontier (or behind it, not yet consumed).
+func (p *Prefetcher) soonLocked(ino uint64, horizon int) bool {
+	for _, s := range p.streams {
+		if q := s.pending(ino); q >= 0 && s.order.step(q) < s.frontier+horizon {
+			return true
+		}
+	}
+	return false
+}
+
 // dropIfUnneededLocked drops e's staged blocks if no stream will read them
 // soon; they count as wasted.
 func (p *Prefetcher) dropIfUnneededLocked(e *catalog.Entry) {
