@@ -7,7 +7,7 @@ import (
 
 	"github.com/dlfs/dlfs/allocator"
 	"github.com/dlfs/dlfs/control"
-	"github.com/dlfs/dlfs/readers"
+	"github.com/dlfs/dlfs/daemon/readers"
 )
 
 // report hands a rank's loader figures to the allocator, with dlfs's own

@@ -16,11 +16,11 @@ import (
 	"github.com/dlfs/dlfs/access"
 	"github.com/dlfs/dlfs/allocator"
 	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/daemon/readers"
 	"github.com/dlfs/dlfs/folder"
 	"github.com/dlfs/dlfs/fusefs"
 	"github.com/dlfs/dlfs/jobs"
 	"github.com/dlfs/dlfs/prefetch"
-	"github.com/dlfs/dlfs/readers"
 )
 
 // Who sees what in the control directory (--allow-other)
