@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlfs/dlfs/packer"
+	"github.com/dlfs/dlfs/cmd/dlfs/packer"
 	"github.com/dlfs/dlfs/seqfile"
 	"github.com/dlfs/dlfs/test/conformance"
 	"github.com/dlfs/dlfs/test/datagen"

@@ -8,7 +8,7 @@ import (
 	"sort"
 	"testing"
 
-	"github.com/dlfs/dlfs/packer"
+	"github.com/dlfs/dlfs/cmd/dlfs/packer"
 	"github.com/dlfs/dlfs/source"
 	"github.com/dlfs/dlfs/test/datagen"
 )

@@ -13,8 +13,8 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/dlfs/dlfs/cmd/dlfs/packer"
 	"github.com/dlfs/dlfs/daemon"
-	"github.com/dlfs/dlfs/packer"
 )
 
 func newPackCmd() *cobra.Command {
