@@ -162,9 +162,10 @@ func (p *Prefetcher) next(gap, run int64) []*catalog.Entry {
 // in its container that a plan needs soon (within the stage's horizon)
 // and that nothing has fetched: a run read in one request (runs.Grow).
 // The run reads through unneeded bytes (samples already cached or
-// consumed) of at most gap in a row, stops at a sample needed later than
-// the horizon, spans at most run bytes, and fits in what staging has
-// left. The sample at pos comes first; the rest follow in offset order.
+// consumed) of at most gap in a row and 1% of the samples it joined in
+// all (the PFS reads each byte once an epoch, within 1%), stops at a
+// sample needed later than the horizon, spans at most run bytes, and fits
+// in what staging has left. The sample at pos comes first; the rest follow in offset order.
 //
 // The horizon is as many samples of this one's size as the stage holds:
 // a neighbour needed within it would be fetched into the stage soon
@@ -177,15 +178,21 @@ func (p *Prefetcher) neighboursLocked(s *stream, pos int, gap, run int64) []*cat
 	size := max(s.entry(pos).Size, 1)
 	budget := p.cfg.Staging - p.stage.held() - size
 	horizon := int(min(p.cfg.Staging/size, math.MaxInt32))
+	joined, holes := size, int64(0)
 	take := func(j int) runs.Take {
 		e := s.entry(int(list[j]))
 		switch {
 		case p.stage.busy(e.Ino) || !p.neededLocked(e.Ino, false):
+			if holes+e.Size > joined/100 {
+				return runs.Stop // reading through it would cost over 1% more bytes
+			}
+			holes += e.Size
 			return runs.Skip // read through it if the next wanted one is near enough
 		case !p.soonLocked(e.Ino, horizon), e.Size > budget:
 			return runs.Stop
 		}
 		budget -= e.Size
+		joined += e.Size
 		return runs.Join
 	}
 	span := func(j int) runs.Span { return s.spans[list[j]] }

@@ -32,10 +32,10 @@ import (
 //     the page cache, the upper bound.
 //
 // The page cache (and the dentry cache) is dropped before every row but
-// the last. dlfs's PFS bytes include what its mount reads for the
-// dataset's identity; its opens are the epoch's, those its mount made
-// (once per mount) shown beside; its PFS bytes leave out what it holds
-// fetched and unread at the end, for a later epoch (shown beside). A
+// the last. dlfs's PFS bytes and opens are the epoch's, those its mount
+// made (once per mount: the dataset identity's head reads, a packed
+// listing) shown beside; its PFS bytes leave out what it holds fetched
+// and unread at the end, for a later epoch (shown beside). A
 // last table reads the 32 MiB samples a second and a third time through
 // a dlfs whose RAM tier holds them all after a first pass, page cache
 // dropped, against the FUSE floor (floor.go) over the same tree.
@@ -210,6 +210,7 @@ type zooRow struct {
 	pfsBytes float64
 	opens    float64 // in the epoch
 	atMount  float64 // opens while dlfs mounted (the dataset identity's head reads, a packed listing): once per mount
+	mountB   float64 // PFS bytes read while dlfs mounted, once per mount (left out of pfsBytes)
 	calls    float64 // PFS read calls
 	cpu      float64 // dlfs's CPU-seconds
 	held     float64 // bytes dlfs held fetched and unread at the end (left out of pfsBytes)
@@ -312,7 +313,7 @@ func zooMeasure(o options, w zooWorkload, d zooData, reader zooReader) (zooRow, 
 	if err != nil {
 		return r, err
 	}
-	r.atMount = float64(mounted.Opens - before.Opens)
+	r.atMount, r.mountB = float64(mounted.Opens-before.Opens), float64(mounted.Bytes-before.Bytes)
 	if err := dropAllCaches(); err != nil {
 		return r, err
 	}
@@ -345,7 +346,7 @@ func zooMeasure(o options, w zooWorkload, d zooData, reader zooReader) (zooRow, 
 	if err != nil {
 		return r, err
 	}
-	r.pfsBytes, r.opens = float64(after.Bytes-before.Bytes), float64(after.Opens-mounted.Opens)
+	r.pfsBytes, r.opens = float64(after.Bytes-mounted.Bytes), float64(after.Opens-mounted.Opens)
 	r.calls = float64(after.ReadOps - before.ReadOps)
 	if dl != nil {
 		// What dlfs holds fetched and unread at the end was fetched for a
@@ -516,7 +517,7 @@ func printZoo(rows []zooRow, later zooLater) {
 		"%.0f MB/s), page cache and dentries dropped first, by: direct from pfssim; a fresh dlfs mount with no control line (`--ram-cache 64MiB`); "+
 		"the same announced by a control line, the reader then following dlfs's plan (the time includes the announcement); "+
 		"and the same reader on the local files already in the page cache (the upper bound). "+
-		"dlfs's PFS bytes include what its mount reads for the dataset's identity; its opens are the epoch's, with those its mount made (once per mount: the identity's head reads, whose files stay open for the epoch, or a packed file's listing) in brackets; its PFS bytes leave out what it holds fetched and unread at the end (prefetched for a next epoch), shown per row.\n\n",
+		"dlfs's PFS bytes and opens are the epoch's, with those its mount made in brackets (once per mount: the dataset identity's head reads, whose files stay open for the epoch, or a packed file's listing); its PFS bytes leave out what it holds fetched and unread at the end (prefetched for a next epoch), shown per row.\n\n",
 		zooOpenLatency, zooReadLatency, zooMBps)
 	fmt.Println("| workload | how it is read |")
 	fmt.Println("|---|---|")
@@ -540,6 +541,7 @@ func printZoo(rows []zooRow, later zooLater) {
 		if r.reader != zooPageCache {
 			pfs, opens = show("%.3f", r.pfsBytes/float64(r.dataset)), show("%.2f", r.opens/float64(r.files))
 			if r.dlfs() {
+				pfs += show(" (%.3f at mount)", r.mountB/float64(r.dataset))
 				opens += show(" (%.2f at mount)", r.atMount/float64(r.files))
 			}
 		}
