@@ -114,6 +114,13 @@ type inodeOpens struct {
 	pt     int // opens answered with passthrough, not yet released
 	id     int32
 	file   BackingFile
+	// asking is closed when the open asking the Dataset for the inode's
+	// backing file has answered: the inode's other first opens wait for
+	// it, and then share its answer, instead of each asking (each would
+	// hold the file's bytes against the Dataset's bound until it found
+	// the first registered, and one turned away would make the inode
+	// open cached, and every open after it).
+	asking chan struct{}
 }
 
 // ownThread reports whether pid (a request's caller: the thread's id, not
@@ -212,14 +219,23 @@ func (f *FS) openRegular(in *fuse.OpenIn, e *catalog.Entry, out *fuse.OpenOut) f
 	own := f.ownThread(caller)
 	var file BackingFile // asked for once, outside the lock: it may copy
 	asked := false
+	var mine chan struct{} // io.asking, while this open asks and answers
+	var io *inodeOpens
 	release := func() {
 		if file != nil {
 			file.Release()
 		}
 	}
+	// answered ends this open's asking, if it asked; p.mu is held.
+	answered := func() {
+		if mine != nil {
+			close(mine)
+			io.asking, mine = nil, nil
+		}
+	}
 	for {
 		p.mu.Lock()
-		io := p.inodes[e.Ino]
+		io = p.inodes[e.Ino]
 		if io == nil {
 			io = &inodeOpens{}
 			p.inodes[e.Ino] = io
@@ -228,15 +244,24 @@ func (f *FS) openRegular(in *fuse.OpenIn, e *catalog.Entry, out *fuse.OpenOut) f
 		case io.pt > 0: // share the inode's backing file
 			p.stats.Shared++
 			f.answerPassthrough(io, e, out)
+			answered()
 			p.mu.Unlock()
 			release()
 			f.opened(e, caller, own)
 			return fuse.OK
 		case io.cached > 0 || own || asked && file == nil:
+			answered()
 			f.answerCached(io, out)
 			release()
 			return fuse.OK
+		case io.asking != nil && mine == nil: // another open is asking
+			ch := io.asking
+			p.mu.Unlock()
+			<-ch
+			continue
 		case !asked:
+			mine = make(chan struct{})
+			io.asking = mine
 			p.mu.Unlock()
 			file, asked = f.data.(Backer).Backing(e), true
 			continue // the inode's opens may have changed meanwhile
@@ -245,6 +270,7 @@ func (f *FS) openRegular(in *fuse.OpenIn, e *catalog.Entry, out *fuse.OpenOut) f
 		id, errno := f.fuseServer().RegisterBackingFd(&fuse.BackingMap{Fd: int32(file.Fd())})
 		if errno != 0 {
 			p.stats.Failed++
+			answered()
 			f.answerCached(io, out)
 			release()
 			f.log.Warn("passthrough: the kernel refused a backing file; reading through the daemon", "path", e.Path(), "err", errno)
@@ -252,6 +278,7 @@ func (f *FS) openRegular(in *fuse.OpenIn, e *catalog.Entry, out *fuse.OpenOut) f
 		}
 		io.id, io.file = id, file
 		f.answerPassthrough(io, e, out)
+		answered()
 		p.mu.Unlock()
 		f.opened(e, caller, own)
 		return fuse.OK
@@ -327,7 +354,7 @@ func (f *FS) release(in *fuse.ReleaseIn) {
 			io.cached--
 		}
 	}
-	if io != nil && io.pt == 0 && io.cached == 0 && p.inodes[in.NodeId] == io {
+	if io != nil && io.pt == 0 && io.cached == 0 && io.asking == nil && p.inodes[in.NodeId] == io {
 		delete(p.inodes, in.NodeId)
 	}
 	p.mu.Unlock()

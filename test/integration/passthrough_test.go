@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -280,4 +281,133 @@ func TestPassthroughDaemonKilled(t *testing.T) {
 	held.Close()
 	again := startMount(t, bin.dlfs, d.Mnt, "mount", "--ram-cache", "64MiB", src, d.Mnt)
 	readFile(t, filepath.Join(again.Mnt, "a.bin"), want)
+}
+
+// TestPassthroughBackingSealed: the daemon's backing file of a file open
+// with passthrough can be found through /proc/PID/fd, as root can, but
+// not written, shrunk or grown through it; it holds the file's bytes.
+func TestPassthroughBackingSealed(t *testing.T) {
+	src := t.TempDir()
+	want := randomBytes(3<<20+99, 6)
+	if err := os.WriteFile(filepath.Join(src, "s.bin"), want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := startDlfs(t, src, "--ram-cache", "64MiB", "--infer=false", "--push=false")
+	needPassthrough(t, d.Mnt)
+	f := filepath.Join(d.Mnt, "s.bin")
+	readFile(t, f, want)
+	waitFor(t, "s.bin's backing file", 10*time.Second, func() bool {
+		return num(dlfsStats(t, d.Mnt), "cache", "ram", "backing", "files") == 1
+	})
+	fdDir := fmt.Sprintf("/proc/%d/fd", d.Cmd.Process.Pid)
+	ents, err := os.ReadDir(fdDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var memfd string
+	for _, e := range ents {
+		if target, err := os.Readlink(filepath.Join(fdDir, e.Name())); err == nil && strings.Contains(target, "memfd:dlfs:s.bin") {
+			memfd = filepath.Join(fdDir, e.Name())
+		}
+	}
+	if memfd == "" {
+		t.Fatalf("no memfd of s.bin among the daemon's descriptors")
+	}
+	if w, err := os.OpenFile(memfd, os.O_WRONLY, 0); err == nil {
+		_, werr := w.WriteAt([]byte("evil"), 0)
+		terr := w.Truncate(5)
+		gerr := w.Truncate(int64(len(want)) + 4096)
+		w.Close()
+		if werr == nil || terr == nil || gerr == nil {
+			t.Fatalf("through %s: write %v, shrink %v, grow %v; want all refused", memfd, werr, terr, gerr)
+		}
+	}
+	got, err := os.ReadFile(memfd)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("the backing file holds %d bytes (%v), not the file's", len(got), err)
+	}
+	readFile(t, f, want) // by passthrough, the same bytes
+	if n := passthroughNum(t, d.Mnt, "opens"); n < 1 {
+		t.Fatalf("%v passthrough opens, want the second read's", n)
+	}
+}
+
+// TestPassthroughThousandsOfOpens: 2,000 concurrent opens of one large
+// file, held whole in RAM, share one backing file (one build, one
+// registration), every one reads the file's bytes, and the backing id is
+// unregistered once the last closes.
+func TestPassthroughThousandsOfOpens(t *testing.T) {
+	src := t.TempDir()
+	want := randomBytes(8<<20+17, 7)
+	if err := os.WriteFile(filepath.Join(src, "big.bin"), want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := startDlfs(t, src, "--ram-cache", "64MiB", "--infer=false", "--push=false")
+	needPassthrough(t, d.Mnt)
+	f := filepath.Join(d.Mnt, "big.bin")
+	readFile(t, f, want) // held whole now
+	const opens = 2000
+	files := make([]*os.File, 0, opens)
+	defer func() {
+		for _, h := range files {
+			h.Close()
+		}
+	}()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	errs := make(chan error, opens)
+	for range opens {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h, err := os.Open(f)
+			if err != nil {
+				errs <- err
+				return
+			}
+			mu.Lock()
+			files = append(files, h)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("open: %v", err)
+	}
+	st := dlfsStats(t, d.Mnt)
+	if num(st, "passthrough", "registered") != 1 || num(st, "passthrough", "built") != 1 {
+		t.Fatalf("passthrough %v with %d opens; want one backing file built and registered", st["passthrough"], opens)
+	}
+	// Every open reads the whole file, some at once.
+	sem := make(chan struct{}, 64)
+	bad := make(chan string, opens)
+	for i, h := range files {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			got := make([]byte, len(want))
+			if n, err := h.ReadAt(got, 0); n != len(want) || !bytes.Equal(got, want) {
+				bad <- fmt.Sprintf("open %d read %d bytes (%v) that differ from the file's", i, n, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(bad)
+	for msg := range bad {
+		t.Fatal(msg)
+	}
+	st = dlfsStats(t, d.Mnt)
+	if pt, sh := num(st, "passthrough", "opens"), num(st, "passthrough", "shared_opens"); pt < opens || sh < opens-1 {
+		t.Fatalf("passthrough %v: want all %d opens by passthrough, sharing one backing file", st["passthrough"], opens)
+	}
+	for _, h := range files {
+		h.Close()
+	}
+	files = nil
+	waitFor(t, "the backing id unregistered after the last close", 30*time.Second, func() bool {
+		return passthroughNum(t, d.Mnt, "registered") == 0
+	})
 }
