@@ -83,8 +83,11 @@ type Config struct {
 	// RAMEvictLRU makes the RAM tier plain LRU even when plans are known
 	// (for comparison; Belady by next use is the default).
 	RAMEvictLRU bool
-	SSDDir      string // "" disables the SSD tier
-	SSDCapacity int64  // bytes; default 4 GiB
+	// SSDDir holds the SSD tier's files; "" turns the tier off.
+	SSDDir string
+	// SSDCapacity bounds every byte the SSD tier keeps on disk; default
+	// ssdstore's (4 GiB).
+	SSDCapacity int64
 
 	// DatasetID names the dataset for every host alike; "" draws its
 	// identity from its oldest files (package integrity).
@@ -94,7 +97,6 @@ type Config struct {
 	FUSE     fusefs.Config   // ControlName, TTL, AllowOther, Debug
 	Loader   loader.Config   // BlockSize
 	Prefetch prefetch.Config // Workers, Staging
-	SSD      ssdstore.Config // Dir and Capacity are set from SSDDir, SSDCapacity
 
 	// Cluster configures gossip membership. With no Bind and no Join the
 	// node is a cluster of one and opens no gossip port.
@@ -156,7 +158,6 @@ func DefaultConfig(source, mountpoint string) Config {
 		FUSE:        fusefs.DefaultConfig(),
 		Loader:      loader.DefaultConfig(),
 		Prefetch:    prefetch.DefaultConfig(),
-		SSD:         ssdstore.DefaultConfig(""),
 	}
 }
 
@@ -375,8 +376,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.onClose("heap governor", governHeap(n.tiers.ram))
 	var ssd loader.SSD
 	if cfg.SSDDir != "" {
-		sc := cfg.SSD
-		sc.Dir, sc.Capacity, sc.Logger = cfg.SSDDir, cfg.SSDCapacity, cfg.Logger
+		sc := cfg.ssdConfig()
 		sc.NextUse = n.nextUseOfKey
 		switch n.tiers.ssd, err = ssdstore.Open(sc); {
 		case errors.Is(err, ssdstore.ErrNoSpace):
