@@ -27,6 +27,7 @@ package backing
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 
@@ -97,26 +98,114 @@ func Build(name string, size, blockSize int64, block func(i int64) (Block, bool)
 	if err := unix.Ftruncate(fd, size); err != nil {
 		return nil, fmt.Errorf("backing: %s: size %d: %w", name, size, err)
 	}
-	for off, i := int64(0), int64(0); off < size; off, i = off+blockSize, i+1 {
-		b, there := block(i)
-		want := min(blockSize, size-off)
-		switch {
-		case !there:
-			return nil, fmt.Errorf("%w: %s: block %d", ErrMissing, name, i)
-		case int64(len(b.Data)) != want:
-			return nil, fmt.Errorf("%w: %s: block %d has %d bytes, want %d", ErrMissing, name, i, len(b.Data), want)
-		case !integrity.Check(b.Tag, b.Sum, b.Data):
-			return nil, fmt.Errorf("%w: %s: block %d", ErrCorrupt, name, i)
-		}
-		if err := pwriteAll(fd, b.Data, off); err != nil {
-			return nil, fmt.Errorf("backing: %s: write block %d: %w", name, i, err)
-		}
+	if err := fill(fd, name, size, blockSize, block); err != nil {
+		return nil, err
 	}
 	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, Seals); err != nil {
 		return nil, fmt.Errorf("backing: %s: seal: %w", name, err)
 	}
 	ok = true
 	return &File{size: size, name: name, fd: fd, refs: 1}, nil
+}
+
+// fill writes the blocks into fd, a file of size bytes: through a shared
+// mapping advised huge where shmem gives such a mapping huge pages (the
+// kernel then reads the file through 2 MiB pages: 32 MiB files read by
+// passthrough at 0.62x the native page cache with 4 KiB pages, 1.06x
+// with huge ones), else with pwrite (a mapping of 4 KiB pages writes at
+// half pwrite's speed). The mapping is gone before fill returns: sealing
+// refuses a file mapped writable.
+func fill(fd int, name string, size, blockSize int64, block func(i int64) (Block, bool)) error {
+	m := hugeMapping(fd, size)
+	if m == nil {
+		return fillBlocks(name, size, blockSize, block, func(b []byte, off int64) error { return pwriteAll(fd, b, off) })
+	}
+	err := fillBlocks(name, size, blockSize, block, func(b []byte, off int64) error { copy(m[off:], b); return nil })
+	if uerr := unix.Munmap(m); uerr != nil && err == nil {
+		err = fmt.Errorf("backing: %s: unmap: %w", name, uerr)
+	}
+	return err
+}
+
+// hugeMapping maps fd (size bytes) shared and writable, advised huge and
+// populated, if size spans a huge page and shmem gives huge pages to such
+// a mapping (ShmemTHP); nil otherwise, or if the kernel cannot populate
+// it (writing into a mapping it could not populate would fault, and a
+// fault that finds no memory kills the process, where pwrite fails).
+func hugeMapping(fd int, size int64) []byte {
+	if size < hugePage || !hugeAllowed(ShmemTHP()) {
+		return nil
+	}
+	m, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil
+	}
+	if unix.Madvise(m, unix.MADV_HUGEPAGE) != nil || unix.Madvise(m, unix.MADV_POPULATE_WRITE) != nil {
+		unix.Munmap(m)
+		return nil
+	}
+	return m
+}
+
+const hugePage = 2 << 20
+
+// shmemTHPFile is where the kernel says how shmem (memfd's) uses
+// transparent huge pages.
+const shmemTHPFile = "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
+
+// ShmemTHP is the kernel's shmem huge page mode (always, within_size,
+// advise, never, deny, force), or "" where it has none.
+func ShmemTHP() string {
+	b, err := os.ReadFile(shmemTHPFile)
+	if err != nil {
+		return ""
+	}
+	return selectedMode(string(b))
+}
+
+// selectedMode is the bracketed word of a sysfs choice list such as
+// "always within_size [advise] never deny force".
+func selectedMode(s string) string {
+	_, rest, ok := strings.Cut(s, "[")
+	if !ok {
+		return ""
+	}
+	mode, _, ok := strings.Cut(rest, "]")
+	if !ok {
+		return ""
+	}
+	return mode
+}
+
+// hugeAllowed says whether shmem mode gives a mapping advised huge (or
+// any mapping) huge pages.
+func hugeAllowed(mode string) bool {
+	switch mode {
+	case "always", "within_size", "advise", "force":
+		return true
+	}
+	return false
+}
+
+// fillBlocks checks each block of a file of size bytes and writes it
+// with write at its offset.
+func fillBlocks(name string, size, blockSize int64, block func(i int64) (Block, bool), write func(b []byte, off int64) error) error {
+	for off, i := int64(0), int64(0); off < size; off, i = off+blockSize, i+1 {
+		b, there := block(i)
+		want := min(blockSize, size-off)
+		switch {
+		case !there:
+			return fmt.Errorf("%w: %s: block %d", ErrMissing, name, i)
+		case int64(len(b.Data)) != want:
+			return fmt.Errorf("%w: %s: block %d has %d bytes, want %d", ErrMissing, name, i, len(b.Data), want)
+		case !integrity.Check(b.Tag, b.Sum, b.Data):
+			return fmt.Errorf("%w: %s: block %d", ErrCorrupt, name, i)
+		}
+		if err := write(b.Data, off); err != nil {
+			return fmt.Errorf("backing: %s: write block %d: %w", name, i, err)
+		}
+	}
+	return nil
 }
 
 func pwriteAll(fd int, b []byte, off int64) error {

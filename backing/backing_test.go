@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -213,5 +214,81 @@ func TestBadArguments(t *testing.T) {
 	}
 	if _, err := Build("x", -1, 4096, from(nil)); err == nil {
 		t.Error("negative size accepted")
+	}
+}
+
+// shmemHugeBytes is the kernel's count of shmem in huge pages.
+func shmemHugeBytes(t *testing.T) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "ShmemHugePages:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	t.Skip("no ShmemHugePages in /proc/meminfo")
+	return 0
+}
+
+// TestBuildHugePages: where shmem gives huge pages to a mapping advised
+// so (shmem_enabled advise, set here as root and restored), a backing
+// file of 16 MiB is written into huge pages, and holds its bytes; with
+// shmem_enabled never it is written with pwrite, into small pages.
+func TestBuildHugePages(t *testing.T) {
+	old, err := os.ReadFile(shmemTHPFile)
+	if err != nil {
+		t.Skipf("no shmem huge page setting here: %v", err)
+	}
+	set := func(mode string) bool { return os.WriteFile(shmemTHPFile, []byte(mode), 0) == nil }
+	if !set("advise") {
+		t.Skip("cannot set shmem_enabled (not root)")
+	}
+	t.Cleanup(func() { set(selectedMode(string(old))) })
+	data := randomBytes(16<<20 + 12345)
+	for _, c := range []struct {
+		mode string
+		huge bool
+	}{{"advise", true}, {"never", false}} {
+		if !set(c.mode) || ShmemTHP() != c.mode {
+			t.Fatalf("shmem_enabled %q after setting %q", ShmemTHP(), c.mode)
+		}
+		before := shmemHugeBytes(t)
+		f, err := Build("huge", int64(len(data)), 1<<20, from(blocks(data, 1<<20)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		grew := shmemHugeBytes(t) - before
+		got := make([]byte, len(data))
+		if n, _ := f.ReadAt(got, 0); n != len(data) || !bytes.Equal(got, data) {
+			t.Fatalf("%s: the file does not hold its bytes", c.mode)
+		}
+		if _, err := unix.Pwrite(f.Fd(), []byte("x"), 0); err == nil {
+			t.Fatalf("%s: the file is not sealed", c.mode)
+		}
+		f.Release()
+		if c.huge && grew < 12<<20 || !c.huge && grew >= 2<<20 {
+			t.Errorf("shmem_enabled %s: shmem in huge pages grew by %d bytes for a file of %d", c.mode, grew, len(data))
+		}
+	}
+}
+
+func TestSelectedMode(t *testing.T) {
+	for in, want := range map[string]string{
+		"always within_size [advise] never deny force\n": "advise",
+		"[always] never": "always",
+		"always never":   "",
+		"[unterminated":  "",
+		"":               "",
+	} {
+		if got := selectedMode(in); got != want {
+			t.Errorf("selectedMode(%q) = %q, want %q", in, got, want)
+		}
 	}
 }
