@@ -93,10 +93,37 @@ type Config struct {
 	// identity from its oldest files (package integrity).
 	DatasetID string
 
-	Catalog  catalog.Config  // Source and Hide are set by Start
-	FUSE     fusefs.Config   // ControlName, TTL, AllowOther, Debug
-	Loader   loader.Config   // BlockSize
-	Prefetch prefetch.Config // Workers, Staging
+	// BlockSize is what the tiers cache, fetch and key by, and the
+	// largest read the kernel sends; default the loader's (1 MiB).
+	BlockSize int64
+	// Staging bounds the bytes fetched ahead that no reader has taken
+	// yet: read-ahead within files holds a quarter of it, the prefetcher
+	// the rest (all of it with NoReadAhead); default the prefetcher's
+	// (256 MiB).
+	Staging int64
+	// ReadAhead bounds the bytes fetched ahead of one reader moving
+	// forward through a file, at most read-ahead's quarter of Staging;
+	// default the loader's (16 MiB). NoReadAhead turns read-ahead off
+	// (for comparison).
+	ReadAhead   int64
+	NoReadAhead bool
+	// PrefetchWorkers is how many fetches the prefetcher keeps in flight
+	// ahead of the jobs; default the prefetcher's (128).
+	PrefetchWorkers int
+	// PFSTimeout bounds every read of SOURCE (the reader gets ETIMEDOUT)
+	// and how long a scan waits for SOURCE to answer: the operator's one
+	// bound on waiting for it; default the loader's (1 minute).
+	PFSTimeout time.Duration
+	// PFSMargin is how many times slower than the PFS a cached copy must
+	// be expected to be before a waiting reader reads the PFS instead; 0
+	// never skips a reachable copy on speed alone.
+	PFSMargin float64
+	// NoCoalesce reads every sample of a packed dataset with its own
+	// request (for comparison; coalescing is the default).
+	NoCoalesce bool
+
+	Catalog catalog.Config // Source and Hide are set by Start
+	FUSE    fusefs.Config  // ControlName, TTL, AllowOther, Debug
 
 	// Cluster configures gossip membership. With no Bind and no Join the
 	// node is a cluster of one and opens no gossip port.
@@ -150,14 +177,18 @@ type Config struct {
 
 // DefaultConfig returns the defaults for serving source at mountpoint.
 func DefaultConfig(source, mountpoint string) Config {
+	lc, pc := loader.DefaultConfig(), prefetch.DefaultConfig()
 	return Config{
 		Source: source, Mountpoint: mountpoint,
-		RAMCache:    ramcache.DefaultConfig().Capacity,
-		SSDCapacity: ssdstore.DefaultConfig("").Capacity,
-		Catalog:     catalog.DefaultConfig(source),
-		FUSE:        fusefs.DefaultConfig(),
-		Loader:      loader.DefaultConfig(),
-		Prefetch:    prefetch.DefaultConfig(),
+		RAMCache:        ramcache.DefaultConfig().Capacity,
+		SSDCapacity:     ssdstore.DefaultConfig("").Capacity,
+		BlockSize:       lc.BlockSize,
+		Staging:         pc.Staging,
+		ReadAhead:       lc.ReadAhead,
+		PrefetchWorkers: pc.Workers,
+		PFSTimeout:      lc.PFSTimeout,
+		Catalog:         catalog.DefaultConfig(source),
+		FUSE:            fusefs.DefaultConfig(),
 	}
 }
 
@@ -338,8 +369,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	cc := cfg.Catalog
 	cc.Source, cc.Hide, cc.Logger = cfg.Source, []string{cfg.FUSE.ControlName}, cfg.Logger
-	if cfg.Loader.PFSTimeout > 0 {
-		cc.StallTimeout = cfg.Loader.PFSTimeout // the operator's one bound on waiting for SOURCE
+	if cfg.PFSTimeout > 0 {
+		cc.StallTimeout = cfg.PFSTimeout // the operator's one bound on waiting for SOURCE
 	}
 	if n.packed != nil {
 		cc.Lister, pfs = n.packed, n.packed
@@ -353,7 +384,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	snap := n.cat.Snapshot()
-	idc := identityConfig{pfs: pfs, format: format, operatorID: cfg.DatasetID, timeout: cfg.Loader.PFSTimeout, mount: mount}
+	idc := identityConfig{pfs: pfs, format: format, operatorID: cfg.DatasetID, timeout: cfg.PFSTimeout, mount: mount}
 	if cfg.SSDDir != "" && n.packed == nil {
 		idc.saved = filepath.Join(cfg.SSDDir, identityFile)
 	}
@@ -405,29 +436,11 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 			n.log.Info("removed a killed save's temporary files", "files", removed)
 		}
 	}
-	lc := cfg.Loader
-	lc.Logger, lc.Dataset = cfg.Logger, n.dataset
-	if lc.Model == nil {
-		lc.Model = perfmodel.New(perfmodel.DefaultConfig())
-	}
-	// Read-ahead within files and the prefetcher both hold fetched bytes
-	// that no reader has taken yet: they share --staging, read-ahead a
-	// quarter of it and the prefetcher the rest.
-	pc := cfg.Prefetch
-	if pc.Staging <= 0 {
-		pc.Staging = prefetch.DefaultConfig().Staging
-	}
-	if !lc.NoReadAhead {
-		lc.ReadAheadTotal = max(pc.Staging/4, 1)
-		pc.Staging -= lc.ReadAheadTotal
-		if lc.ReadAhead <= 0 {
-			lc.ReadAhead = loader.DefaultConfig().ReadAhead
-		}
-		lc.ReadAhead = min(lc.ReadAhead, lc.ReadAheadTotal)
-	}
+	lc := cfg.loaderConfig()
+	lc.Dataset, lc.Model = n.dataset, perfmodel.New(perfmodel.DefaultConfig())
 	n.tiers.load = loader.New(lc, n.tiers.ram, ssd, pfs)
 	// In a cluster this node keeps samples for ranks that run elsewhere.
-	allRanks := cfg.Cluster.Bind != "" || len(cfg.Cluster.Join) > 0
+	allRanks := cfg.clustered()
 	n.jobs = jobs.New(jobs.Config{
 		Snapshot: n.cat.Snapshot,
 		ReadFile: n.readWhole,
@@ -484,11 +497,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	// Built after the peers it fetches through, the prefetcher stops before
 	// them (Close runs the closers in reverse); the readers, which end the
 	// jobs they inferred, and the warmer stop before it.
-	pc.BlockSize, pc.Logger, pc.AllRanks = lc.BlockSize, cfg.Logger, allRanks
-	pc.EvenShare = cfg.Allocation.Mode == allocator.Even
-	if pc.BlockSize <= 0 {
-		pc.BlockSize = loader.DefaultConfig().BlockSize
-	}
+	pc := cfg.prefetchConfig()
 	pc.Oracle = n.tiers.oracle
 	n.pf = prefetch.New(pc, n.tiers.load, n.jobs)
 	n.onClose("prefetch", func() error { n.pf.Close(); return nil })

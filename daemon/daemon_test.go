@@ -567,8 +567,8 @@ func TestReadAheadShareOfStaging(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, mnt := start(t, src, func(c *Config) {
-				c.Prefetch.Staging = 256 << 20
-				c.Loader.ReadAhead, c.Loader.NoReadAhead = tc.readAhead, tc.off
+				c.Staging = 256 << 20
+				c.ReadAhead, c.NoReadAhead = tc.readAhead, tc.off
 			})
 			var st Stats
 			readJSON(t, filepath.Join(mnt, ".dlfs/stats"), &st)

@@ -20,7 +20,6 @@ import (
 	"github.com/dlfs/dlfs/fusefs"
 	"github.com/dlfs/dlfs/integrity"
 	"github.com/dlfs/dlfs/loader"
-	"github.com/dlfs/dlfs/prefetch"
 	"github.com/dlfs/dlfs/ssdstore"
 )
 
@@ -187,7 +186,7 @@ func (c *Config) checkAllButSource(h Host) []Check {
 	if n := c.controlName(); strings.ContainsRune(n, '/') || n == "." || n == ".." {
 		add(Fail, "--control-name", "%q must be a plain file name, such as .dlfs", n)
 	}
-	if err := c.Loader.Validate(); err != nil {
+	if err := c.loaderConfig().Validate(); err != nil {
 		add(Fail, "loader", "%v", err)
 	}
 	if c.PlacementEpochs < 0 || c.PlacementEpochs > 64 {
@@ -377,10 +376,7 @@ func (c *Config) checkMemory(h Host) []Check {
 		}
 	}
 	ram := max(c.RAMCache, 0)
-	staging := c.Prefetch.Staging
-	if staging <= 0 {
-		staging = prefetch.DefaultConfig().Staging
-	}
+	staging := c.staging()
 	switch {
 	case ram > total:
 		return []Check{{Fail, "--ram-cache", fmt.Sprintf("%s asked for, but %s %s in all: the tier could never be filled without the kernel killing the daemon; lower --ram-cache (to %s, say)",
@@ -511,7 +507,7 @@ func (c *Config) checkSource() []Check {
 	if c.Source == "" {
 		return nil
 	}
-	timeout := c.Loader.PFSTimeout
+	timeout := c.PFSTimeout
 	if timeout <= 0 {
 		timeout = loader.DefaultConfig().PFSTimeout
 	}

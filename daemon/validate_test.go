@@ -31,7 +31,7 @@ func fakeHost(t *testing.T) Host {
 // staging that fit fakeHost.
 func fineConfig(t *testing.T) Config {
 	c := DefaultConfig(t.TempDir(), t.TempDir())
-	c.RAMCache, c.Prefetch.Staging = 1<<30, 256<<20
+	c.RAMCache, c.Staging = 1<<30, 256<<20
 	return c
 }
 
@@ -87,6 +87,7 @@ func TestCheck(t *testing.T) {
 		}, "--data-addr", Fail, "address already in use"},
 		{"gossip without a key", nil, func(c *Config) { c.Cluster.Join = []string{"10.0.0.1:7946"} }, "--cluster-key-file", Fail, "no cluster key"},
 		{"bad dataset id", nil, func(c *Config) { c.DatasetID = "two words" }, "--dataset-id", Fail, "imagenet-2012"},
+		{"negative read-ahead", nil, func(c *Config) { c.ReadAhead = -1 }, "loader", Fail, "read-ahead bounds -1"},
 		{"control name with a slash", nil, func(c *Config) { c.FUSE.ControlName = "a/b" }, "--control-name", Fail, "plain file name"},
 		{"SSD tier too small", nil, func(c *Config) { c.SSDDir, c.SSDCapacity = t.TempDir(), 1<<20 }, "--ssd-cache-size", Fail, "16 MiB"},
 		{"SSD tier beyond the disk", nil, func(c *Config) { c.SSDDir, c.SSDCapacity = t.TempDir(), 1<<60 }, "--ssd-cache", Warn, "free"},

@@ -62,9 +62,9 @@ stats:
 		got, want any
 	}{
 		{"--ram-cache (flag over file)", cfg.RAMCache, int64(1 << 30)},
-		{"--pfs-timeout (env over file)", cfg.Loader.PFSTimeout, 2 * time.Minute},
+		{"--pfs-timeout (env over file)", cfg.PFSTimeout, 2 * time.Minute},
 		{"--node-name (env)", cfg.NodeName, "n7"},
-		{"--staging (mount section over top level)", cfg.Prefetch.Staging, int64(128 << 20)},
+		{"--staging (mount section over top level)", cfg.Staging, int64(128 << 20)},
 		{"--join (a list)", strings.Join(cfg.Cluster.Join, ","), "127.0.0.1:7946,127.0.0.2:7946"},
 		{"--insecure (file)", cfg.Cluster.Insecure, true},
 		{"--ssd-cache-size (default)", cfg.SSDCapacity, daemon.DefaultConfig("", "").SSDCapacity},
@@ -76,8 +76,8 @@ stats:
 	}
 	// --config names the file over DLFS_CONFIG.
 	other := writeConfig(t, "ram-cache: 3GiB\n")
-	if _, cfg, err := mountSettings(t, env, "--config", other); err != nil || cfg.RAMCache != 3<<30 || cfg.Prefetch.Staging == 128<<20 {
-		t.Errorf("--config %s: ram %d, staging %d, %v", other, cfg.RAMCache, cfg.Prefetch.Staging, err)
+	if _, cfg, err := mountSettings(t, env, "--config", other); err != nil || cfg.RAMCache != 3<<30 || cfg.Staging == 128<<20 {
+		t.Errorf("--config %s: ram %d, staging %d, %v", other, cfg.RAMCache, cfg.Staging, err)
 	}
 }
 

@@ -87,8 +87,8 @@ func mountCommand(run func(cmd *cobra.Command, cfg daemon.Config, o *mountOption
 	def := daemon.DefaultConfig("", "")
 	o.ramCache = sizeValue(def.RAMCache)
 	o.ssdCacheSize = sizeValue(def.SSDCapacity)
-	o.staging = sizeValue(def.Prefetch.Staging)
-	o.readAhead = sizeValue(def.Loader.ReadAhead)
+	o.staging = sizeValue(def.Staging)
+	o.readAhead = sizeValue(def.ReadAhead)
 	cmd := &cobra.Command{
 		Use:   "mount SOURCE MOUNTPOINT",
 		Short: "Mount SOURCE read-only at MOUNTPOINT, with caching (runs in the foreground)",
@@ -132,7 +132,7 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 	f.StringVar(&o.controlName, "control-name", def.FUSE.ControlName, "name of the hidden control directory at the root")
 	f.StringVar(&o.nodeName, "node-name", "", "name of this node in stats (default: host name)")
 	f.DurationVar(&o.ttl, "cache-ttl", def.FUSE.TTL, "how long the kernel caches names and attributes")
-	f.IntVar(&o.pfWorkers, "prefetch-workers", def.Prefetch.Workers, "fetches in flight ahead of announced jobs")
+	f.IntVar(&o.pfWorkers, "prefetch-workers", def.PrefetchWorkers, "fetches in flight ahead of announced jobs")
 	f.Var(&o.staging, "staging", "memory for fetched samples not yet read: the prefetcher's, and read-ahead's quarter")
 	f.Var(&o.readAhead, "read-ahead", "bytes fetched ahead of one reader moving forward through a file (at most a quarter of --staging; 0 turns read-ahead off)")
 	f.StringVar(&o.ramEviction, "ram-eviction", "belady", "RAM tier eviction: belady (by next use, when jobs are announced) or lru")
@@ -147,7 +147,7 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 	f.StringVar(&o.placement, "placement", "demand", "cluster placement: demand (each sample on the node whose ranks read it most, from the gossiped jobs) or hash")
 	f.IntVar(&o.placeEpochs, "placement-epochs", 4, "epochs of each job, from its first, that demand placement counts reads over")
 	f.Float64Var(&o.pfsMargin, "pfs-margin", 0, "read the PFS instead of a peer's copy that the model expects to be this many times slower; 0 never")
-	f.DurationVar(&o.pfsTimeout, "pfs-timeout", def.Loader.PFSTimeout, "how long a read of SOURCE may take before the reader gets ETIMEDOUT (a PFS that stops answering)")
+	f.DurationVar(&o.pfsTimeout, "pfs-timeout", def.PFSTimeout, "how long a read of SOURCE may take before the reader gets ETIMEDOUT (a PFS that stops answering)")
 	f.DurationVar(&o.stopTimeout, "stop-timeout", 30*time.Second, "how long unmounting on SIGTERM may take before dlfs detaches the mount lazily and exits 1 (a second SIGTERM does so at once)")
 	f.BoolVar(&o.latency, "latency-histograms", true, "keep latency histograms (reads by source, FUSE requests by operation, peer requests by member) in stats and metrics")
 	f.BoolVar(&o.push, "push", true, "write prefetched samples into the kernel's page cache ahead of their reads, so a read costs no round trip to dlfs")
@@ -192,7 +192,7 @@ func (o *mountOptions) config(source, mountpoint string) (daemon.Config, error) 
 	cfg.FUSE.Debug = o.debugFUSE
 	cfg.MetricsAddr = o.metricsAddr
 	cfg.NodeName = o.nodeName
-	cfg.Prefetch.Workers = o.pfWorkers
+	cfg.PrefetchWorkers = o.pfWorkers
 	for flag, addrs := range map[string][]string{"--bind": {o.bind}, "--advertise": {o.advertise},
 		"--join": o.join, "--data-addr": {o.dataAddr}, "--metrics-addr": {o.metricsAddr}} {
 		for _, a := range addrs {
@@ -228,7 +228,7 @@ func (o *mountOptions) config(source, mountpoint string) (daemon.Config, error) 
 	cfg.Passthrough = o.passthrough
 	cfg.NoLatency = !o.latency
 	cfg.Warmup = o.warmup
-	cfg.Loader.NoCoalesce = !o.coalesce
+	cfg.NoCoalesce = !o.coalesce
 	mode, err := allocator.ParseMode(o.allocation)
 	if err != nil {
 		return cfg, fmt.Errorf("--allocation: %w", err)
@@ -243,22 +243,22 @@ func (o *mountOptions) config(source, mountpoint string) (daemon.Config, error) 
 	if o.pfsMargin < 0 {
 		return cfg, fmt.Errorf("--pfs-margin %g: want 0 (never) or a factor above 1", o.pfsMargin)
 	}
-	cfg.Loader.PFSMargin = o.pfsMargin
+	cfg.PFSMargin = o.pfsMargin
 	if o.pfsTimeout <= 0 {
 		return cfg, fmt.Errorf("--pfs-timeout %v: want a positive duration, such as 1m", o.pfsTimeout)
 	}
-	cfg.Loader.PFSTimeout = o.pfsTimeout
+	cfg.PFSTimeout = o.pfsTimeout
 	if o.stopTimeout <= 0 {
 		return cfg, fmt.Errorf("--stop-timeout %v: want a positive duration, such as 30s", o.stopTimeout)
 	}
-	cfg.Prefetch.Staging = int64(o.staging)
+	cfg.Staging = int64(o.staging)
 	if o.pfWorkers <= 0 || o.pfWorkers > 4096 {
 		return cfg, fmt.Errorf("--prefetch-workers %d: want 1 to 4096", o.pfWorkers)
 	}
 	if o.staging <= 0 {
 		return cfg, fmt.Errorf("--staging must be positive")
 	}
-	cfg.Loader.ReadAhead, cfg.Loader.NoReadAhead = int64(o.readAhead), o.readAhead == 0
+	cfg.ReadAhead, cfg.NoReadAhead = int64(o.readAhead), o.readAhead == 0
 	if o.readAhead < 0 {
 		return cfg, fmt.Errorf("--read-ahead %d: want a size such as 16MiB, or 0 to turn read-ahead off", o.readAhead)
 	}
