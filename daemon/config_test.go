@@ -5,6 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlfs/dlfs/allocator"
+	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/cluster"
+	"github.com/dlfs/dlfs/daemon/owners"
+	"github.com/dlfs/dlfs/fusefs"
 	"github.com/dlfs/dlfs/loader"
 	"github.com/dlfs/dlfs/prefetch"
 	"github.com/dlfs/dlfs/ssdstore"
@@ -57,6 +62,75 @@ func TestDerivedConfigs(t *testing.T) {
 			func() any {
 				pc := prefetch.DefaultConfig()
 				pc.BlockSize, pc.Workers, pc.Staging = 4<<20, 7, 192<<20
+				return pc
+			}},
+
+		// The catalog hides the control directory, and waits for SOURCE
+		// as long as a read may (Now is a func: compared apart).
+		{"catalog", func(*Config) {},
+			func(c *Config) any { cc := c.catalogConfig(); cc.Now = nil; return cc },
+			func() any { cc := catalog.DefaultConfig("/src"); cc.Hide, cc.Now = []string{".dlfs"}, nil; return cc }},
+		{"catalog fields", func(c *Config) { c.MaxEntries, c.PFSTimeout, c.ControlName = 10, time.Second, ".ctl" },
+			func(c *Config) any { cc := c.catalogConfig(); cc.Now = nil; return cc },
+			func() any {
+				cc := catalog.DefaultConfig("/src")
+				cc.Hide, cc.MaxEntries, cc.StallTimeout, cc.Now = []string{".ctl"}, 10, time.Second, nil
+				return cc
+			}},
+		{"fuse", func(*Config) {},
+			func(c *Config) any { return c.fuseConfig() },
+			func() any { return fusefs.DefaultConfig() }},
+		{"fuse fields", func(c *Config) {
+			c.ControlName, c.CacheTTL, c.AllowOther, c.ListingAttrs = ".ctl", time.Second, true, true
+			c.Owner, c.GroupWrite, c.DebugFUSE = fusefs.Owner{Uid: 7, Gid: 8}, true, true
+		},
+			func(c *Config) any { return c.fuseConfig() },
+			func() any {
+				fc := fusefs.DefaultConfig()
+				fc.ControlName, fc.TTL, fc.AllowOther, fc.ListingAttrs = ".ctl", time.Second, true, true
+				fc.Owner, fc.GroupWrite, fc.Debug = fusefs.Owner{Uid: 7, Gid: 8}, true, true
+				return fc
+			}},
+		// Not clustered, the node starts no gossip; with Join alone it
+		// binds the default port.
+		{"cluster", func(*Config) {},
+			func(c *Config) any { return c.clusterConfig() },
+			func() any { return cluster.Config{} }},
+		{"cluster, join alone", func(c *Config) { c.NodeName, c.Join = "n", []string{"10.0.0.1:7946"} },
+			func(c *Config) any { return c.clusterConfig() },
+			func() any { return cluster.Config{NodeName: "n", Bind: defaultBind, Join: []string{"10.0.0.1:7946"}} }},
+		{"cluster fields", func(c *Config) {
+			c.Bind, c.Advertise, c.DataAddr, c.ClusterKey = "127.0.0.1:0", "10.0.0.2:7946", "127.0.0.1:0", testKey
+			c.Insecure, c.GossipLocal, c.ForgetDead = true, true, time.Second
+		},
+			func(c *Config) any { return c.clusterConfig() },
+			func() any {
+				return cluster.Config{Bind: "127.0.0.1:0", Advertise: "10.0.0.2:7946", Meta: cluster.Meta{DataAddr: "127.0.0.1:0"},
+					Key: testKey, Insecure: true, Local: true, ForgetDead: time.Second}
+			}},
+		// The nested Configs left these zero, for owners.New and
+		// allocator.New to take the same defaults.
+		{"owners", func(*Config) {},
+			func(c *Config) any { return c.ownersConfig() },
+			func() any { return owners.DefaultConfig() }},
+		{"owners fields", func(c *Config) { c.NodeName, c.HashPlacement, c.PlacementEpochs = "n", true, 2 },
+			func(c *Config) any { return c.ownersConfig() },
+			func() any { return owners.Config{NodeName: "n", HashPlacement: true, PlacementEpochs: 2} }},
+		{"allocator", func(*Config) {},
+			func(c *Config) any { return c.allocatorConfig() },
+			func() any { return allocator.DefaultConfig() }},
+		{"allocator fields", func(c *Config) { c.LoaderCPUs, c.AllocationMode, c.JobIdle = 3, allocator.Even, time.Second },
+			func(c *Config) any { return c.allocatorConfig() },
+			func() any {
+				ac := allocator.DefaultConfig()
+				ac.CPUs, ac.Mode, ac.Idle = 3, allocator.Even, time.Second
+				return ac
+			}},
+		{"prefetch, even allocation, clustered", func(c *Config) { c.AllocationMode, c.Bind = allocator.Even, "127.0.0.1:0" },
+			func(c *Config) any { return c.prefetchConfig() },
+			func() any {
+				pc := prefetch.DefaultConfig()
+				pc.Staging, pc.EvenShare, pc.AllRanks = 192<<20, true, true
 				return pc
 			}},
 	} {

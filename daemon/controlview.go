@@ -50,7 +50,7 @@ func (c *controlPlane) viewer(caller *fuse.Caller) viewer {
 			cred.Groups = pc.Groups
 		}
 	}
-	return viewer{cred: cred, all: cred.IsRoot() || cred.Uid == c.n.cfg.FUSE.Owner.Uid}
+	return viewer{cred: cred, all: cred.IsRoot() || cred.Uid == c.n.cfg.Owner.Uid}
 }
 
 // owns reports whether v may see job name's entries: its own jobs.

@@ -69,8 +69,10 @@ import (
 	"github.com/dlfs/dlfs/warmup"
 )
 
-// Config configures a node. Zero values take the defaults. Validate
-// checks it against this host; Start does so first.
+// Config configures a node: one field a setting, most of them a flag of
+// dlfs mount; Start derives each part's configuration from them
+// (config.go). Zero values take the defaults, which DefaultConfig spells
+// out. Validate checks it against this host; Start does so first.
 type Config struct {
 	Source     string // dataset directory; required
 	Mountpoint string // required
@@ -78,6 +80,15 @@ type Config struct {
 	// AllowNonEmpty lets the mount hide what Mountpoint holds; by
 	// default a mount point that is not empty is refused.
 	AllowNonEmpty bool
+	// DatasetID names the dataset for every host alike; "" draws its
+	// identity from its oldest files (package integrity).
+	DatasetID string
+	// MaxEntries bounds the files and directories (or packed samples) the
+	// catalog holds, each a few hundred bytes of RAM; 0:
+	// catalog.DefaultMaxEntries.
+	MaxEntries int
+
+	// The tiers.
 
 	RAMCache int64 // bytes; default 512 MiB; 0 after defaults means off
 	// RAMEvictLRU makes the RAM tier plain LRU even when plans are known
@@ -89,9 +100,7 @@ type Config struct {
 	// ssdstore's (4 GiB).
 	SSDCapacity int64
 
-	// DatasetID names the dataset for every host alike; "" draws its
-	// identity from its oldest files (package integrity).
-	DatasetID string
+	// The read path: the loader and the prefetcher.
 
 	// BlockSize is what the tiers cache, fetch and key by, and the
 	// largest read the kernel sends; default the loader's (1 MiB).
@@ -121,65 +130,110 @@ type Config struct {
 	// NoCoalesce reads every sample of a packed dataset with its own
 	// request (for comparison; coalescing is the default).
 	NoCoalesce bool
-
-	Catalog catalog.Config // Source and Hide are set by Start
-	FUSE    fusefs.Config  // ControlName, TTL, AllowOther, Debug
-
-	// Cluster configures gossip membership. With no Bind and no Join the
-	// node is a cluster of one and opens no gossip port.
-	Cluster cluster.Config
-	// KeyFile holds the cluster key (see ReadKey), when Cluster.Key is
-	// not given: Validate checks that only its owner may read it, and
-	// Start reads it.
-	KeyFile string
-	// HashPlacement places samples by hashing only, ignoring the jobs'
-	// plans (for comparison; placement by demand is the default).
-	HashPlacement bool
-	// PlacementEpochs is how many epochs of each job, from its first,
-	// demand placement counts reads over; default 4.
-	PlacementEpochs int
-
-	// Warmup warms the whole dataset after mounting, when the caches can
-	// hold it.
-	Warmup bool
-
-	// NoInfer turns off package readers' inference of the jobs of
-	// readers that announce none (streams are still shown).
-	NoInfer bool
-
 	// NoPush keeps the prefetcher from pushing what it holds into the
 	// kernel's page cache ahead of the reads (see package prefetch): every
 	// read then goes through the daemon, as before issue 14.
 	NoPush bool
+	// NoInfer turns off package readers' inference of the jobs of
+	// readers that announce none (streams are still shown).
+	NoInfer bool
+	// Warmup warms the whole dataset after mounting, when the caches can
+	// hold it.
+	Warmup bool
 
+	// The filesystem.
+
+	// ControlName is the hidden control directory at the root; default
+	// fusefs's (".dlfs").
+	ControlName string
+	// CacheTTL is how long the kernel caches names and attributes;
+	// default fusefs's (1 hour).
+	CacheTTL time.Duration
+	// AllowOther lets users other than the mounting one into the mount,
+	// as SOURCE's modes and owners allow.
+	AllowOther bool
+	// ListingAttrs answers every listing with each entry's attributes
+	// (READDIRPLUS): faster ls -l, find and du, slower plain listings.
+	ListingAttrs bool
+	// Owner owns the control directory and is the operator, who may write
+	// the control file and change every job; default this process's user
+	// and group. With GroupWrite, members of Owner.Gid may write it too.
+	Owner      fusefs.Owner
+	GroupWrite bool
 	// Passthrough is when the kernel reads files held in RAM from backing
 	// files itself (passthrough.go): PassthroughAuto (""), On or Off.
 	Passthrough string
+	// DebugFUSE logs every FUSE request (very verbose).
+	DebugFUSE bool
+
+	// The cluster. With no Bind and no Join the node is a cluster of one
+	// and opens no gossip port.
+
+	Bind      string   // HOST:PORT for gossip; with Join alone, 0.0.0.0:7946; port 0 picks one
+	Advertise string   // HOST:PORT the other nodes reach this one's gossip on; default Bind
+	Join      []string // HOST:PORT of members to join
+	// DataAddr is where this node serves its blocks to peers (HOST:PORT,
+	// port 0 picks one), advertised to the cluster; "" serves none.
+	DataAddr string
+	// ClusterKey authenticates and encrypts gossip and the data port.
+	// KeyFile holds it (see ReadKey) when it is not given: Validate checks
+	// that only its owner may read the file, and Start reads it.
+	ClusterKey []byte
+	KeyFile    string
+	// Insecure lets the node gossip and serve peers without a key: anyone
+	// who reaches the ports can join and read.
+	Insecure bool
+	// GossipLocal uses memberlist's loopback timings (fast failure
+	// detection), for tests and single-machine clusters.
+	GossipLocal bool
+	// ForgetDead is how long a member dead or gone stays in the view;
+	// default memberlist's (see cluster.Config).
+	ForgetDead time.Duration
+	// HashPlacement places samples by hashing only, ignoring the jobs'
+	// plans (for comparison; placement by demand is the default).
+	HashPlacement bool
+	// PlacementEpochs is how many epochs of each job, from its first,
+	// demand placement counts reads over; default owners' (4).
+	PlacementEpochs int
+
+	// Sharing the loader CPUs between the DataLoaders that report (package
+	// allocator).
+
+	// LoaderCPUs are the CPUs for the DataLoaders on this node: the most
+	// workers advised in total; default allocator's (every CPU).
+	LoaderCPUs int
+	// AllocationMode is how workers and prefetching are shared between
+	// jobs; default allocator's (allocator.Need).
+	AllocationMode allocator.Mode
+	// JobIdle ends a reporting job none of whose ranks reported, or read,
+	// for this long; default allocator's (2 minutes).
+	JobIdle time.Duration
+
+	// Metrics and logs.
 
 	// NoLatency turns off the latency histograms (reads by source, FUSE
 	// requests by operation, peer requests by member), for comparison:
 	// each observation costs two atomic adds and a clock read.
 	NoLatency bool
-
-	// Allocation shares the node's loader CPUs between the DataLoaders
-	// that report to it (package allocator): CPUs, Mode, Idle.
-	Allocation allocator.Config
-
 	// MetricsAddr serves Prometheus /metrics on HOST:PORT; "" is off.
 	MetricsAddr string
 	// MetricsLimits bounds that server: read, write and idle timeouts,
-	// and connections (zero fields: netlimit.DefaultHTTP).
+	// and connections (zero fields: netlimit.DefaultHTTP). It stays
+	// netlimit's own struct, handed over whole: no flag sets it (tests do),
+	// and five fields named for one HTTP server would only copy it.
 	MetricsLimits netlimit.HTTPConfig
 	// Registry collects the node's metrics; nil makes a fresh one.
 	Registry *prometheus.Registry
 	Logger   *slog.Logger // nil: discard
 }
 
-// DefaultConfig returns the defaults for serving source at mountpoint.
+// DefaultConfig returns the defaults for serving source at mountpoint:
+// each part's package's own.
 func DefaultConfig(source, mountpoint string) Config {
-	lc, pc := loader.DefaultConfig(), prefetch.DefaultConfig()
+	lc, pc, fc, ac := loader.DefaultConfig(), prefetch.DefaultConfig(), fusefs.DefaultConfig(), allocator.DefaultConfig()
 	return Config{
 		Source: source, Mountpoint: mountpoint,
+		MaxEntries:      catalog.DefaultConfig(source).MaxEntries,
 		RAMCache:        ramcache.DefaultConfig().Capacity,
 		SSDCapacity:     ssdstore.DefaultConfig("").Capacity,
 		BlockSize:       lc.BlockSize,
@@ -187,8 +241,13 @@ func DefaultConfig(source, mountpoint string) Config {
 		ReadAhead:       lc.ReadAhead,
 		PrefetchWorkers: pc.Workers,
 		PFSTimeout:      lc.PFSTimeout,
-		Catalog:         catalog.DefaultConfig(source),
-		FUSE:            fusefs.DefaultConfig(),
+		ControlName:     fc.ControlName,
+		CacheTTL:        fc.TTL,
+		Owner:           fc.Owner,
+		PlacementEpochs: owners.DefaultConfig().PlacementEpochs,
+		LoaderCPUs:      ac.CPUs,
+		AllocationMode:  ac.Mode,
+		JobIdle:         ac.Idle,
 	}
 }
 
@@ -312,9 +371,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if cfg.NodeName == "" {
 		cfg.NodeName, _ = os.Hostname()
 	}
-	if cfg.FUSE.ControlName == "" {
-		cfg.FUSE.ControlName = fusefs.DefaultConfig().ControlName
-	}
+	cfg.ControlName = cfg.controlName()
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
@@ -330,8 +387,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	for _, w := range warnings {
 		cfg.Logger.Warn(w.Error())
 	}
-	if cfg.KeyFile != "" && len(cfg.Cluster.Key) == 0 {
-		if cfg.Cluster.Key, err = ReadKey(cfg.KeyFile); err != nil {
+	if cfg.KeyFile != "" && len(cfg.ClusterKey) == 0 {
+		if cfg.ClusterKey, err = ReadKey(cfg.KeyFile); err != nil {
 			return nil, err
 		}
 	}
@@ -349,7 +406,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	// A packed SOURCE shows the tree it holds; its samples are read from
 	// their containers.
 	var pfs loader.PFS = n.src
-	maxEntries := cfg.Catalog.MaxEntries
+	maxEntries := cfg.MaxEntries
 	if maxEntries <= 0 {
 		maxEntries = catalog.DefaultMaxEntries
 	}
@@ -367,11 +424,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	cc := cfg.Catalog
-	cc.Source, cc.Hide, cc.Logger = cfg.Source, []string{cfg.FUSE.ControlName}, cfg.Logger
-	if cfg.PFSTimeout > 0 {
-		cc.StallTimeout = cfg.PFSTimeout // the operator's one bound on waiting for SOURCE
-	}
+	cc := cfg.catalogConfig()
 	if n.packed != nil {
 		cc.Lister, pfs = n.packed, n.packed
 	} else if cfg.SSDDir != "" {
@@ -446,7 +499,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		ReadFile: n.readWhole,
 		AllRanks: allRanks,
 		Layout:   n.layout,
-		Operator: cfg.FUSE.Owner.Uid, // the mounting user may change every job
+		Operator: cfg.Owner.Uid, // the mounting user may change every job
 		Logger:   cfg.Logger,
 	})
 	if !cfg.NoLatency {
@@ -454,11 +507,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 			return nil, err
 		}
 	}
-	if cc := cfg.Cluster; cc.Bind != "" || len(cc.Join) > 0 {
-		if cc.Bind == "" {
-			cc.Bind = defaultBind
-		}
-		cc.NodeName, cc.Logger = cfg.NodeName, cfg.Logger
+	if cfg.clustered() {
+		cc := cfg.clusterConfig()
 		cc.Meta.Dataset, cc.Meta.Placement = n.dataset.String(), placement.HashVersion
 		cc.Meta.RAM, cc.Meta.SSD = cfg.RAMCache, 0
 		if n.tiers.ssd != nil {
@@ -484,8 +534,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		if err != nil {
 			return nil, err
 		}
-		oc := owners.Config{NodeName: cfg.NodeName, Dataset: n.dataset.String(), HashPlacement: cfg.HashPlacement,
-			PlacementEpochs: cfg.PlacementEpochs, Logger: cfg.Logger}
+		oc := cfg.ownersConfig()
+		oc.Dataset = n.dataset.String()
 		if n.cluster.owners, err = owners.New(oc, owners.Deps{Cluster: n.cluster.gossip, Jobs: n.jobs, Peers: peers, Model: lc.Model,
 			Snapshot: n.cat.Snapshot, Tag: n.tiers.load.Tag, BlockSize: n.tiers.load.BlockSize(), Latency: n.lat.peer}); err != nil {
 			peers.Close()
@@ -517,18 +567,14 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	})
 	n.readers.Start()
 	n.onClose("readers", func() error { n.readers.Close(); return nil })
-	ac := cfg.Allocation
-	ac.Logger = cfg.Logger
-	if ac.NodeCPU == nil {
-		ac.NodeCPU = allocator.ProcStat
-	}
-	ac.LastRead = n.lastRead
+	ac := cfg.allocatorConfig()
+	ac.NodeCPU, ac.LastRead = allocator.ProcStat, n.lastRead
 	n.alloc.Allocator = allocator.New(ac)
 	n.warmer = warmup.New(warmup.Config{Logger: cfg.Logger}, warmSource{n})
 	n.onClose("warmup", func() error { n.warmer.Close(); return nil })
 	n.ctl = &controlPlane{n: n}
-	fc := cfg.FUSE
-	fc.Logger, fc.MaxRequest = cfg.Logger, int(n.tiers.load.BlockSize())
+	fc := cfg.fuseConfig()
+	fc.MaxRequest = int(n.tiers.load.BlockSize())
 	// The daemon's polls for a reader reach no FUSE handler (it holds the
 	// control directory, and a FIFO is the kernel's; see startAccessLog),
 	// so it does not log itself.

@@ -32,7 +32,7 @@ func start(t *testing.T, src string, mod func(*Config)) (*Node, string) {
 	cfg.RAMCache = 64 << 20
 	cfg.SSDDir = filepath.Join(t.TempDir(), "ssd")
 	cfg.SSDCapacity = 64 << 20
-	cfg.FUSE.Debug = testing.Verbose() && os.Getenv("DLFS_FUSE_DEBUG") != ""
+	cfg.DebugFUSE = testing.Verbose() && os.Getenv("DLFS_FUSE_DEBUG") != ""
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -289,10 +289,15 @@ var testKey = []byte("0123456789abcdef")
 func startMember(t *testing.T, src, name string, join ...string) (*Node, string) {
 	t.Helper()
 	return start(t, src, func(c *Config) {
-		c.NodeName = name
-		c.Cluster = cluster.Config{Bind: "127.0.0.1:0", Join: join, Key: testKey, Local: true,
-			Meta: cluster.Meta{DataAddr: "127.0.0.1:0"}}
+		gossipOn(c, name, join...)
+		c.DataAddr = "127.0.0.1:0"
 	})
+}
+
+// gossipOn makes c a node called name that gossips on loopback with the
+// test key, joining join if given.
+func gossipOn(c *Config, name string, join ...string) {
+	c.NodeName, c.Bind, c.Join, c.ClusterKey, c.GossipLocal = name, "127.0.0.1:0", join, testKey, true
 }
 
 // startPair mounts nodes a and b over src as one cluster and waits until
@@ -342,12 +347,8 @@ func startFails(t *testing.T, src string, words ...string) {
 // their capacities, under cluster in .dlfs/stats.
 func TestTwoNodesSeeEachOther(t *testing.T) {
 	src := conformance.OddTree(t, t.TempDir())
-	a, mntA := start(t, src, func(c *Config) { // gossip only: no data address
-		c.NodeName, c.Cluster = "a", cluster.Config{Bind: "127.0.0.1:0", Key: testKey, Local: true}
-	})
-	b, _ := start(t, src, func(c *Config) {
-		c.NodeName, c.Cluster = "b", cluster.Config{Bind: "127.0.0.1:0", Join: []string{a.cluster.gossip.Addr()}, Key: testKey, Local: true}
-	})
+	a, mntA := start(t, src, func(c *Config) { gossipOn(c, "a") }) // gossip only: no data address
+	b, _ := start(t, src, func(c *Config) { gossipOn(c, "b", a.cluster.gossip.Addr()) })
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		var st Stats

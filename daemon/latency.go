@@ -67,7 +67,7 @@ const accessLogName = "accesslog"
 func (n *Node) startAccessLog() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	pipe := filepath.Join(n.cfg.Mountpoint, n.cfg.FUSE.ControlName, accessLogName)
+	pipe := filepath.Join(n.cfg.Mountpoint, n.cfg.ControlName, accessLogName)
 	open := func() (io.WriteCloser, error) {
 		fd, err := unix.Open(pipe, unix.O_WRONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 		if err != nil {

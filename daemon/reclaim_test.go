@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlfs/dlfs/cluster"
 	"github.com/dlfs/dlfs/test/conformance"
 )
 
@@ -17,11 +16,10 @@ import (
 func TestGoneMemberForgotten(t *testing.T) {
 	src := conformance.OddTree(t, t.TempDir())
 	a, mntA := start(t, src, func(c *Config) {
-		c.NodeName, c.Cluster = "a", cluster.Config{Bind: "127.0.0.1:0", Key: testKey, Local: true, ForgetDead: 500 * time.Millisecond}
+		gossipOn(c, "a")
+		c.ForgetDead = 500 * time.Millisecond
 	})
-	b, _ := start(t, src, func(c *Config) {
-		c.NodeName, c.Cluster = "b", cluster.Config{Bind: "127.0.0.1:0", Join: []string{a.cluster.gossip.Addr()}, Key: testKey, Local: true}
-	})
+	b, _ := start(t, src, func(c *Config) { gossipOn(c, "b", a.cluster.gossip.Addr()) })
 	waitAlive(t, 2, a, b)
 	if err := b.Close(); err != nil {
 		t.Fatal(err)

@@ -195,7 +195,7 @@ func (c *Config) checkAllButSource(h Host) []Check {
 	out = append(out, c.checkCluster(h)...)
 
 	// This host.
-	out = append(out, checkFUSE(h, c.FUSE.AllowOther)...)
+	out = append(out, checkFUSE(h, c.AllowOther)...)
 	out = append(out, c.checkPassthrough(h))
 	out = append(out, c.checkMemory(h)...)
 	if c.SSDDir != "" {
@@ -204,7 +204,7 @@ func (c *Config) checkAllButSource(h Host) []Check {
 	for _, p := range []struct {
 		flag, addr string
 		udp        bool
-	}{{"--bind", c.gossipBind(), true}, {"--data-addr", c.Cluster.Meta.DataAddr, false}, {"--metrics-addr", c.MetricsAddr, false}} {
+	}{{"--bind", c.gossipBind(), true}, {"--data-addr", c.DataAddr, false}, {"--metrics-addr", c.MetricsAddr, false}} {
 		if p.addr == "" {
 			continue
 		}
@@ -222,28 +222,6 @@ func (c *Config) checkAllButSource(h Host) []Check {
 		out = append(out, c.checkMountpoint())
 	}
 	return out
-}
-
-func (c *Config) controlName() string {
-	if c.FUSE.ControlName == "" {
-		return ".dlfs"
-	}
-	return c.FUSE.ControlName
-}
-
-// clustered reports whether the node joins a cluster (gossip, the data
-// port) rather than serving alone.
-func (c *Config) clustered() bool { return c.Cluster.Bind != "" || len(c.Cluster.Join) > 0 }
-
-// gossipBind is where gossip listens: "" when the node serves alone.
-func (c *Config) gossipBind() string {
-	switch {
-	case c.Cluster.Bind != "":
-		return c.Cluster.Bind
-	case len(c.Cluster.Join) > 0:
-		return defaultBind
-	}
-	return ""
 }
 
 // checkCluster checks the key and the addresses the other hosts would
@@ -267,14 +245,13 @@ func (c *Config) checkCluster(h Host) []Check {
 				add(OK, "--cluster-key-file", "%s: a valid key, mode %04o", f, fi.Mode().Perm())
 			}
 		}
-	} else if (c.clustered() || c.Cluster.Meta.DataAddr != "") && len(c.Cluster.Key) == 0 && !c.Cluster.Insecure {
+	} else if (c.clustered() || c.DataAddr != "") && len(c.ClusterKey) == 0 && !c.Insecure {
 		add(Fail, "--cluster-key-file", "no cluster key: anyone who reaches the gossip or data port could join and read the dataset; give --cluster-key-file (head -c 32 /dev/urandom | base64 > key; chmod 600 key), or --insecure on a network only trusted nodes reach")
 	}
 	if !c.clustered() {
 		return out
 	}
-	cc := c.Cluster
-	cc.Bind = c.gossipBind()
+	cc := c.clusterConfig()
 	ip, data, err := cluster.Addresses(cc)
 	if err != nil {
 		add(Fail, "addresses", "%v", err)

@@ -70,7 +70,7 @@ func TestCheck(t *testing.T) {
 		{"no device", func(h *Host) { h.FUSEDev = "/nonexistent/fuse" }, nil, "/nonexistent/fuse", Fail, "modprobe fuse"},
 		{"device a regular file", func(h *Host) { h.FUSEDev = h.Meminfo }, nil, "", Fail, "mknod"},
 		{"no helper", func(h *Host) { h.LookPath = func(string) (string, error) { return "", errors.New("not found") } }, nil, "mount", Fail, "apt install fuse3"},
-		{"allow-other without user_allow_other", nil, func(c *Config) { c.FUSE.AllowOther = true }, "--allow-other", Fail, "user_allow_other"},
+		{"allow-other without user_allow_other", nil, func(c *Config) { c.AllowOther = true }, "--allow-other", Fail, "user_allow_other"},
 		{"old kernel", func(h *Host) { h.Release = "4.15.0-200-generic" }, nil, "kernel", Fail, "4.19 or newer"},
 		{"odd kernel", func(h *Host) { h.Release = "weird" }, nil, "kernel", Warn, "4.19"},
 		{"RAM tier beyond the host", nil, func(c *Config) { c.RAMCache = 64 << 30 }, "--ram-cache", Fail, "this host has 8.0 GiB in all"},
@@ -81,14 +81,14 @@ func TestCheck(t *testing.T) {
 		}, nil, "--ram-cache", Fail, "cgroup allows 512.0 MiB"},
 		{"RAM tier beyond what is available", nil, func(c *Config) { c.RAMCache = 4 << 30 }, "--ram-cache", Warn, "lower --ram-cache"},
 		{"metrics port taken", func(h *Host) { h.ListenTCP = taken }, func(c *Config) { c.MetricsAddr = "127.0.0.1:9100" }, "--metrics-addr", Fail, "address already in use"},
-		{"gossip port taken", func(h *Host) { h.ListenUDP = taken }, func(c *Config) { c.Cluster.Bind, c.Cluster.Insecure = "127.0.0.1:7946", true }, "--bind", Fail, "address already in use"},
+		{"gossip port taken", func(h *Host) { h.ListenUDP = taken }, func(c *Config) { c.Bind, c.Insecure = "127.0.0.1:7946", true }, "--bind", Fail, "address already in use"},
 		{"data port taken", func(h *Host) { h.ListenTCP = taken }, func(c *Config) {
-			c.Cluster.Bind, c.Cluster.Meta.DataAddr, c.Cluster.Insecure = "127.0.0.1:7946", "127.0.0.1:7947", true
+			c.Bind, c.DataAddr, c.Insecure = "127.0.0.1:7946", "127.0.0.1:7947", true
 		}, "--data-addr", Fail, "address already in use"},
-		{"gossip without a key", nil, func(c *Config) { c.Cluster.Join = []string{"10.0.0.1:7946"} }, "--cluster-key-file", Fail, "no cluster key"},
+		{"gossip without a key", nil, func(c *Config) { c.Join = []string{"10.0.0.1:7946"} }, "--cluster-key-file", Fail, "no cluster key"},
 		{"bad dataset id", nil, func(c *Config) { c.DatasetID = "two words" }, "--dataset-id", Fail, "imagenet-2012"},
 		{"negative read-ahead", nil, func(c *Config) { c.ReadAhead = -1 }, "loader", Fail, "read-ahead bounds -1"},
-		{"control name with a slash", nil, func(c *Config) { c.FUSE.ControlName = "a/b" }, "--control-name", Fail, "plain file name"},
+		{"control name with a slash", nil, func(c *Config) { c.ControlName = "a/b" }, "--control-name", Fail, "plain file name"},
 		{"SSD tier too small", nil, func(c *Config) { c.SSDDir, c.SSDCapacity = t.TempDir(), 1<<20 }, "--ssd-cache-size", Fail, "16 MiB"},
 		{"SSD tier beyond the disk", nil, func(c *Config) { c.SSDDir, c.SSDCapacity = t.TempDir(), 1<<60 }, "--ssd-cache", Warn, "free"},
 		{"no MOUNTPOINT", nil, func(c *Config) { c.Mountpoint = filepath.Join(t.TempDir(), "none") }, "MOUNTPOINT", Fail, "mkdir -p"},
@@ -116,7 +116,7 @@ func TestCheck(t *testing.T) {
 
 	// user_allow_other set; root needs none.
 	h, c := fakeHost(t), fineConfig(t)
-	c.FUSE.AllowOther = true
+	c.AllowOther = true
 	if err := os.WriteFile(h.FUSEConf, []byte("# comment\nuser_allow_other\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestCheck(t *testing.T) {
 func TestCheckKeyFile(t *testing.T) {
 	h, c := fakeHost(t), fineConfig(t)
 	c.KeyFile = filepath.Join(t.TempDir(), "key")
-	c.Cluster.Bind = "127.0.0.1:7946"
+	c.Bind = "127.0.0.1:7946"
 	for _, tc := range []struct {
 		data  string
 		mode  os.FileMode
@@ -290,7 +290,7 @@ func TestCheckAddresses(t *testing.T) {
 		{addrs{bind: "0.0.0.0:7946", advertise: "10.0.0.5:7946", data: "0.0.0.0:7947"}, OK, "10.0.0.5:7947"},
 	} {
 		c := fineConfig(t)
-		c.Cluster.Bind, c.Cluster.Advertise, c.Cluster.Meta.DataAddr, c.Cluster.Join, c.Cluster.Insecure = tc.a.bind, tc.a.advertise, tc.a.data, tc.a.join, true
+		c.Bind, c.Advertise, c.DataAddr, c.Join, c.Insecure = tc.a.bind, tc.a.advertise, tc.a.data, tc.a.join, true
 		got := findCheck(t, c.Check(fakeHost(t)), "addresses")
 		if got.Level != tc.level || !strings.Contains(got.Detail, tc.want) || strings.Contains(got.Detail, "\n") {
 			t.Errorf("%+v: %s %s, want %s naming %q", tc.a, got.Level, got.Detail, tc.level, tc.want)

@@ -65,8 +65,8 @@ stats:
 		{"--pfs-timeout (env over file)", cfg.PFSTimeout, 2 * time.Minute},
 		{"--node-name (env)", cfg.NodeName, "n7"},
 		{"--staging (mount section over top level)", cfg.Staging, int64(128 << 20)},
-		{"--join (a list)", strings.Join(cfg.Cluster.Join, ","), "127.0.0.1:7946,127.0.0.2:7946"},
-		{"--insecure (file)", cfg.Cluster.Insecure, true},
+		{"--join (a list)", strings.Join(cfg.Join, ","), "127.0.0.1:7946,127.0.0.2:7946"},
+		{"--insecure (file)", cfg.Insecure, true},
 		{"--ssd-cache-size (default)", cfg.SSDCapacity, daemon.DefaultConfig("", "").SSDCapacity},
 		{"--log-level (default)", o.logLevel, "info"},
 	} {

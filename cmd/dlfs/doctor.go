@@ -92,11 +92,11 @@ func printChecks(w io.Writer, checks []daemon.Check) int {
 // mount's members do.
 func runDoctor(env doctorEnv, cfg daemon.Config) []daemon.Check {
 	out := cfg.Check(env.host)
-	out = append(out, checkJoin(env, cfg.Cluster.Join)...)
+	out = append(out, checkJoin(env, cfg.Join)...)
 	if cfg.Mountpoint != "" {
 		if m, ok := fusefs.MountAt(cfg.Mountpoint); ok && strings.HasPrefix(m.Source, "dlfs:") {
-			out = append(out, checkLiveMembers(env, cfg.Mountpoint, cfg.FUSE.ControlName)...) // can it reach its peers?
-			out = append(out, checkLivePassthrough(cfg.Mountpoint, cfg.FUSE.ControlName)...)
+			out = append(out, checkLiveMembers(env, cfg.Mountpoint, cfg.ControlName)...) // can it reach its peers?
+			out = append(out, checkLivePassthrough(cfg.Mountpoint, cfg.ControlName)...)
 		}
 	}
 	return out

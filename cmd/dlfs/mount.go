@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"os/user"
-	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"syscall"
@@ -129,9 +128,9 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "text", "text (key=value) or json (one object a line)")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on HOST:PORT (off when empty)")
-	f.StringVar(&o.controlName, "control-name", def.FUSE.ControlName, "name of the hidden control directory at the root")
+	f.StringVar(&o.controlName, "control-name", def.ControlName, "name of the hidden control directory at the root")
 	f.StringVar(&o.nodeName, "node-name", "", "name of this node in stats (default: host name)")
-	f.DurationVar(&o.ttl, "cache-ttl", def.FUSE.TTL, "how long the kernel caches names and attributes")
+	f.DurationVar(&o.ttl, "cache-ttl", def.CacheTTL, "how long the kernel caches names and attributes")
 	f.IntVar(&o.pfWorkers, "prefetch-workers", def.PrefetchWorkers, "fetches in flight ahead of announced jobs")
 	f.Var(&o.staging, "staging", "memory for fetched samples not yet read: the prefetcher's, and read-ahead's quarter")
 	f.Var(&o.readAhead, "read-ahead", "bytes fetched ahead of one reader moving forward through a file (at most a quarter of --staging; 0 turns read-ahead off)")
@@ -145,7 +144,7 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 	f.BoolVar(&o.warmup, "warmup", false, "after mounting, fetch the whole dataset into the caches if they can hold it (see dlfs warmup)")
 	f.BoolVar(&o.infer, "infer", true, "infer the jobs of readers that announce none (sequential and strided scans) and prefetch for them")
 	f.StringVar(&o.placement, "placement", "demand", "cluster placement: demand (each sample on the node whose ranks read it most, from the gossiped jobs) or hash")
-	f.IntVar(&o.placeEpochs, "placement-epochs", 4, "epochs of each job, from its first, that demand placement counts reads over")
+	f.IntVar(&o.placeEpochs, "placement-epochs", def.PlacementEpochs, "epochs of each job, from its first, that demand placement counts reads over")
 	f.Float64Var(&o.pfsMargin, "pfs-margin", 0, "read the PFS instead of a peer's copy that the model expects to be this many times slower; 0 never")
 	f.DurationVar(&o.pfsTimeout, "pfs-timeout", def.PFSTimeout, "how long a read of SOURCE may take before the reader gets ETIMEDOUT (a PFS that stops answering)")
 	f.DurationVar(&o.stopTimeout, "stop-timeout", 30*time.Second, "how long unmounting on SIGTERM may take before dlfs detaches the mount lazily and exits 1 (a second SIGTERM does so at once)")
@@ -153,9 +152,9 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 	f.BoolVar(&o.push, "push", true, "write prefetched samples into the kernel's page cache ahead of their reads, so a read costs no round trip to dlfs")
 	f.StringVar(&o.passthrough, "passthrough", "auto", "let the kernel read files held whole in RAM from sealed backing files (FUSE passthrough: Linux 6.9+, the daemon as root): auto (for a dataset whose files average 1 MiB or more), on or off")
 	f.BoolVar(&o.coalesce, "coalesce", true, "read neighbouring samples of a packed SOURCE in one request when the PFS model says it is cheaper")
-	f.StringVar(&o.allocation, "allocation", string(allocator.Need), "how DataLoader workers and prefetching are shared between jobs: need (workers by each reporting job's measured model and loading costs, fetches to the job that needs its next sample soonest) or even (equal workers, every job as many samples ahead)")
-	f.IntVar(&o.loaderCPUs, "loader-cpus", runtime.NumCPU(), "CPUs for the DataLoaders on this node: the most workers advised in total")
-	f.DurationVar(&o.jobIdle, "job-idle", 2*time.Minute, "a reporting job none of whose ranks reported, or read through dlfs, for this long has ended, and its workers go to the others")
+	f.StringVar(&o.allocation, "allocation", string(def.AllocationMode), "how DataLoader workers and prefetching are shared between jobs: need (workers by each reporting job's measured model and loading costs, fetches to the job that needs its next sample soonest) or even (equal workers, every job as many samples ahead)")
+	f.IntVar(&o.loaderCPUs, "loader-cpus", def.LoaderCPUs, "CPUs for the DataLoaders on this node: the most workers advised in total")
+	f.DurationVar(&o.jobIdle, "job-idle", def.JobIdle, "a reporting job none of whose ranks reported, or read through dlfs, for this long has ended, and its workers go to the others")
 	f.BoolVar(&o.debugFUSE, "debug-fuse", false, "log every FUSE request")
 	f.StringVar(&o.cpuProfile, "cpu-profile", "", "write a Go CPU profile to this file until unmount")
 	_ = f.MarkHidden("cpu-profile")
@@ -174,22 +173,22 @@ func (o *mountOptions) config(source, mountpoint string) (daemon.Config, error) 
 	cfg.SSDDir = o.ssdCache
 	cfg.SSDCapacity = int64(o.ssdCacheSize)
 	cfg.DatasetID = o.datasetID
-	cfg.FUSE.AllowOther = o.allowOther
-	cfg.FUSE.ListingAttrs = o.listingAttrs
+	cfg.AllowOther = o.allowOther
+	cfg.ListingAttrs = o.listingAttrs
 	if o.maxFiles <= 0 {
 		return cfg, fmt.Errorf("--max-files %d: want a positive number", o.maxFiles)
 	}
-	cfg.Catalog.MaxEntries = o.maxFiles
+	cfg.MaxEntries = o.maxFiles
 	if o.controlGroup != "" {
 		gid, err := lookupGroup(o.controlGroup)
 		if err != nil {
 			return cfg, err
 		}
-		cfg.FUSE.Owner.Gid, cfg.FUSE.GroupWrite = gid, true
+		cfg.Owner.Gid, cfg.GroupWrite = gid, true
 	}
-	cfg.FUSE.ControlName = o.controlName
-	cfg.FUSE.TTL = o.ttl
-	cfg.FUSE.Debug = o.debugFUSE
+	cfg.ControlName = o.controlName
+	cfg.CacheTTL = o.ttl
+	cfg.DebugFUSE = o.debugFUSE
 	cfg.MetricsAddr = o.metricsAddr
 	cfg.NodeName = o.nodeName
 	cfg.PrefetchWorkers = o.pfWorkers
@@ -201,10 +200,10 @@ func (o *mountOptions) config(source, mountpoint string) (daemon.Config, error) 
 			}
 		}
 	}
-	cfg.Cluster.Bind, cfg.Cluster.Advertise, cfg.Cluster.Join = o.bind, o.advertise, o.join
-	cfg.Cluster.Meta.DataAddr = o.dataAddr
-	cfg.KeyFile = o.keyFile           // daemon.Config.Validate checks its mode
-	cfg.Cluster.Insecure = o.insecure // the daemon refuses a cluster port without a key unless set
+	cfg.Bind, cfg.Advertise, cfg.Join = o.bind, o.advertise, o.join
+	cfg.DataAddr = o.dataAddr
+	cfg.KeyFile = o.keyFile   // daemon.Config.Validate checks its mode
+	cfg.Insecure = o.insecure // the daemon refuses a cluster port without a key unless set
 	switch o.ramEviction {
 	case "belady":
 	case "lru":
@@ -239,7 +238,7 @@ func (o *mountOptions) config(source, mountpoint string) (daemon.Config, error) 
 	if o.jobIdle < time.Second {
 		return cfg, fmt.Errorf("--job-idle %v: want at least 1s", o.jobIdle)
 	}
-	cfg.Allocation.Mode, cfg.Allocation.CPUs, cfg.Allocation.Idle = mode, o.loaderCPUs, o.jobIdle
+	cfg.AllocationMode, cfg.LoaderCPUs, cfg.JobIdle = mode, o.loaderCPUs, o.jobIdle
 	if o.pfsMargin < 0 {
 		return cfg, fmt.Errorf("--pfs-margin %g: want 0 (never) or a factor above 1", o.pfsMargin)
 	}

@@ -58,7 +58,7 @@ func TestMountFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got.Source != "src" || got.Mountpoint != "mnt" || got.RAMCache != 1<<30 || got.SSDDir != "/ssd" ||
-		got.SSDCapacity != 2<<30 || !got.FUSE.AllowOther || got.FUSE.ControlName != ".ctl" || got.MetricsAddr != "127.0.0.1:9" {
+		got.SSDCapacity != 2<<30 || !got.AllowOther || got.ControlName != ".ctl" || got.MetricsAddr != "127.0.0.1:9" {
 		t.Errorf("config %+v", got)
 	}
 	// A control name with a slash is the Config's fault: Validate says so
