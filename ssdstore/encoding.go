@@ -8,8 +8,8 @@ import (
 	"github.com/dlfs/dlfs/integrity"
 )
 
-// The stored form: Badger keys (segment, length, block key) and values
-// (header, then data), checked on every read.
+// The stored form: Badger keys (segment, length, file ID, block key) and
+// values (header, then data), checked on every read.
 
 const (
 	magic      = 0x444c4653 // "DLFS"
@@ -17,25 +17,57 @@ const (
 	headerSize = 32
 )
 
-// dbKey is the Badger key of a block: 's', the segment, the data length
-// (so that Open rebuilds the index from keys alone) and the block key.
+// Key forms. A block whose file ID is known is stored under 'i', the
+// segment, the data length, the ID and the block key; one whose ID is 0
+// (unknown) under 's', the segment, the data length and the block key,
+// the only form before IDs were kept (such stores still open, their IDs
+// unknown). Open rebuilds the index, IDs included, from keys alone.
+const (
+	formPlain = 's'
+	formID    = 'i'
+)
+
+// dbKey is the Badger key of a block: its form follows from m.id, so that
+// the index entry alone finds the key.
 func dbKey(m meta, key string) []byte {
-	k := make([]byte, 9+len(key))
-	k[0] = 's'
+	n := 9
+	if m.id != 0 {
+		n += 8
+	}
+	k := make([]byte, n+len(key))
+	k[0] = formPlain
 	binary.BigEndian.PutUint32(k[1:5], m.seg)
-	binary.BigEndian.PutUint32(k[5:9], uint32(m.len))
-	copy(k[9:], key)
+	binary.BigEndian.PutUint32(k[5:9], m.len)
+	if m.id != 0 {
+		k[0] = formID
+		binary.BigEndian.PutUint64(k[9:17], m.id)
+	}
+	copy(k[n:], key)
 	return k
 }
 
-func segPrefix(seg uint32) []byte { return dbKey(meta{seg: seg}, "")[:5] }
+// segPrefixes are the prefixes of seg's keys, of either form.
+func segPrefixes(seg uint32) [][]byte {
+	return [][]byte{dbKey(meta{seg: seg}, "")[:5], dbKey(meta{seg: seg, id: 1}, "")[:5]}
+}
 
+// parseKey parses a key of either form; an 'i' key with ID 0 is not one
+// dbKey writes, and is refused.
 func parseKey(k []byte) (m meta, key string, ok bool) {
-	if len(k) < 9 || k[0] != 's' {
+	if len(k) < 9 || (k[0] != formPlain && k[0] != formID) {
 		return meta{}, "", false
 	}
-	m = meta{seg: binary.BigEndian.Uint32(k[1:5]), len: int64(binary.BigEndian.Uint32(k[5:9]))}
-	return m, string(k[9:]), true
+	m = meta{seg: binary.BigEndian.Uint32(k[1:5]), len: binary.BigEndian.Uint32(k[5:9])}
+	if k[0] == formPlain {
+		return m, string(k[9:]), true
+	}
+	if len(k) < 17 {
+		return meta{}, "", false
+	}
+	if m.id = binary.BigEndian.Uint64(k[9:17]); m.id == 0 {
+		return meta{}, "", false
+	}
+	return m, string(k[17:]), true
 }
 
 // encode returns the stored form of b.

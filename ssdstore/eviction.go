@@ -90,7 +90,7 @@ func (s *Store) evictOldest(force bool) bool {
 		if m.seg == oldest {
 			victims = append(victims, keyMeta{k, m})
 			delete(s.index, k)
-			s.bytes -= m.len
+			s.bytes -= int64(m.len)
 		}
 	}
 	delete(s.segBytes, oldest)
@@ -98,7 +98,7 @@ func (s *Store) evictOldest(force bool) bool {
 	s.mu.Unlock()
 	s.keepPlanned(victims)
 	s.dropMu.Lock()
-	err := s.db.DropPrefix(segPrefix(oldest))
+	err := s.db.DropPrefix(segPrefixes(oldest)...)
 	s.dropMu.Unlock()
 	if err != nil && !errors.Is(err, badger.ErrDBClosed) {
 		s.log.Warn("ssdstore: dropping segment failed", "segment", oldest, "err", err)
@@ -114,9 +114,10 @@ type keyMeta struct {
 // keepPlanned copies the blocks of a segment about to be dropped that a
 // plan needs soonest into the current segment, up to half a segment's
 // bytes: segment eviction approximates Belady's policy when the future is
-// known. Without Config.NextUse it does nothing.
+// known. Without Config.NextUseID or NextUse it does nothing.
 func (s *Store) keepPlanned(victims []keyMeta) {
-	if s.cfg.NextUse == nil {
+	next := s.nextUse()
+	if next == nil {
 		return
 	}
 	type planned struct {
@@ -125,14 +126,14 @@ func (s *Store) keepPlanned(victims []keyMeta) {
 	}
 	var keep []planned
 	for _, v := range victims {
-		if n := s.cfg.NextUse(v.key); n != math.MaxInt64 {
+		if n := next(v); n != math.MaxInt64 {
 			keep = append(keep, planned{v, n})
 		}
 	}
 	sort.Slice(keep, func(i, j int) bool { return keep[i].next < keep[j].next })
 	budget := s.dataCap / int64(s.cfg.Segments) / 2
 	for _, k := range keep {
-		if budget -= k.m.len; budget < 0 {
+		if budget -= int64(k.m.len); budget < 0 {
 			break
 		}
 		var v []byte
@@ -147,12 +148,34 @@ func (s *Store) keepPlanned(victims []keyMeta) {
 		if err != nil {
 			continue
 		}
-		if b, err := decode(v); err == nil && s.put(k.key, b, true) == nil {
+		b, err := decode(v)
+		if err != nil {
+			continue
+		}
+		b.ID = k.m.id // the key holds it, not the value
+		if s.put(k.key, b, true) == nil {
 			s.mu.Lock()
 			s.rewritten++
 			s.mu.Unlock()
 		}
 	}
+}
+
+// nextUse is the oracle keepPlanned asks about a block: NextUseID by the
+// block's ID (an unknown one is not planned), else NextUse by its key.
+func (s *Store) nextUse() func(keyMeta) int64 {
+	switch {
+	case s.cfg.NextUseID != nil:
+		return func(v keyMeta) int64 {
+			if v.m.id == 0 {
+				return math.MaxInt64
+			}
+			return s.cfg.NextUseID(v.m.id)
+		}
+	case s.cfg.NextUse != nil:
+		return func(v keyMeta) int64 { return s.cfg.NextUse(v.key) }
+	}
+	return nil
 }
 
 // garbage reports whether the value log is noticeably larger than the data.

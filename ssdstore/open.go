@@ -216,7 +216,7 @@ func checkTable(path string) (err error) {
 	return mf.Close(-1)
 }
 
-// load rebuilds the index from the keys alone.
+// load rebuilds the index, IDs included, from the keys alone.
 func (s *Store) load() error {
 	return s.db.View(func(txn *badger.Txn) error {
 		opts := badger.DefaultIteratorOptions
@@ -228,9 +228,20 @@ func (s *Store) load() error {
 			if !ok {
 				continue
 			}
+			if old, ok := s.index[key]; ok {
+				// Two keys for one block (a rewrite under another
+				// length or ID whose old key was not deleted): the
+				// newer segment's counts; the other goes with its
+				// segment.
+				if old.seg > m.seg {
+					continue
+				}
+				s.segBytes[old.seg] -= int64(old.len)
+				s.bytes -= int64(old.len)
+			}
 			s.index[key] = m
-			s.segBytes[m.seg] += m.len
-			s.bytes += m.len
+			s.segBytes[m.seg] += int64(m.len)
+			s.bytes += int64(m.len)
 			s.cur = max(s.cur, m.seg)
 		}
 		if len(s.index) > 0 {

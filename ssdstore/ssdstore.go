@@ -3,33 +3,37 @@
 //
 // # Layout
 //
-// Each block is one Badger entry. Its key is "s", the 4-byte big-endian
-// number of the segment it was written in, the 4-byte data length, and the
-// block key; its value is a
-// 32-byte header (magic, version, the block's integrity tag, the data's
-// length and its integrity sum) followed by the data. Values go to Badger's value log;
-// the LSM tree holds only keys and pointers, so the index is small and the
-// store reopens quickly.
+// Each block is one Badger entry. Its key is "i", the 4-byte big-endian
+// number of the segment it was written in, the 4-byte data length, the
+// 8-byte ID of its file (see Block.ID), and the block key ("s" and no ID
+// for a block whose ID is unknown, as every block of a store written
+// before IDs were kept); its value is a 32-byte header (magic, version,
+// the block's integrity tag, the data's length and its integrity sum)
+// followed by the data. Values go to Badger's value log; the LSM tree
+// holds only keys and pointers, so the index is small and the store
+// reopens quickly.
 //
 // # Eviction and space
 //
 // Blocks are written into the current segment; a segment closes when it
 // holds Capacity/Segments bytes. When the live bytes exceed Capacity, the
 // oldest segment is dropped as a whole with DropPrefix (after copying out
-// the blocks a known plan needs soonest, when Config.NextUse is set), which also tells
-// Badger that its value-log space is garbage, and value-log GC then deletes
-// or rewrites those files. Evicting by segment, as flash caches do by region,
-// keeps write amplification low and makes reclaimed space real rather than
-// merely unreferenced. A block read from the oldest segments is copied into
-// the current one, so blocks in use survive their segment.
+// the blocks a known plan needs soonest, when Config.NextUseID or NextUse
+// is set), which also tells Badger that its value-log space is garbage,
+// and value-log GC then deletes or rewrites those files. Evicting by
+// segment, as flash caches do by region, keeps write amplification low and
+// makes reclaimed space real rather than merely unreferenced. A block read
+// from the oldest segments is copied into the current one, so blocks in
+// use survive their segment.
 //
 // # Persistence and integrity
 //
-// Open rebuilds the in-memory index by iterating keys only. Get verifies the
-// header, the tag the caller expects (dataset, key and file version: see
-// package integrity) and the sum over tag and data; any mismatch is a miss
-// and the entry is deleted, never returned. Badger's own checksums are on
-// too: its tables' on every read, and each value's in the value log.
+// Open rebuilds the in-memory index, file IDs included, by iterating keys
+// only. Get verifies the header, the tag the caller expects (dataset, key
+// and file version: see package integrity) and the sum over tag and data;
+// any mismatch is a miss and the entry is deleted, never returned.
+// Badger's own checksums are on too: its tables' on every read, and each
+// value's in the value log.
 //
 // # Goroutines
 //
@@ -42,6 +46,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"strings"
 	"sync"
@@ -75,9 +80,14 @@ type Config struct {
 	QueueBytes int64 // default 64 MiB
 	// GCInterval is how often value-log GC runs when there is garbage.
 	GCInterval time.Duration // default 10s
-	// NextUse tells how soon a block is needed by a known plan
-	// (math.MaxInt64: not planned). When a segment is evicted, the planned
-	// blocks needed soonest are kept. nil: plain segment FIFO.
+	// NextUseID tells how soon a known plan needs the file with
+	// Block.ID id (math.MaxInt64: not planned; a block whose ID is 0 is
+	// not asked about, and not planned). When a segment is evicted, the
+	// planned blocks needed soonest are kept. It is called from the
+	// maintenance goroutine, with no lock of the store held.
+	NextUseID func(id uint64) int64
+	// NextUse is NextUseID by block key, for a caller that has no IDs;
+	// NextUseID wins when both are set. Neither: plain segment FIFO.
 	NextUse func(key string) int64
 	// TrimBytes of SSD traffic (reads and writes) trigger a page-out of
 	// Badger's value-log mappings, which keeps them out of the
@@ -93,6 +103,12 @@ func DefaultConfig(dir string) Config {
 
 // Block is one stored piece of a file.
 type Block struct {
+	// ID is what Config.NextUseID is asked about: the file's inode
+	// number, as ramcache.Block's; 0 is unknown. It is kept in the
+	// block's key, across a reopen too, outside the integrity sum: a
+	// wrong one (from before a catalog numbered its files anew) costs
+	// eviction a good choice, never a wrong read.
+	ID   uint64
 	Data []byte
 	Tag  uint64 // integrity.Tag of the block's dataset, key and file version
 	Sum  uint32 // integrity.Sum of Data under Tag
@@ -155,7 +171,10 @@ type Store struct {
 	mu sync.Mutex
 	// mu guards the following.
 	// INVARIANT: bytes == sum of meta.len over index; segBytes[s] == sum over index entries in s.
-	// (The tests check it: checkInvariant.)
+	// INVARIANT: every index entry's dbKey (its ID included) is in Badger:
+	// writers add a key to Badger before the index, and take it out of the
+	// index first.
+	// (The tests check them: checkInvariant, checkPersisted.)
 	index     map[string]meta
 	segBytes  map[uint32]int64
 	cur       uint32 // segment being written
@@ -166,9 +185,12 @@ type Store struct {
 	rewritten int64
 }
 
+// meta is an index entry: 16 bytes, as it was before it held the ID (len
+// is the 4 bytes the key holds, not an int64 after 4 of padding).
 type meta struct {
 	seg uint32
-	len int64
+	len uint32 // the key's 4-byte length: put refuses larger blocks
+	id  uint64 // Block.ID
 }
 
 type put struct {
@@ -177,8 +199,8 @@ type put struct {
 	keep bool // a copy of a block the store holds (kept on eviction, or aging): it may pass the disk bound
 }
 
-// Get returns the block for key if it is stored with tag and intact. A
-// missing, stale or corrupt entry is a miss (false, nil).
+// Get returns the block for key, with its ID, if it is stored with tag
+// and intact. A missing, stale or corrupt entry is a miss (false, nil).
 func (s *Store) Get(key string, tag uint64) (Block, bool, error) {
 	s.mu.Lock()
 	m, ok := s.index[key]
@@ -219,6 +241,7 @@ func (s *Store) Get(key string, tag uint64) (Block, bool, error) {
 		s.Delete(key) // another version of the file, or another dataset's
 		return Block{}, false, nil
 	}
+	b.ID = m.id // the value does not hold it; the key does
 	if s.aging(m.seg) {
 		// Keep a block in use: rewrite it into the current segment.
 		_ = s.put(key, b, true)
@@ -250,8 +273,8 @@ func (s *Store) Put(key string, b Block) error { return s.put(key, b, false) }
 
 // put queues b; keep marks a copy of a block the store already holds.
 func (s *Store) put(key string, b Block, keep bool) error {
-	if int64(len(b.Data)) > s.dataCap/int64(s.cfg.Segments) || (s.cfg.InMemory && len(b.Data) > 1<<20-1<<10) {
-		return nil // larger than a segment (or an in-memory value): not worth caching
+	if int64(len(b.Data)) > min(s.dataCap/int64(s.cfg.Segments), math.MaxUint32) || (s.cfg.InMemory && len(b.Data) > 1<<20-1<<10) {
+		return nil // larger than a segment (or a key's length, or an in-memory value): not worth caching
 	}
 	s.closeMu.RLock()
 	defer s.closeMu.RUnlock()
@@ -313,8 +336,8 @@ func (s *Store) forget(key string, m meta) {
 	defer s.mu.Unlock()
 	if cur, ok := s.index[key]; ok && cur == m {
 		delete(s.index, key)
-		s.segBytes[m.seg] -= m.len
-		s.bytes -= m.len
+		s.segBytes[m.seg] -= int64(m.len)
+		s.bytes -= int64(m.len)
 	}
 }
 

@@ -490,19 +490,9 @@ func TestKeepPlanned(t *testing.T) {
 	next := map[string]int64{"soon": 1, "later": 5, "latest": 9, "unplanned": math.MaxInt64}
 	cfg := Config{Segments: 2, InMemory: true, QueueBytes: 1 << 30, NextUse: func(k string) int64 { return next[k] }}
 	s, _ := bare(t, cfg, 4*300, true) // half a segment: 300 bytes
-	var victims []keyMeta
-	for _, k := range []string{"latest", "unplanned", "soon", "later"} {
-		b := block(150, byte(len(k)))
-		m := meta{seg: 0, len: 150}
-		if err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(dbKey(m, k), encode(b)) }); err != nil {
-			t.Fatal(err)
-		}
-		victims = append(victims, keyMeta{k, m})
-	}
-	s.keepPlanned(victims)
+	s.keepPlanned(victims(t, s, map[string]meta{"latest": {0, 150, 0}, "unplanned": {0, 150, 0}, "soon": {0, 150, 0}, "later": {0, 150, 0}}))
 	var kept []string
-	for len(s.queue) > 0 {
-		p := <-s.queue
+	for _, p := range drain(s) {
 		if !p.keep {
 			t.Errorf("%s queued as a fresh block", p.key)
 		}
@@ -697,7 +687,7 @@ func TestRewriteDeletesTheOldCopy(t *testing.T) {
 	}
 	for _, old := range []struct {
 		key string
-		len int64
+		len uint32
 	}{{"k", 100}, {"j", 50}} {
 		err := s.db.View(func(txn *badger.Txn) error {
 			_, err := txn.Get(dbKey(meta{seg: 0, len: old.len}, old.key))

@@ -32,9 +32,11 @@ func mustOpen(t *testing.T, cfg Config) *Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Cleanups run last first: Close, then the checks.
+	// Cleanups run last first: the index against Badger, Close, then the
+	// checks.
 	t.Cleanup(func() { checkClosed(t, s) })
 	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { checkPersisted(t, s) })
 	return s
 }
 
@@ -287,18 +289,40 @@ func FuzzDecode(f *testing.F) {
 }
 
 // TestEvictionKeepsPlannedBlocks: when a segment is dropped, blocks a plan
-// needs are copied forward; the others go.
+// needs are copied forward, each time its copy's segment is dropped too;
+// the others go. The plan names them by key (NextUse) or by ID
+// (NextUseID, which wins).
 func TestEvictionKeepsPlannedBlocks(t *testing.T) {
+	never := func(string) int64 { return math.MaxInt64 }
+	for name, plan := range map[string]func(*Config){
+		"key": func(cfg *Config) {
+			cfg.NextUse = func(key string) int64 {
+				if key == "planned" {
+					return 1
+				}
+				return math.MaxInt64
+			}
+		},
+		"id": func(cfg *Config) {
+			cfg.NextUse = never
+			cfg.NextUseID = func(id uint64) int64 {
+				if id == 7 {
+					return 1
+				}
+				return math.MaxInt64
+			}
+		},
+	} {
+		t.Run(name, func(t *testing.T) { evictionKeepsPlanned(t, plan) })
+	}
+}
+
+func evictionKeepsPlanned(t *testing.T, plan func(*Config)) {
 	cfg := testConfig(t.TempDir())
 	cfg.Capacity = 16 << 20
-	cfg.NextUse = func(key string) int64 {
-		if key == "planned" {
-			return 1
-		}
-		return math.MaxInt64
-	}
+	plan(&cfg)
 	s := mustOpen(t, cfg)
-	queue(t, s, "planned", block(100_000, 1))
+	queue(t, s, "planned", withID(block(100_000, 1), 7))
 	waitStored(t, s, "planned")
 	const n = 64 << 20 / 100_000
 	for i := 0; i < n; i++ {
@@ -314,8 +338,8 @@ func TestEvictionKeepsPlannedBlocks(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	waitStored(t, s, "planned") // a copy kept on eviction is committed by the writer
-	if _, ok, err := s.Get("planned", tagOf(100_000)); !ok || err != nil {
-		t.Errorf("the planned block was evicted: ok %v err %v; stats %+v", ok, err, s.Stats())
+	if b, ok, err := s.Get("planned", tagOf(100_000)); !ok || err != nil || b.ID != 7 {
+		t.Errorf("the planned block was evicted: ok %v err %v ID %d; stats %+v", ok, err, b.ID, s.Stats())
 	}
 	if _, ok, _ := s.Get("f0", tagOf(100_000)); ok {
 		t.Error("the oldest unplanned block survived four times the capacity")

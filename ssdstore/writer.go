@@ -78,7 +78,7 @@ func (s *Store) commit(batch []put) {
 	s.mu.Unlock()
 	wb := s.db.NewWriteBatch()
 	for _, p := range batch {
-		if err := wb.Set(dbKey(meta{seg: seg, len: int64(len(p.b.Data))}, p.key), encode(p.b)); err != nil {
+		if err := wb.Set(dbKey(metaOf(seg, p.b), p.key), encode(p.b)); err != nil {
 			s.log.Warn("ssdstore: write failed", "key", p.key, "err", err)
 		}
 	}
@@ -91,18 +91,18 @@ func (s *Store) commit(batch []put) {
 	var staleKeys []string
 	s.mu.Lock()
 	for _, p := range batch {
-		n := int64(len(p.b.Data))
+		m := metaOf(seg, p.b)
 		if old, ok := s.index[p.key]; ok {
-			s.segBytes[old.seg] -= old.len
-			s.bytes -= old.len
-			if old.seg != seg {
+			s.segBytes[old.seg] -= int64(old.len)
+			s.bytes -= int64(old.len)
+			if old != m { // another key: another segment, length or ID
 				stale = append(stale, old)
 				staleKeys = append(staleKeys, p.key)
 			}
 		}
-		s.index[p.key] = meta{seg: seg, len: n}
-		s.segBytes[seg] += n
-		s.bytes += n
+		s.index[p.key] = m
+		s.segBytes[seg] += int64(m.len)
+		s.bytes += int64(m.len)
 	}
 	if s.segBytes[s.cur] >= segSize {
 		s.cur++
@@ -110,8 +110,9 @@ func (s *Store) commit(batch []put) {
 	over := s.bytes > s.dataCap
 	s.mu.Unlock()
 	if len(stale) > 0 {
-		// A rewritten block's old copy lives in an older segment: delete it
-		// so the segment's drop cannot remove the fresh copy's bytes twice.
+		// A rewritten block's old copy lives under another key (mostly in
+		// an older segment): delete it so the segment's drop cannot remove
+		// the fresh copy's bytes twice, nor a reopen count them twice.
 		_ = s.db.Update(func(txn *badger.Txn) error {
 			for i, m := range stale {
 				if err := txn.Delete(dbKey(m, staleKeys[i])); err != nil {
@@ -125,4 +126,9 @@ func (s *Store) commit(batch []put) {
 		s.wakeMaintenance()
 	}
 	s.noteTraffic(n)
+}
+
+// metaOf is the index entry of b written into seg.
+func metaOf(seg uint32, b Block) meta {
+	return meta{seg: seg, len: uint32(len(b.Data)), id: b.ID}
 }
