@@ -159,7 +159,7 @@ func (l *Loader) finishRun(ctx context.Context, c Coalescer, first *catalog.Entr
 			l.ram.Put(keys[i], blk) // kept if its next use warrants
 		}
 		l.flight.finish(keys[i], tags[i], calls[i], f, nil)
-		l.toSSD(keys[i], tag, f)
+		l.toSSD(e, keys[i], tag, f)
 	}
 }
 

@@ -773,14 +773,15 @@ func (l *Loader) load(ctx context.Context, e *catalog.Entry, i int64, tag uint64
 	return f, err
 }
 
-// toSSD queues a block read from the PFS, or moved from its previous
-// owner, for the SSD tier, if there is one. A full queue or a closing
-// store drops it quietly.
-func (l *Loader) toSSD(key string, tag uint64, f fetch) {
+// toSSD queues a block of e read from the PFS, or moved from its previous
+// owner, for the SSD tier, if there is one, under e's inode (the ID the
+// tier asks a plan about). A full queue or a closing store drops it
+// quietly.
+func (l *Loader) toSSD(e *catalog.Entry, key string, tag uint64, f fetch) {
 	if l.ssd == nil {
 		return
 	}
-	if err := l.ssd.Put(key, ssdstore.Block{Data: f.val, Tag: tag, Sum: f.sum}); err != nil &&
+	if err := l.ssd.Put(key, ssdstore.Block{ID: e.Ino, Data: f.val, Tag: tag, Sum: f.sum}); err != nil &&
 		!errors.Is(err, ssdstore.ErrClosed) && !errors.Is(err, ssdstore.ErrBusy) {
 		l.log.Warn("loader: SSD write failed", "key", key, "err", err)
 	}

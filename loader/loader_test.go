@@ -136,6 +136,7 @@ func TestTiers(t *testing.T) {
 	ram := ramcache.New(ramcache.Config{Capacity: 1 << 20})
 	l := New(DefaultConfig(), ram, ssd, pfs)
 	e := entry("f", 2000)
+	e.Ino = 5
 	read := func() {
 		t.Helper()
 		if b, err := l.ReadAt(context.Background(), e, make([]byte, 2000), 0); err != nil || !bytes.Equal(b, file) {
@@ -143,6 +144,9 @@ func TestTiers(t *testing.T) {
 		}
 	}
 	read() // PFS, fills RAM and SSD
+	if b := ssd.m[BlockKey("f", 0)]; b.ID != e.Ino {
+		t.Errorf("the SSD got the block with ID %d, want the file's inode %d", b.ID, e.Ino)
+	}
 	read() // RAM
 	ram.Delete(BlockKey("f", 0))
 	read() // SSD, promoted to RAM

@@ -462,7 +462,7 @@ func (l *Loader) readPFSWithTail(ctx context.Context, e *catalog.Entry, i, n int
 	f := fetch{buf[n:], tierPFS, integrity.Sum(tag, buf[n:])}
 	l.fetches[tierPFS].Add(1)
 	l.fetched[tierPFS].Add(size)
-	l.toSSD(key, tag, f)
+	l.toSSD(e, key, tag, f)
 	l.holdAhead(e, j, blockOf(e, tag, f), tierPFS)
 	l.flight.finish(key, tag, c, f, nil)
 	return buf[:n:n], nil

@@ -276,7 +276,7 @@ func (l *Loader) fromPrevious(ctx context.Context, rem Remote, peer string, r bl
 		return fetch{}, fmt.Errorf("%w: %w", errMiss, err) // not cached there (or gone): the PFS then
 	}
 	f := fetch{b, tierMoved, sum}
-	l.toSSD(r.key, r.tag, f)
+	l.toSSD(r.e, r.key, r.tag, f)
 	return f, nil
 }
 
@@ -305,7 +305,7 @@ func (l *Loader) fromPFS(ctx context.Context, r blockReq) (fetch, error) {
 	}
 	l.model.Observe(srcPFS, r.n, time.Since(start))
 	f := fetch{buf, tierPFS, integrity.Sum(r.tag, buf)} // the bytes passed SOURCE's version check
-	l.toSSD(r.key, r.tag, f)
+	l.toSSD(r.e, r.key, r.tag, f)
 	return f, nil
 }
 
