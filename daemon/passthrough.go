@@ -233,6 +233,9 @@ func (n *Node) backingOf(e *catalog.Entry) *backing.File {
 func (n *Node) buildBacking(e *catalog.Entry, fromStage bool) *backing.File {
 	load, ram := n.tiers.load, n.tiers.ram
 	bs := load.BlockSize()
+	if e.Size > n.openBound() {
+		return nil // no open may hold it (and a sparse file of 2^63 bytes must not size the lists below)
+	}
 	if ram.Stats().Backing.Files >= n.tiers.backing.maxFiles {
 		n.tiers.backing.tooMany.Add(1)
 		return nil
