@@ -27,12 +27,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -461,7 +459,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	var ssd loader.SSD
 	if cfg.SSDDir != "" {
 		sc := cfg.ssdConfig()
-		sc.NextUse = n.nextUseOfKey
+		sc.NextUse = n.tiers.oracle.NextUse
 		switch n.tiers.ssd, err = ssdstore.Open(sc); {
 		case errors.Is(err, ssdstore.ErrNoSpace):
 			// The mount is still worth having: it runs on RAM and the PFS.
@@ -835,16 +833,6 @@ func (n *Node) layout(j *jobs.Job) jobs.Layout {
 		return jobs.Layout{}
 	}
 	return n.cluster.owners.Layout(j)
-}
-
-// nextUseOfKey is the SSD tier's oracle: how soon a plan needs the file a
-// block key belongs to.
-func (n *Node) nextUseOfKey(key string) int64 {
-	path, _, _ := strings.Cut(key, "\x00")
-	if e := n.cat.Snapshot().Lookup(path); e != nil {
-		return n.tiers.oracle.NextUse(e.Ino)
-	}
-	return math.MaxInt64
 }
 
 // readWhole reads a whole dataset file through the tiers.

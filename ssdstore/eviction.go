@@ -114,7 +114,7 @@ type keyMeta struct {
 // keepPlanned copies the blocks of a segment about to be dropped that a
 // plan needs soonest into the current segment, up to half a segment's
 // bytes: segment eviction approximates Belady's policy when the future is
-// known. Without Config.NextUseID or NextUse it does nothing.
+// known. Without Config.NextUse it does nothing.
 func (s *Store) keepPlanned(victims []keyMeta) {
 	next := s.nextUse()
 	if next == nil {
@@ -161,21 +161,18 @@ func (s *Store) keepPlanned(victims []keyMeta) {
 	}
 }
 
-// nextUse is the oracle keepPlanned asks about a block: NextUseID by the
-// block's ID (an unknown one is not planned), else NextUse by its key.
+// nextUse is the oracle keepPlanned asks about a block: Config.NextUse
+// by the block's ID (an unknown one is not planned); nil without one.
 func (s *Store) nextUse() func(keyMeta) int64 {
-	switch {
-	case s.cfg.NextUseID != nil:
-		return func(v keyMeta) int64 {
-			if v.m.id == 0 {
-				return math.MaxInt64
-			}
-			return s.cfg.NextUseID(v.m.id)
-		}
-	case s.cfg.NextUse != nil:
-		return func(v keyMeta) int64 { return s.cfg.NextUse(v.key) }
+	if s.cfg.NextUse == nil {
+		return nil
 	}
-	return nil
+	return func(v keyMeta) int64 {
+		if v.m.id == 0 {
+			return math.MaxInt64
+		}
+		return s.cfg.NextUse(v.m.id)
+	}
 }
 
 // garbage reports whether the value log is noticeably larger than the data.

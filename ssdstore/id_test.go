@@ -109,15 +109,13 @@ func FuzzParseKey(f *testing.F) {
 	})
 }
 
-// TestKeepPlannedByID: with NextUseID, eviction keeps blocks by their
-// IDs' next use (NextUse by key is not asked), never asks about ID 0,
-// and the copies keep their IDs.
+// TestKeepPlannedByID: eviction keeps blocks by their IDs' next use,
+// never asks about ID 0, and the copies keep their IDs.
 func TestKeepPlannedByID(t *testing.T) {
 	next := map[uint64]int64{0: 0, 3: 1, 5: 5, 9: math.MaxInt64}
 	asked := map[uint64]bool{}
 	cfg := Config{Segments: 2, InMemory: true, QueueBytes: 1 << 30,
-		NextUseID: func(id uint64) int64 { asked[id] = true; return next[id] },
-		NextUse:   func(string) int64 { return math.MaxInt64 }}
+		NextUse: func(id uint64) int64 { asked[id] = true; return next[id] }}
 	s, _ := bare(t, cfg, 4*300, true) // half a segment: 300 bytes
 	s.keepPlanned(victims(t, s, map[string]meta{"unknown": {0, 150, 0}, "soon": {0, 150, 3}, "later": {0, 150, 5}, "never": {0, 150, 9}}))
 	var kept []string
@@ -131,7 +129,7 @@ func TestKeepPlannedByID(t *testing.T) {
 		t.Fatalf("kept %v, want soon and later", kept)
 	}
 	if asked[0] {
-		t.Fatal("NextUseID was asked about ID 0")
+		t.Fatal("NextUse was asked about ID 0")
 	}
 }
 

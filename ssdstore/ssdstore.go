@@ -18,7 +18,7 @@
 // Blocks are written into the current segment; a segment closes when it
 // holds Capacity/Segments bytes. When the live bytes exceed Capacity, the
 // oldest segment is dropped as a whole with DropPrefix (after copying out
-// the blocks a known plan needs soonest, when Config.NextUseID or NextUse
+// the blocks a known plan needs soonest, when Config.NextUse
 // is set), which also tells Badger that its value-log space is garbage,
 // and value-log GC then deletes or rewrites those files. Evicting by
 // segment, as flash caches do by region, keeps write amplification low and
@@ -80,15 +80,13 @@ type Config struct {
 	QueueBytes int64 // default 64 MiB
 	// GCInterval is how often value-log GC runs when there is garbage.
 	GCInterval time.Duration // default 10s
-	// NextUseID tells how soon a known plan needs the file with
-	// Block.ID id (math.MaxInt64: not planned; a block whose ID is 0 is
-	// not asked about, and not planned). When a segment is evicted, the
-	// planned blocks needed soonest are kept. It is called from the
-	// maintenance goroutine, with no lock of the store held.
-	NextUseID func(id uint64) int64
-	// NextUse is NextUseID by block key, for a caller that has no IDs;
-	// NextUseID wins when both are set. Neither: plain segment FIFO.
-	NextUse func(key string) int64
+	// NextUse tells how soon a known plan needs the file with Block.ID
+	// id (math.MaxInt64: not planned; a block whose ID is 0 is not asked
+	// about, and not planned). When a segment is evicted, the planned
+	// blocks needed soonest are kept; nil: plain segment FIFO. It is
+	// called from the maintenance goroutine, with no lock of the store
+	// held.
+	NextUse func(id uint64) int64
 	// TrimBytes of SSD traffic (reads and writes) trigger a page-out of
 	// Badger's value-log mappings, which keeps them out of the
 	// daemon's RSS (see pageout_linux.go). 0 disables.
@@ -103,7 +101,7 @@ func DefaultConfig(dir string) Config {
 
 // Block is one stored piece of a file.
 type Block struct {
-	// ID is what Config.NextUseID is asked about: the file's inode
+	// ID is what Config.NextUse is asked about: the file's inode
 	// number, as ramcache.Block's; 0 is unknown. It is kept in the
 	// block's key, across a reopen too, outside the integrity sum: a
 	// wrong one (from before a catalog numbered its files anew) costs

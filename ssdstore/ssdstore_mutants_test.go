@@ -487,10 +487,10 @@ func TestEvictOldest(t *testing.T) {
 // are copied out, up to half a segment's share of the data capacity,
 // exactly.
 func TestKeepPlanned(t *testing.T) {
-	next := map[string]int64{"soon": 1, "later": 5, "latest": 9, "unplanned": math.MaxInt64}
-	cfg := Config{Segments: 2, InMemory: true, QueueBytes: 1 << 30, NextUse: func(k string) int64 { return next[k] }}
+	next := map[uint64]int64{1: 1, 2: 5, 3: 9, 4: math.MaxInt64}
+	cfg := Config{Segments: 2, InMemory: true, QueueBytes: 1 << 30, NextUse: func(id uint64) int64 { return next[id] }}
 	s, _ := bare(t, cfg, 4*300, true) // half a segment: 300 bytes
-	s.keepPlanned(victims(t, s, map[string]meta{"latest": {0, 150, 0}, "unplanned": {0, 150, 0}, "soon": {0, 150, 0}, "later": {0, 150, 0}}))
+	s.keepPlanned(victims(t, s, map[string]meta{"latest": {0, 150, 3}, "unplanned": {0, 150, 4}, "soon": {0, 150, 1}, "later": {0, 150, 2}}))
 	var kept []string
 	for _, p := range drain(s) {
 		if !p.keep {

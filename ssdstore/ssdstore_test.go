@@ -289,32 +289,17 @@ func FuzzDecode(f *testing.F) {
 }
 
 // TestEvictionKeepsPlannedBlocks: when a segment is dropped, blocks a plan
-// needs are copied forward, each time its copy's segment is dropped too;
-// the others go. The plan names them by key (NextUse) or by ID
-// (NextUseID, which wins).
+// needs (by their files' IDs) are copied forward, each time its copy's
+// segment is dropped too; the others go.
 func TestEvictionKeepsPlannedBlocks(t *testing.T) {
-	never := func(string) int64 { return math.MaxInt64 }
-	for name, plan := range map[string]func(*Config){
-		"key": func(cfg *Config) {
-			cfg.NextUse = func(key string) int64 {
-				if key == "planned" {
-					return 1
-				}
-				return math.MaxInt64
+	evictionKeepsPlanned(t, func(cfg *Config) {
+		cfg.NextUse = func(id uint64) int64 {
+			if id == 7 {
+				return 1
 			}
-		},
-		"id": func(cfg *Config) {
-			cfg.NextUse = never
-			cfg.NextUseID = func(id uint64) int64 {
-				if id == 7 {
-					return 1
-				}
-				return math.MaxInt64
-			}
-		},
-	} {
-		t.Run(name, func(t *testing.T) { evictionKeepsPlanned(t, plan) })
-	}
+			return math.MaxInt64
+		}
+	})
 }
 
 func evictionKeepsPlanned(t *testing.T, plan func(*Config)) {
@@ -358,7 +343,7 @@ func TestCloseDuringEviction(t *testing.T) {
 	cfg.Capacity = 16 << 20
 	entered, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	cfg.NextUse = func(string) int64 {
+	cfg.NextUse = func(uint64) int64 {
 		once.Do(func() { close(entered) })
 		<-release
 		return 1 // every victim is planned: each is Put again
@@ -373,7 +358,7 @@ func TestCloseDuringEviction(t *testing.T) {
 		case <-time.After(30 * time.Second):
 			t.Fatal("no eviction started")
 		default:
-			s.Put(fmt.Sprint("f", i), block(100_000, byte(i)))
+			s.Put(fmt.Sprint("f", i), withID(block(100_000, byte(i)), uint64(i+1)))
 			continue
 		}
 		break
