@@ -133,7 +133,7 @@ func fill(fd int, name string, size, blockSize int64, block func(i int64) (Block
 // it (writing into a mapping it could not populate would fault, and a
 // fault that finds no memory kills the process, where pwrite fails).
 func hugeMapping(fd int, size int64) []byte {
-	if size < hugePage || !hugeAllowed(ShmemTHP()) {
+	if size < hugePage || !HugeAllowed(ShmemTHP()) {
 		return nil
 	}
 	m, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
@@ -177,9 +177,9 @@ func selectedMode(s string) string {
 	return mode
 }
 
-// hugeAllowed says whether shmem mode gives a mapping advised huge (or
+// HugeAllowed says whether shmem mode gives a mapping advised huge (or
 // any mapping) huge pages.
-func hugeAllowed(mode string) bool {
+func HugeAllowed(mode string) bool {
 	switch mode {
 	case "always", "within_size", "advise", "force":
 		return true

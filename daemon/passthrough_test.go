@@ -55,3 +55,29 @@ func TestCheckPassthrough(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckShmemTHP: doctor says whether backing files get huge pages,
+// and how to allow them; a warning only where passthrough is asked for.
+func TestCheckShmemTHP(t *testing.T) {
+	cases := []struct {
+		mode, shmem string
+		shown       bool
+		level       Level
+		says        string
+	}{
+		{"", "advise", true, OK, "2 MiB pages"},
+		{"on", "always", true, OK, "2 MiB pages"},
+		{"", "never", true, OK, "echo advise"},
+		{"on", "never", true, Warn, "echo advise"},
+		{"on", "deny", true, Warn, "4 KiB pages"},
+		{"off", "never", false, OK, ""},
+		{"on", "", false, OK, ""},
+	}
+	for _, c := range cases {
+		cfg := Config{Passthrough: c.mode}
+		ch, shown := cfg.checkShmemTHP(Host{ShmemTHP: c.shmem})
+		if shown != c.shown || shown && (ch.Level != c.level || !strings.Contains(ch.Detail, c.says)) {
+			t.Errorf("%q with shmem %q: shown %v, %v %q; want shown %v, %v saying %q", c.mode, c.shmem, shown, ch.Level, ch.Detail, c.shown, c.level, c.says)
+		}
+	}
+}

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/dlfs/dlfs/backing"
 	"github.com/dlfs/dlfs/cluster"
 	"github.com/dlfs/dlfs/fusefs"
 	"github.com/dlfs/dlfs/integrity"
@@ -78,6 +79,7 @@ type Host struct {
 	MemoryMax []string
 	Root      bool   // the mount is made without a helper
 	Release   string // the kernel's, as uname -r gives it
+	ShmemTHP  string // shmem's huge page mode (backing.ShmemTHP); "" unknown
 	LookPath  func(file string) (string, error)
 	// ListenTCP and ListenUDP listen on addr and close again.
 	ListenTCP, ListenUDP func(addr string) error
@@ -89,7 +91,7 @@ func ThisHost() Host {
 	_ = unix.Uname(&u)
 	return Host{
 		FUSEDev: "/dev/fuse", FUSEConf: "/etc/fuse.conf", Meminfo: "/proc/meminfo", MemoryMax: cgroupMemoryMax(),
-		Root: os.Geteuid() == 0, Release: unix.ByteSliceToString(u.Release[:]), LookPath: exec.LookPath,
+		Root: os.Geteuid() == 0, Release: unix.ByteSliceToString(u.Release[:]), ShmemTHP: backing.ShmemTHP(), LookPath: exec.LookPath,
 		ListenTCP: func(addr string) error {
 			l, err := net.Listen("tcp", addr)
 			if err == nil {
@@ -197,6 +199,9 @@ func (c *Config) checkAllButSource(h Host) []Check {
 	// This host.
 	out = append(out, checkFUSE(h, c.AllowOther)...)
 	out = append(out, c.checkPassthrough(h))
+	if ch, ok := c.checkShmemTHP(h); ok {
+		out = append(out, ch)
+	}
 	out = append(out, c.checkMemory(h)...)
 	if c.SSDDir != "" {
 		out = append(out, checkCacheDir(c.SSDDir, c.SSDCapacity)...)
