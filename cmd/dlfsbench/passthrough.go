@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/dlfs/dlfs/backing"
 	"github.com/dlfs/dlfs/test/datagen"
 	"github.com/dlfs/dlfs/test/mountproc"
 )
@@ -62,10 +63,10 @@ func runPassthrough(o options) error {
 	fmt.Printf("Each dataset is read by N threads in a fresh shuffled order per pass (open, read to EOF, close), median of %d passes, "+
 		"after two epochs through dlfs (the first fills the RAM tier, the second builds the backing files). "+
 		"Seconds per pass (× native): the local files with their page cache warm; the same files copied into tmpfs; "+
-		"dlfs with `--passthrough on`, then `off`, each with the mount's page cache dropped before every pass (fadvise DONTNEED through the mount) and warm; "+
+		"dlfs with `--passthrough on` (backing files in 4 KiB pages: shmem_enabled never; then in huge pages: advise), then `off`, each with the mount's page cache dropped before every pass (fadvise DONTNEED through the mount) and warm; "+
 		"the FUSE floor, dropped. CPU is the daemon's per GB read (dropped passes); memory its RSS plus the shmem it added, against --ram-cache.\n\n", ptPasses)
-	fmt.Println("| files | readers | native | tmpfs | dlfs passthrough, dropped | warm | dlfs no passthrough, dropped | warm | FUSE floor | dlfs CPU s/GB (pt / no pt) | memory MiB (pt / no pt) of --ram-cache |")
-	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Println("| files | readers | native | tmpfs | dlfs passthrough, 4 KiB pages, dropped | dlfs passthrough, huge pages, dropped | warm | dlfs no passthrough, dropped | warm | FUSE floor | dlfs CPU s/GB (pt / no pt) | memory MiB (pt / no pt) of --ram-cache |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, s := range ptShapes {
 		if err := measureShape(o, s); err != nil {
 			return fmt.Errorf("passthrough %s: %w", s.name, err)
@@ -166,10 +167,25 @@ func measureShape(o options, s ptShape) error {
 		fmt.Fprintf(os.Stderr, "  passthrough: %+v\n", st1.Passthrough)
 		return row, nil
 	}
-	pt, err := dlfs("--passthrough", "on")
+	// Passthrough with backing files in 4 KiB pages, then in 2 MiB pages
+	// (shmem_enabled advise: backing.Build advises its mapping huge), the
+	// machine's setting restored after.
+	var pt4k, pt ptRow
+	restore, err := setShmemTHP("never")
 	if err != nil {
 		return err
 	}
+	defer restore()
+	if pt4k, err = dlfs("--passthrough", "on"); err != nil {
+		return err
+	}
+	if _, err := setShmemTHP("advise"); err != nil {
+		return err
+	}
+	if pt, err = dlfs("--passthrough", "on"); err != nil {
+		return err
+	}
+	restore()
 	plain, err := dlfs("--passthrough", "off")
 	if err != nil {
 		return err
@@ -205,8 +221,8 @@ func measureShape(o options, s ptShape) error {
 	if pt.opens < float64(len(files)) {
 		note = fmt.Sprintf(" [%.0f of %d opens by passthrough]", pt.opens, len(files))
 	}
-	fmt.Printf("| %s | %d | %.2f | %s | %s%s | %s | %s | %s | %s | %.3f / %.3f | %d / %d of %d |\n", s.name, s.readers, native,
-		ratio(tmpfs), ratio(pt.seconds), note, ratio(pt.warm), ratio(plain.seconds), ratio(plain.warm), ratio(floor),
+	fmt.Printf("| %s | %d | %.2f | %s | %s | %s%s | %s | %s | %s | %s | %.3f / %.3f | %d / %d of %d |\n", s.name, s.readers, native,
+		ratio(tmpfs), ratio(pt4k.seconds), ratio(pt.seconds), note, ratio(pt.warm), ratio(plain.seconds), ratio(plain.warm), ratio(floor),
 		pt.cpuPerGB, plain.cpuPerGB, pt.memory>>20, plain.memory>>20, ram>>20)
 	return nil
 }
@@ -237,6 +253,19 @@ func ptTmpfs(src string, files []string, measure func(root string) (float64, err
 		}
 	}
 	return measure(dir)
+}
+
+// shmemTHPFile sets how shmem (backing files, tmpfs) uses huge pages.
+const shmemTHPFile = "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
+
+// setShmemTHP sets shmem's huge page mode and returns what restores the
+// one before (which may be called more than once).
+func setShmemTHP(mode string) (restore func(), err error) {
+	old := backing.ShmemTHP()
+	if err := os.WriteFile(shmemTHPFile, []byte(mode), 0); err != nil {
+		return nil, fmt.Errorf("set %s to %s (the suite runs as root): %w", shmemTHPFile, mode, err)
+	}
+	return func() { _ = os.WriteFile(shmemTHPFile, []byte(old), 0) }, nil
 }
 
 // meminfo returns a /proc/meminfo field in bytes, or 0.
