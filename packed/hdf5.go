@@ -20,7 +20,7 @@ import (
 
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/loader/runs"
-	"github.com/dlfs/dlfs/npy"
+	"github.com/dlfs/dlfs/packed/npy"
 	"github.com/dlfs/dlfs/source"
 )
 

@@ -16,7 +16,7 @@ import (
 
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/loader/runs"
-	"github.com/dlfs/dlfs/recordio"
+	"github.com/dlfs/dlfs/packed/recordio"
 	"github.com/dlfs/dlfs/source"
 )
 
