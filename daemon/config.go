@@ -28,7 +28,7 @@ func (c *Config) ssdConfig() ssdstore.Config {
 	return sc
 }
 
-// loaderConfig is the loader's Config (Start adds Dataset and Model).
+// loaderConfig is the loader's Config (Start adds Dataset, Model and Stage).
 // Validate checks it: a negative ReadAhead stays negative.
 func (c *Config) loaderConfig() loader.Config {
 	lc := loader.DefaultConfig()
@@ -44,7 +44,7 @@ func (c *Config) loaderConfig() loader.Config {
 	return lc
 }
 
-// prefetchConfig is the prefetcher's Config (Start adds Oracle).
+// prefetchConfig is the prefetcher's Config (Start adds Oracle and Stage).
 func (c *Config) prefetchConfig() prefetch.Config {
 	pc := prefetch.DefaultConfig()
 	pc.Workers, pc.Staging = c.PrefetchWorkers, c.staging()-c.readAheadShare()

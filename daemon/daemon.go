@@ -487,8 +487,11 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 			n.log.Info("removed a killed save's temporary files", "files", removed)
 		}
 	}
+	// The prefetcher's stage, which the loader takes from: made before
+	// both, it is given to each (the prefetcher adopts it).
+	stage := prefetch.NewStage()
 	lc := cfg.loaderConfig()
-	lc.Dataset, lc.Model = n.dataset, perfmodel.New(perfmodel.DefaultConfig())
+	lc.Dataset, lc.Model, lc.Stage = n.dataset, perfmodel.New(perfmodel.DefaultConfig()), stage
 	n.tiers.load = loader.New(lc, n.tiers.ram, ssd, pfs)
 	// In a cluster this node keeps samples for ranks that run elsewhere.
 	allRanks := cfg.clustered()
@@ -546,10 +549,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	// them (Close runs the closers in reverse); the readers, which end the
 	// jobs they inferred, and the warmer stop before it.
 	pc := cfg.prefetchConfig()
-	pc.Oracle = n.tiers.oracle
+	pc.Oracle, pc.Stage = n.tiers.oracle, stage
 	n.pf = prefetch.New(pc, n.tiers.load, n.jobs)
 	n.onClose("prefetch", func() error { n.pf.Close(); return nil })
-	n.tiers.load.SetStage(n.pf)
 	n.readers = readers.New(readers.Config{
 		Snapshot: n.cat.Snapshot,
 		Index: func(root string, exts []string, cred access.Cred) ([]folder.Sample, error) {

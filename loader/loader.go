@@ -28,8 +28,9 @@
 // it to RAM, which keeps it only if its next use warrants), then fetches.
 // Prefetch fetches go through the same deduplication as demand fetches: a
 // demand read of a block being prefetched waits for that fetch instead of
-// starting another. Every demand read is reported to the Stage with the
-// time it waited on the PFS, so the prefetcher can track consumption.
+// starting another. ReadAtWaited says how long a demand read waited on the
+// PFS; its caller reports the read to the prefetcher, which tracks
+// consumption by reader.
 //
 // # Cluster
 //
@@ -124,7 +125,10 @@ type Config struct {
 	ReadAhead      int64 // default 16 MiB
 	ReadAheadTotal int64 // default 64 MiB
 	NoReadAhead    bool
-	Logger         *slog.Logger // nil: discard
+	// Stage is the prefetcher's stage (see Prefetching); nil: none. A nil
+	// interface, not a nil pointer.
+	Stage  Stage
+	Logger *slog.Logger // nil: discard
 }
 
 // DefaultConfig returns the defaults.
@@ -237,7 +241,7 @@ type (
 		// ctx's error, when ctx is done.
 		FetchCached(ctx context.Context, peer string, e *catalog.Entry, i int64) ([]byte, uint32, error)
 	}
-	// Stage holds prefetched blocks and watches demand reads. It may be nil.
+	// Stage holds prefetched blocks. It may be nil.
 	Stage interface {
 		// Take returns the staged block key, if any and tagged tag (one of
 		// another version is dropped), and unstages it if done (the read
@@ -247,9 +251,6 @@ type (
 		// Hold stages a block that a read fetched only in part and that RAM
 		// would not keep, so the read of the rest does not fetch it again.
 		Hold(key string, b ramcache.Block)
-		// Observe reports a demand read of e at off that waited this long
-		// on the PFS (0 when a tier or the stage had it).
-		Observe(e *catalog.Entry, off int64, waited time.Duration)
 	}
 )
 
@@ -270,7 +271,7 @@ type Loader struct {
 	ssd   SSD // nil when the SSD tier is off
 	pfs   PFS
 
-	stage  atomic.Pointer[stageBox]  // nil until SetStage
+	stage  Stage                     // nil without a prefetcher
 	remote atomic.Pointer[remoteBox] // nil until SetRemote
 
 	flight flight
@@ -326,7 +327,7 @@ func New(cfg Config, ram *ramcache.Cache, ssd SSD, pfs PFS) *Loader {
 		cfg.ReadAheadTotal = DefaultConfig().ReadAheadTotal
 	}
 	closed := make(chan struct{})
-	l := &Loader{cfg: cfg, log: cfg.Logger, model: cfg.Model, ram: ram, ssd: ssd, pfs: pfs,
+	l := &Loader{cfg: cfg, log: cfg.Logger, model: cfg.Model, ram: ram, ssd: ssd, pfs: pfs, stage: cfg.Stage,
 		pfsSlots: make(chan struct{}, cfg.PFSCalls), closed: closed}
 	l.aheadCtx, l.aheadStop = context.WithCancel(context.Background())
 	l.flight.stop = closed
@@ -346,15 +347,10 @@ func (l *Loader) Close() error {
 	return nil
 }
 
-type stageBox struct{ s Stage }
-
 type remoteBox struct{ r Remote }
 
 // SetRemote installs the peer tier. Safe to call while reads run.
 func (l *Loader) SetRemote(r Remote) { l.remote.Store(&remoteBox{r}) }
-
-// SetStage installs the prefetcher's stage. Safe to call while reads run.
-func (l *Loader) SetStage(s Stage) { l.stage.Store(&stageBox{s}) }
 
 // BlockSize returns the block size.
 func (l *Loader) BlockSize() int64 { return l.cfg.BlockSize }
@@ -421,9 +417,8 @@ func (p part) intact(tag uint64, b ramcache.Block) bool {
 
 // ReadAt returns up to len(dest) bytes of file e at off. The result is a
 // slice of a cached block when the range lies in one block, or of dest
-// otherwise. It returns an empty slice at or past end of file. The read is
-// reported to the stage, once, with the time it waited on the PFS. It
-// stops waiting, with ctx's error, when ctx is done.
+// otherwise. It returns an empty slice at or past end of file. It stops
+// waiting, with ctx's error, when ctx is done.
 func (l *Loader) ReadAt(ctx context.Context, e *catalog.Entry, dest []byte, off int64) ([]byte, error) {
 	b, _, _, err := l.ReadAtWaited(ctx, e, dest, off)
 	return b, err
@@ -436,7 +431,7 @@ func (l *Loader) ReadAtWaited(ctx context.Context, e *catalog.Entry, dest []byte
 	if off < 0 || off >= e.Size || len(dest) == 0 {
 		return dest[:0], tierNames[tierRAM], 0, nil
 	}
-	var held []string // blocks this read fetched, held until it is reported
+	var held []string // blocks this read fetched, held until it returns
 	defer func() {
 		for _, key := range held {
 			l.flight.release(key)
@@ -491,9 +486,6 @@ func (l *Loader) ReadAtWaited(ctx context.Context, e *catalog.Entry, dest []byte
 		l.copied.Add(int64(n))
 	}
 	l.count(from, int64(len(out)))
-	if s := l.stage.Load(); s != nil {
-		s.s.Observe(e, off, waited)
-	}
 	return out, tierNames[from], waited, nil
 }
 
@@ -505,7 +497,7 @@ func (l *Loader) count(t tier, n int64) {
 // block returns block i of e for a demand read, the tier it came from and
 // how long it waited on the PFS. done says the read reaches the block's
 // end. A block it has to fetch (or wait for) is added to held: the read
-// holds it until it is reported to the stage.
+// holds it until it returns (its caller then reports it).
 func (l *Loader) block(ctx context.Context, e *catalog.Entry, i int64, done bool, p part, held *[]string) ([]byte, tier, time.Duration, error) {
 	key := BlockKey(e.Path(), i)
 	tag := l.Tag(e, key)
@@ -561,13 +553,13 @@ func (l *Loader) block(ctx context.Context, e *catalog.Entry, i int64, done bool
 		// holds it, and a later part of it must be taken from there).
 		kept = l.ram.Put(key, blockOnce())
 	}
-	if s := l.stage.Load(); s != nil {
+	if l.stage != nil {
 		if kept || done {
 			// A prefetch that ran the flight staged the block before it
 			// ended; RAM has it now, or this read was its last.
-			s.s.Take(key, tag, true)
+			l.stage.Take(key, tag, true)
 		} else if !ahead {
-			s.s.Hold(key, blockOnce())
+			l.stage.Hold(key, blockOnce())
 		}
 	}
 	var waited time.Duration
@@ -605,17 +597,16 @@ func (l *Loader) demandFetch(e *catalog.Entry, i int64, key string, tag uint64, 
 // it is there and intact. A read that reaches the block's end (done) takes
 // it off, and RAM keeps it if its next use warrants.
 func (l *Loader) fromStage(key string, tag uint64, e *catalog.Entry, done bool, p part) (ramcache.Block, bool) {
-	s := l.stage.Load()
-	if s == nil {
+	if l.stage == nil {
 		return ramcache.Block{}, false
 	}
-	b, ok := s.s.Take(key, tag, done)
+	b, ok := l.stage.Take(key, tag, done)
 	if !ok {
 		return ramcache.Block{}, false
 	}
 	if !p.intact(tag, b) {
 		l.log.Warn("loader: a staged block fails its checksum; reading it again", "path", e.Path())
-		s.s.Take(key, tag, true)
+		l.stage.Take(key, tag, true)
 		return ramcache.Block{}, false
 	}
 	if done && !b.Peer {
@@ -652,8 +643,8 @@ type Keep func(e *catalog.Entry, i int64, b ramcache.Block) bool
 // Prefetch loads every block of e that RAM lacks, from the SSD or the PFS,
 // sharing fetches with concurrent demand reads, and hands each to keep
 // (not to RAM); it returns how many keep staged. A block that a demand
-// read is fetching, or has fetched and not yet reported to the stage, is
-// left to that read.
+// read is fetching, or has fetched and not yet returned (its caller has
+// not reported it), is left to that read.
 func (l *Loader) Prefetch(ctx context.Context, e *catalog.Entry, keep Keep) (int, error) {
 	n := Blocks(e.Size, l.cfg.BlockSize)
 	staged := 0
@@ -726,11 +717,10 @@ func (l *Loader) Serve(ctx context.Context, e *catalog.Entry, i int64) ([]byte, 
 // staged returns block key of e if the stage holds it for a local rank,
 // and intact, leaving it there.
 func (l *Loader) staged(key string, tag uint64, e *catalog.Entry) (ramcache.Block, bool) {
-	s := l.stage.Load()
-	if s == nil {
+	if l.stage == nil {
 		return ramcache.Block{}, false
 	}
-	b, ok := s.s.Take(key, tag, false)
+	b, ok := l.stage.Take(key, tag, false)
 	if !ok || b.Peer || !integrity.Check(tag, b.Sum, b.Data) {
 		return ramcache.Block{}, false
 	}

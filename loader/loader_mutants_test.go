@@ -505,9 +505,8 @@ func TestSourceChoiceRules(t *testing.T) {
 func TestReadToBlockEndTakesStaged(t *testing.T) {
 	const bs = 100
 	file := data(3 * bs)
-	l := New(Config{BlockSize: bs}, ramcache.New(ramcache.Config{Capacity: 0}), nil, &fakePFS{files: map[string][]byte{"f": file}})
 	st := &fakeStage{m: map[string]ramcache.Block{}}
-	l.SetStage(st)
+	l := New(Config{BlockSize: bs, Stage: st}, ramcache.New(ramcache.Config{Capacity: 0}), nil, &fakePFS{files: map[string][]byte{"f": file}})
 	e := entry("f", 3*bs)
 	if n, err := l.Prefetch(context.Background(), e, st.keep); err != nil || n != 3 {
 		t.Fatalf("prefetch: %d blocks staged, %v", n, err)
@@ -546,9 +545,8 @@ func (s *lateStage) Hold(key string, b ramcache.Block) {
 // staged again.
 func TestStagedDuringMiss(t *testing.T) {
 	pfs := &fakePFS{files: map[string][]byte{"f": data(1000)}}
-	l := New(Config{}, ramcache.New(ramcache.Config{Capacity: 0}), nil, pfs)
 	st := &lateStage{fakeStage: &fakeStage{m: map[string]ramcache.Block{}}}
-	l.SetStage(st)
+	l := New(Config{Stage: st}, ramcache.New(ramcache.Config{Capacity: 0}), nil, pfs)
 	e := entry("f", 1000)
 	if n, err := l.Prefetch(context.Background(), e, st.keep); err != nil || n != 1 {
 		t.Fatalf("prefetch: %d blocks staged, %v", n, err)
@@ -592,9 +590,8 @@ func TestSharedPrefetchOfferedToRAM(t *testing.T) {
 		release := make(chan struct{})
 		pfs := &fakePFS{files: files, gate: release}
 		ram := ramcache.New(ramcache.Config{Capacity: 1 << 20})
-		l := New(Config{}, ram, nil, pfs)
 		st := &fakeStage{m: map[string]ramcache.Block{}}
-		l.SetStage(st)
+		l := New(Config{Stage: st}, ram, nil, pfs)
 		r := &heldRemote{fakeRemote: &fakeRemote{files: files, bs: l.BlockSize()}, release: release}
 		if peer {
 			l.SetRemote(r)

@@ -391,9 +391,8 @@ func TestCombinedDemandReads(t *testing.T) {
 type fakeStage struct {
 	mu sync.Mutex
 	m  map[string]ramcache.Block
-	// observing, if set, receives when Observe starts, which then waits
-	// for observed.
-	observing, observed chan struct{}
+	// taking, if set, is called as Take starts.
+	taking func()
 }
 
 func (s *fakeStage) keep(e *catalog.Entry, i int64, b ramcache.Block) bool {
@@ -404,6 +403,9 @@ func (s *fakeStage) keep(e *catalog.Entry, i int64, b ramcache.Block) bool {
 }
 
 func (s *fakeStage) Take(key string, tag uint64, done bool) (ramcache.Block, bool) {
+	if s.taking != nil {
+		s.taking()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b, ok := s.m[key]
@@ -419,13 +421,6 @@ func (s *fakeStage) Hold(key string, b ramcache.Block) {
 	s.m[key] = b
 }
 
-func (s *fakeStage) Observe(*catalog.Entry, int64, time.Duration) {
-	if s.observing != nil {
-		s.observing <- struct{}{}
-		<-s.observed
-	}
-}
-
 func (s *fakeStage) len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -439,10 +434,10 @@ func (s *fakeStage) len() int {
 func TestPrefetchStagingAndSharedReads(t *testing.T) {
 	file := data(5000)
 	pfs := &fakePFS{files: map[string][]byte{"f": file, "g": data(100)}, gate: make(chan struct{})}
-	l := New(DefaultConfig(), ramcache.New(ramcache.Config{Capacity: 0}), nil, pfs) // RAM keeps nothing
-
 	st := &fakeStage{m: map[string]ramcache.Block{}}
-	l.SetStage(st)
+	cfg := DefaultConfig()
+	cfg.Stage = st
+	l := New(cfg, ramcache.New(ramcache.Config{Capacity: 0}), nil, pfs) // RAM keeps nothing
 	e, key := entry("f", 5000), BlockKey("f", 0)
 	// inFlight says whether key's fetch is in flight, and whether a read
 	// runs or shares it.
@@ -536,33 +531,41 @@ func TestPrefetchStagingAndSharedReads(t *testing.T) {
 	}
 }
 
-// A demand read holds what it fetched until it has reported the read: in
-// between, the prefetcher has not seen the sample consumed, and a prefetch
-// of it must not read the PFS again.
+// A demand read holds what it fetched until it returns, for its caller
+// to report it: in between, the prefetcher has not seen the sample
+// consumed, and a prefetch of it must not read the PFS again.
 func TestPrefetchLeavesUnreportedReadsAlone(t *testing.T) {
 	pfs := &fakePFS{files: map[string][]byte{"f": data(5000)}}
-	l := New(DefaultConfig(), ramcache.New(ramcache.Config{Capacity: 0}), nil, pfs) // RAM keeps nothing
-	st := &fakeStage{m: map[string]ramcache.Block{}, observing: make(chan struct{}), observed: make(chan struct{})}
-	l.SetStage(st)
+	fetched, resume := make(chan struct{}), make(chan struct{})
+	var pause sync.Once
+	st := &fakeStage{m: map[string]ramcache.Block{}, taking: func() {
+		// The read takes the block off the stage once its fetch has
+		// ended (it reaches the block's end): pause it there.
+		if pfs.reads.Load() == 1 {
+			pause.Do(func() { fetched <- struct{}{}; <-resume })
+		}
+	}}
+	cfg := DefaultConfig()
+	cfg.Stage = st
+	l := New(cfg, ramcache.New(ramcache.Config{Capacity: 0}), nil, pfs) // RAM keeps nothing
 	e := entry("f", 5000)
 	read := make(chan error, 1)
 	go func() {
 		_, err := l.ReadAt(context.Background(), e, make([]byte, 5000), 0)
 		read <- err
 	}()
-	<-st.observing // fetched, not yet reported
+	<-fetched // fetched, not yet returned
 	if n, err := l.Prefetch(context.Background(), e, st.keep); err != nil || n != 0 {
 		t.Errorf("prefetch during an unreported read: %d staged, %v; want 0", n, err)
 	}
-	close(st.observed)
+	close(resume)
 	if err := <-read; err != nil {
 		t.Fatal(err)
 	}
 	if n := pfs.reads.Load(); n != 1 {
 		t.Errorf("%d PFS reads, want 1: the prefetch read the sample again", n)
 	}
-	// Reported, the hold ends.
-	st.observing = nil
+	// Returned, the hold ends.
 	if n, err := l.Prefetch(context.Background(), e, st.keep); err != nil || n != 1 {
 		t.Errorf("prefetch after the read was reported: %d staged, %v; want 1", n, err)
 	}

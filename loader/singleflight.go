@@ -20,9 +20,9 @@ type flight struct {
 	stopped bool                // (mu) Close began: no fetch starts
 	calls   map[flightKey]*call // mu guards calls and unreported
 	// unreported counts, per key, the demand reads that missed RAM and
-	// the stage and have not yet reported the read to the stage. Until
-	// they do, the prefetcher has not seen the sample consumed, and a
-	// prefetch of the key would read it a second time.
+	// the stage and have not yet returned, for their callers to report
+	// them. Until then, the prefetcher has not seen the sample consumed,
+	// and a prefetch of the key would read it a second time.
 	unreported map[string]int
 }
 

@@ -10,11 +10,6 @@ import (
 // measured.
 const rateWindow = time.Second
 
-// Observe implements loader.Stage. It records nothing: the loader does
-// not know who reads, and a read counts only for its reader's jobs (see
-// ObserveRead).
-func (p *Prefetcher) Observe(e *catalog.Entry, off int64, waited time.Duration) {}
-
 // ObserveRead records a demand read of e at off by user uid that waited
 // this long on the PFS (0 when a tier or the stage had it). It moves only
 // the streams of jobs whose Owner.Reads(uid, known): another user's reads

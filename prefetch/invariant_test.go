@@ -9,7 +9,7 @@ import (
 // staged blocks' lengths and perIno counts them per file; inflightBytes
 // is the sum of inflight; pushedBytes is the sum of pushed and pushing. No
 // count is negative.
-func (st *stage) checkInvariant() error {
+func (st *Stage) checkInvariant() error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	var staged int64
@@ -54,7 +54,7 @@ func (st *stage) checkInvariant() error {
 }
 
 // pushes is the number of pushes under way.
-func (st *stage) pushes() int {
+func (st *Stage) pushes() int {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return len(st.pushing)

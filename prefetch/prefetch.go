@@ -107,6 +107,10 @@ type Config struct {
 	// the tiers that evict by next use are made before the prefetcher,
 	// and ask the Oracle they were given (nil: New makes one).
 	Oracle *Oracle
+	// Stage is where the prefetcher stages what it fetches: the loader
+	// takes from it and was given it before the prefetcher was made, so
+	// New adopts it (nil: New makes one, which the loader then lacks).
+	Stage *Stage
 	// EvenShare shares fetches between streams by positions ahead of
 	// their readers, not by time (--allocation even, for comparison).
 	EvenShare bool
@@ -170,7 +174,7 @@ type Prefetcher struct {
 	built     uint64
 	closed    bool
 
-	stage  *stage  // its own lock, taken after mu
+	stage  *Stage  // its own lock, taken after mu
 	oracle *Oracle // the streams as NextUse reads them, without a lock
 
 	mu sync.Mutex
@@ -201,13 +205,17 @@ func New(cfg Config, load Loader, plans Plans) *Prefetcher {
 	if cfg.Oracle == nil {
 		cfg.Oracle = &Oracle{}
 	}
+	if cfg.Stage == nil {
+		cfg.Stage = NewStage()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Prefetcher{
 		cfg: cfg, log: cfg.Logger, load: load, plans: plans,
 		tasks: make(chan []*catalog.Entry), wake: make(chan struct{}, 1), pushWake: make(chan struct{}, 1), cancel: cancel,
-		history: map[streamID]*rankHistory{}, stage: newStage(cfg.BlockSize), oracle: cfg.Oracle,
+		history: map[streamID]*rankHistory{}, stage: cfg.Stage, oracle: cfg.Oracle,
 	}
 	p.builtCond = sync.NewCond(&p.builtMu)
+	p.stage.owner.Store(p) // Hold asks p's plans from here on
 	changes := plans.Subscribe()
 	p.wg.Add(2 + pushWorkers + cfg.Workers)
 	go p.watch(ctx, changes)

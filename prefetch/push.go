@@ -188,7 +188,7 @@ func (p *Prefetcher) pushed(e *catalog.Entry, n int64, err error) []stagedBlock 
 		p.totals.Pushed++
 		p.totals.PushedBytes += n
 	}
-	out := p.stage.removeFile(e)
+	out := p.stage.removeFile(e, p.cfg.BlockSize)
 	p.stage.markPushed(e.Ino, e.Size)
 	if st := p.statsOfLocked(e.Ino, nil); st != nil {
 		st.Pushed++

@@ -2,27 +2,37 @@ package prefetch
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/loader"
 	"github.com/dlfs/dlfs/ramcache"
 )
 
-// stage holds prefetched blocks until a demand read takes them, and counts
+// Stage holds prefetched blocks until a demand read takes them, and counts
 // what else holds the staging bound: the bytes reserved by fetches in
 // flight, and by pushed samples not yet behind their cursor (see push.go).
 // It decides nothing: the Prefetcher asks it, under its own mu, what is
 // staged and how much is held, and tells it what to add, reserve and drop.
 //
+// It is the loader's stage (loader.Stage), made before both: the loader
+// is given it at construction (loader.Config.Stage), and the Prefetcher
+// adopts it in New (Config.Stage). Until then it is empty and Hold stages
+// nothing: only the Prefetcher's plans say what is worth holding. A Stage
+// serves one Prefetcher. Safe for concurrent use; nothing blocks but on
+// its locks.
+//
 // It has its own lock, so that a demand read's Take never waits on the
 // streams or the scheduler. Every method takes it; none calls out. Lock
-// order: Prefetcher.mu before stage.mu (a predicate given to dropIf runs
-// with stage.mu held and may read the streams under Prefetcher.mu). Take
-// is the only change made without Prefetcher.mu, and it only removes: a
+// order: Prefetcher.mu before Stage.mu (a predicate given to dropIf runs
+// with Stage.mu held and may read the streams under Prefetcher.mu; Hold
+// takes its Prefetcher's mu first, before any of the Stage's). Take is
+// the only change made without Prefetcher.mu, and it only removes: a
 // decision the Prefetcher makes under mu from what is staged and held
 // stays sound while a Take runs beside it.
-type stage struct {
-	blockSize int64 // read-only
+type Stage struct {
+	// owner is the Prefetcher that adopted the stage (New); nil before.
+	owner atomic.Pointer[Prefetcher]
 
 	mu sync.Mutex
 	// mu guards the following.
@@ -39,20 +49,24 @@ type stage struct {
 	pushedBytes   int64
 }
 
+// The loader's stage.
+var _ loader.Stage = (*Stage)(nil)
+
 // stagedBlock is a block with its key.
 type stagedBlock struct {
 	key string
 	ramcache.Block
 }
 
-func newStage(blockSize int64) *stage {
-	st := &stage{blockSize: blockSize}
+// NewStage returns an empty stage, for a Prefetcher to adopt (Config.Stage).
+func NewStage() *Stage {
+	st := &Stage{}
 	st.clear()
 	return st
 }
 
 // clear empties the stage (Close).
-func (st *stage) clear() {
+func (st *Stage) clear() {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.blocks, st.perIno, st.bytes = map[string]ramcache.Block{}, map[uint64]int{}, 0
@@ -63,21 +77,21 @@ func (st *stage) clear() {
 
 // held is what counts against the staging bound: staged blocks, fetches
 // in flight and pushed samples.
-func (st *stage) held() int64 {
+func (st *Stage) held() int64 {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return st.bytes + st.inflightBytes + st.pushedBytes
 }
 
 // stagedBytes is the bytes of the staged blocks.
-func (st *stage) stagedBytes() int64 {
+func (st *Stage) stagedBytes() int64 {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return st.bytes
 }
 
 // has reports whether a block of file ino is staged.
-func (st *stage) has(ino uint64) bool {
+func (st *Stage) has(ino uint64) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return st.perIno[ino] > 0
@@ -85,14 +99,14 @@ func (st *stage) has(ino uint64) bool {
 
 // busy reports whether a block of file ino is staged or a fetch of it is
 // in flight.
-func (st *stage) busy(ino uint64) bool {
+func (st *Stage) busy(ino uint64) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return st.perIno[ino] > 0 || st.inflight[ino] > 0
 }
 
 // files returns the files with staged blocks.
-func (st *stage) files() map[uint64]bool {
+func (st *Stage) files() map[uint64]bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	out := make(map[uint64]bool, len(st.perIno))
@@ -104,7 +118,7 @@ func (st *stage) files() map[uint64]bool {
 
 // add stages b unless a block is staged under key already, and reports
 // whether it added it.
-func (st *stage) add(key string, b ramcache.Block) bool {
+func (st *Stage) add(key string, b ramcache.Block) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if _, dup := st.blocks[key]; dup {
@@ -116,10 +130,10 @@ func (st *stage) add(key string, b ramcache.Block) bool {
 	return true
 }
 
-// take returns block key if it is staged with tag, and takes it off the
-// stage if done (the reader is past it) or stale (another version of the
-// file).
-func (st *stage) take(key string, tag uint64, done bool) (ramcache.Block, bool) {
+// Take implements loader.Stage: it returns block key if it is staged with
+// tag, and takes it off the stage if done (the reader is past it) or stale
+// (another version of the file). It takes only the stage's lock.
+func (st *Stage) Take(key string, tag uint64, done bool) (ramcache.Block, bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	b, ok := st.blocks[key]
@@ -136,7 +150,7 @@ func (st *stage) take(key string, tag uint64, done bool) (ramcache.Block, bool) 
 	return b, true
 }
 
-func (st *stage) removeLocked(key string, b ramcache.Block) {
+func (st *Stage) removeLocked(key string, b ramcache.Block) {
 	delete(st.blocks, key)
 	st.bytes -= int64(len(b.Data))
 	if st.perIno[b.ID]--; st.perIno[b.ID] <= 0 {
@@ -144,12 +158,13 @@ func (st *stage) removeLocked(key string, b ramcache.Block) {
 	}
 }
 
-// removeFile takes every staged block of e off the stage and returns them.
-func (st *stage) removeFile(e *catalog.Entry) []stagedBlock {
+// removeFile takes every staged block of e, cached in blocks of bs bytes,
+// off the stage and returns them.
+func (st *Stage) removeFile(e *catalog.Entry, bs int64) []stagedBlock {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	var out []stagedBlock
-	n := loader.Blocks(e.Size, st.blockSize)
+	n := loader.Blocks(e.Size, bs)
 	if n > int64(len(st.blocks)) {
 		// A file of more blocks than the stage holds (a sparse file may
 		// claim 2^43): walk the stage instead.
@@ -173,7 +188,7 @@ func (st *stage) removeFile(e *catalog.Entry) []stagedBlock {
 
 // dropIf takes off the stage every block for which drop reports true, and
 // returns them. drop runs with st.mu held.
-func (st *stage) dropIf(drop func(ramcache.Block) bool) []stagedBlock {
+func (st *Stage) dropIf(drop func(ramcache.Block) bool) []stagedBlock {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	var out []stagedBlock
@@ -187,7 +202,7 @@ func (st *stage) dropIf(drop func(ramcache.Block) bool) []stagedBlock {
 }
 
 // reserve holds n bytes for a fetch of file ino.
-func (st *stage) reserve(ino uint64, n int64) {
+func (st *Stage) reserve(ino uint64, n int64) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.inflight[ino] = n
@@ -195,14 +210,14 @@ func (st *stage) reserve(ino uint64, n int64) {
 }
 
 // reserved is the bytes held for a fetch of file ino.
-func (st *stage) reserved(ino uint64) int64 {
+func (st *Stage) reserved(ino uint64) int64 {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return st.inflight[ino]
 }
 
 // release gives back what a fetch of file ino held.
-func (st *stage) release(ino uint64) {
+func (st *Stage) release(ino uint64) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.inflightBytes -= takeOut(st.inflight, ino)
@@ -217,7 +232,7 @@ func takeOut(m map[uint64]int64, ino uint64) int64 {
 
 // wasPushed reports whether file ino was pushed and is not yet behind
 // its cursor.
-func (st *stage) wasPushed(ino uint64) bool {
+func (st *Stage) wasPushed(ino uint64) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	_, ok := st.pushed[ino]
@@ -226,7 +241,7 @@ func (st *stage) wasPushed(ino uint64) bool {
 
 // pushBusy reports whether file ino is pushed, or a push of it is under
 // way.
-func (st *stage) pushBusy(ino uint64) bool {
+func (st *Stage) pushBusy(ino uint64) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	_, busy := st.pushing[ino]
@@ -235,7 +250,7 @@ func (st *stage) pushBusy(ino uint64) bool {
 
 // reservePush holds n bytes for a push of file ino (0 when its blocks
 // are staged: they are counted already).
-func (st *stage) reservePush(ino uint64, n int64) {
+func (st *Stage) reservePush(ino uint64, n int64) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.pushing[ino] = n
@@ -243,14 +258,14 @@ func (st *stage) reservePush(ino uint64, n int64) {
 }
 
 // pushDone gives back what a push of file ino held.
-func (st *stage) pushDone(ino uint64) {
+func (st *Stage) pushDone(ino uint64) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.pushedBytes -= takeOut(st.pushing, ino)
 }
 
 // markPushed counts n bytes pushed for file ino until releasePushed.
-func (st *stage) markPushed(ino uint64, n int64) {
+func (st *Stage) markPushed(ino uint64, n int64) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.pushed[ino] = n
@@ -258,7 +273,7 @@ func (st *stage) markPushed(ino uint64, n int64) {
 }
 
 // releasePushed stops counting file ino's pushed bytes.
-func (st *stage) releasePushed(ino uint64) {
+func (st *Stage) releasePushed(ino uint64) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.pushedBytes -= takeOut(st.pushed, ino)
@@ -266,7 +281,7 @@ func (st *stage) releasePushed(ino uint64) {
 
 // dropPushedIf stops counting the pushed bytes of every file for which
 // drop reports true. drop runs with st.mu held.
-func (st *stage) dropPushedIf(drop func(ino uint64) bool) {
+func (st *Stage) dropPushedIf(drop func(ino uint64) bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	for ino, n := range st.pushed {
@@ -285,7 +300,7 @@ type stageFigures struct {
 	pushedHeld   int64
 }
 
-func (st *stage) figures() stageFigures {
+func (st *Stage) figures() stageFigures {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return stageFigures{st.bytes, len(st.blocks), len(st.inflight), st.pushedBytes}
@@ -338,19 +353,29 @@ func (p *Prefetcher) trimStage() []stagedBlock {
 	return p.stage.dropIf(func(b ramcache.Block) bool { return staged[b.ID] && !window[b.ID] })
 }
 
-// Hold implements loader.Stage.
-func (p *Prefetcher) Hold(key string, b ramcache.Block) {
+// Hold implements loader.Stage: it stages a block that a read fetched
+// only in part, if its Prefetcher's plans need it and there is room;
+// before a Prefetcher adopted the stage, never (nothing would drop it).
+func (st *Stage) Hold(key string, b ramcache.Block) {
+	if p := st.owner.Load(); p != nil {
+		p.hold(key, b)
+	}
+}
+
+// Take is its stage's Take (for the daemon's backing files, which take
+// staged blocks as a read would).
+func (p *Prefetcher) Take(key string, tag uint64, done bool) (ramcache.Block, bool) {
+	return p.stage.Take(key, tag, done)
+}
+
+// hold is Hold for the prefetcher that adopted the stage.
+func (p *Prefetcher) hold(key string, b ramcache.Block) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.neededLocked(b.ID, false) || p.stage.stagedBytes()+int64(len(b.Data)) > p.cfg.Staging {
 		return // unplanned (nothing would ever drop it) or no room
 	}
 	p.stage.add(key, b)
-}
-
-// Take implements loader.Stage. It takes only the stage's lock.
-func (p *Prefetcher) Take(key string, tag uint64, done bool) (ramcache.Block, bool) {
-	return p.stage.take(key, tag, done)
 }
 
 // neededLocked reports whether a stream still has ino ahead of its cursor
@@ -381,7 +406,7 @@ func (p *Prefetcher) dropIfUnneededLocked(e *catalog.Entry) {
 	if e == nil || !p.stage.has(e.Ino) || p.neededLocked(e.Ino, true) {
 		return
 	}
-	dropped := p.stage.removeFile(e)
+	dropped := p.stage.removeFile(e, p.cfg.BlockSize)
 	if len(dropped) == 0 {
 		return // taken meanwhile
 	}

@@ -37,7 +37,7 @@ func stageFiles(t *testing.T) (a, b *catalog.Entry) {
 // follows.
 func TestStage(t *testing.T) {
 	a, b := stageFiles(t)
-	st := newStage(10)
+	st := NewStage()
 	check := func(what string) {
 		t.Helper()
 		if err := st.checkInvariant(); err != nil {
@@ -61,17 +61,17 @@ func TestStage(t *testing.T) {
 	if got := st.stagedBytes(); got != 40 {
 		t.Errorf("staged %d bytes, want 40", got)
 	}
-	if _, ok := st.take(key(a, 0), 7, false); !ok || !st.has(a.Ino) {
+	if _, ok := st.Take(key(a, 0), 7, false); !ok || !st.has(a.Ino) {
 		t.Error("a read not done took a block off the stage, or found none")
 	}
-	if _, ok := st.take(key(a, 0), 8, false); ok || len(st.blocks) != 3 {
+	if _, ok := st.Take(key(a, 0), 8, false); ok || len(st.blocks) != 3 {
 		t.Error("a stale block was served, or left on the stage")
 	}
-	if _, ok := st.take(key(a, 1), 7, true); !ok {
+	if _, ok := st.Take(key(a, 1), 7, true); !ok {
 		t.Error("a staged block was not served")
 	}
 	check("taking")
-	if got := st.removeFile(a); len(got) != 1 || got[0].key != key(a, 2) || st.has(a.Ino) {
+	if got := st.removeFile(a, 10); len(got) != 1 || got[0].key != key(a, 2) || st.has(a.Ino) {
 		t.Errorf("removing a gave %v; a still staged: %v", got, st.has(a.Ino))
 	}
 	check("removing a file")
@@ -110,17 +110,17 @@ func TestStage(t *testing.T) {
 // TestStageCheckInvariant: checkInvariant finds each miscount.
 func TestStageCheckInvariant(t *testing.T) {
 	a, _ := stageFiles(t)
-	for name, spoil := range map[string]func(st *stage){
-		"bytes":         func(st *stage) { st.bytes++ },
-		"blocks a file": func(st *stage) { st.perIno[a.Ino]++ },
-		"a file gone":   func(st *stage) { delete(st.perIno, a.Ino) },
-		"inflight":      func(st *stage) { st.inflight[a.Ino]++ },
-		"negative":      func(st *stage) { st.inflight[a.Ino], st.inflightBytes = -1, -1 },
-		"pushed":        func(st *stage) { st.pushedBytes++ },
-		"empty block":   func(st *stage) { st.blocks["x"] = ramcache.Block{ID: a.Ino}; st.perIno[a.Ino]++ },
+	for name, spoil := range map[string]func(st *Stage){
+		"bytes":         func(st *Stage) { st.bytes++ },
+		"blocks a file": func(st *Stage) { st.perIno[a.Ino]++ },
+		"a file gone":   func(st *Stage) { delete(st.perIno, a.Ino) },
+		"inflight":      func(st *Stage) { st.inflight[a.Ino]++ },
+		"negative":      func(st *Stage) { st.inflight[a.Ino], st.inflightBytes = -1, -1 },
+		"pushed":        func(st *Stage) { st.pushedBytes++ },
+		"empty block":   func(st *Stage) { st.blocks["x"] = ramcache.Block{ID: a.Ino}; st.perIno[a.Ino]++ },
 	} {
 		t.Run(name, func(t *testing.T) {
-			st := newStage(10)
+			st := NewStage()
 			st.add(loader.BlockKey(a.Path(), 0), ramcache.Block{ID: a.Ino, Data: make([]byte, 10)})
 			st.reserve(a.Ino, 20)
 			st.markPushed(a.Ino, 10)
@@ -132,5 +132,37 @@ func TestStageCheckInvariant(t *testing.T) {
 				t.Error("not found")
 			}
 		})
+	}
+}
+
+// TestStageHold: a stage made before its Prefetcher (as the daemon makes
+// it, for the loader) holds nothing until New adopts it; then it holds a
+// block that a plan needs, and not one that no plan does.
+func TestStageHold(t *testing.T) {
+	st := NewStage()
+	st.Hold("early", ramcache.Block{ID: 1, Data: make([]byte, 1)})
+	if st.stagedBytes() != 0 {
+		t.Fatal("a stage no prefetcher adopted held a block")
+	}
+	p, reg, fl := setup(t, 6, "job=j root=data seed=3 epoch=0 world=2 rank=1 lookahead=1", Config{Workers: 2, Staging: 1 << 20, Stage: st})
+	if p.stage != st {
+		t.Fatal("New did not adopt the stage it was given")
+	}
+	j := reg.Get("j")
+	order := j.Order(1, 0)
+	waitFor(t, "the epoch to be staged", func() bool { return fl.total.Load() == int64(len(order)) })
+	e := j.Samples[order[0]].Entry
+	key := loader.BlockKey(e.Path(), 0)
+	b, ok := st.Take(key, 0, true)
+	if !ok {
+		t.Fatalf("%s was not staged", e.Path())
+	}
+	st.Hold(key, b) // taken, not yet read: the plan still needs it
+	if !st.has(e.Ino) {
+		t.Error("a block the plan needs was not held")
+	}
+	st.Hold("unplanned", ramcache.Block{ID: 1 << 60, Data: make([]byte, 1)})
+	if st.has(1 << 60) {
+		t.Error("a block no plan needs was held")
 	}
 }
