@@ -492,7 +492,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	stage := prefetch.NewStage()
 	lc := cfg.loaderConfig()
 	lc.Dataset, lc.Model, lc.Stage = n.dataset, perfmodel.New(perfmodel.DefaultConfig()), stage
-	n.tiers.load = loader.New(lc, n.tiers.ram, ssd, pfs)
+	if lc.BlockSize <= 0 {
+		lc.BlockSize = loader.DefaultConfig().BlockSize // as loader.New would: the read policy needs it first
+	}
 	// In a cluster this node keeps samples for ranks that run elsewhere.
 	allRanks := cfg.clustered()
 	n.jobs = jobs.New(jobs.Config{
@@ -508,6 +510,12 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 			return nil, err
 		}
 	}
+	// In a cluster, the read policy is the loader's peer tier, so it is
+	// made first, and the gossip and the peer server's port before it. The
+	// peer server is bound now, for the port to gossip, and serves once
+	// the tiers exist: a peer that connects in between waits in the listen
+	// backlog. The policy's goroutines start then too (they may read a
+	// job's list file through the loader).
 	if cfg.clustered() {
 		cc := cfg.clusterConfig()
 		cc.Meta.Dataset, cc.Meta.Placement = n.dataset.String(), placement.HashVersion
@@ -516,7 +524,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 			cc.Meta.SSD = cfg.SSDCapacity
 		}
 		if cc.Meta.DataAddr != "" {
-			if n.cluster.peers, err = peer.Listen(cc.Meta.DataAddr, cc.Key, n, cfg.Logger); err != nil {
+			if n.cluster.peers, err = peer.Bind(cc.Meta.DataAddr, cc.Key, cfg.Logger); err != nil {
 				return nil, err
 			}
 			n.onClose("peer server", func() error { n.cluster.peers.Close(); return nil })
@@ -538,13 +546,14 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		oc := cfg.ownersConfig()
 		oc.Dataset = n.dataset.String()
 		if n.cluster.owners, err = owners.New(oc, owners.Deps{Cluster: n.cluster.gossip, Jobs: n.jobs, Peers: peers, Model: lc.Model,
-			Snapshot: n.cat.Snapshot, Tag: n.tiers.load.Tag, BlockSize: n.tiers.load.BlockSize(), Latency: n.lat.peer}); err != nil {
+			Snapshot: n.cat.Snapshot, Tag: n.tag, BlockSize: lc.BlockSize, Latency: n.lat.peer}); err != nil {
 			peers.Close()
 			return nil, err
 		}
 		n.onClose("owners", func() error { n.cluster.owners.Close(); return nil })
-		n.tiers.load.SetRemote(n.cluster.owners)
+		lc.Remote = n.cluster.owners // not set without a cluster: a nil *Owners would be a non-nil Remote
 	}
+	n.tiers.load = loader.New(lc, n.tiers.ram, ssd, pfs)
 	// Built after the peers it fetches through, the prefetcher stops before
 	// them (Close runs the closers in reverse); the readers, which end the
 	// jobs they inferred, and the warmer stop before it.
@@ -552,6 +561,13 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	pc.Oracle, pc.Stage = n.tiers.oracle, stage
 	n.pf = prefetch.New(pc, n.tiers.load, n.jobs)
 	n.onClose("prefetch", func() error { n.pf.Close(); return nil })
+	// The tiers exist: serve the peers, and start the read policy.
+	if n.cluster.peers != nil {
+		n.cluster.peers.Serve(n)
+	}
+	if n.cluster.owners != nil {
+		n.cluster.owners.Start()
+	}
 	n.readers = readers.New(readers.Config{
 		Snapshot: n.cat.Snapshot,
 		Index: func(root string, exts []string, cred access.Cred) ([]folder.Sample, error) {
@@ -836,6 +852,10 @@ func (n *Node) layout(j *jobs.Job) jobs.Layout {
 	}
 	return n.cluster.owners.Layout(j)
 }
+
+// tag is the loader's tag of block key of e (loader.Loader.Tag), for the
+// read policy, which is made before the loader.
+func (n *Node) tag(e *catalog.Entry, key string) uint64 { return loader.BlockTag(n.dataset, e, key) }
 
 // readWhole reads a whole dataset file through the tiers.
 func (n *Node) readWhole(e *catalog.Entry) ([]byte, error) {

@@ -86,7 +86,6 @@ func (l *Loader) PrefetchRun(ctx context.Context, first *catalog.Entry, neighbou
 		}
 		spans[e.Ino] = sp
 	}
-	r := l.remote.Load()
 	var pick []*catalog.Entry
 	for _, e := range es {
 		key := BlockKey(e.Path(), 0)
@@ -96,8 +95,8 @@ func (l *Loader) PrefetchRun(ctx context.Context, first *catalog.Entry, neighbou
 		if s, ok := l.ssd.(interface{ Contains(string) bool }); ok && s.Contains(key) {
 			continue
 		}
-		if r != nil {
-			if _, remote := r.r.Owner(e); remote {
+		if l.remote != nil {
+			if _, remote := l.remote.Owner(e); remote {
 				continue
 			}
 		}

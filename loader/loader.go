@@ -34,7 +34,7 @@
 //
 // # Cluster
 //
-// When a Remote is set, a block another node owns can be fetched from it
+// With a Remote (Config.Remote), a block another node owns can be fetched from it
 // (tier "peer"), and is not kept in this node's RAM: the RAM tiers of the
 // nodes hold disjoint partitions.
 //
@@ -125,9 +125,11 @@ type Config struct {
 	ReadAhead      int64 // default 16 MiB
 	ReadAheadTotal int64 // default 64 MiB
 	NoReadAhead    bool
-	// Stage is the prefetcher's stage (see Prefetching); nil: none. A nil
-	// interface, not a nil pointer.
+	// Stage is the prefetcher's stage (see Prefetching), and Remote the
+	// peer tier (see Cluster); nil: none. Each a nil interface, not a nil
+	// pointer.
 	Stage  Stage
+	Remote Remote
 	Logger *slog.Logger // nil: discard
 }
 
@@ -271,8 +273,8 @@ type Loader struct {
 	ssd   SSD // nil when the SSD tier is off
 	pfs   PFS
 
-	stage  Stage                     // nil without a prefetcher
-	remote atomic.Pointer[remoteBox] // nil until SetRemote
+	stage  Stage  // nil without a prefetcher
+	remote Remote // nil without a cluster
 
 	flight flight
 	reads  [numTiers]atomic.Int64
@@ -327,7 +329,7 @@ func New(cfg Config, ram *ramcache.Cache, ssd SSD, pfs PFS) *Loader {
 		cfg.ReadAheadTotal = DefaultConfig().ReadAheadTotal
 	}
 	closed := make(chan struct{})
-	l := &Loader{cfg: cfg, log: cfg.Logger, model: cfg.Model, ram: ram, ssd: ssd, pfs: pfs, stage: cfg.Stage,
+	l := &Loader{cfg: cfg, log: cfg.Logger, model: cfg.Model, ram: ram, ssd: ssd, pfs: pfs, stage: cfg.Stage, remote: cfg.Remote,
 		pfsSlots: make(chan struct{}, cfg.PFSCalls), closed: closed}
 	l.aheadCtx, l.aheadStop = context.WithCancel(context.Background())
 	l.flight.stop = closed
@@ -346,11 +348,6 @@ func (l *Loader) Close() error {
 	l.closeAhead()
 	return nil
 }
-
-type remoteBox struct{ r Remote }
-
-// SetRemote installs the peer tier. Safe to call while reads run.
-func (l *Loader) SetRemote(r Remote) { l.remote.Store(&remoteBox{r}) }
 
 // BlockSize returns the block size.
 func (l *Loader) BlockSize() int64 { return l.cfg.BlockSize }
@@ -389,8 +386,13 @@ func blockEnd(size, bs, i int64) int64 { return i*bs + min(bs, size-i*bs) }
 
 // Tag is the integrity tag of the block with key of e in this loader's
 // dataset.
-func (l *Loader) Tag(e *catalog.Entry, key string) uint64 {
-	return integrity.Tag(l.cfg.Dataset, key, e.Version())
+func (l *Loader) Tag(e *catalog.Entry, key string) uint64 { return BlockTag(l.cfg.Dataset, e, key) }
+
+// BlockTag is the integrity tag of the block with key of e in dataset d:
+// what Loader.Tag answers, for those made before the loader (the peer
+// tier, which asks peers by it).
+func BlockTag(d integrity.Dataset, e *catalog.Entry, key string) uint64 {
+	return integrity.Tag(d, key, e.Version())
 }
 
 // blockOf is f, block key of e, as the RAM tier and the stage keep it.

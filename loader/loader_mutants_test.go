@@ -353,10 +353,11 @@ func TestFetchedCountsSuccesses(t *testing.T) {
 func TestPeerBlocksMarked(t *testing.T) {
 	files := map[string][]byte{"f": data(100)}
 	for _, peer := range []bool{false, true} {
-		l := New(Config{}, ramcache.New(ramcache.Config{Capacity: 1 << 20}), nil, &fakePFS{files: files})
+		var cfg Config
 		if peer {
-			l.SetRemote(&fakeRemote{files: files, bs: l.BlockSize()})
+			cfg.Remote = &fakeRemote{files: files, bs: DefaultConfig().BlockSize}
 		}
+		l := New(cfg, ramcache.New(ramcache.Config{Capacity: 1 << 20}), nil, &fakePFS{files: files})
 		var got ramcache.Block
 		if _, err := l.Prefetch(context.Background(), entry("f", 100), func(_ *catalog.Entry, _ int64, b ramcache.Block) bool { got = b; return true }); err != nil {
 			t.Fatal(err)
@@ -456,15 +457,16 @@ func TestSourceChoiceRules(t *testing.T) {
 			if c.ssd {
 				ssd = &fakeSSD{m: map[string]ssdstore.Block{}}
 			}
-			l := New(Config{Model: m, PFSMargin: c.margin}, ramcache.New(ramcache.Config{Capacity: 0}), ssd, pfs)
+			cfg := Config{Model: m, PFSMargin: c.margin}
 			if r := c.remote; r != nil {
-				r.fakeRemote = &fakeRemote{files: files, bs: l.BlockSize()}
+				r.fakeRemote = &fakeRemote{files: files, bs: DefaultConfig().BlockSize}
 				if c.lacks {
 					r.err = ErrNoBlock
 				}
 				r.damage = c.damaged
-				l.SetRemote(r)
+				cfg.Remote = r
 			}
+			l := New(cfg, ramcache.New(ramcache.Config{Capacity: 0}), ssd, pfs)
 			if c.measure {
 				for _, src := range []string{"pfs", "peer:b"} {
 					m.Observe(src, size, 2*time.Millisecond)
@@ -591,11 +593,12 @@ func TestSharedPrefetchOfferedToRAM(t *testing.T) {
 		pfs := &fakePFS{files: files, gate: release}
 		ram := ramcache.New(ramcache.Config{Capacity: 1 << 20})
 		st := &fakeStage{m: map[string]ramcache.Block{}}
-		l := New(Config{Stage: st}, ram, nil, pfs)
-		r := &heldRemote{fakeRemote: &fakeRemote{files: files, bs: l.BlockSize()}, release: release}
+		cfg := Config{Stage: st}
+		r := &heldRemote{fakeRemote: &fakeRemote{files: files, bs: DefaultConfig().BlockSize}, release: release}
 		if peer {
-			l.SetRemote(r)
+			cfg.Remote = r
 		}
+		l := New(cfg, ram, nil, pfs)
 		e, key := entry("f", 1000), BlockKey("f", 0)
 		prefetched := make(chan error, 1)
 		go func() {

@@ -279,8 +279,7 @@ func TestSourceChoice(t *testing.T) {
 			}
 			pfs := &fakePFS{files: files}
 			r := &fakeRemote{files: files, bs: 1 << 20, err: c.err}
-			l := New(Config{Model: m, PFSMargin: c.margin}, ramcache.New(ramcache.Config{Capacity: 0}), nil, pfs)
-			l.SetRemote(r)
+			l := New(Config{Model: m, PFSMargin: c.margin, Remote: r}, ramcache.New(ramcache.Config{Capacity: 0}), nil, pfs)
 			for _, e := range es {
 				if c.prefetch {
 					var got []byte
@@ -578,9 +577,8 @@ func TestDamagedPeerBlock(t *testing.T) {
 	file := data(3000)
 	pfs := &fakePFS{files: map[string][]byte{"f": file}}
 	ssd := &fakeSSD{m: map[string]ssdstore.Block{}}
-	l := New(Config{BlockSize: 1 << 20}, ramcache.New(ramcache.Config{Capacity: 1 << 20}), ssd, pfs)
 	r := &fakeRemote{files: pfs.files, bs: 1 << 20, damage: true}
-	l.SetRemote(r)
+	l := New(Config{BlockSize: 1 << 20, Remote: r}, ramcache.New(ramcache.Config{Capacity: 1 << 20}), ssd, pfs)
 	e := entry("f", 3000)
 	got, err := l.ReadAt(context.Background(), e, make([]byte, 3000), 0)
 	if err != nil || !bytes.Equal(got, file) {

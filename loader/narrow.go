@@ -29,8 +29,8 @@ func (l *Loader) narrows(e *catalog.Entry) bool {
 	if l.ssd != nil || e.Size <= l.ram.Stats().Capacity/2 {
 		return false
 	}
-	if r := l.remote.Load(); r != nil {
-		if _, ok := r.r.Owner(e); ok {
+	if l.remote != nil {
+		if _, ok := l.remote.Owner(e); ok {
 			return false
 		}
 	}

@@ -155,10 +155,9 @@ type blockReq struct {
 // loadFrom loads block i of e through the chain of sources (see above).
 func (l *Loader) loadFrom(ctx context.Context, e *catalog.Entry, i int64, tag uint64, why purpose) (fetch, error) {
 	r := blockReq{e: e, i: i, key: BlockKey(e.Path(), i), tag: tag, n: blockEnd(e.Size, l.cfg.BlockSize, i) - i*l.cfg.BlockSize, why: why}
-	rem := l.remote.Load()
 	var err error
-	for _, s := range order(l.choice(r, rem)) {
-		f, serr := l.from(ctx, s, r, rem)
+	for _, s := range order(l.choice(r)) {
+		f, serr := l.from(ctx, s, r)
 		if serr == nil {
 			return f, nil
 		}
@@ -176,21 +175,21 @@ func (l *Loader) loadFrom(ctx context.Context, e *catalog.Entry, i int64, tag ui
 }
 
 // choice gathers what the order of sources for r depends on.
-func (l *Loader) choice(r blockReq, rem *remoteBox) choice {
+func (l *Loader) choice(r blockReq) choice {
 	c := choice{ssd: l.ssd != nil, why: r.why, margin: l.cfg.PFSMargin}
 	names := make([]string, 0, 4)
 	names = append(names, srcPFS)
 	if c.ssd {
 		names = append(names, srcSSD)
 	}
-	if rem != nil {
-		if p, ok := rem.r.Owner(r.e); ok {
+	if l.remote != nil {
+		if p, ok := l.remote.Owner(r.e); ok {
 			c.owner = p
 			names = append(names, peerSource(p))
 		}
 		// After placement changed, the previous owner may still cache the
 		// sample: asking its caches (never its PFS) saves a PFS read.
-		if p, ok := rem.r.Previous(r.e); ok {
+		if p, ok := l.remote.Previous(r.e); ok {
 			c.previous = p
 			names = append(names, peerSource(p))
 		}
@@ -205,14 +204,14 @@ func (l *Loader) choice(r blockReq, rem *remoteBox) choice {
 }
 
 // from loads r from s.
-func (l *Loader) from(ctx context.Context, s link, r blockReq, rem *remoteBox) (fetch, error) {
+func (l *Loader) from(ctx context.Context, s link, r blockReq) (fetch, error) {
 	switch s.kind {
 	case fromSSD:
 		return l.fromSSD(r)
 	case fromOwner:
-		return l.fromOwner(ctx, rem.r, s.peer, r)
+		return l.fromOwner(ctx, l.remote, s.peer, r)
 	case fromPrevious:
-		return l.fromPrevious(ctx, rem.r, s.peer, r)
+		return l.fromPrevious(ctx, l.remote, s.peer, r)
 	default:
 		return l.fromPFS(ctx, r)
 	}

@@ -139,8 +139,9 @@ func TestReadCancelledWhileWaiting(t *testing.T) {
 		{"owner peer", func(t *testing.T) setup {
 			pfs := &fakePFS{files: files}
 			r := &waitingRemote{fakeRemote: &fakeRemote{files: files, bs: 1 << 20}, owner: "b", release: make(chan struct{})}
-			l := New(DefaultConfig(), ramcache.New(ramcache.Config{Capacity: 1 << 20}), nil, pfs)
-			l.SetRemote(r)
+			cfg := DefaultConfig()
+			cfg.Remote = r
+			l := New(cfg, ramcache.New(ramcache.Config{Capacity: 1 << 20}), nil, pfs)
 			return setup{l, func() bool { return r.inside.Load() == 1 }, func() { close(r.release) }, func(t *testing.T) {
 				if n := pfs.reads.Load(); n != 0 {
 					t.Errorf("%d PFS reads after the reader gave up on the peer", n)
@@ -153,8 +154,9 @@ func TestReadCancelledWhileWaiting(t *testing.T) {
 		{"previous owner's caches", func(t *testing.T) setup {
 			pfs := &fakePFS{files: files}
 			r := &waitingRemote{fakeRemote: &fakeRemote{files: files, bs: 1 << 20}, previous: "c", release: make(chan struct{})}
-			l := New(DefaultConfig(), ramcache.New(ramcache.Config{Capacity: 1 << 20}), nil, pfs)
-			l.SetRemote(r)
+			cfg := DefaultConfig()
+			cfg.Remote = r
+			l := New(cfg, ramcache.New(ramcache.Config{Capacity: 1 << 20}), nil, pfs)
 			return setup{l, func() bool { return r.inside.Load() == 1 }, func() { close(r.release) }, func(t *testing.T) {
 				if n := pfs.reads.Load(); n != 0 {
 					t.Errorf("%d PFS reads after the reader gave up on the previous owner", n)
@@ -172,8 +174,7 @@ func TestReadCancelledWhileWaiting(t *testing.T) {
 				m.Observe("pfs", 1000+int64(i), time.Millisecond)
 			}
 			r := &fakeRemote{files: files, bs: 1 << 20}
-			l := New(Config{Model: m, PFSMargin: 8, PFSTimeout: time.Hour}, ramcache.New(ramcache.Config{Capacity: 1 << 20}), nil, pfs)
-			l.SetRemote(r)
+			l := New(Config{Model: m, PFSMargin: 8, PFSTimeout: time.Hour, Remote: r}, ramcache.New(ramcache.Config{Capacity: 1 << 20}), nil, pfs)
 			return setup{l, func() bool { return pfs.inside.Load() == 1 }, func() { close(pfs.release) }, func(t *testing.T) {
 				if n := r.fetches.Load(); n != 0 {
 					t.Errorf("%d peer fetches after the reader gave up on the PFS", n)

@@ -422,3 +422,51 @@ func TestReachability(t *testing.T) {
 		t.Error("a dial the caller gave up on was recorded")
 	}
 }
+
+// TestBindThenServe: a bound server has its address before it serves; a
+// peer that connects then waits in the backlog and is answered once
+// Serve is called. A second Serve changes nothing, and a server closed
+// unserved closes.
+func TestBindThenServe(t *testing.T) {
+	s, err := Bind("127.0.0.1:0", testKey, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if strings.HasSuffix(s.Addr(), ":0") {
+		t.Fatalf("bound to %s: the port is not known", s.Addr())
+	}
+	early, err := net.Dial("tcp", s.Addr()) // the kernel's backlog takes it
+	if err != nil {
+		t.Fatalf("a connection before Serve: %v", err)
+	}
+	early.Close()
+	cl := client(t, testKey)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	fetched := make(chan error, 1)
+	go func() {
+		res, err := cl.Fetch(ctx, s.Addr(), []Item{item("b.jpg", 3)})
+		if err == nil && (len(res) != 1 || res[0].Status != StatusOK || string(res[0].Data) != "bee") {
+			err = errors.New("not the block")
+		}
+		fetched <- err
+	}()
+	s.Serve(mapSource{files: map[string][]byte{"b.jpg": []byte("bee")}})
+	s.Serve(mapSource{}) // ignored: it would serve nothing
+	if err := <-fetched; err != nil {
+		t.Fatalf("a fetch made before Serve: %v", err)
+	}
+
+	unserved, err := Bind("127.0.0.1:0", testKey, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unserved.Close(); err != nil {
+		t.Errorf("closing a server never served: %v", err)
+	}
+	unserved.Serve(mapSource{}) // after Close: nothing starts
+	if err := unserved.Close(); err != nil {
+		t.Errorf("closing twice: %v", err)
+	}
+}

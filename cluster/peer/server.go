@@ -29,22 +29,34 @@ type Source interface {
 
 // Server answers peers' requests. Close stops it and waits for its
 // goroutines.
+//
+// # Binding and serving
+//
+// Bind listens without answering, and Serve starts answering from a
+// Source: a node binds first, so that it can advertise the port (one the
+// kernel picked, for port 0) while it builds the tiers it serves from,
+// and serves once they exist. A peer that connects in between waits in
+// the listen backlog (the kernel completes its TCP handshake; its TLS
+// handshake waits for Serve), within its own deadlines. Listen does both
+// at once.
 type Server struct {
 	ln  *netlimit.Listener // admits strangers within limits.strangers
 	tls *tls.Config
-	src Source
 	log *slog.Logger
-	lim limits // read-only after listen
+	lim limits // read-only after bind
+	// src is set by Serve, before the goroutines that read it start.
+	src Source
 
 	handshaking chan struct{} // a slot per connection in its handshake
 	stop        chan struct{} // closed by Close
 	// Refusals are logged at a bounded rate, one Every per reason.
 	slowLog, authLog ratelog.Every
 
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{} // mu guards conns and closed
-	closed bool
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	conns   map[net.Conn]struct{} // mu guards conns, closed and serving
+	closed  bool
+	serving bool // Serve was called
 }
 
 // limits are a server's bounds on connections that have not proved the
@@ -60,15 +72,36 @@ func defaultLimits(log *slog.Logger) limits {
 		MaxConns: MaxHandshakes + MaxQueued, MaxPerHost: MaxPerAddress, LogEvery: logEvery, Logger: log}}
 }
 
-// Listen starts a server on addr.
+// Listen starts a server on addr, serving src: Bind, then Serve.
 func Listen(addr string, key []byte, src Source, log *slog.Logger) (*Server, error) {
+	s, err := Bind(addr, key, log)
+	if err != nil {
+		return nil, err
+	}
+	s.Serve(src)
+	return s, nil
+}
+
+// Bind listens on addr, answering no one until Serve (see Binding and
+// serving). Close closes it, served or not.
+func Bind(addr string, key []byte, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return listen(addr, key, src, log, defaultLimits(log))
+	return bind(addr, key, log, defaultLimits(log))
 }
 
+// listen is Listen under lim.
 func listen(addr string, key []byte, src Source, log *slog.Logger, lim limits) (*Server, error) {
+	s, err := bind(addr, key, log, lim)
+	if err != nil {
+		return nil, err
+	}
+	s.Serve(src)
+	return s, nil
+}
+
+func bind(addr string, key []byte, log *slog.Logger, lim limits) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -86,18 +119,30 @@ func listen(addr string, key []byte, src Source, log *slog.Logger, lim limits) (
 		return nil, fmt.Errorf("peer: listen on %s: %w", addr, err)
 	}
 	every := lim.strangers.LogEvery
-	s := &Server{ln: ln, tls: cfg, src: src, log: log, lim: lim, conns: map[net.Conn]struct{}{},
+	return &Server{ln: ln, tls: cfg, log: log, lim: lim, conns: map[net.Conn]struct{}{},
 		handshaking: make(chan struct{}, lim.handshakes), stop: make(chan struct{}),
-		slowLog: ratelog.Every{Interval: every}, authLog: ratelog.Every{Interval: every}}
+		slowLog: ratelog.Every{Interval: every}, authLog: ratelog.Every{Interval: every}}, nil
+}
+
+// Serve starts answering peers from src, the connections waiting in the
+// backlog first. It does not block. It takes effect once: a second call,
+// or one after Close, does nothing.
+func (s *Server) Serve(src Source) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.serving {
+		return
+	}
+	s.serving, s.src = true, src
 	s.wg.Add(1)
 	go s.accept()
-	return s, nil
 }
 
 // Addr returns the listening address.
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 
-// Close stops accepting, closes every connection and waits.
+// Close stops accepting, closes every connection (those waiting in the
+// backlog too) and waits.
 func (s *Server) Close() error {
 	s.mu.Lock()
 	if s.closed {

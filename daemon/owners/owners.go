@@ -29,9 +29,14 @@
 //
 // # Goroutines
 //
-// New starts three, and Close stops them: the watcher (watch), the job
+// Start starts three, and Close stops them: the watcher (watch), the job
 // advertiser (advertiseJobs) and the prober of the members' data ports
-// (probePeers). Batchers start on first use, one per peer address, and end
+// (probePeers). New subscribes them, so nothing that changes in between
+// is missed, but starts none: the daemon makes Owners before the loader,
+// whose peer tier it is, and starts it once the loader exists, because
+// the watcher indexes other members' jobs, which may read a list file
+// through the loader. Until then the view is empty: every read goes to
+// the PFS. Batchers start on first use, one per peer address, and end
 // at Close or when their peer is no longer placed. Close closes stop,
 // then the peer client, which fails the fetches in flight, then waits for
 // all of them. The daemon closes the prefetcher, the readers and the
@@ -163,7 +168,11 @@ type Owners struct {
 	requests  atomic.Int64  // requests sent to peers
 	stop      chan struct{} // closed by Close: the goroutines end
 	wg        sync.WaitGroup
+	startOnce sync.Once
 	closeOnce sync.Once
+	// The goroutines' subscriptions, taken in New: table and probe to the
+	// membership, jobs to the job registry.
+	tableSubs, probeSubs, jobSubs <-chan struct{}
 
 	// view is the placement of the moment: watch builds a new View and
 	// stores it; readers load it once per decision. Never nil after New.
@@ -178,8 +187,8 @@ type Owners struct {
 // The loader's peer tier.
 var _ loader.Remote = (*Owners)(nil)
 
-// New starts the policy's goroutines: the table's watcher, the job
-// advertiser and the prober of the members' data ports. Close stops them.
+// New makes the policy and subscribes its goroutines, which Start starts
+// (see Goroutines). Close stops them, started or not.
 func New(cfg Config, d Deps) (*Owners, error) {
 	if cfg.PlacementEpochs == 0 {
 		cfg.PlacementEpochs = DefaultConfig().PlacementEpochs
@@ -194,19 +203,34 @@ func New(cfg Config, d Deps) (*Owners, error) {
 		return nil, errors.New("owners: a dependency is missing (cluster, jobs, peers, model, snapshot, tag and block size are required)")
 	}
 	o := &Owners{cfg: cfg, d: d, log: cfg.Logger, meta: d.Cluster.StartMeta(),
-		refreshed: make(chan struct{}, 1), stop: make(chan struct{})}
+		refreshed: make(chan struct{}, 1), stop: make(chan struct{}),
+		tableSubs: d.Cluster.Subscribe(), jobSubs: d.Jobs.Subscribe(), probeSubs: d.Cluster.Subscribe()}
 	o.view.Store(&View{}) // no table yet: every read goes to the PFS
-	o.wg.Add(3)
-	go o.watch(d.Cluster.Subscribe())
-	go o.advertiseJobs(d.Jobs.Subscribe())
-	go o.probePeers(d.Cluster.Subscribe())
 	return o, nil
+}
+
+// Start starts the goroutines: the table's watcher, the job advertiser
+// and the prober of the members' data ports. It does not block. Only the
+// first call starts them, and none after Close.
+func (o *Owners) Start() {
+	o.startOnce.Do(func() {
+		select {
+		case <-o.stop:
+			return
+		default:
+		}
+		o.wg.Add(3)
+		go o.watch(o.tableSubs)
+		go o.advertiseJobs(o.jobSubs)
+		go o.probePeers(o.probeSubs)
+	})
 }
 
 // Close stops the goroutines and closes the peer client, which fails the
 // fetches in flight, so the batchers end at once. Safe to call twice.
 func (o *Owners) Close() {
 	o.closeOnce.Do(func() {
+		o.startOnce.Do(func() {}) // a Start under way has added to wg; none starts after
 		close(o.stop)
 		o.d.Peers.Close()
 		o.wg.Wait()
