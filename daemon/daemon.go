@@ -554,11 +554,27 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		lc.Remote = n.cluster.owners // not set without a cluster: a nil *Owners would be a non-nil Remote
 	}
 	n.tiers.load = loader.New(lc, n.tiers.ram, ssd, pfs)
+	// The filesystem, which the prefetcher pushes into (once it is
+	// mounted: StartPushing, below); it serves nothing until then.
+	n.ctl = &controlPlane{n: n}
+	fc := cfg.fuseConfig()
+	fc.MaxRequest = int(n.tiers.load.BlockSize())
+	// The daemon's polls for a reader reach no FUSE handler (it holds the
+	// control directory, and a FIFO is the kernel's; see startAccessLog),
+	// so it does not log itself.
+	n.alog = accesslog.New(accesslog.Config{Logger: cfg.Logger})
+	fc.Latency, fc.AccessLog = n.lat.fuse, n.alog
+	fc.Passthrough, fc.PassthroughOff = passthroughMode(cfg.Passthrough, snap.Files, snap.Bytes)
+	n.tiers.backing.maxFiles = maxBackingFiles()
+	n.fs = fusefs.New(fc, dataset{n}, n.ctl)
 	// Built after the peers it fetches through, the prefetcher stops before
 	// them (Close runs the closers in reverse); the readers, which end the
 	// jobs they inferred, and the warmer stop before it.
 	pc := cfg.prefetchConfig()
 	pc.Oracle, pc.Stage = n.tiers.oracle, stage
+	if !cfg.NoPush {
+		pc.Pusher = n.fs
+	}
 	n.pf = prefetch.New(pc, n.tiers.load, n.jobs)
 	n.onClose("prefetch", func() error { n.pf.Close(); return nil })
 	// The tiers exist: serve the peers, and start the read policy.
@@ -588,17 +604,6 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.alloc.Allocator = allocator.New(ac)
 	n.warmer = warmup.New(warmup.Config{Logger: cfg.Logger}, warmSource{n})
 	n.onClose("warmup", func() error { n.warmer.Close(); return nil })
-	n.ctl = &controlPlane{n: n}
-	fc := cfg.fuseConfig()
-	fc.MaxRequest = int(n.tiers.load.BlockSize())
-	// The daemon's polls for a reader reach no FUSE handler (it holds the
-	// control directory, and a FIFO is the kernel's; see startAccessLog),
-	// so it does not log itself.
-	n.alog = accesslog.New(accesslog.Config{Logger: cfg.Logger})
-	fc.Latency, fc.AccessLog = n.lat.fuse, n.alog
-	fc.Passthrough, fc.PassthroughOff = passthroughMode(cfg.Passthrough, snap.Files, snap.Bytes)
-	n.tiers.backing.maxFiles = maxBackingFiles()
-	n.fs = fusefs.New(fc, dataset{n}, n.ctl)
 	n.tiers.builder = newBuilder(n)
 	n.onClose("backing builder", func() error { n.tiers.builder.close(); return nil })
 
@@ -632,9 +637,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	// last file closes, fusermount -u).
 	n.served = make(chan struct{})
 	go func() { n.server.Wait(); close(n.served) }()
-	if !cfg.NoPush {
-		n.pf.SetPusher(n.fs)
-	}
+	n.pf.StartPushing() // without a Pusher (NoPush), nothing
 	n.startAccessLog()
 	if cfg.MetricsAddr != "" {
 		n.startHistory(historyEvery)

@@ -52,9 +52,10 @@
 //
 // # Pushing
 //
-// With a Pusher (the mounted filesystem), samples near their read are
-// written into the kernel's page cache, and one in pushTrip is left for a
-// read to reach dlfs and move the cursor: see push.go.
+// With a Pusher (Config.Pusher, the mounted filesystem), from
+// StartPushing on, samples near their read are written into the kernel's
+// page cache, and one in pushTrip is left for a read to reach dlfs and
+// move the cursor: see push.go.
 //
 // # Code
 //
@@ -111,6 +112,10 @@ type Config struct {
 	// takes from it and was given it before the prefetcher was made, so
 	// New adopts it (nil: New makes one, which the loader then lacks).
 	Stage *Stage
+	// Pusher writes samples into the kernel's page cache ahead of their
+	// reads, from StartPushing on (see Pushing); nil: nothing is pushed.
+	// A nil interface, not a nil pointer.
+	Pusher Pusher
 	// EvenShare shares fetches between streams by positions ahead of
 	// their readers, not by time (--allocation even, for comparison).
 	EvenShare bool
@@ -163,7 +168,7 @@ type Prefetcher struct {
 	tasks    chan []*catalog.Entry
 	wake     chan struct{} // capacity 1
 	pushWake chan struct{} // capacity 1
-	pusher   atomic.Pointer[pusherBox]
+	pushing  atomic.Bool   // StartPushing was called, with a Pusher
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 

@@ -8,8 +8,10 @@ import (
 
 // # Pushing
 //
-// With a Pusher set (the mounted filesystem), the prefetcher writes the
-// samples it holds into the kernel's page cache ahead of their reads, in
+// With a Pusher (Config.Pusher: the filesystem), once StartPushing is
+// called (the daemon calls it once the filesystem is mounted), the
+// prefetcher writes the samples it holds into the kernel's page cache
+// ahead of their reads, in
 // the order the reader will ask for them: a pushed sample is read at
 // page-cache speed, with no round trip to the daemon. A pushed sample
 // leaves the stage (the kernel has its bytes; RAM keeps it if its next use
@@ -56,16 +58,14 @@ type Pusher interface {
 	Push(e *catalog.Entry, blockSize int64, block func(i int64) ([]byte, bool)) (int64, error)
 }
 
-type pusherBox struct{ p Pusher }
-
-// SetPusher starts pushing through pu (nil stops it). Safe to call while
-// the prefetcher runs.
-func (p *Prefetcher) SetPusher(pu Pusher) {
-	if pu == nil {
-		p.pusher.Store(nil)
+// StartPushing starts pushing through Config.Pusher: a push before the
+// filesystem is mounted would only fail. Without a Pusher it does
+// nothing. Safe to call while the prefetcher runs, and twice; it does not
+// block.
+func (p *Prefetcher) StartPushing() {
+	if p.cfg.Pusher == nil || p.pushing.Swap(true) {
 		return
 	}
-	p.pusher.Store(&pusherBox{pu})
 	p.kick()
 }
 
@@ -79,8 +79,7 @@ func (p *Prefetcher) push(ctx context.Context) {
 		case <-p.pushWake:
 		}
 		for ctx.Err() == nil {
-			box := p.pusher.Load()
-			if box == nil {
+			if !p.pushing.Load() {
 				break
 			}
 			batch := p.pushable(pushBatch)
@@ -98,7 +97,7 @@ func (p *Prefetcher) push(ctx context.Context) {
 					b, _, ok := p.load.Cached(e, i)
 					return b, ok
 				}
-				n, err := box.p.Push(e, p.cfg.BlockSize, block)
+				n, err := p.cfg.Pusher.Push(e, p.cfg.BlockSize, block)
 				for _, b := range p.pushed(e, n, err) {
 					p.load.Offer(b.key, b.Block)
 				}

@@ -44,9 +44,9 @@ func (f *fakePusher) has(ino uint64) bool {
 // the stage and what was pushed ahead never exceed Staging.
 func TestPushAheadOfAPageCacheReader(t *testing.T) {
 	const files, staging = 400, 300 // files of 1 byte: the window reaches into epoch 1
-	p, reg, _ := setup(t, files, "job=j root=data seed=3 epoch=0 batch=4 workers=1 lookahead=2", Config{Workers: 2, Staging: staging})
 	fp := &fakePusher{pushed: map[uint64]int{}}
-	p.SetPusher(fp)
+	p, reg, _ := setup(t, files, "job=j root=data seed=3 epoch=0 batch=4 workers=1 lookahead=2", Config{Workers: 2, Staging: staging, Pusher: fp})
+	p.StartPushing()
 	j := reg.Get("j")
 	order := j.Order(0, 0)
 	stats := func() Stats { _, per := p.Stats(); return per["j"]["rank-0"] }
@@ -87,10 +87,13 @@ func TestPushAheadOfAPageCacheReader(t *testing.T) {
 // A pushed sample leaves the stage; a refused push leaves it there for
 // the read, and is counted.
 func TestPushRefused(t *testing.T) {
-	p, _, _ := setup(t, 50, "job=j root=data seed=3 epoch=0 batch=4 workers=1", Config{Workers: 2, Staging: 1 << 20})
-	waitFor(t, "the stage", func() bool { tot, _ := p.Stats(); return tot.StagedBlocks == 50 })
 	fp := &fakePusher{pushed: map[uint64]int{}, fail: true}
-	p.SetPusher(fp)
+	p, _, _ := setup(t, 50, "job=j root=data seed=3 epoch=0 batch=4 workers=1", Config{Workers: 2, Staging: 1 << 20, Pusher: fp})
+	waitFor(t, "the stage", func() bool { tot, _ := p.Stats(); return tot.StagedBlocks == 50 })
+	if tot, _ := p.Stats(); tot.PushFailed != 0 {
+		t.Fatalf("%d pushes before StartPushing", tot.PushFailed)
+	}
+	p.StartPushing()
 	waitFor(t, "the refusals", func() bool { tot, _ := p.Stats(); return tot.PushFailed >= 48 })
 	if tot, _ := p.Stats(); tot.StagedBlocks != 50 || tot.Pushed != 0 || tot.PushedHeld != 0 {
 		t.Fatalf("after refused pushes: %+v", tot)
@@ -100,9 +103,9 @@ func TestPushRefused(t *testing.T) {
 // A plan change keeps counting the pushes of a stream that kept its plan,
 // and stops counting those a new plan has not reached.
 func TestPushedAcrossPlanChanges(t *testing.T) {
-	p, reg, _ := setup(t, 100, "job=j root=data seed=3 epoch=0 batch=4 workers=1", Config{Workers: 2, Staging: 1 << 20})
 	fp := &fakePusher{pushed: map[uint64]int{}}
-	p.SetPusher(fp)
+	p, reg, _ := setup(t, 100, "job=j root=data seed=3 epoch=0 batch=4 workers=1", Config{Workers: 2, Staging: 1 << 20, Pusher: fp})
+	p.StartPushing()
 	held := func() int64 { tot, _ := p.Stats(); return tot.PushedHeld }
 	waitFor(t, "the pushes", func() bool { return held() >= 100-100/pushTrip })
 	fp.mu.Lock()
@@ -149,9 +152,9 @@ func TestPushedAcrossPlanChanges(t *testing.T) {
 // hit and its cursor would never move.
 func TestTripNotPushedForAnotherRank(t *testing.T) {
 	const files = 256
-	p, reg, _ := setup(t, files, "job=j root=data seed=3 epoch=0 world=2 ranks=0,1 batch=4 workers=1 lookahead=2", Config{Workers: 2, Staging: 1 << 20})
 	fp := &fakePusher{pushed: map[uint64]int{}}
-	p.SetPusher(fp)
+	p, reg, _ := setup(t, files, "job=j root=data seed=3 epoch=0 world=2 ranks=0,1 batch=4 workers=1 lookahead=2", Config{Workers: 2, Staging: 1 << 20, Pusher: fp})
+	p.StartPushing()
 	// Every stream fetched and considered pushing each of its positions,
 	// both epochs, and no push is under way.
 	waitFor(t, "the pushes", func() bool {
@@ -192,10 +195,10 @@ func TestTripNotPushedForAnotherRank(t *testing.T) {
 func TestPushOnlyOneBlock(t *testing.T) {
 	const files = 40
 	size := func(i int) int { return 1 + 2*(i%2) } // 1 or 3 bytes
-	p, reg, _ := setupSized(t, files, size, "job=j root=data seed=3 epoch=0 batch=4 workers=1",
-		Config{Workers: 2, Staging: 1 << 20, BlockSize: 2}, &fakeLoader{fetches: map[string]int{}})
 	fp := &fakePusher{pushed: map[uint64]int{}}
-	p.SetPusher(fp)
+	p, reg, _ := setupSized(t, files, size, "job=j root=data seed=3 epoch=0 batch=4 workers=1",
+		Config{Workers: 2, Staging: 1 << 20, BlockSize: 2, Pusher: fp}, &fakeLoader{fetches: map[string]int{}})
+	p.StartPushing()
 	j := reg.Get("j")
 	order := j.Order(0, 0)
 	var s *stream
