@@ -89,16 +89,32 @@ func (b *builder) build(e *catalog.Entry) {
 	load := n.tiers.load
 	if f := n.tiers.ram.Backing(e.Ino, load.Tag(e, loader.BlockKey(e.Path(), 0))); f != nil {
 		f.Release()
-		return
+		return // built already
 	}
 	end, mine := b.begin(e.Ino)
 	if !mine {
 		return // an open builds it
 	}
 	defer end()
-	if f := n.buildBacking(e, false); f != nil {
+	tag0 := load.Tag(e, loader.BlockKey(e.Path(), 0))
+	if f := n.tiers.ram.Backing(e.Ino, tag0); f != nil {
+		f.Release() // an open built it between the look and the claim
+		return
+	}
+	// The copy and the tier's blocks are both in memory until the tier
+	// adopts it: it counts against the opens' bound meanwhile.
+	c := &n.tiers.backing
+	if c.openBytes.Add(e.Size) > n.openBound() {
+		c.openBytes.Add(-e.Size)
+		return
+	}
+	defer c.openBytes.Add(-e.Size)
+	f, adopted := n.buildBacking(e, false)
+	if f != nil {
 		f.Release() // the tier holds its own reference, if it adopted it
-		n.tiers.backing.builtAhead.Add(1)
+	}
+	if adopted {
+		c.builtAhead.Add(1)
 	}
 }
 

@@ -244,24 +244,29 @@ func (n *Node) backingOf(e *catalog.Entry) *backing.File {
 		if f := ram.Backing(e.Ino, tag0); f != nil {
 			return f // built between the look and the claim
 		}
-		return n.buildBacking(e, true)
+		f, _ := n.buildBacking(e, true)
+		return f
 	}
 }
 
 // buildBacking builds e's backing file from the blocks the RAM tier
-// holds and, with fromStage, those the prefetcher's stage holds (which
-// then leave the stage: the file holds them), and leaves it to the RAM
-// tier; it returns it with a reference for the caller, or nil if they do
-// not hold all of e.
-func (n *Node) buildBacking(e *catalog.Entry, fromStage bool) *backing.File {
+// holds and, with fromStage (an open's build), those the prefetcher's
+// stage holds (which then leave the stage: the file holds them), and
+// leaves it to the RAM tier; it returns it with a reference for the
+// caller, or nil if they do not hold all of e, and whether the tier
+// adopted it. Without fromStage (the builder's) it builds nothing the
+// tier would not keep: no file with a peer's block.
+func (n *Node) buildBacking(e *catalog.Entry, fromStage bool) (_ *backing.File, adopted bool) {
 	load, ram := n.tiers.load, n.tiers.ram
 	bs := load.BlockSize()
 	if e.Size > n.openBound() {
-		return nil // no open may hold it (and a sparse file of 2^63 bytes must not size the lists below)
+		return nil, false // no open may hold it (and a sparse file of 2^63 bytes must not size the lists below)
 	}
 	if ram.Stats().Backing.Files >= n.tiers.backing.maxFiles {
-		n.tiers.backing.tooMany.Add(1)
-		return nil
+		if fromStage {
+			n.tiers.backing.tooMany.Add(1) // an open turned away
+		}
+		return nil, false
 	}
 	nb := loader.Blocks(e.Size, bs)
 	keys := make([]string, nb)
@@ -280,7 +285,10 @@ func (n *Node) buildBacking(e *catalog.Entry, fromStage bool) *backing.File {
 			if fromStage {
 				n.tiers.backing.notResident.Add(1)
 			}
-			return nil
+			return nil, false
+		}
+		if b.Peer && !fromStage {
+			return nil, false // the tier keeps this node's share only
 		}
 		blocks[i], peer = b, peer || b.Peer
 	}
@@ -296,7 +304,7 @@ func (n *Node) buildBacking(e *catalog.Entry, fromStage bool) *backing.File {
 		} else {
 			n.log.Debug("passthrough: no backing file", "path", e.Path(), "err", err)
 		}
-		return nil
+		return nil, false
 	}
 	n.tiers.backing.built.Add(1)
 	n.tiers.backing.builtBytes.Add(e.Size)
@@ -307,9 +315,9 @@ func (n *Node) buildBacking(e *catalog.Entry, fromStage bool) *backing.File {
 		}
 	}
 	if !peer { // RAM holds this node's share only
-		ram.Adopt(e.Ino, keys, blocks, f)
+		adopted = ram.Adopt(e.Ino, keys, blocks, f)
 	}
-	return f
+	return f, adopted
 }
 
 // OpenedPassthrough implements fusefs.Backer: the open stands for the
