@@ -164,8 +164,16 @@ func (l *Loader) readAheadFor(e *catalog.Entry, off, end int64) (random bool) {
 		s.next = max(s.next, end)
 		ra.dropBehindLocked(s)
 	default:
-		ra.turnLocked(s) // the reader jumped: start again from here
+		// The reader jumped: start again from here. A stream reader
+		// (never turned away, or moving forward again) that comes back
+		// to the head reads the file anew, a later epoch's pass: it is
+		// not taken for a random reader.
+		again := off == 0 && (!s.turned || s.window > 0)
+		ra.turnLocked(s)
 		s.last, s.ahead, s.next = last, last+1, end
+		if again {
+			s.turned, s.end = false, false
+		}
 	}
 	if off == 0 && s.window == 0 && !s.turned {
 		// A read of the head: most readers go on. Not a random reader

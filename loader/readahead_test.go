@@ -538,3 +538,34 @@ func TestReadAheadRandomReaderHeadAndNeighbours(t *testing.T) {
 		return l.ReadAheadStats().Fetched > before
 	})
 }
+
+// A reader that reads a file through and then again from its head (a
+// later epoch) gets read-ahead at once in the second pass, as in the
+// first; it is not taken for a random reader.
+func TestReadAheadSecondPass(t *testing.T) {
+	const bs, blocks = 100, 40
+	want := data(bs * blocks)
+	pfs := newBlockPFS(map[string][]byte{"f": want})
+	l := newAheadLoader(Config{BlockSize: bs, ReadAhead: 8 * bs, ReadAheadTotal: 8 * bs}, pfs)
+	defer l.Close()
+	e := entry("f", int64(len(want)))
+	pass := func() {
+		for off := int64(0); off < e.Size; off += bs / 2 {
+			b, err := l.ReadAt(context.Background(), e, make([]byte, bs/2), off)
+			if err != nil || !bytes.Equal(b, want[off:off+bs/2]) {
+				t.Fatalf("read at %d: %v", off, err)
+			}
+		}
+	}
+	pass()
+	l.ahead.running.Wait()
+	l.ram.Delete(BlockKey("f", 1)) // RAM holds only the first pass's blocks; a second pass would find them there
+	before := l.ReadAheadStats().Fetched
+	if _, err := l.ReadAt(context.Background(), e, make([]byte, bs/2), 0); err != nil {
+		t.Fatal(err)
+	}
+	l.ahead.running.Wait()
+	if l.ReadAheadStats().Fetched == before {
+		t.Error("the second pass's read of the head fetched nothing ahead")
+	}
+}
