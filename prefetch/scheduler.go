@@ -302,9 +302,9 @@ func (p *Prefetcher) keep(e *catalog.Entry, key string, b ramcache.Block, neighb
 	case !p.neededLocked(e.Ino, !neighbour):
 		return false // consumed meanwhile, or no longer planned
 	case neighbour && p.stage.stagedBytes()+int64(len(b.Data)) > p.cfg.Staging:
-		// Read with a run, refused by RAM, and no room on the stage.
-		p.totals.Wasted++
-		p.totals.WastedBytes += int64(len(b.Data))
+		// Read with a run, and no room on the stage: the loader offers it
+		// to RAM, which keeps it if its next use warrants (not counted
+		// as wasted: RAM may keep it).
 		return false
 	case p.stage.add(key, b):
 		p.totals.FetchedBytes += int64(len(b.Data))
