@@ -120,15 +120,21 @@ func fill(fd int, name string, size, blockSize int64, block func(i int64) (Block
 	if m == nil {
 		return fillBlocks(name, size, blockSize, block, func(b []byte, off int64) error { return pwriteAll(fd, b, off) })
 	}
-	err := fillBlocks(name, size, blockSize, block, func(b []byte, off int64) error { copy(m[off:], b); return nil })
+	err := fillBlocks(name, size, blockSize, block, func(b []byte, off int64) error {
+		n := 0
+		if off < int64(len(m)) {
+			n = copy(m[off:], b)
+		}
+		return pwriteAll(fd, b[n:], off+int64(n)) // the tail past the last whole huge page
+	})
 	if uerr := unix.Munmap(m); uerr != nil && err == nil {
 		err = fmt.Errorf("backing: %s: unmap: %w", name, uerr)
 	}
 	return err
 }
 
-// hugeMapping maps fd (size bytes) shared and writable, advised huge and
-// populated, if size spans a huge page and shmem gives huge pages to such
+// hugeMapping maps fd's whole huge pages (of size bytes) shared and
+// writable, advised huge and populated, if size spans a huge page and shmem gives huge pages to such
 // a mapping (ShmemTHP); nil otherwise, or if the kernel cannot populate
 // it (writing into a mapping it could not populate would fault, and a
 // fault that finds no memory kills the process, where pwrite fails).
@@ -136,7 +142,10 @@ func hugeMapping(fd int, size int64) []byte {
 	if size < hugePage || !HugeAllowed(ShmemTHP()) {
 		return nil
 	}
-	m, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	// Whole huge pages only: a huge page for the tail would hold up to
+	// 2 MiB past the file's end, which the tier's count (Pages) leaves
+	// out; the tail is written with pwrite, into small pages.
+	m, err := unix.Mmap(fd, 0, int(size&^(hugePage-1)), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return nil
 	}
