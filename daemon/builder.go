@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"sync"
+	"time"
 
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/loader"
@@ -19,12 +20,21 @@ import (
 //
 // One goroutine builds, from a bounded queue: an offer that finds the
 // queue full, or the file queued or being built already, is dropped (the
-// open builds it). An open of a file being built waits for that build
+// open builds it). A file not yet held whole when its turn comes (its
+// reader's other READs still on their way) is offered again a little
+// later, a few times. An open of a file being built waits for that build
 // instead of building a second copy (builds). Close stops the goroutine
 // and waits for it.
 
 // builderQueue bounds the files waiting for the builder.
 const builderQueue = 64
+
+// A file the RAM tier does not hold whole yet is offered again builderRetry
+// later, builderTries times in all (retryLater).
+const (
+	builderRetry = 100 * time.Millisecond
+	builderTries = 3
+)
 
 // builder builds backing files in the background (see above).
 type builder struct {
@@ -35,6 +45,7 @@ type builder struct {
 
 	mu     sync.Mutex
 	queued map[uint64]bool // (mu) inodes in queue
+	tries  map[uint64]int  // (mu) retries of inodes not held whole yet (at most builderQueue)
 	// building holds a channel per inode being built, closed when its
 	// build ends (mu).
 	building map[uint64]chan struct{}
@@ -43,7 +54,7 @@ type builder struct {
 
 func newBuilder(n *Node) *builder {
 	b := &builder{n: n, queue: make(chan *catalog.Entry, builderQueue), stop: make(chan struct{}),
-		queued: map[uint64]bool{}, building: map[uint64]chan struct{}{}}
+		queued: map[uint64]bool{}, tries: map[uint64]int{}, building: map[uint64]chan struct{}{}}
 	b.done.Add(1)
 	go b.run()
 	return b
@@ -102,20 +113,43 @@ func (b *builder) build(e *catalog.Entry) {
 		return
 	}
 	// The copy and the tier's blocks are both in memory until the tier
-	// adopts it: it counts against the opens' bound meanwhile.
+	// adopts it: one build at a time, and only while the opens leave room
+	// for it under their bound. It takes no part of the bound itself: an
+	// open of the file meanwhile waits for this build, and must not be
+	// turned away by it.
 	c := &n.tiers.backing
-	if c.openBytes.Add(e.Size) > n.openBound() {
-		c.openBytes.Add(-e.Size)
+	if c.openBytes.Load()+e.Size > n.openBound() {
 		return
 	}
-	defer c.openBytes.Add(-e.Size)
-	f, adopted := n.buildBacking(e, false)
+	f, adopted, missing := n.buildBacking(e, false)
 	if f != nil {
 		f.Release() // the tier holds its own reference, if it adopted it
 	}
 	if adopted {
 		c.builtAhead.Add(1)
 	}
+	if missing {
+		b.retryLater(e) // reads of its other blocks may still be on their way
+		return
+	}
+	b.mu.Lock()
+	delete(b.tries, e.Ino)
+	b.mu.Unlock()
+}
+
+// retryLater offers e again after builderRetry, at most builderTries
+// times in all: the kernel sends a reader's READs of one file out of
+// order, so the one that reaches the end may be answered while another
+// block is still on its way into the RAM tier.
+func (b *builder) retryLater(e *catalog.Entry) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed || b.tries[e.Ino] >= builderTries-1 || b.tries[e.Ino] == 0 && len(b.tries) >= builderQueue {
+		delete(b.tries, e.Ino)
+		return
+	}
+	b.tries[e.Ino]++
+	time.AfterFunc(builderRetry, func() { b.offer(e) })
 }
 
 // begin claims the build of inode ino: mine says the caller builds it

@@ -244,7 +244,7 @@ func (n *Node) backingOf(e *catalog.Entry) *backing.File {
 		if f := ram.Backing(e.Ino, tag0); f != nil {
 			return f // built between the look and the claim
 		}
-		f, _ := n.buildBacking(e, true)
+		f, _, _ := n.buildBacking(e, true)
 		return f
 	}
 }
@@ -253,20 +253,20 @@ func (n *Node) backingOf(e *catalog.Entry) *backing.File {
 // holds and, with fromStage (an open's build), those the prefetcher's
 // stage holds (which then leave the stage: the file holds them), and
 // leaves it to the RAM tier; it returns it with a reference for the
-// caller, or nil if they do not hold all of e, and whether the tier
-// adopted it. Without fromStage (the builder's) it builds nothing the
+// caller, or nil if they do not hold all of e (missing), and whether the
+// tier adopted it. Without fromStage (the builder's) it builds nothing the
 // tier would not keep: no file with a peer's block.
-func (n *Node) buildBacking(e *catalog.Entry, fromStage bool) (_ *backing.File, adopted bool) {
+func (n *Node) buildBacking(e *catalog.Entry, fromStage bool) (_ *backing.File, adopted, missing bool) {
 	load, ram := n.tiers.load, n.tiers.ram
 	bs := load.BlockSize()
 	if e.Size > n.openBound() {
-		return nil, false // no open may hold it (and a sparse file of 2^63 bytes must not size the lists below)
+		return nil, false, false // no open may hold it (and a sparse file of 2^63 bytes must not size the lists below)
 	}
 	if ram.Stats().Backing.Files >= n.tiers.backing.maxFiles {
 		if fromStage {
 			n.tiers.backing.tooMany.Add(1) // an open turned away
 		}
-		return nil, false
+		return nil, false, false
 	}
 	nb := loader.Blocks(e.Size, bs)
 	keys := make([]string, nb)
@@ -285,10 +285,10 @@ func (n *Node) buildBacking(e *catalog.Entry, fromStage bool) (_ *backing.File, 
 			if fromStage {
 				n.tiers.backing.notResident.Add(1)
 			}
-			return nil, false
+			return nil, false, true
 		}
 		if b.Peer && !fromStage {
-			return nil, false // the tier keeps this node's share only
+			return nil, false, false // the tier keeps this node's share only
 		}
 		blocks[i], peer = b, peer || b.Peer
 	}
@@ -304,7 +304,7 @@ func (n *Node) buildBacking(e *catalog.Entry, fromStage bool) (_ *backing.File, 
 		} else {
 			n.log.Debug("passthrough: no backing file", "path", e.Path(), "err", err)
 		}
-		return nil, false
+		return nil, false, false
 	}
 	n.tiers.backing.built.Add(1)
 	n.tiers.backing.builtBytes.Add(e.Size)
@@ -317,7 +317,7 @@ func (n *Node) buildBacking(e *catalog.Entry, fromStage bool) (_ *backing.File, 
 	if !peer { // RAM holds this node's share only
 		adopted = ram.Adopt(e.Ino, keys, blocks, f)
 	}
-	return f, adopted
+	return f, adopted, false
 }
 
 // OpenedPassthrough implements fusefs.Backer: the open stands for the
