@@ -48,6 +48,7 @@ func (c *Config) loaderConfig() loader.Config {
 func (c *Config) prefetchConfig() prefetch.Config {
 	pc := prefetch.DefaultConfig()
 	pc.Workers, pc.Staging = c.PrefetchWorkers, c.staging()-c.readAheadShare()
+	pc.RAM = max(c.RAMCache, 0)
 	if c.BlockSize > 0 {
 		pc.BlockSize = c.BlockSize // the loader's
 	}

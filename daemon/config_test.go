@@ -40,7 +40,7 @@ func TestDerivedConfigs(t *testing.T) {
 			func() any { lc := loader.DefaultConfig(); lc.ReadAheadTotal = 64 << 20; return lc }},
 		{"prefetch", func(*Config) {},
 			func(c *Config) any { return c.prefetchConfig() },
-			func() any { pc := prefetch.DefaultConfig(); pc.Staging = 192 << 20; return pc }},
+			func() any { pc := defaultPrefetch(); pc.Staging = 192 << 20; return pc }},
 		{"loader, read-ahead beyond its share", func(c *Config) { c.Staging, c.ReadAhead = 64<<20, 32<<20 },
 			func(c *Config) any { return c.loaderConfig() },
 			func() any { lc := loader.DefaultConfig(); lc.ReadAheadTotal, lc.ReadAhead = 16<<20, 16<<20; return lc }},
@@ -49,7 +49,7 @@ func TestDerivedConfigs(t *testing.T) {
 			func() any { lc := loader.DefaultConfig(); lc.ReadAhead, lc.NoReadAhead = 0, true; return lc }},
 		{"prefetch, read-ahead off", func(c *Config) { c.Staging, c.ReadAhead, c.NoReadAhead = 64<<20, 0, true },
 			func(c *Config) any { return c.prefetchConfig() },
-			func() any { pc := prefetch.DefaultConfig(); pc.Staging = 64 << 20; return pc }},
+			func() any { pc := defaultPrefetch(); pc.Staging = 64 << 20; return pc }},
 		{"loader fields", func(c *Config) { c.BlockSize, c.PFSTimeout, c.PFSMargin, c.NoCoalesce = 4<<20, time.Second, 3, true },
 			func(c *Config) any { return c.loaderConfig() },
 			func() any {
@@ -60,7 +60,7 @@ func TestDerivedConfigs(t *testing.T) {
 		{"prefetch fields", func(c *Config) { c.BlockSize, c.PrefetchWorkers = 4<<20, 7 },
 			func(c *Config) any { return c.prefetchConfig() },
 			func() any {
-				pc := prefetch.DefaultConfig()
+				pc := defaultPrefetch()
 				pc.BlockSize, pc.Workers, pc.Staging = 4<<20, 7, 192<<20
 				return pc
 			}},
@@ -129,7 +129,7 @@ func TestDerivedConfigs(t *testing.T) {
 		{"prefetch, even allocation, clustered", func(c *Config) { c.AllocationMode, c.Bind = allocator.Even, "127.0.0.1:0" },
 			func(c *Config) any { return c.prefetchConfig() },
 			func() any {
-				pc := prefetch.DefaultConfig()
+				pc := defaultPrefetch()
 				pc.Staging, pc.EvenShare, pc.AllRanks = 192<<20, true, true
 				return pc
 			}},
@@ -142,4 +142,12 @@ func TestDerivedConfigs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// defaultPrefetch is what DefaultConfig gives the prefetcher before the
+// staging split: its defaults, and the RAM tier's capacity.
+func defaultPrefetch() prefetch.Config {
+	pc := prefetch.DefaultConfig()
+	pc.RAM = DefaultConfig("", "").RAMCache
+	return pc
 }

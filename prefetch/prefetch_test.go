@@ -241,7 +241,14 @@ func TestCoalescing(t *testing.T) {
 // here, with samples of one byte, never.
 func TestCoalescingWithinHorizon(t *testing.T) {
 	const staging = 200 // samples of 1 byte: a horizon of 200 steps of 600
-	p, reg, fl := setupWith(t, 600, "job=j root=data seed=3 epoch=0 lookahead=1", Config{Workers: 1, Staging: staging},
+	for _, ram := range []int64{0, 200} {
+		t.Run(fmt.Sprint("RAM ", ram), func(t *testing.T) { coalescingWithinHorizon(t, staging, ram) })
+	}
+}
+
+func coalescingWithinHorizon(t *testing.T, staging, ram int64) {
+	horizon := int(staging + ram)
+	p, reg, fl := setupWith(t, 600, "job=j root=data seed=3 epoch=0 lookahead=1", Config{Workers: 1, Staging: staging, RAM: ram},
 		&fakeLoader{fetches: map[string]int{}, packed: true})
 	j := reg.Get("j")
 	step := map[uint64]int{}
@@ -265,7 +272,7 @@ func TestCoalescingWithinHorizon(t *testing.T) {
 	if len(fl.runs) == 0 {
 		t.Fatal("no coalesced reads")
 	}
-	joined := 0
+	joined, beyondStage := 0, 0
 	index := func(e *catalog.Entry) (i int) {
 		fmt.Sscanf(filepath.Base(e.Path()), "%04d.jpg", &i)
 		return i
@@ -285,13 +292,19 @@ func TestCoalescingWithinHorizon(t *testing.T) {
 		first := step[run[0].Ino]
 		for _, e := range run[1:] {
 			joined++
-			if step[e.Ino] > first+staging {
-				t.Errorf("a run from step %d joined %s, needed at step %d: past the horizon of %d", first, e.Path(), step[e.Ino], staging)
+			if step[e.Ino] > first+horizon {
+				t.Errorf("a run from step %d joined %s, needed at step %d: past the horizon of %d", first, e.Path(), step[e.Ino], horizon)
+			}
+			if step[e.Ino] > first+int(staging) {
+				beyondStage++
 			}
 		}
 	}
 	if joined == 0 {
 		t.Error("no run joined a neighbour")
+	}
+	if ram > 0 && beyondStage == 0 {
+		t.Error("with a RAM tier, no run joined a neighbour needed past the stage's horizon")
 	}
 }
 

@@ -159,25 +159,31 @@ func (p *Prefetcher) next(gap, run int64) []*catalog.Entry {
 }
 
 // neighboursLocked returns the sample at pos together with its neighbours
-// in its container that a plan needs soon (within the stage's horizon)
+// in its container that a plan needs soon (within the caches' horizon)
 // and that nothing has fetched: a run read in one request (runs.Grow).
 // The run reads through unneeded bytes (samples already cached or
 // consumed) of at most gap in a row and 1% of the samples it joined in
 // all (the PFS reads each byte once an epoch, within 1%), stops at a
 // sample needed later than the horizon, spans at most run bytes, and fits
-// in what staging has left. The sample at pos comes first; the rest follow in offset order.
+// in what staging has left plus an eighth. The sample at pos comes first;
+// the rest follow in offset order.
 //
-// The horizon is as many samples of this one's size as the stage holds:
-// a neighbour needed within it would be fetched into the stage soon
-// anyway, and the stage keeps it until it is read. One needed later would
-// have to wait in RAM, which (holding less than the dataset) evicts it
-// before its turn, and the PFS would serve it again: a random order over
-// one HDF5 file read its rows 1.67x.
+// The horizon is as many samples of this one's size as the stage and the
+// RAM tier hold together. A neighbour needed within what the stage holds
+// goes to the stage, which keeps it until it is read; one needed later,
+// or with no room on the stage, to RAM, which keeps what is needed
+// soonest (keep): one needed within the horizon stays cached until its
+// turn, and the stage stays free for the frontier. One needed later would be evicted before it, and the PFS would
+// serve it again: a random order over one HDF5 file read its rows 1.67x
+// when runs joined every neighbour a plan needed, with a RAM tier of an
+// eighth of the file.
 func (p *Prefetcher) neighboursLocked(s *stream, pos int, gap, run int64) []*catalog.Entry {
 	list := s.runs[s.spans[pos].Container]
 	size := max(s.entry(pos).Size, 1)
-	budget := p.cfg.Staging - p.stage.held() - size
-	horizon := int(min(p.cfg.Staging/size, math.MaxInt32))
+	// Neighbours the stage has no room for go to RAM, so they may borrow
+	// an eighth of staging beyond what is free.
+	budget := p.cfg.Staging + p.cfg.Staging/8 - p.stage.held() - size
+	horizon := int(min((p.cfg.Staging+p.cfg.RAM)/size, math.MaxInt32))
 	joined, holes := size, int64(0)
 	take := func(j int) runs.Take {
 		e := s.entry(int(list[j]))
@@ -301,10 +307,12 @@ func (p *Prefetcher) keep(e *catalog.Entry, key string, b ramcache.Block, neighb
 	switch {
 	case !p.neededLocked(e.Ino, !neighbour):
 		return false // consumed meanwhile, or no longer planned
-	case neighbour && p.stage.stagedBytes()+int64(len(b.Data)) > p.cfg.Staging:
-		// Read with a run, and no room on the stage: the loader offers it
-		// to RAM, which keeps it if its next use warrants (not counted
-		// as wasted: RAM may keep it).
+	case neighbour && (p.stage.stagedBytes()+int64(len(b.Data)) > p.cfg.Staging ||
+		!p.soonLocked(e.Ino, int(min(p.cfg.Staging/max(e.Size, 1), math.MaxInt32)))):
+		// Read with a run, and no room on the stage, or needed past what
+		// the stage holds (the stage is the frontier's): the loader
+		// offers it to RAM, which keeps it if its next use warrants (not
+		// counted as wasted: RAM may keep it).
 		return false
 	case p.stage.add(key, b):
 		p.totals.FetchedBytes += int64(len(b.Data))
