@@ -98,8 +98,8 @@ type Config struct {
 	// fetches in flight.
 	Staging int64 // default 256 MiB
 	// RAM is the RAM tier's capacity: a coalesced run reads neighbours
-	// the plans need within what the stage and RAM hold together (see
-	// neighboursLocked); 0 counts the stage alone.
+	// the plans need within what the stage and half of RAM hold together
+	// (see neighboursLocked); 0 counts the stage alone.
 	RAM int64
 	// BlockSize must equal the loader's.
 	BlockSize int64 // default loader.DefaultConfig().BlockSize

@@ -241,13 +241,13 @@ func TestCoalescing(t *testing.T) {
 // here, with samples of one byte, never.
 func TestCoalescingWithinHorizon(t *testing.T) {
 	const staging = 200 // samples of 1 byte: a horizon of 200 steps of 600
-	for _, ram := range []int64{0, 200} {
+	for _, ram := range []int64{0, 400} {
 		t.Run(fmt.Sprint("RAM ", ram), func(t *testing.T) { coalescingWithinHorizon(t, staging, ram) })
 	}
 }
 
 func coalescingWithinHorizon(t *testing.T, staging, ram int64) {
-	horizon := int(staging + ram)
+	horizon := int(staging + ram/2)
 	p, reg, fl := setupWith(t, 600, "job=j root=data seed=3 epoch=0 lookahead=1", Config{Workers: 1, Staging: staging, RAM: ram},
 		&fakeLoader{fetches: map[string]int{}, packed: true})
 	j := reg.Get("j")

@@ -229,3 +229,45 @@ func TestPushOnlyOneBlock(t *testing.T) {
 		}
 	}
 }
+
+// Over a packed dataset, a sample pushed into the page cache and not yet
+// read is not joined to a later run as a neighbour: fetched again, its
+// read (a page-cache hit) would never reach dlfs, and the copy would be
+// dropped unread. Every sample is fetched once.
+func TestPushedNotFetchedAgain(t *testing.T) {
+	const files, staging = 400, 300
+	fp := &fakePusher{pushed: map[uint64]int{}}
+	fl := &fakeLoader{fetches: map[string]int{}, packed: true}
+	p, reg, _ := setupWith(t, files, "job=j root=data seed=3 epoch=0 batch=4 workers=1 lookahead=1",
+		Config{Workers: 2, Staging: staging, Pusher: fp}, fl)
+	p.StartPushing()
+	j := reg.Get("j")
+	order := j.Order(0, 0)
+	waitFor(t, "the stream", func() bool { _, per := p.Stats(); return per["j"]["rank-0"].Predicted == files })
+	p.mu.Lock()
+	s := p.streams[0]
+	p.mu.Unlock()
+	for step := 0; step < files; step++ {
+		e := j.Samples[order[s.order.at(step)]].Entry
+		if step%pushTrip == pushTrip-1 {
+			waitFor(t, "the fetch of "+e.Path(), func() bool {
+				fl.mu.Lock()
+				defer fl.mu.Unlock()
+				return fl.fetches[e.Path()] > 0
+			})
+			p.ObserveRead(0, true, e, 0, 0) // a read through dlfs
+		} else {
+			waitFor(t, "the push of "+e.Path(), func() bool { return fp.has(e.Ino) })
+		}
+	}
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	for path, n := range fl.fetches {
+		if n > 1 {
+			t.Errorf("%s fetched %d times", path, n)
+		}
+	}
+	if len(fl.runs) == 0 {
+		t.Error("no coalesced reads: the test shows nothing")
+	}
+}

@@ -161,15 +161,18 @@ func (p *Prefetcher) next(gap, run int64) []*catalog.Entry {
 // neighboursLocked returns the sample at pos together with its neighbours
 // in its container that a plan needs soon (within the caches' horizon)
 // and that nothing has fetched: a run read in one request (runs.Grow).
-// The run reads through unneeded bytes (samples already cached or
-// consumed) of at most gap in a row and 1% of the samples it joined in
-// all (the PFS reads each byte once an epoch, within 1%), stops at a
+// The run reads through unneeded bytes (samples already cached, staged,
+// pushed or consumed) of at most gap in a row and 1/256 of the samples it joined
+// in all (the PFS reads each byte once an epoch, within 1%, and other
+// causes take some of that), stops at a
 // sample needed later than the horizon, spans at most run bytes, and fits
 // in what staging has left plus an eighth. The sample at pos comes first;
 // the rest follow in offset order.
 //
-// The horizon is as many samples of this one's size as the stage and the
-// RAM tier hold together. A neighbour needed within what the stage holds
+// The horizon is as many samples of this one's size as the stage and
+// half the RAM tier hold together (RAM holds more than neighbours: what
+// readers read, with its overhead; a horizon of all of it read an HDF5
+// file's rows 1.04x with a RAM tier of an eighth of the file). A neighbour needed within what the stage holds
 // goes to the stage, which keeps it until it is read; one needed later,
 // or with no room on the stage, to RAM, which keeps what is needed
 // soonest (keep): one needed within the horizon stays cached until its
@@ -183,14 +186,17 @@ func (p *Prefetcher) neighboursLocked(s *stream, pos int, gap, run int64) []*cat
 	// Neighbours the stage has no room for go to RAM, so they may borrow
 	// an eighth of staging beyond what is free.
 	budget := p.cfg.Staging + p.cfg.Staging/8 - p.stage.held() - size
-	horizon := int(min((p.cfg.Staging+p.cfg.RAM)/size, math.MaxInt32))
+	horizon := int(min((p.cfg.Staging+p.cfg.RAM/2)/size, math.MaxInt32))
 	joined, holes := size, int64(0)
 	take := func(j int) runs.Take {
 		e := s.entry(int(list[j]))
 		switch {
-		case p.stage.busy(e.Ino) || !p.neededLocked(e.Ino, false):
-			if holes+e.Size > joined/100 {
-				return runs.Stop // reading through it would cost over 1% more bytes
+		case p.stage.busy(e.Ino) || p.stage.pushBusy(e.Ino) || !p.neededLocked(e.Ino, false):
+			// Staged, being fetched, pushed into the page cache (its read
+			// will not reach dlfs: fetched again, it would be dropped
+			// unread), or not needed.
+			if holes+e.Size > joined/256 {
+				return runs.Stop // reading through it would cost over 0.4% more bytes
 			}
 			holes += e.Size
 			return runs.Skip // read through it if the next wanted one is near enough
