@@ -111,8 +111,8 @@ func Build(name string, size, blockSize int64, block func(i int64) (Block, bool)
 // fill writes the blocks into fd, a file of size bytes: through a shared
 // mapping advised huge where shmem gives such a mapping huge pages (the
 // kernel then reads the file through 2 MiB pages: 32 MiB files read by
-// passthrough at 0.62x the native page cache with 4 KiB pages, 1.06x
-// with huge ones), else with pwrite (a mapping of 4 KiB pages writes at
+// passthrough at 0.76x the native page cache with 4 KiB pages, 1.03x
+// with huge ones; docs/benchmarks.md), else with pwrite (a mapping of 4 KiB pages writes at
 // half pwrite's speed). The mapping is gone before fill returns: sealing
 // refuses a file mapped writable.
 func fill(fd int, name string, size, blockSize int64, block func(i int64) (Block, bool)) error {

@@ -107,7 +107,7 @@ func (c *Config) checkPassthrough(h Host) Check {
 
 // checkShmemTHP is the check line about huge pages for backing files, if
 // passthrough may be used: without them, large files read by passthrough
-// at about 0.6x the native page cache, against 1.0x with them
+// at about 0.75x the native page cache, against 1.0x with them
 // (docs/benchmarks.md).
 func (c *Config) checkShmemTHP(h Host) (Check, bool) {
 	if c.Passthrough == PassthroughOff || h.ShmemTHP == "" {
@@ -120,7 +120,7 @@ func (c *Config) checkShmemTHP(h Host) (Check, bool) {
 	if c.Passthrough == PassthroughOn {
 		level = Warn
 	}
-	return Check{level, "shmem huge pages", fmt.Sprintf("%s: backing files use 4 KiB pages, and the kernel reads large files by passthrough at about 0.6x the page cache's speed; "+
+	return Check{level, "shmem huge pages", fmt.Sprintf("%s: backing files use 4 KiB pages, and the kernel reads large files by passthrough at about 0.75x the page cache's speed; "+
 		"echo advise > /sys/kernel/mm/transparent_hugepage/shmem_enabled lets dlfs use 2 MiB pages for them", h.ShmemTHP)}, true
 }
 
