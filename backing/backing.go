@@ -108,34 +108,34 @@ func Build(name string, size, blockSize int64, block func(i int64) (Block, bool)
 	return &File{size: size, name: name, fd: fd, refs: 1}, nil
 }
 
-// fill writes the blocks into fd, a file of size bytes: through a shared
-// mapping advised huge where shmem gives such a mapping huge pages (the
-// kernel then reads the file through 2 MiB pages: 32 MiB files read by
-// passthrough at 0.76x the native page cache with 4 KiB pages, 1.03x
-// with huge ones; docs/benchmarks.md), else with pwrite (a mapping of 4 KiB pages writes at
-// half pwrite's speed). The mapping is gone before fill returns: sealing
-// refuses a file mapped writable.
+// fill writes the blocks into fd, a file of size bytes: its whole huge
+// pages through a shared mapping advised huge, where shmem gives such a
+// mapping huge pages (the kernel then reads the file through 2 MiB
+// pages: 32 MiB files read by passthrough at 0.76x the native page cache
+// with 4 KiB pages, 1.03x with huge ones; docs/benchmarks.md), the rest
+// with pwrite (a mapping of 4 KiB pages writes at half pwrite's speed).
+// The mapping is gone before fill returns: sealing refuses a file mapped
+// writable.
 func fill(fd int, name string, size, blockSize int64, block func(i int64) (Block, bool)) error {
-	m := hugeMapping(fd, size)
-	if m == nil {
-		return fillBlocks(name, size, blockSize, block, func(b []byte, off int64) error { return pwriteAll(fd, b, off) })
-	}
+	m := hugeMapping(fd, size) // nil: all by pwrite
 	err := fillBlocks(name, size, blockSize, block, func(b []byte, off int64) error {
 		n := 0
 		if off < int64(len(m)) {
 			n = copy(m[off:], b)
 		}
-		return pwriteAll(fd, b[n:], off+int64(n)) // the tail past the last whole huge page
+		return pwriteAll(fd, b[n:], off+int64(n))
 	})
-	if uerr := unix.Munmap(m); uerr != nil && err == nil {
-		err = fmt.Errorf("backing: %s: unmap: %w", name, uerr)
+	if m != nil {
+		if uerr := unix.Munmap(m); uerr != nil && err == nil {
+			err = fmt.Errorf("backing: %s: unmap: %w", name, uerr)
+		}
 	}
 	return err
 }
 
 // hugeMapping maps fd's whole huge pages (of size bytes) shared and
-// writable, advised huge and populated, if size spans a huge page and shmem gives huge pages to such
-// a mapping (ShmemTHP); nil otherwise, or if the kernel cannot populate
+// writable, advised huge and populated, if size spans a huge page and
+// shmem gives huge pages to such a mapping (ShmemTHP); nil otherwise, or if the kernel cannot populate
 // it (writing into a mapping it could not populate would fault, and a
 // fault that finds no memory kills the process, where pwrite fails).
 func hugeMapping(fd int, size int64) []byte {
@@ -158,14 +158,14 @@ func hugeMapping(fd int, size int64) []byte {
 
 const hugePage = 2 << 20
 
-// shmemTHPFile is where the kernel says how shmem (memfd's) uses
-// transparent huge pages.
-const shmemTHPFile = "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
+// ShmemTHPFile is where the kernel says (and root sets) how shmem
+// (memfd's) uses transparent huge pages.
+const ShmemTHPFile = "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
 
 // ShmemTHP is the kernel's shmem huge page mode (always, within_size,
 // advise, never, deny, force), or "" where it has none.
 func ShmemTHP() string {
-	b, err := os.ReadFile(shmemTHPFile)
+	b, err := os.ReadFile(ShmemTHPFile)
 	if err != nil {
 		return ""
 	}

@@ -242,11 +242,11 @@ func shmemHugeBytes(t *testing.T) int64 {
 // file of 16 MiB is written into huge pages, and holds its bytes; with
 // shmem_enabled never it is written with pwrite, into small pages.
 func TestBuildHugePages(t *testing.T) {
-	old, err := os.ReadFile(shmemTHPFile)
+	old, err := os.ReadFile(ShmemTHPFile)
 	if err != nil {
 		t.Skipf("no shmem huge page setting here: %v", err)
 	}
-	set := func(mode string) bool { return os.WriteFile(shmemTHPFile, []byte(mode), 0) == nil }
+	set := func(mode string) bool { return os.WriteFile(ShmemTHPFile, []byte(mode), 0) == nil }
 	if !set("advise") {
 		t.Skip("cannot set shmem_enabled (not root)")
 	}

@@ -97,19 +97,13 @@ func (b *builder) run() {
 // leaves it to the tier, unless the tier has one or lacks a block.
 func (b *builder) build(e *catalog.Entry) {
 	n := b.n
-	load := n.tiers.load
-	if f := n.tiers.ram.Backing(e.Ino, load.Tag(e, loader.BlockKey(e.Path(), 0))); f != nil {
-		f.Release()
-		return // built already
-	}
 	end, mine := b.begin(e.Ino)
 	if !mine {
 		return // an open builds it
 	}
 	defer end()
-	tag0 := load.Tag(e, loader.BlockKey(e.Path(), 0))
-	if f := n.tiers.ram.Backing(e.Ino, tag0); f != nil {
-		f.Release() // an open built it between the look and the claim
+	if f := n.tiers.ram.Backing(e.Ino, n.tiers.load.Tag(e, loader.BlockKey(e.Path(), 0))); f != nil {
+		f.Release() // built already (by an open, or an offer before)
 		return
 	}
 	// The copy and the tier's blocks are both in memory until the tier

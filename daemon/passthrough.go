@@ -163,10 +163,9 @@ type PassthroughStats struct {
 	// Built counts backing files built, with their bytes; NotResident
 	// opens of files not held whole (read through the daemon), OverBound
 	// opens turned away by the bound, BuildFailures builds that failed.
-	Built      int64 `json:"built"`
-	BuiltBytes int64 `json:"built_bytes"`
-	BuiltAhead int64 `json:"built_ahead"` // of Built, in the background once a reader read the file to its end
-
+	Built         int64 `json:"built"`
+	BuiltBytes    int64 `json:"built_bytes"`
+	BuiltAhead    int64 `json:"built_ahead"` // of Built, in the background once a reader read the file to its end
 	NotResident   int64 `json:"not_resident"`
 	OverBound     int64 `json:"over_bound"`
 	BuildFailures int64 `json:"build_failures"`

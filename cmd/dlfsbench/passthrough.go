@@ -255,17 +255,14 @@ func ptTmpfs(src string, files []string, measure func(root string) (float64, err
 	return measure(dir)
 }
 
-// shmemTHPFile sets how shmem (backing files, tmpfs) uses huge pages.
-const shmemTHPFile = "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
-
 // setShmemTHP sets shmem's huge page mode and returns what restores the
 // one before (which may be called more than once).
 func setShmemTHP(mode string) (restore func(), err error) {
 	old := backing.ShmemTHP()
-	if err := os.WriteFile(shmemTHPFile, []byte(mode), 0); err != nil {
-		return nil, fmt.Errorf("set %s to %s (the suite runs as root): %w", shmemTHPFile, mode, err)
+	if err := os.WriteFile(backing.ShmemTHPFile, []byte(mode), 0); err != nil {
+		return nil, fmt.Errorf("set %s to %s (the suite runs as root): %w", backing.ShmemTHPFile, mode, err)
 	}
-	return func() { _ = os.WriteFile(shmemTHPFile, []byte(old), 0) }, nil
+	return func() { _ = os.WriteFile(backing.ShmemTHPFile, []byte(old), 0) }, nil
 }
 
 // meminfo returns a /proc/meminfo field in bytes, or 0.
