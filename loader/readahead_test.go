@@ -476,17 +476,7 @@ func TestKeepForReader(t *testing.T) {
 // opens no window: read-ahead wastes no more than the head's block.
 func TestReadAheadRandomReaderAcrossBlocks(t *testing.T) {
 	const bs, blocks = 100, 200
-	want := data(bs * blocks)
-	pfs := newBlockPFS(map[string][]byte{"f": want})
-	l := newAheadLoader(Config{BlockSize: bs, ReadAhead: 16 * bs, ReadAheadTotal: 64 * bs}, pfs)
-	defer l.Close()
-	e := entry("f", int64(len(want)))
-	read := func(off, n int64) {
-		b, err := l.ReadAt(context.Background(), e, make([]byte, n), off)
-		if err != nil || !bytes.Equal(b, want[off:off+n]) {
-			t.Fatalf("read at %d: %v", off, err)
-		}
-	}
+	l, read := aheadFile(t, bs, blocks, Config{BlockSize: bs, ReadAhead: 16 * bs, ReadAheadTotal: 64 * bs})
 	read(0, 10) // the header
 	for k := int64(0); k < 40; k++ {
 		i := 2 + (k*37+11)%(blocks-3)
@@ -505,17 +495,7 @@ func TestReadAheadRandomReaderAcrossBlocks(t *testing.T) {
 // gaps opens one again.
 func TestReadAheadRandomReaderHeadAndNeighbours(t *testing.T) {
 	const bs, blocks = 100, 200
-	want := data(bs * blocks)
-	pfs := newBlockPFS(map[string][]byte{"f": want})
-	l := newAheadLoader(Config{BlockSize: bs, ReadAhead: 16 * bs, ReadAheadTotal: 64 * bs}, pfs)
-	defer l.Close()
-	e := entry("f", int64(len(want)))
-	read := func(off, n int64) {
-		b, err := l.ReadAt(context.Background(), e, make([]byte, n), off)
-		if err != nil || !bytes.Equal(b, want[off:off+n]) {
-			t.Fatalf("read at %d: %v", off, err)
-		}
-	}
+	l, read := aheadFile(t, bs, blocks, Config{BlockSize: bs, ReadAhead: 16 * bs, ReadAheadTotal: 64 * bs})
 	read(0, 10) // the header
 	for k := int64(0); k < 30; k++ {
 		i := 3 + (k*37+11)%(blocks-6)
@@ -544,28 +524,33 @@ func TestReadAheadRandomReaderHeadAndNeighbours(t *testing.T) {
 // first; it is not taken for a random reader.
 func TestReadAheadSecondPass(t *testing.T) {
 	const bs, blocks = 100, 40
-	want := data(bs * blocks)
-	pfs := newBlockPFS(map[string][]byte{"f": want})
-	l := newAheadLoader(Config{BlockSize: bs, ReadAhead: 8 * bs, ReadAheadTotal: 8 * bs}, pfs)
-	defer l.Close()
-	e := entry("f", int64(len(want)))
-	pass := func() {
-		for off := int64(0); off < e.Size; off += bs / 2 {
-			b, err := l.ReadAt(context.Background(), e, make([]byte, bs/2), off)
-			if err != nil || !bytes.Equal(b, want[off:off+bs/2]) {
-				t.Fatalf("read at %d: %v", off, err)
-			}
-		}
+	l, read := aheadFile(t, bs, blocks, Config{BlockSize: bs, ReadAhead: 8 * bs, ReadAheadTotal: 8 * bs})
+	for off := int64(0); off < bs*blocks; off += bs / 2 {
+		read(off, bs/2)
 	}
-	pass()
 	l.ahead.running.Wait()
 	l.ram.Delete(BlockKey("f", 1)) // RAM holds only the first pass's blocks; a second pass would find them there
 	before := l.ReadAheadStats().Fetched
-	if _, err := l.ReadAt(context.Background(), e, make([]byte, bs/2), 0); err != nil {
-		t.Fatal(err)
-	}
+	read(0, bs/2)
 	l.ahead.running.Wait()
 	if l.ReadAheadStats().Fetched == before {
 		t.Error("the second pass's read of the head fetched nothing ahead")
+	}
+}
+
+// aheadFile is a loader with read-ahead (cfg) over one file "f" of blocks
+// blocks of bs bytes, and a read that checks the bytes it returns.
+func aheadFile(t *testing.T, bs, blocks int64, cfg Config) (*Loader, func(off, n int64)) {
+	t.Helper()
+	want := data(int(bs * blocks))
+	l := newAheadLoader(cfg, newBlockPFS(map[string][]byte{"f": want}))
+	t.Cleanup(func() { l.Close() })
+	e := entry("f", int64(len(want)))
+	return l, func(off, n int64) {
+		t.Helper()
+		b, err := l.ReadAt(context.Background(), e, make([]byte, n), off)
+		if err != nil || !bytes.Equal(b, want[off:off+n]) {
+			t.Fatalf("read at %d: %v", off, err)
+		}
 	}
 }
