@@ -129,15 +129,8 @@ func TestPassthroughReadsAndVersions(t *testing.T) {
 // the next epoch's open finds it built (no copy at the open) and is
 // served by passthrough; a file read in part gets none.
 func TestPassthroughBuiltAhead(t *testing.T) {
-	src := t.TempDir()
 	whole, part := randomBytes(9<<20+4321, 3), randomBytes(5<<20, 4)
-	for name, b := range map[string][]byte{"whole.bin": whole, "part.bin": part} {
-		if err := os.WriteFile(filepath.Join(src, name), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	d := startDlfs(t, src, "--ram-cache", "256MiB", "--infer=false", "--push=false")
-	needPassthrough(t, d.Mnt)
+	d, _ := passthroughMount(t, "256MiB", map[string][]byte{"whole.bin": whole, "part.bin": part})
 	readFile(t, filepath.Join(d.Mnt, "whole.bin"), whole) // the first epoch, through dlfs
 	fh, err := os.Open(filepath.Join(d.Mnt, "part.bin"))
 	if err != nil {
@@ -160,6 +153,21 @@ func TestPassthroughBuiltAhead(t *testing.T) {
 	if num(st, "passthrough", "built") != 1 || num(st, "passthrough", "built_ahead") != 1 {
 		t.Fatalf("passthrough %v: want one backing file, built ahead of the open, none for the file read in part", st["passthrough"])
 	}
+}
+
+// passthroughMount mounts a SOURCE of files with --ram-cache ram, no
+// inference and no pushing, and skips the test where passthrough is off.
+func passthroughMount(t *testing.T, ram string, files map[string][]byte) (d *proc, src string) {
+	t.Helper()
+	src = t.TempDir()
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(src, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d = startDlfs(t, src, "--ram-cache", ram, "--infer=false", "--push=false")
+	needPassthrough(t, d.Mnt)
+	return d, src
 }
 
 func readFile(t *testing.T, path string, want []byte) {
@@ -246,13 +254,8 @@ func TestPassthroughMovesTheCursor(t *testing.T) {
 // kernel holds it) or an error, never other bytes; a new open fails; the
 // next mount at the same place clears the dead one and reads right.
 func TestPassthroughDaemonKilled(t *testing.T) {
-	src := t.TempDir()
 	want := randomBytes(8<<20, 5)
-	if err := os.WriteFile(filepath.Join(src, "a.bin"), want, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	d := startDlfs(t, src, "--ram-cache", "64MiB", "--infer=false", "--push=false")
-	needPassthrough(t, d.Mnt)
+	d, src := passthroughMount(t, "64MiB", map[string][]byte{"a.bin": want})
 	f := filepath.Join(d.Mnt, "a.bin")
 	readFile(t, f, want)
 	readFile(t, f, want)
@@ -287,13 +290,8 @@ func TestPassthroughDaemonKilled(t *testing.T) {
 // with passthrough can be found through /proc/PID/fd, as root can, but
 // not written, shrunk or grown through it; it holds the file's bytes.
 func TestPassthroughBackingSealed(t *testing.T) {
-	src := t.TempDir()
 	want := randomBytes(3<<20+99, 6)
-	if err := os.WriteFile(filepath.Join(src, "s.bin"), want, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	d := startDlfs(t, src, "--ram-cache", "64MiB", "--infer=false", "--push=false")
-	needPassthrough(t, d.Mnt)
+	d, _ := passthroughMount(t, "64MiB", map[string][]byte{"s.bin": want})
 	f := filepath.Join(d.Mnt, "s.bin")
 	readFile(t, f, want)
 	waitFor(t, "s.bin's backing file", 10*time.Second, func() bool {
@@ -337,13 +335,8 @@ func TestPassthroughBackingSealed(t *testing.T) {
 // registration), every one reads the file's bytes, and the backing id is
 // unregistered once the last closes.
 func TestPassthroughThousandsOfOpens(t *testing.T) {
-	src := t.TempDir()
 	want := randomBytes(8<<20+17, 7)
-	if err := os.WriteFile(filepath.Join(src, "big.bin"), want, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	d := startDlfs(t, src, "--ram-cache", "64MiB", "--infer=false", "--push=false")
-	needPassthrough(t, d.Mnt)
+	d, _ := passthroughMount(t, "64MiB", map[string][]byte{"big.bin": want})
 	f := filepath.Join(d.Mnt, "big.bin")
 	readFile(t, f, want) // held whole now
 	const opens = 2000
