@@ -186,7 +186,7 @@ func (p *Prefetcher) neighboursLocked(s *stream, pos int, gap, run int64) []*cat
 	// Neighbours the stage has no room for go to RAM, so they may borrow
 	// an eighth of staging beyond what is free.
 	budget := p.cfg.Staging + p.cfg.Staging/8 - p.stage.held() - size
-	horizon := int(min((p.cfg.Staging+p.cfg.RAM/2)/size, math.MaxInt32))
+	reach := horizon(p.cfg.Staging+p.cfg.RAM/2, size)
 	joined, holes := size, int64(0)
 	take := func(j int) runs.Take {
 		e := s.entry(int(list[j]))
@@ -200,7 +200,7 @@ func (p *Prefetcher) neighboursLocked(s *stream, pos int, gap, run int64) []*cat
 			}
 			holes += e.Size
 			return runs.Skip // read through it if the next wanted one is near enough
-		case !p.soonLocked(e.Ino, horizon), e.Size > budget:
+		case !p.soonLocked(e.Ino, reach), e.Size > budget:
 			return runs.Stop
 		}
 		budget -= e.Size
@@ -216,6 +216,12 @@ func (p *Prefetcher) neighboursLocked(s *stream, pos int, gap, run int64) []*cat
 		}
 	}
 	return group
+}
+
+// horizon is how many samples of size bytes hold bytes: how many steps
+// ahead of the frontier a cache of that many bytes can keep them.
+func horizon(bytes, size int64) int {
+	return int(min(bytes/max(size, 1), math.MaxInt32))
 }
 
 // schedule hands files to workers until ctx ends.
@@ -314,7 +320,7 @@ func (p *Prefetcher) keep(e *catalog.Entry, key string, b ramcache.Block, neighb
 	case !p.neededLocked(e.Ino, !neighbour):
 		return false // consumed meanwhile, or no longer planned
 	case neighbour && (p.stage.stagedBytes()+int64(len(b.Data)) > p.cfg.Staging ||
-		!p.soonLocked(e.Ino, int(min(p.cfg.Staging/max(e.Size, 1), math.MaxInt32)))):
+		!p.soonLocked(e.Ino, horizon(p.cfg.Staging, e.Size))):
 		// Read with a run, and no room on the stage, or needed past what
 		// the stage holds (the stage is the frontier's): the loader
 		// offers it to RAM, which keeps it if its next use warrants (not
