@@ -51,6 +51,7 @@ type options struct {
 	floorMnt    string
 	floorSrc    string
 	zoo         string
+	pfsTrace    string
 }
 
 func main() {
@@ -72,6 +73,7 @@ func main() {
 	flag.StringVar(&o.scaleDir, "scale-dir", "", "scale suite: work directory, the tree kept for reuse (default DIR/scale-N)")
 	flag.StringVar(&o.floorMnt, "serve-floor", "", "serve the scale suite's FUSE floor over this mountpoint until SIGTERM (used by the scale suite)")
 	flag.StringVar(&o.zoo, "zoo", "", "zoo suite: only the workloads whose dataset keys are listed (comma list: imagenet, npz, samples-32mib, shards, hdf5; the scan is samples-32mib too); empty: all")
+	flag.StringVar(&o.pfsTrace, "pfs-trace", "", "directory where each pfssim started writes the reads it served (NAME-N.trace: path, offset, bytes), for finding bytes read twice")
 	flag.StringVar(&o.floorSrc, "floor-src", "", "with -serve-floor: the tree whose names and sizes it shows")
 	var reader readerFlags
 	var readSeed uint64
@@ -432,6 +434,9 @@ type sim struct {
 }
 
 // startSim mounts pfssim over src at DIR/name with flags.
+// simTraces numbers the simulators started with -pfs-trace.
+var simTraces int
+
 func startSim(o options, name, src string, flags ...string) (*sim, error) {
 	mnt, err := freshDir(filepath.Join(o.dir, name))
 	if err != nil {
@@ -439,7 +444,12 @@ func startSim(o options, name, src string, flags ...string) (*sim, error) {
 	}
 	stats := filepath.Join(o.dir, name+".json")
 	os.Remove(stats) // a previous run's counters would hide this one's first dumps
-	args := append(append([]string{"-stats", stats}, flags...), src, mnt)
+	args := append([]string{"-stats", stats}, flags...)
+	if o.pfsTrace != "" {
+		simTraces++
+		args = append(args, "-trace", filepath.Join(o.pfsTrace, fmt.Sprintf("%s-%d.trace", name, simTraces)))
+	}
+	args = append(args, src, mnt)
 	p, err := mountproc.Start(filepath.Join(o.bin, "pfssim"), mnt, time.Minute, args...)
 	if err != nil {
 		return nil, err

@@ -66,6 +66,11 @@ type Config struct {
 	PerMountInodes bool
 	// FlushInterval bounds how often StatsFile is rewritten.
 	FlushInterval time.Duration // default 50ms
+	// TraceFile, if set, gets a line per read served: the file's path
+	// under Dir, the offset and the bytes ("path off n"), written at
+	// Unmount; each Dump adds a line "-- dump N 0" where it came. For
+	// finding which bytes were read twice.
+	TraceFile string
 }
 
 // Counters are what the simulator counts.
@@ -102,6 +107,10 @@ type Sim struct {
 	inoBase uint64               // this mount's first number
 
 	writeMu sync.Mutex // serializes StatsFile writes
+
+	traceMu sync.Mutex
+	trace   []traced // (traceMu) the reads served, with TraceFile
+
 	stop    chan struct{}
 	done    chan struct{}
 }
@@ -155,6 +164,29 @@ func Mount(mountpoint string, cfg Config) (*Sim, error) {
 	return s, nil
 }
 
+// traced is one read served, for TraceFile.
+type traced struct {
+	path   string
+	off, n int64
+}
+
+// writeTrace writes the reads served to TraceFile.
+func (s *Sim) writeTrace() error {
+	if s.cfg.TraceFile == "" {
+		return nil
+	}
+	s.traceMu.Lock()
+	defer s.traceMu.Unlock()
+	var b []byte
+	for _, t := range s.trace {
+		b = fmt.Appendf(b, "%s %d %d\n", t.path, t.off, t.n)
+	}
+	if err := os.WriteFile(s.cfg.TraceFile, b, 0o644); err != nil {
+		return fmt.Errorf("pfssim: trace: %w", err)
+	}
+	return nil
+}
+
 // Counters returns the current counts.
 func (s *Sim) Counters() Counters {
 	return Counters{Opens: s.opens.Load(), ReadOps: s.readOps.Load(), Bytes: s.bytes.Load(), Dumps: s.dumps.Load(),
@@ -163,7 +195,12 @@ func (s *Sim) Counters() Counters {
 
 // Dump writes the counters to StatsFile now.
 func (s *Sim) Dump() error {
-	s.dumps.Add(1)
+	n := s.dumps.Add(1)
+	if s.cfg.TraceFile != "" {
+		s.traceMu.Lock()
+		s.trace = append(s.trace, traced{path: "-- dump", off: n})
+		s.traceMu.Unlock()
+	}
 	return s.write(s.Counters())
 }
 
@@ -215,6 +252,9 @@ func (s *Sim) Unmount() error {
 		close(s.stop)
 	}
 	<-s.done
+	if terr := s.writeTrace(); err == nil {
+		err = terr
+	}
 	return err
 }
 
@@ -445,7 +485,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		return nil, 0, fs.ToErrno(err)
 	}
 	n.sim.opens.Add(1)
-	return &file{fd: fd, size: st.Size, sim: n.sim}, fuse.FOPEN_DIRECT_IO, 0
+	return &file{fd: fd, size: st.Size, sim: n.sim, path: n.Path(n.Root())}, fuse.FOPEN_DIRECT_IO, 0
 }
 
 // file is an open read-only file. The simulated PFS serves a stable
@@ -454,6 +494,7 @@ type file struct {
 	fd   int
 	size int64
 	sim  *Sim
+	path string // under Dir, for TraceFile
 }
 
 var (
@@ -480,6 +521,11 @@ func (f *file) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResul
 	f.sim.transfer(n)
 	f.sim.readOps.Add(1)
 	f.sim.bytes.Add(int64(n))
+	if f.sim.cfg.TraceFile != "" {
+		f.sim.traceMu.Lock()
+		f.sim.trace = append(f.sim.trace, traced{f.path, off, int64(n)})
+		f.sim.traceMu.Unlock()
+	}
 	// Spliced from the file to the FUSE device: the simulator stands in for
 	// a remote server, so it should take as little of the client machine's
 	// CPU as it can (about 10% less than copying, measured here).
