@@ -154,7 +154,7 @@ func (p *Prefetcher) swap() {
 	}
 	p.pruneEndedLocked(now)
 	p.streams = fresh
-	p.oracle.publish(fresh, others)
+	p.oracle.publish(fresh, others, p.stage)
 	p.dropUnneededPushedLocked()
 	p.dropUnneededLocked()
 	p.kick()

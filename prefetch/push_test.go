@@ -2,6 +2,7 @@ package prefetch
 
 import (
 	"errors"
+	"math"
 	"sync"
 	"testing"
 
@@ -269,5 +270,34 @@ func TestPushedNotFetchedAgain(t *testing.T) {
 	}
 	if len(fl.runs) == 0 {
 		t.Error("no coalesced reads: the test shows nothing")
+	}
+}
+
+// A sample pushed into the page cache is next needed by dlfs after the
+// read the push serves: NextUse skips that read (its copy in RAM is a
+// spare until then), and counts it again once the read is behind the
+// cursor. A sample not pushed counts from its read.
+func TestPushedNextUseSkipsItsRead(t *testing.T) {
+	const files = 40
+	fp := &fakePusher{pushed: map[uint64]int{}}
+	// One epoch in the window: a pushed sample has no later use.
+	p, reg, _ := setup(t, files, "job=j root=data seed=3 epoch=0 batch=4 workers=1 lookahead=1", Config{Workers: 2, Staging: 1 << 20, Pusher: fp})
+	j := reg.Get("j")
+	order := j.Order(0, 0)
+	at := func(k int) *catalog.Entry { return j.Samples[order[k]].Entry }
+	waitFor(t, "the stage", func() bool { tot, _ := p.Stats(); return tot.StagedBlocks == files })
+	if d := p.NextUse(at(5).Ino); d != 5 {
+		t.Fatalf("NextUse of the 6th sample before pushing = %d, want 5", d)
+	}
+	p.StartPushing()
+	waitFor(t, "the push of the 6th sample", func() bool { return fp.has(at(5).Ino) })
+	if d := p.NextUse(at(5).Ino); d != math.MaxInt64 {
+		t.Errorf("NextUse of the pushed 6th sample = %d, want none (the push serves its only read)", d)
+	}
+	// The trip sample (pushTrip-1) is never pushed: its read reaches dlfs.
+	if trip := at(pushTrip - 1); fp.has(trip.Ino) {
+		t.Fatal("the trip sample was pushed")
+	} else if d := p.NextUse(trip.Ino); d != pushTrip-1 {
+		t.Errorf("NextUse of the trip sample = %d, want %d", d, pushTrip-1)
 	}
 }
