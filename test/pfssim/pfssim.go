@@ -111,8 +111,8 @@ type Sim struct {
 	traceMu sync.Mutex
 	trace   []traced // (traceMu) the reads served, with TraceFile
 
-	stop    chan struct{}
-	done    chan struct{}
+	stop chan struct{}
+	done chan struct{}
 }
 
 // Mount mounts a simulator of cfg.Dir at mountpoint.

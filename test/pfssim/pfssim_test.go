@@ -1,8 +1,10 @@
 package pfssim
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -87,5 +89,66 @@ func TestPerMountInodes(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(m2, "b")); err != nil || string(b) != "b" {
 		t.Errorf("read b on a per-mount mount: %q, %v", b, err)
+	}
+}
+
+// TestTrace: with TraceFile, every read served is a line (path, offset,
+// bytes) and every Dump a marker between them, written at Unmount; the
+// lines add up to the bytes counted.
+func TestTrace(t *testing.T) {
+	dir, mnt := t.TempDir(), t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "d", "f"), make([]byte, 300_000), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	trace := filepath.Join(t.TempDir(), "trace")
+	sim, err := Mount(mnt, Config{Dir: dir, TraceFile: trace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.ReadFile(filepath.Join(mnt, "d", "f")); err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.Dump(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(filepath.Join(mnt, "d", "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.ReadAt(make([]byte, 1000), 5000); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	bytes := sim.Counters().Bytes
+	if err := sim.Unmount(); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+	var sum int64
+	var dumps int
+	for i, l := range lines {
+		var path string
+		var off, n int64
+		if _, err := fmt.Sscanf(l, "%s %d %d", &path, &off, &n); err != nil {
+			if l == "-- dump 1 0" {
+				dumps++
+				continue
+			}
+			t.Fatalf("line %d %q: %v", i, l, err)
+		}
+		if path != "d/f" || off < 0 || n < 0 {
+			t.Fatalf("line %d %q: want a read of d/f", i, l)
+		}
+		sum += n
+	}
+	if dumps != 1 || sum != bytes || lines[len(lines)-1] != "d/f 5000 1000" {
+		t.Errorf("trace %q: want the reads (%d bytes), one dump marker, and the last read at 5000", lines, bytes)
 	}
 }
