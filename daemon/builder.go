@@ -13,10 +13,15 @@ import (
 // A file's backing file is built at its first open after the RAM tier
 // holds it whole (passthrough.go). That open pays for the copy: a later
 // epoch of 32 MiB samples whose files are built at their opens read at
-// 0.47x the FUSE floor, against 3x once they exist. So once a reader has
-// read a file to its end while the mount uses passthrough, the builder
-// builds its backing file in the background from the RAM tier's blocks,
-// and the tier adopts it; the next epoch's opens find it built.
+// 0.47x the FUSE floor, against 3x once they exist. So the builder builds
+// them in the background, from the blocks the RAM tier and the
+// prefetcher's stage hold, and the tier adopts them; an open then finds
+// its file built. It is offered two kinds of file:
+//   - one the prefetcher staged (prefetch.Config.Staged): an announced
+//     job's first read of it is served by passthrough. Its staged blocks
+//     move to the tier with the file; the tier refuses it if everything
+//     it holds is needed sooner, and the blocks stay staged.
+//   - one a reader read to its end: the next epoch's open finds it built.
 //
 // One goroutine builds, from a bounded queue: an offer that finds the
 // queue full, or the file queued or being built already, is dropped (the
@@ -60,8 +65,9 @@ func newBuilder(n *Node) *builder {
 	return b
 }
 
-// offer queues e, which a reader has read to its end, for a build if the
-// mount uses passthrough and e has no backing file yet.
+// offer queues e, which the prefetcher staged or a reader read to its
+// end, for a build if the mount uses passthrough and e has no backing
+// file yet. It does not block.
 func (b *builder) offer(e *catalog.Entry) {
 	if e.Size == 0 || !b.n.fs.UsesPassthrough() {
 		return
@@ -93,8 +99,9 @@ func (b *builder) run() {
 	}
 }
 
-// build builds e's backing file from the RAM tier's blocks alone and
-// leaves it to the tier, unless the tier has one or lacks a block.
+// build builds e's backing file from the blocks the RAM tier and the
+// stage hold and leaves it to the tier, unless the tier has one, or they
+// lack a block, or a block is a peer's.
 func (b *builder) build(e *catalog.Entry) {
 	n := b.n
 	end, mine := b.begin(e.Ino)

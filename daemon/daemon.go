@@ -295,6 +295,9 @@ type tiers struct {
 	backing passthroughCounts
 	// builder builds backing files ahead of opens (builder.go).
 	builder *builder
+	// stage is the prefetcher's stage, which the loader takes from and
+	// backing files are built from.
+	stage *prefetch.Stage
 }
 
 // allocation shares the loader CPUs (package allocator), from the read
@@ -489,9 +492,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	// The prefetcher's stage, which the loader takes from: made before
 	// both, it is given to each (the prefetcher adopts it).
-	stage := prefetch.NewStage()
+	n.tiers.stage = prefetch.NewStage()
 	lc := cfg.loaderConfig()
-	lc.Dataset, lc.Model, lc.Stage = n.dataset, perfmodel.New(perfmodel.DefaultConfig()), stage
+	lc.Dataset, lc.Model, lc.Stage = n.dataset, perfmodel.New(perfmodel.DefaultConfig()), n.tiers.stage
 	if lc.BlockSize <= 0 {
 		lc.BlockSize = loader.DefaultConfig().BlockSize // as loader.New would: the read policy needs it first
 	}
@@ -570,8 +573,13 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	// Built after the peers it fetches through, the prefetcher stops before
 	// them (Close runs the closers in reverse); the readers, which end the
 	// jobs they inferred, and the warmer stop before it.
+	// The builder of backing files, which the prefetcher tells of the files
+	// it stages (and the reads of those read to their end), stops after
+	// both.
+	n.tiers.builder = newBuilder(n)
+	n.onClose("backing builder", func() error { n.tiers.builder.close(); return nil })
 	pc := cfg.prefetchConfig()
-	pc.Oracle, pc.Stage = n.tiers.oracle, stage
+	pc.Oracle, pc.Stage, pc.Staged = n.tiers.oracle, n.tiers.stage, n.tiers.builder.offer
 	if !cfg.NoPush {
 		pc.Pusher = n.fs
 	}
@@ -604,8 +612,6 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.alloc.Allocator = allocator.New(ac)
 	n.warmer = warmup.New(warmup.Config{Logger: cfg.Logger}, warmSource{n})
 	n.onClose("warmup", func() error { n.warmer.Close(); return nil })
-	n.tiers.builder = newBuilder(n)
-	n.onClose("backing builder", func() error { n.tiers.builder.close(); return nil })
 
 	if err := n.reg.Register(&collector{n: n}); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)

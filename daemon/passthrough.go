@@ -248,21 +248,22 @@ func (n *Node) backingOf(e *catalog.Entry) *backing.File {
 	}
 }
 
-// buildBacking builds e's backing file from the blocks the RAM tier
-// holds and, with fromStage (an open's build), those the prefetcher's
-// stage holds (which then leave the stage: the file holds them), and
-// leaves it to the RAM tier; it returns it with a reference for the
-// caller, or nil if they do not hold all of e (missing), and whether the
-// tier adopted it. Without fromStage (the builder's) it builds nothing the
-// tier would not keep: no file with a peer's block.
-func (n *Node) buildBacking(e *catalog.Entry, fromStage bool) (_ *backing.File, adopted, missing bool) {
+// buildBacking builds e's backing file from the blocks the RAM tier, the
+// prefetcher's stage and read-ahead hold, and leaves it to the RAM tier; it returns
+// it with a reference for the caller, or nil if they do not hold all of e
+// (missing), and whether the tier adopted it. The staged blocks leave the
+// stage once the file holds them for good: forOpen (an open's build, whose
+// open is their read), or once the tier adopted it. Without forOpen (the
+// builder's) it builds nothing the tier would not keep: no file with a
+// peer's block.
+func (n *Node) buildBacking(e *catalog.Entry, forOpen bool) (_ *backing.File, adopted, missing bool) {
 	load, ram := n.tiers.load, n.tiers.ram
 	bs := load.BlockSize()
 	if e.Size > n.openBound() {
 		return nil, false, false // no open may hold it (and a sparse file of 2^63 bytes must not size the lists below)
 	}
 	if ram.Stats().Backing.Files >= n.tiers.backing.maxFiles {
-		if fromStage {
+		if forOpen {
 			n.tiers.backing.tooMany.Add(1) // an open turned away
 		}
 		return nil, false, false
@@ -276,17 +277,20 @@ func (n *Node) buildBacking(e *catalog.Entry, fromStage bool) (_ *backing.File, 
 		keys[i] = loader.BlockKey(e.Path(), i)
 		tag := load.Tag(e, keys[i])
 		b, ok := ram.Peek(keys[i], tag)
-		if !ok && fromStage {
-			b, ok = n.pf.Take(keys[i], tag, false)
+		if !ok {
+			b, ok = n.tiers.stage.Take(keys[i], tag, false)
 			staged[i] = ok
 		}
 		if !ok {
-			if fromStage {
+			b, ok = load.HeldAhead(e, i, tag) // a short last block comes with the one before it
+		}
+		if !ok {
+			if forOpen {
 				n.tiers.backing.notResident.Add(1)
 			}
 			return nil, false, true
 		}
-		if b.Peer && !fromStage {
+		if b.Peer && !forOpen {
 			return nil, false, false // the tier keeps this node's share only
 		}
 		blocks[i], peer = b, peer || b.Peer
@@ -307,14 +311,15 @@ func (n *Node) buildBacking(e *catalog.Entry, fromStage bool) (_ *backing.File, 
 	}
 	n.tiers.backing.built.Add(1)
 	n.tiers.backing.builtBytes.Add(e.Size)
-	// The stage's blocks live in the backing file now: the open is their read.
-	for i, s := range staged {
-		if s {
-			n.pf.Take(keys[i], blocks[i].Tag, true)
-		}
-	}
 	if !peer { // RAM holds this node's share only
 		adopted = ram.Adopt(e.Ino, keys, blocks, f)
+	}
+	if forOpen || adopted {
+		for i, s := range staged {
+			if s {
+				n.tiers.stage.Take(keys[i], blocks[i].Tag, true)
+			}
+		}
 	}
 	return f, adopted, false
 }

@@ -401,6 +401,15 @@ func (l *Loader) takeAhead(e *catalog.Entry, i int64, key string, tag uint64, do
 	return b, true
 }
 
+// HeldAhead returns block i of e if it is held ahead of a reader (or was
+// fetched with the block before it, as a file's short last block is),
+// intact under tag, and leaves it there: for a backing file built from
+// what dlfs holds.
+func (l *Loader) HeldAhead(e *catalog.Entry, i int64, tag uint64) (ramcache.Block, bool) {
+	b, ok := l.takeAhead(e, i, BlockKey(e.Path(), i), tag, false, whole)
+	return b.b, ok
+}
+
 // closeAhead stops read-ahead and waits for its fetches to end.
 func (l *Loader) closeAhead() {
 	l.ahead.mu.Lock()

@@ -120,6 +120,11 @@ type Config struct {
 	// reads, from StartPushing on (see Pushing); nil: nothing is pushed.
 	// A nil interface, not a nil pointer.
 	Pusher Pusher
+	// Staged, if set, is told of each file a fetch of all its blocks
+	// staged some of (the rest may be in RAM already), from the fetching
+	// worker, without locks: the daemon builds its backing file ahead of
+	// its open. It must not block.
+	Staged func(e *catalog.Entry)
 	// EvenShare shares fetches between streams by positions ahead of
 	// their readers, not by time (--allocation even, for comparison).
 	EvenShare bool

@@ -267,17 +267,21 @@ func (p *Prefetcher) work(ctx context.Context) {
 			}
 		}
 		for _, e := range group {
-			staged, err := 0, error(nil)
+			staged, err, whole := 0, error(nil), true
 			if took, ok := run[e.Ino]; ok {
 				if took {
 					staged = 1
 				}
 			} else if head := p.stage.reserved(e.Ino); head < e.Size {
 				staged, err = p.fetchHead(ctx, e, head)
+				whole = false
 			} else {
 				staged, err = p.load.Prefetch(ctx, e, keep)
 			}
 			p.finish(e, staged, err)
+			if whole && staged > 0 && err == nil && p.cfg.Staged != nil {
+				p.cfg.Staged(e)
+			}
 		}
 		p.kick()
 	}

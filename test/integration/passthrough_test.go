@@ -249,6 +249,56 @@ func TestPassthroughMovesTheCursor(t *testing.T) {
 	}
 }
 
+// TestPassthroughStagedAhead: the files an announced job's prefetcher
+// staged get their backing files built before their first open (the
+// staged blocks move to the RAM tier with them), so the job's first read
+// of each is served by passthrough, bytes right, and the cursor moves
+// with every open.
+func TestPassthroughStagedAhead(t *testing.T) {
+	src := t.TempDir()
+	const files = 6
+	contents := map[string][]byte{}
+	for i := 0; i < files; i++ {
+		rel := fmt.Sprintf("class_a/img_%02d.jpg", i)
+		contents[rel] = randomBytes(3<<20+i*1000, uint64(40+i))
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(src, rel)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(src, rel), contents[rel], 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := startDlfs(t, src, "--ram-cache", "256MiB", "--infer=false", "--push=false")
+	needPassthrough(t, d.Mnt)
+	if err := control(d.Mnt, "job=ahead sampler=sequential epoch=0"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "every staged file's backing file built ahead of its open", 20*time.Second, func() bool {
+		return passthroughNum(t, d.Mnt, "built_ahead") == files
+	})
+	plan, err := os.ReadFile(filepath.Join(d.Mnt, ".dlfs/jobs/ahead/rank-0/epoch-0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	order := strings.Split(strings.TrimSpace(string(plan)), "\n")
+	for i, rel := range order {
+		readFile(t, filepath.Join(d.Mnt, rel), contents[rel])
+		if c := num(dlfsStats(t, d.Mnt), "jobs", "ahead", "rank-0", "cursor"); c != float64(i+1) {
+			t.Fatalf("after %s: cursor %v, want %d", rel, c, i+1)
+		}
+	}
+	st := dlfsStats(t, d.Mnt)
+	if n := num(st, "passthrough", "opens"); n != files {
+		t.Fatalf("%v of the first epoch's %d opens were served by passthrough; want all", n, files)
+	}
+	if b := num(st, "passthrough", "built"); b != files {
+		t.Errorf("%v backing files built, want %d (one each, ahead of its open)", b, files)
+	}
+	if sb := num(st, "prefetch", "staged_bytes"); sb != 0 {
+		t.Errorf("%v bytes left on the stage; the backing files hold them", sb)
+	}
+}
+
 // TestPassthroughDaemonKilled: SIGKILL of the daemon while a file is open
 // with passthrough: the open reads its sealed backing file's bytes (the
 // kernel holds it) or an error, never other bytes; a new open fails; the
