@@ -131,23 +131,35 @@ func (st *Stage) add(key string, b ramcache.Block) bool {
 }
 
 // Take implements loader.Stage: it returns block key if it is staged with
-// tag, and takes it off the stage if done (the reader is past it) or stale
-// (another version of the file). It takes only the stage's lock.
+// tag, and takes it off the stage if done (the reader is past it, or a
+// backing file holds it now) or stale (another version of the file). It
+// takes only the stage's lock. A block taken off frees room: the owner's
+// scheduler is woken, as a taker need not be a read the owner sees.
 func (st *Stage) Take(key string, tag uint64, done bool) (ramcache.Block, bool) {
+	b, ok, removed := st.take(key, tag, done)
+	if removed {
+		if p := st.owner.Load(); p != nil {
+			p.kick()
+		}
+	}
+	return b, ok
+}
+
+func (st *Stage) take(key string, tag uint64, done bool) (_ ramcache.Block, ok, removed bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	b, ok := st.blocks[key]
 	if !ok {
-		return ramcache.Block{}, false
+		return ramcache.Block{}, false, false
 	}
 	stale := b.Tag != tag
 	if done || stale {
 		st.removeLocked(key, b)
 	}
 	if stale {
-		return ramcache.Block{}, false
+		return ramcache.Block{}, false, true
 	}
-	return b, true
+	return b, true, done
 }
 
 func (st *Stage) removeLocked(key string, b ramcache.Block) {

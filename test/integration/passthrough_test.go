@@ -251,9 +251,10 @@ func TestPassthroughMovesTheCursor(t *testing.T) {
 
 // TestPassthroughStagedAhead: the files an announced job's prefetcher
 // staged get their backing files built before their first open (the
-// staged blocks move to the RAM tier with them), so the job's first read
-// of each is served by passthrough, bytes right, and the cursor moves
-// with every open.
+// staged blocks move to the RAM tier with them, which frees the stage for
+// the next: it holds two of the six), so the job's first read of each is
+// served by passthrough, bytes right, and the cursor moves with every
+// open.
 func TestPassthroughStagedAhead(t *testing.T) {
 	src := t.TempDir()
 	const files = 6
@@ -268,7 +269,7 @@ func TestPassthroughStagedAhead(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	d := startDlfs(t, src, "--ram-cache", "256MiB", "--infer=false", "--push=false")
+	d := startDlfs(t, src, "--ram-cache", "256MiB", "--staging", "8MiB", "--infer=false", "--push=false")
 	needPassthrough(t, d.Mnt)
 	if err := control(d.Mnt, "job=ahead sampler=sequential epoch=0"); err != nil {
 		t.Fatal(err)
