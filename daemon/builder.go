@@ -31,8 +31,12 @@ import (
 // instead of building a second copy (builds). Close stops the goroutine
 // and waits for it.
 
-// builderQueue bounds the files waiting for the builder.
-const builderQueue = 64
+// builderQueue bounds the files waiting for the builder. The prefetcher
+// offers every file it stages, as fast as it fetches them: an announced
+// epoch of 110 KB files left 1,193 of 3,000 unbuilt behind a queue of 64.
+// An entry costs a pointer and a map slot; 4,096 of them cover a stage of
+// 256 MiB of files of 64 KB and more.
+const builderQueue = 4096
 
 // A file the RAM tier does not hold whole yet is offered again builderRetry
 // later, builderTries times in all (retryLater).
