@@ -2,14 +2,17 @@ package main
 
 import (
 	"fmt"
-	"github.com/dlfs/dlfs/fusefs"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"github.com/dlfs/dlfs/fusefs"
 )
 
 // The FUSE floor (scale suite): a filesystem that shows the same tree as
@@ -21,6 +24,13 @@ import (
 // serves the bytes itself can reach. It runs in its own process, as dlfs
 // does (dlfsbench -serve-floor MNT -floor-src SOURCE), and says "mounted"
 // on stdout when ready.
+//
+// With -floor-passthrough it is the per-open floor of passthrough: OPEN is
+// answered with FOPEN_PASSTHROUGH on a memory file of the file's size,
+// filled with zeros and registered once per file, kept for the mount's
+// life; no READ reaches it. An epoch through it is what OPEN and RELEASE
+// cost per file: the most a filesystem serving its files by passthrough
+// can reach.
 
 // floorFS is a read-only tree of directories of files, by inode number:
 // 1 is the root, then the directories, then the files.
@@ -30,6 +40,12 @@ type floorFS struct {
 	sizes []int64             // sizes by inode (directories: 0)
 	dirs  int                 // inodes 1..dirs are directories
 	zeros []byte
+
+	// With passthrough: the server, and each file's backing id once made.
+	passthrough bool
+	server      *fuse.Server
+	mu          sync.Mutex
+	backing     map[uint64]int32 // (mu) by inode
 }
 
 func newFloorFS(src string) (*floorFS, error) {
@@ -106,8 +122,40 @@ func (f *floorFS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.
 }
 
 func (f *floorFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
-	return fuse.ENOSYS // no_open, as dlfs
+	if !f.passthrough {
+		return fuse.ENOSYS // no_open, as dlfs
+	}
+	if in.NodeId <= uint64(f.dirs) || in.NodeId >= uint64(len(f.sizes)) {
+		return fuse.Status(syscall.EISDIR)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	id, ok := f.backing[in.NodeId]
+	if !ok {
+		fd, err := unix.MemfdCreate("floor", unix.MFD_CLOEXEC)
+		if err != nil {
+			return fuse.ToStatus(err)
+		}
+		for off := int64(0); off < f.sizes[in.NodeId]; off += int64(len(f.zeros)) {
+			n := min(int64(len(f.zeros)), f.sizes[in.NodeId]-off)
+			if _, err := unix.Pwrite(fd, f.zeros[:n], off); err != nil {
+				unix.Close(fd)
+				return fuse.ToStatus(err)
+			}
+		}
+		var errno syscall.Errno
+		if id, errno = f.server.RegisterBackingFd(&fuse.BackingMap{Fd: int32(fd)}); errno != 0 {
+			unix.Close(fd)
+			return fuse.Status(errno)
+		}
+		f.backing[in.NodeId] = id // the kernel holds the file: fd may go
+		unix.Close(fd)
+	}
+	out.Fh, out.BackingID, out.OpenFlags = in.NodeId, id, fuse.FOPEN_PASSTHROUGH
+	return fuse.OK
 }
+
+func (f *floorFS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {}
 
 func (f *floorFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 	return fuse.ENOSYS // no_flush, as dlfs
@@ -123,12 +171,14 @@ func (f *floorFS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fus
 	return fuse.ReadResultVector([][]byte{f.zeros[:n]}), fuse.OK
 }
 
-// serveFloor mounts the floor over mnt and serves until SIGTERM or SIGINT.
-func serveFloor(src, mnt string) error {
+// serveFloor mounts the floor over mnt and serves until SIGTERM or SIGINT;
+// with passthrough, it is the per-open floor.
+func serveFloor(src, mnt string, passthrough bool) error {
 	f, err := newFloorFS(src)
 	if err != nil {
 		return err
 	}
+	f.passthrough, f.backing = passthrough, map[uint64]int32{}
 	server, err := fuse.NewServer(f, mnt, &fuse.MountOptions{
 		FsName: "floor", Name: "floor", DirectMount: true,
 		MaxReadAhead: 1 << 20, MaxWrite: 1 << 20, MaxBackground: 64,
@@ -137,6 +187,7 @@ func serveFloor(src, mnt string) error {
 	if err != nil {
 		return fmt.Errorf("floor: mount %s: %w", mnt, err)
 	}
+	f.server = server
 	go server.Serve()
 	if err := server.WaitMount(); err != nil {
 		return fmt.Errorf("floor: mount %s: %w", mnt, err)

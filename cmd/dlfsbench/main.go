@@ -50,6 +50,7 @@ type options struct {
 	scaleDir    string
 	floorMnt    string
 	floorSrc    string
+	floorPT     bool
 	zoo         string
 	pfsTrace    string
 }
@@ -75,6 +76,7 @@ func main() {
 	flag.StringVar(&o.zoo, "zoo", "", "zoo suite: only the workloads whose dataset keys are listed (comma list: imagenet, npz, samples-32mib, shards, hdf5; the scan is samples-32mib too); empty: all")
 	flag.StringVar(&o.pfsTrace, "pfs-trace", "", "directory where each pfssim started writes the reads it served (NAME-N.trace: path, offset, bytes), for finding bytes read twice")
 	flag.StringVar(&o.floorSrc, "floor-src", "", "with -serve-floor: the tree whose names and sizes it shows")
+	flag.BoolVar(&o.floorPT, "floor-passthrough", false, "with -serve-floor: answer OPEN by passthrough from a memory file per file, registered once (the per-open floor)")
 	var reader readerFlags
 	var readSeed uint64
 	addReaderFlags(&reader, &readSeed)
@@ -92,7 +94,7 @@ func main() {
 		return
 	}
 	if o.floorMnt != "" {
-		if err := serveFloor(o.floorSrc, o.floorMnt); err != nil {
+		if err := serveFloor(o.floorSrc, o.floorMnt, o.floorPT); err != nil {
 			fmt.Fprintln(os.Stderr, "dlfsbench:", err)
 			os.Exit(1)
 		}
