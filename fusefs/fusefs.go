@@ -170,8 +170,10 @@ type FS struct {
 
 	statfs statfsCall
 	pt     passthrough
-	// ownThread tells the daemon's own requests (ownThread; tests replace
-	// it, as they read through the mount from the daemon's process).
+	own ownOpens // the threads opening through the mount (Push)
+	// ownThread tells the daemon's own requests (isOwnThread; tests
+	// replace it, as they read through the mount from the daemon's
+	// process).
 	ownThread func(pid uint32) bool
 }
 
@@ -194,8 +196,9 @@ func New(cfg Config, data Dataset, ctl ControlPlane) *FS {
 	f := &FS{
 		RawFileSystem: fuse.NewDefaultRawFileSystem(),
 		cfg:           cfg, log: cfg.Logger, data: data, ctl: ctl, born: time.Now(), alog: cfg.AccessLog,
-		pseudo: newPseudoTable(), dirs: map[uint64]*dirHandle{}, ownThread: ownThread,
+		pseudo: newPseudoTable(), dirs: map[uint64]*dirHandle{},
 	}
+	f.ownThread = f.isOwnThread
 	if cfg.Latency != nil {
 		for o := range numOps {
 			f.hist[o] = cfg.Latency.With(opNames[o])

@@ -3,8 +3,10 @@ package fusefs
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"syscall"
 	"testing"
@@ -263,4 +265,49 @@ func TestPassthroughOff(t *testing.T) {
 	if st.On || st.Why == "" || st.Opens != 0 || bt.askedOf(e.Ino) != 0 {
 		t.Fatalf("stats %+v, asked %d; want off with a reason, never asked", st, bt.askedOf(e.Ino))
 	}
+}
+
+// TestOwnThread: a thread of this process is the daemon's own only while
+// Push marks it, opening through the mount; the process itself always is.
+func TestOwnThread(t *testing.T) {
+	f := New(Config{}, nil, nil)
+	if !f.isOwnThread(uint32(os.Getpid())) {
+		t.Error("the process's own id is not its own")
+	}
+	// This goroutine holds its thread, so the one below runs on another:
+	// not the main thread, whose id is the process's.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	errs := make(chan string, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		errs <- ownThreadChecks(f)
+	}()
+	if e := <-errs; e != "" {
+		t.Fatal(e)
+	}
+}
+
+func ownThreadChecks(f *FS) string {
+	tid := uint32(unix.Gettid())
+	if tid == uint32(os.Getpid()) {
+		return "the checks run on the main thread"
+	}
+	if f.isOwnThread(tid) {
+		return "an unmarked thread counts as the daemon's own"
+	}
+	if got := f.own.enter(); got != tid || !f.isOwnThread(tid) {
+		return fmt.Sprintf("a marked thread (%d, marked %d) does not count as the daemon's own", tid, got)
+	}
+	f.own.enter() // two opens at once on one thread: both must leave
+	f.own.leave(tid)
+	if !f.isOwnThread(tid) {
+		return "a thread with one open left stopped counting"
+	}
+	f.own.leave(tid)
+	if f.isOwnThread(tid) || len(f.own.tids) != 0 {
+		return fmt.Sprintf("a thread that left still counts (%v)", f.own.tids)
+	}
+	return ""
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -58,7 +59,12 @@ func (f *FS) Push(e *catalog.Entry, blockSize int64, block func(i int64) ([]byte
 	// runtime's poller, whose epoll_ctl asks the file for POLL while
 	// holding a P; the request comes to this process, and with every P so
 	// held nothing would answer it.
+	// On a thread marked as the daemon's own while it opens (ownOpens).
+	runtime.LockOSThread()
+	tid := f.own.enter()
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	f.own.leave(tid)
+	runtime.UnlockOSThread()
 	if err != nil {
 		return 0, fmt.Errorf("fusefs: push %s: open through the mount: %w", e.Path(), err)
 	}
