@@ -67,9 +67,9 @@ func runPassthrough(o options) error {
 		"Seconds per pass (× native): the local files with their page cache warm; the same files copied into tmpfs; "+
 		"dlfs with `--passthrough on` (backing files in 4 KiB pages: shmem_enabled never; then in huge pages: advise), then `off`, each with the mount's page cache dropped before every pass (fadvise DONTNEED through the mount) and warm; "+
 		"an announced epoch's first read with passthrough on (huge pages), on a fresh mount whose stage was filled and built ahead (median of %d mounts); "+
-		"the FUSE floor, dropped. CPU is the daemon's per GB read (dropped passes); memory its RSS plus the shmem it added, against --ram-cache.\n\n", ptPasses, ptAnnouncedMounts)
-	fmt.Println("| files | readers | native | tmpfs | dlfs passthrough, 4 KiB pages, dropped | dlfs passthrough, huge pages, dropped | warm | announced first read | dlfs no passthrough, dropped | warm | FUSE floor | dlfs CPU s/GB (pt / announced / no pt) | memory MiB (pt / no pt) of --ram-cache |")
-	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+		"the FUSE floor (a READ per request answered with zeros at once), dropped; the per-open floor (OPEN answered by passthrough from a memory file registered once per file, no READ), dropped. CPU is the daemon's per GB read (dropped passes); memory its RSS plus the shmem it added, against --ram-cache.\n\n", ptPasses, ptAnnouncedMounts)
+	fmt.Println("| files | readers | native | tmpfs | dlfs passthrough, 4 KiB pages, dropped | dlfs passthrough, huge pages, dropped | warm | announced first read | dlfs no passthrough, dropped | warm | FUSE floor | per-open floor (passthrough) | CPU s/GB, dlfs (pt / announced / no pt) and the floors' (FUSE / per-open) | memory MiB (pt / no pt) of --ram-cache |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, s := range ptShapes {
 		if err := measureShape(o, s); err != nil {
 			return fmt.Errorf("passthrough %s: %w", s.name, err)
@@ -202,24 +202,50 @@ func measureShape(o options, s ptShape) error {
 		return err
 	}
 
-	fmt.Fprintf(os.Stderr, "measuring: %s, FUSE floor\n", s.name)
-	floorMnt, err := freshDir(filepath.Join(o.dir, "pt-floor"))
+	// The FUSE floor (READ by READ), then its passthrough kind (the
+	// per-open floor: OPEN and RELEASE, no READ).
+	measureFloor := func(passthrough bool) (secs, cpuPerGB float64, err error) {
+		fmt.Fprintf(os.Stderr, "measuring: %s, FUSE floor (passthrough %v)\n", s.name, passthrough)
+		floorMnt, err := freshDir(filepath.Join(o.dir, "pt-floor"))
+		if err != nil {
+			return 0, 0, err
+		}
+		self, err := os.Executable()
+		if err != nil {
+			return 0, 0, err
+		}
+		args := []string{"-serve-floor", floorMnt, "-floor-src", src}
+		if passthrough {
+			args = append(args, "-floor-passthrough")
+		}
+		fl, err := mountproc.Start(self, floorMnt, time.Minute, args...)
+		if err != nil {
+			return 0, 0, err
+		}
+		defer fl.Stop(30 * time.Second)
+		if _, err := readAllBy(floorMnt, files, s.readers, 1, s.readSize); err != nil { // its lookups (and backing files)
+			return 0, 0, err
+		}
+		c0, err := cpuOf(fl.Cmd.Process.Pid)
+		if err != nil {
+			return 0, 0, err
+		}
+		secs, err = passes(floorMnt, func() error { return dropPageCache(floorMnt, files) })
+		if err != nil {
+			return 0, 0, err
+		}
+		c1, err := cpuOf(fl.Cmd.Process.Pid)
+		if err != nil {
+			return 0, 0, err
+		}
+		used := c1.minus(c0)
+		return secs, (used.user + used.sys) / (float64(total) * ptPasses / 1e9), nil
+	}
+	floor, floorCPU, err := measureFloor(false)
 	if err != nil {
 		return err
 	}
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	fl, err := mountproc.Start(self, floorMnt, time.Minute, "-serve-floor", floorMnt, "-floor-src", src)
-	if err != nil {
-		return err
-	}
-	defer fl.Stop(30 * time.Second)
-	if _, err := readAllBy(floorMnt, files, s.readers, 1, s.readSize); err != nil { // its lookups
-		return err
-	}
-	floor, err := passes(floorMnt, func() error { return dropPageCache(floorMnt, files) })
+	ptFloor, ptFloorCPU, err := measureFloor(true)
 	if err != nil {
 		return err
 	}
@@ -232,9 +258,9 @@ func measureShape(o options, s ptShape) error {
 	if first.opens < float64(len(files)) {
 		firstNote = fmt.Sprintf(" [%.0f of %d opens by passthrough]", first.opens, len(files))
 	}
-	fmt.Printf("| %s | %d | %.2f | %s | %s | %s%s | %s | %s%s | %s | %s | %s | %.3f / %.3f / %.3f | %d / %d of %d |\n", s.name, s.readers, native,
-		ratio(tmpfs), ratio(pt4k.seconds), ratio(pt.seconds), note, ratio(pt.warm), ratio(first.seconds), firstNote, ratio(plain.seconds), ratio(plain.warm), ratio(floor),
-		pt.cpuPerGB, first.cpuPerGB, plain.cpuPerGB, pt.memory>>20, plain.memory>>20, ram>>20)
+	fmt.Printf("| %s | %d | %.2f | %s | %s | %s%s | %s | %s%s | %s | %s | %s | %s | %.3f / %.3f / %.3f (floors %.3f / %.3f) | %d / %d of %d |\n", s.name, s.readers, native,
+		ratio(tmpfs), ratio(pt4k.seconds), ratio(pt.seconds), note, ratio(pt.warm), ratio(first.seconds), firstNote, ratio(plain.seconds), ratio(plain.warm), ratio(floor), ratio(ptFloor),
+		pt.cpuPerGB, first.cpuPerGB, plain.cpuPerGB, floorCPU, ptFloorCPU, pt.memory>>20, plain.memory>>20, ram>>20)
 	return nil
 }
 
