@@ -139,6 +139,7 @@ type passthroughCounts struct {
 	openBytes   atomic.Int64 // bytes of backing files held by opens
 	built       atomic.Int64 // backing files built
 	builtAhead  atomic.Int64 // of them, by the builder, before an open asked (builder.go)
+	fromSSD     atomic.Int64 // of them, by an open, with blocks copied from the SSD tier
 	builtBytes  atomic.Int64
 	notResident atomic.Int64 // opens of files not held whole
 	overBound   atomic.Int64 // opens turned away by openBound
@@ -165,7 +166,8 @@ type PassthroughStats struct {
 	// opens turned away by the bound, BuildFailures builds that failed.
 	Built         int64 `json:"built"`
 	BuiltBytes    int64 `json:"built_bytes"`
-	BuiltAhead    int64 `json:"built_ahead"` // of Built, in the background once a reader read the file to its end
+	BuiltAhead    int64 `json:"built_ahead"`    // of Built, in the background: a file the prefetcher staged, or a reader read to its end
+	BuiltFromSSD  int64 `json:"built_from_ssd"` // of Built, by an open, with blocks copied from the SSD tier (not kept after it)
 	NotResident   int64 `json:"not_resident"`
 	OverBound     int64 `json:"over_bound"`
 	BuildFailures int64 `json:"build_failures"`
@@ -187,7 +189,7 @@ func (n *Node) passthroughStats(ram ramcache.Stats) PassthroughStats {
 	return PassthroughStats{PassthroughStats: n.fs.PassthroughStats(),
 		BackingFiles: ram.Backing.Files, BackingBytes: ram.Backing.Bytes, EvictedOpenBytes: ram.Backing.EvictedOpenBytes,
 		OpenBytes: c.openBytes.Load(), OpenBound: n.openBound(),
-		Built: c.built.Load(), BuiltBytes: c.builtBytes.Load(), BuiltAhead: c.builtAhead.Load(), NotResident: c.notResident.Load(),
+		Built: c.built.Load(), BuiltBytes: c.builtBytes.Load(), BuiltAhead: c.builtAhead.Load(), BuiltFromSSD: c.fromSSD.Load(), NotResident: c.notResident.Load(),
 		OverBound: c.overBound.Load(), BuildFailures: c.failed.Load(), MaxFiles: c.maxFiles, TooMany: c.tooMany.Load(),
 		ShmemTHP: backing.ShmemTHP()}
 }
@@ -249,7 +251,9 @@ func (n *Node) backingOf(e *catalog.Entry) *backing.File {
 }
 
 // buildBacking builds e's backing file from the blocks the RAM tier, the
-// prefetcher's stage and read-ahead hold, and leaves it to the RAM tier; it returns
+// prefetcher's stage and read-ahead hold (and, forOpen, the SSD tier),
+// and leaves it to the RAM tier unless a block came from the SSD tier or a
+// peer; it returns
 // it with a reference for the caller, or nil if they do not hold all of e
 // (missing), and whether the tier adopted it. The staged blocks leave the
 // stage once the file holds them for good: forOpen (an open's build, whose
@@ -272,7 +276,7 @@ func (n *Node) buildBacking(e *catalog.Entry, forOpen bool) (_ *backing.File, ad
 	keys := make([]string, nb)
 	blocks := make([]ramcache.Block, nb)
 	staged := make([]bool, nb)
-	peer := false
+	peer, ssd := false, false
 	for i := range nb {
 		keys[i] = loader.BlockKey(e.Path(), i)
 		tag := load.Tag(e, keys[i])
@@ -283,6 +287,12 @@ func (n *Node) buildBacking(e *catalog.Entry, forOpen bool) (_ *backing.File, ad
 		}
 		if !ok {
 			b, ok = load.HeldAhead(e, i, tag) // a short last block comes with the one before it
+		}
+		if !ok && forOpen {
+			// Copied from the SSD tier into the open's backing file, which
+			// the RAM tier does not adopt (the SSD's share is not its own).
+			b, ok = load.FromSSD(e, i, tag)
+			ssd = ssd || ok
 		}
 		if !ok {
 			if forOpen {
@@ -311,7 +321,10 @@ func (n *Node) buildBacking(e *catalog.Entry, forOpen bool) (_ *backing.File, ad
 	}
 	n.tiers.backing.built.Add(1)
 	n.tiers.backing.builtBytes.Add(e.Size)
-	if !peer { // RAM holds this node's share only
+	if ssd {
+		n.tiers.backing.fromSSD.Add(1)
+	}
+	if !peer && !ssd { // RAM holds this node's share only
 		adopted = ram.Adopt(e.Ino, keys, blocks, f)
 	}
 	if forOpen || adopted {

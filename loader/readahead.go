@@ -410,6 +410,20 @@ func (l *Loader) HeldAhead(e *catalog.Entry, i int64, tag uint64) (ramcache.Bloc
 	return b.b, ok
 }
 
+// FromSSD returns block i of e if the SSD tier holds it under tag, as a
+// block without segment sums (for a backing file, which checks its sum):
+// it never reads the PFS or asks a peer.
+func (l *Loader) FromSSD(e *catalog.Entry, i int64, tag uint64) (ramcache.Block, bool) {
+	if l.ssd == nil {
+		return ramcache.Block{}, false
+	}
+	b, ok, err := l.ssd.Get(BlockKey(e.Path(), i), tag)
+	if err != nil || !ok {
+		return ramcache.Block{}, false
+	}
+	return ramcache.Block{ID: e.Ino, Data: b.Data, Tag: tag, Sum: b.Sum}, true
+}
+
 // closeAhead stops read-ahead and waits for its fetches to end.
 func (l *Loader) closeAhead() {
 	l.ahead.mu.Lock()

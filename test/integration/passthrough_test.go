@@ -300,6 +300,37 @@ func TestPassthroughStagedAhead(t *testing.T) {
 	}
 }
 
+// TestPassthroughFromSSD: a file only the SSD tier holds (a remount over
+// the same --ssd-cache: RAM starts empty) is copied into a backing file at
+// its open and read by passthrough, bytes right, and the RAM tier does not
+// keep the copy (the SSD's share is not its own); its last close frees it.
+func TestPassthroughFromSSD(t *testing.T) {
+	want := randomBytes(6<<20+123, 7)
+	src, ssd := t.TempDir(), filepath.Join(t.TempDir(), "ssd")
+	if err := os.WriteFile(filepath.Join(src, "a.bin"), want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--ram-cache", "64MiB", "--ssd-cache", ssd, "--infer=false", "--push=false", "--passthrough", "on"}
+	d := startDlfs(t, src, args...)
+	needPassthrough(t, d.Mnt)
+	readFile(t, filepath.Join(d.Mnt, "a.bin"), want)
+	waitFor(t, "the file in the SSD tier", 10*time.Second, func() bool {
+		return num(dlfsStats(t, d.Mnt), "cache", "ssd", "bytes") == float64(len(want))
+	})
+	d.stop(t)
+
+	d = startDlfs(t, src, args...)
+	readFile(t, filepath.Join(d.Mnt, "a.bin"), want)
+	st := dlfsStats(t, d.Mnt)
+	if num(st, "passthrough", "opens") != 1 || num(st, "passthrough", "built_from_ssd") != 1 {
+		t.Fatalf("passthrough %v: want the open served by passthrough from a copy of the SSD tier's blocks", st["passthrough"])
+	}
+	if num(st, "passthrough", "backing_files") != 0 || num(st, "served", "pfs", "reads") != 0 {
+		t.Fatalf("after the close: %v backing files kept, %v PFS reads; want none", num(st, "passthrough", "backing_files"), num(st, "served", "pfs", "reads"))
+	}
+	waitFor(t, "the open's bytes given back", 5*time.Second, func() bool { return passthroughNum(t, d.Mnt, "open_bytes") == 0 })
+}
+
 // TestPassthroughDaemonKilled: SIGKILL of the daemon while a file is open
 // with passthrough: the open reads its sealed backing file's bytes (the
 // kernel holds it) or an error, never other bytes; a new open fails; the
