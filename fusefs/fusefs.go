@@ -170,7 +170,7 @@ type FS struct {
 
 	statfs statfsCall
 	pt     passthrough
-	own ownOpens // the threads opening through the mount (Push)
+	own    ownOpens // the threads opening through the mount (Push)
 	// ownThread tells the daemon's own requests (isOwnThread; tests
 	// replace it, as they read through the mount from the daemon's
 	// process).
