@@ -251,7 +251,8 @@ func (n *Node) backingOf(e *catalog.Entry) *backing.File {
 }
 
 // buildBacking builds e's backing file from the blocks the RAM tier, the
-// prefetcher's stage and read-ahead hold (and, forOpen, the SSD tier),
+// prefetcher's stage and read-ahead hold (and, forOpen with
+// Config.PassthroughFromSSD, the SSD tier),
 // and leaves it to the RAM tier unless a block came from the SSD tier or a
 // peer; it returns
 // it with a reference for the caller, or nil if they do not hold all of e
@@ -288,7 +289,7 @@ func (n *Node) buildBacking(e *catalog.Entry, forOpen bool) (_ *backing.File, ad
 		if !ok {
 			b, ok = load.HeldAhead(e, i, tag) // a short last block comes with the one before it
 		}
-		if !ok && forOpen {
+		if !ok && forOpen && n.cfg.PassthroughFromSSD {
 			// Copied from the SSD tier into the open's backing file, which
 			// the RAM tier does not adopt (the SSD's share is not its own).
 			b, ok = load.FromSSD(e, i, tag)

@@ -75,6 +75,164 @@ func runPassthrough(o options) error {
 			return fmt.Errorf("passthrough %s: %w", s.name, err)
 		}
 	}
+	return ptSSD(o, ptShapes[0])
+}
+
+// ptSSDFills bounds the passes that fill the SSD tier.
+const ptSSDFills = 8
+
+// ssdSettled waits until the SSD tier's bytes stop changing for half a
+// second (its queue drained) and returns them.
+func ssdSettled(mnt string) (int64, error) {
+	last, since := int64(-1), time.Now()
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		st, err := readStats(mnt)
+		if err != nil {
+			return 0, err
+		}
+		if b := st.Cache.SSD.Bytes; b != last {
+			last, since = b, time.Now()
+		} else if time.Since(since) > 500*time.Millisecond {
+			return last, nil
+		}
+	}
+	return 0, fmt.Errorf("the SSD tier's bytes still change after a minute")
+}
+
+// ptSSDRAM is the RAM tier of the SSD rows: its quarter lets two opens of
+// 32 MiB hold backing files at once, and it holds a third of the files.
+const ptSSDRAM = 256 << 20
+
+// ptSSD measures large files served from the SSD tier (issue 32, point
+// 5): the SSD tier filled by a first mount, then a remount over the same
+// --ssd-cache (RAM empty) read with passthrough on and --passthrough-ssd
+// (each open copies the SSD tier's blocks into a backing file, which the RAM tier does not
+// keep) and off (READs answered by the daemon from the SSD tier, which
+// the RAM tier caches as it goes), the mount's page cache dropped before
+// every pass. The SSD tier's own files stay in the page cache: the
+// figures are what dlfs adds over a fast SSD. Backing files in huge pages.
+func ptSSD(o options, s ptShape) error {
+	src := filepath.Join(o.dir, "pt-"+s.key)
+	gen, err := datagen.ImageFolder(src, s.spec)
+	if err != nil {
+		return err
+	}
+	files := make([]string, len(gen))
+	var total int64
+	for i, f := range gen {
+		files[i], total = f.Path, total+f.Size
+	}
+	ssd, err := freshDir(filepath.Join(o.dir, "pt-ssd"))
+	if err != nil {
+		return err
+	}
+	restore, err := setShmemTHP("advise") // backing files in huge pages, as the best rows above
+	if err != nil {
+		return err
+	}
+	defer restore()
+	mount := func(passthrough string) (*mountproc.Proc, string, error) {
+		mnt, err := freshDir(filepath.Join(o.dir, "pt-mnt"))
+		if err != nil {
+			return nil, "", err
+		}
+		d, err := mountproc.Start(filepath.Join(o.bin, "dlfs"), mnt, time.Minute, "mount", "--log-level", "warn",
+			"--ram-cache", strconv.Itoa(ptSSDRAM), "--ssd-cache", ssd, "--ssd-cache-size", strconv.FormatInt(2*total, 10),
+			"--push=false", "--infer=false", "--passthrough", passthrough, "--passthrough-ssd", src, mnt)
+		return d, mnt, err
+	}
+	fmt.Fprintf(os.Stderr, "measuring: %s, filling the SSD tier\n", s.name)
+	d, mnt, err := mount("off")
+	if err != nil {
+		return err
+	}
+	// The SSD tier drops writes its queue has no room for: read until it
+	// holds every byte (what it lacks is read from SOURCE again, and
+	// queued again), at most ptSSDFills passes.
+	for pass := 0; ; pass++ {
+		if _, err := readAllBy(mnt, files, s.readers, uint64(1+pass), s.readSize); err != nil {
+			d.Stop(30 * time.Second)
+			return err
+		}
+		held, err := ssdSettled(mnt)
+		if err != nil {
+			d.Stop(30 * time.Second)
+			return err
+		}
+		if held >= total {
+			break
+		}
+		if pass == ptSSDFills-1 {
+			d.Stop(30 * time.Second)
+			return fmt.Errorf("the SSD tier holds %d of %d bytes after %d passes", held, total, ptSSDFills)
+		}
+	}
+	if err := d.Stop(30 * time.Second); err != nil {
+		return err
+	}
+	type ssdRow struct {
+		seconds, cpuPerGB float64
+		fromSSD           int64
+	}
+	measure := func(passthrough string) (ssdRow, error) {
+		fmt.Fprintf(os.Stderr, "measuring: %s, SSD tier, passthrough %s\n", s.name, passthrough)
+		var r ssdRow
+		d, mnt, err := mount(passthrough)
+		if err != nil {
+			return r, err
+		}
+		defer d.Stop(30 * time.Second)
+		var secs []float64
+		var used cpuTime // over the passes alone: a drop's opens copy too, with passthrough
+		for i := 0; i < ptPasses; i++ {
+			if err := dropPageCache(mnt, files); err != nil {
+				return r, err
+			}
+			c0, err := cpuOf(d.Cmd.Process.Pid)
+			if err != nil {
+				return r, err
+			}
+			p, err := readAllBy(mnt, files, s.readers, uint64(200+i), s.readSize)
+			if err != nil {
+				return r, err
+			}
+			c1, err := cpuOf(d.Cmd.Process.Pid)
+			if err != nil {
+				return r, err
+			}
+			if p.bytes != total {
+				return r, fmt.Errorf("read %d bytes of %d", p.bytes, total)
+			}
+			secs = append(secs, p.elapsed.Seconds())
+			c := c1.minus(c0)
+			used.user, used.sys = used.user+c.user, used.sys+c.sys
+		}
+		st, err := readStats(mnt)
+		if err != nil {
+			return r, err
+		}
+		if st.Served["pfs"].Reads != 0 {
+			return r, fmt.Errorf("%d reads reached the PFS; the SSD tier should hold every file", st.Served["pfs"].Reads)
+		}
+		sort.Float64s(secs)
+		r.seconds, r.cpuPerGB, r.fromSSD = secs[len(secs)/2], (used.user+used.sys)/(float64(total)*ptPasses/1e9), st.Passthrough.BuiltFromSSD
+		return r, nil
+	}
+	on, err := measure("on")
+	if err != nil {
+		return err
+	}
+	off, err := measure("off")
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\nThe SSD tier (point 5): %s, %d readers, read %d times in a shuffled order from a remount over the SSD tier a first mount filled "+
+		"(`--ram-cache %d MiB`, RAM empty at the start), the mount's page cache dropped before every pass; median pass:\n\n", s.name, s.readers, ptPasses, ptSSDRAM>>20)
+	fmt.Println("| dlfs | seconds | × passthrough off | backing files copied from the SSD tier (opens of the passes, and of the drops) | dlfs CPU s/GB (the passes) |")
+	fmt.Println("|---|---:|---:|---:|---:|")
+	fmt.Printf("| passthrough on, --passthrough-ssd: each open copies the SSD tier's blocks into a backing file | %.2f | %.2f | %d of %d opens | %.3f |\n", on.seconds, off.seconds/on.seconds, on.fromSSD, 2*ptPasses*len(files), on.cpuPerGB)
+	fmt.Printf("| passthrough off: READs answered from the SSD tier (and RAM, which caches them) | %.2f | 1.00 | - | %.3f |\n", off.seconds, off.cpuPerGB)
+	fmt.Printf("\n- SSD tier through passthrough: %.2fx passthrough off (its default would need 1.5x or more): %s\n", off.seconds/on.seconds, verdict(off.seconds/on.seconds >= 1.5, off.seconds/on.seconds))
 	return nil
 }
 

@@ -300,17 +300,18 @@ func TestPassthroughStagedAhead(t *testing.T) {
 	}
 }
 
-// TestPassthroughFromSSD: a file only the SSD tier holds (a remount over
-// the same --ssd-cache: RAM starts empty) is copied into a backing file at
-// its open and read by passthrough, bytes right, and the RAM tier does not
-// keep the copy (the SSD's share is not its own); its last close frees it.
+// TestPassthroughFromSSD: with --passthrough-ssd, a file only the SSD tier
+// holds (a remount over the same --ssd-cache: RAM starts empty) is copied
+// into a backing file at its open and read by passthrough, bytes right,
+// and the RAM tier does not keep the copy (the SSD's share is not its
+// own); its last close frees it.
 func TestPassthroughFromSSD(t *testing.T) {
 	want := randomBytes(6<<20+123, 7)
 	src, ssd := t.TempDir(), filepath.Join(t.TempDir(), "ssd")
 	if err := os.WriteFile(filepath.Join(src, "a.bin"), want, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"--ram-cache", "64MiB", "--ssd-cache", ssd, "--infer=false", "--push=false", "--passthrough", "on"}
+	args := []string{"--ram-cache", "64MiB", "--ssd-cache", ssd, "--infer=false", "--push=false", "--passthrough", "on", "--passthrough-ssd"}
 	d := startDlfs(t, src, args...)
 	needPassthrough(t, d.Mnt)
 	readFile(t, filepath.Join(d.Mnt, "a.bin"), want)
