@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
@@ -326,7 +327,11 @@ func (n *Node) buildBacking(e *catalog.Entry, forOpen bool) (_ *backing.File, ad
 		n.tiers.backing.fromSSD.Add(1)
 	}
 	if !peer && !ssd { // RAM holds this node's share only
-		adopted = ram.Adopt(e.Ino, keys, blocks, f)
+		// The builder's move of a staged file is a spare: the RAM tier
+		// must not evict a file the plans still need to make room for it
+		// (an announced epoch of .npz files over a RAM tier smaller than
+		// the stage read 1.09x its bytes when it did).
+		adopted = ram.Adopt(e.Ino, keys, blocks, f, !forOpen && slices.Contains(staged, true))
 	}
 	if forOpen || adopted {
 		for i, s := range staged {

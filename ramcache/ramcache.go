@@ -33,6 +33,7 @@ package ramcache
 
 import (
 	"hash/maphash"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -264,7 +265,7 @@ func (c *Cache) Put(key string, b Block) bool {
 		}
 		return overhead
 	}
-	if !c.roomLocked(b.ID, need) {
+	if !c.roomLocked(b.ID, need, false) {
 		return false
 	}
 	it := &item{hash: h, b: b}
@@ -282,8 +283,9 @@ func (c *Cache) Put(key string, b Block) bool {
 
 // roomLocked evicts until need() more bytes fit, and reports whether they
 // do. A block of file id that would be needed later than the victim is
-// refused, as Belady would refuse it.
-func (c *Cache) roomLocked(id uint64, need func() int64) bool {
+// refused, as Belady would refuse it; with keepNeeded, so is anything
+// that would evict a block some plan needs.
+func (c *Cache) roomLocked(id uint64, need func() int64, keepNeeded bool) bool {
 	if need() > c.capacity {
 		return false
 	}
@@ -298,6 +300,9 @@ func (c *Cache) roomLocked(id uint64, need func() int64) bool {
 		victim := c.victimLocked()
 		if c.nextUse != nil && c.nextUse(id) > c.nextUse(victim.b.ID) {
 			return false // needed later than anything here: Belady would not keep it
+		}
+		if keepNeeded && c.nextUse != nil && c.nextUse(victim.b.ID) != math.MaxInt64 {
+			return false // the victim is needed: read again, it would cost the PFS
 		}
 		c.removeLocked(victim)
 	}
