@@ -16,6 +16,7 @@ const rateWindow = time.Second
 // never move a job's cursor. known is false for a reader without a pid
 // (another pid namespace).
 func (p *Prefetcher) ObserveRead(uid uint32, known bool, e *catalog.Entry, off int64, waited time.Duration) {
+	p.stage.readThrough(e.Ino)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var best *stream

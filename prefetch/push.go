@@ -38,6 +38,11 @@ import (
 // If the kernel evicts a pushed sample before it is read, or refuses a
 // store, the read finds the RAM tier, the SSD or the PFS as it would
 // without pushing.
+//
+// A push first asks the kernel whether the page cache holds the file
+// whole (an open through the mount and cachestat), and stores nothing if
+// so. A file found so is not asked about again until a read of it reaches
+// dlfs: in a warm epoch the asking took a third of dlfs's CPU.
 
 // pushTrip: every pushTrip-th step of a stream's schedule is not pushed.
 const pushTrip = 32
@@ -131,7 +136,10 @@ func (p *Prefetcher) pushable(limit int) []*catalog.Entry {
 				// the next epoch).
 				continue
 			}
-			if p.tripLocked(e.Ino) {
+			if p.tripLocked(e.Ino) || p.stage.isPageCached(e.Ino) {
+				// A trip; or found in the page cache by an earlier push,
+				// and read from it since (a read through dlfs forgets it):
+				// a warm epoch opens no file to probe it again.
 				continue
 			}
 			if p.stage.reserved(e.Ino) > 0 {
@@ -183,6 +191,7 @@ func (p *Prefetcher) pushed(e *catalog.Entry, n int64, err error) []stagedBlock 
 	}
 	if n == 0 {
 		p.totals.PushCached++
+		p.stage.markPageCached(e.Ino)
 	} else {
 		p.totals.Pushed++
 		p.totals.PushedBytes += n

@@ -16,6 +16,7 @@ type fakePusher struct {
 	mu     sync.Mutex
 	pushed map[uint64]int
 	fail   bool
+	cached bool // every file is in the page cache already: pushes store nothing (and count as asked)
 }
 
 func (f *fakePusher) Push(e *catalog.Entry, bs int64, block func(int64) ([]byte, bool)) (int64, error) {
@@ -23,6 +24,10 @@ func (f *fakePusher) Push(e *catalog.Entry, bs int64, block func(int64) ([]byte,
 	defer f.mu.Unlock()
 	if f.fail {
 		return 0, errors.New("refused")
+	}
+	if f.cached {
+		f.pushed[e.Ino]++
+		return 0, nil
 	}
 	b, ok := block(0)
 	if !ok || int64(len(b)) != e.Size {
@@ -300,4 +305,81 @@ func TestPushedNextUseSkipsItsRead(t *testing.T) {
 	} else if d := p.NextUse(trip.Ino); d != pushTrip-1 {
 		t.Errorf("NextUse of the trip sample = %d, want %d", d, pushTrip-1)
 	}
+}
+
+// A file a push found whole in the page cache is not asked about again
+// (a warm epoch opens no file through the mount) until a read of it
+// reaches dlfs; then it is.
+func TestPageCachedNotAskedAgain(t *testing.T) {
+	const files = 40
+	fp := &fakePusher{pushed: map[uint64]int{}, cached: true}
+	p, reg, _ := setup(t, files, "job=j root=data seed=3 epoch=0 batch=4 workers=1", Config{Workers: 2, Staging: 1 << 20, Pusher: fp})
+	p.StartPushing()
+	settled := func(what string, epoch int) {
+		waitFor(t, what, func() bool {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			if len(p.streams) != 1 {
+				return false
+			}
+			s := p.streams[0]
+			return s.epochs[0] == epoch && s.frontier == s.len() && s.pushStep >= s.frontier && p.stage.pushes() == 0
+		})
+	}
+	asked := func(ino uint64) int {
+		fp.mu.Lock()
+		defer fp.mu.Unlock()
+		return fp.pushed[ino]
+	}
+	settled("epoch 0's pushes", 0)
+	j := reg.Get("j")
+	before := map[uint64]int{}
+	for _, i := range j.Order(0, 0) {
+		e := j.Samples[i].Entry
+		if want := 1 - b2i(isTrip(p, e.Ino)); asked(e.Ino) != want {
+			t.Fatalf("epoch 0: %s asked about %d times, want %d", e.Path(), asked(e.Ino), want)
+		}
+		before[e.Ino] = asked(e.Ino)
+	}
+	read := j.Samples[j.Order(0, 0)[0]].Entry
+	p.ObserveRead(0, true, read, 0, 0) // a read through dlfs: the page cache lost it
+	cmds, err := control.Parse([]byte("job=j root=data seed=3 epoch=1 batch=4 workers=1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Apply(cmds[0].(control.Job)); err != nil {
+		t.Fatal(err)
+	}
+	settled("epoch 1's pushes", 1)
+	again := 0
+	for _, i := range j.Order(0, 1) {
+		e := j.Samples[i].Entry
+		// Asked again only if not known to be in the page cache: read
+		// through dlfs since, or never asked (a trip of epoch 0).
+		want := before[e.Ino]
+		if (e.Ino == read.Ino || before[e.Ino] == 0) && !isTrip(p, e.Ino) {
+			want++
+		}
+		if got := asked(e.Ino); got != want {
+			t.Errorf("epoch 1: %s asked about %d times in all, want %d", e.Path(), got, want)
+		}
+		again += asked(e.Ino) - before[e.Ino]
+	}
+	if again == 0 {
+		t.Error("no file was asked about again in epoch 1")
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// isTrip reports whether ino is a trip sample of a stream now.
+func isTrip(p *Prefetcher, ino uint64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.tripLocked(ino)
 }

@@ -47,7 +47,15 @@ type Stage struct {
 	pushed        map[uint64]int64 // pushed samples not yet behind their cursor: bytes each
 	pushing       map[uint64]int64 // pushes under way: bytes reserved (0 if staged)
 	pushedBytes   int64
+	// pageCached are files a push found whole in the page cache, with no
+	// read of them through dlfs since: not probed again (at most
+	// maxPageCached).
+	pageCached map[uint64]struct{}
 }
+
+// maxPageCached bounds Stage.pageCached: about 10 MB of map. Past it,
+// files are probed as before.
+const maxPageCached = 1 << 18
 
 // The loader's stage.
 var _ loader.Stage = (*Stage)(nil)
@@ -73,6 +81,7 @@ func (st *Stage) clear() {
 	if st.inflight == nil {
 		st.inflight, st.pushed, st.pushing = map[uint64]int64{}, map[uint64]int64{}, map[uint64]int64{}
 	}
+	st.pageCached = map[uint64]struct{}{}
 }
 
 // held is what counts against the staging bound: staged blocks, fetches
@@ -289,6 +298,33 @@ func (st *Stage) releasePushed(ino uint64) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.pushedBytes -= takeOut(st.pushed, ino)
+}
+
+// markPageCached records that a push found file ino whole in the page
+// cache.
+func (st *Stage) markPageCached(ino uint64) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if len(st.pageCached) < maxPageCached {
+		st.pageCached[ino] = struct{}{}
+	}
+}
+
+// isPageCached reports whether a push found file ino whole in the page
+// cache, and no read of it has reached dlfs since.
+func (st *Stage) isPageCached(ino uint64) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	_, ok := st.pageCached[ino]
+	return ok
+}
+
+// readThrough records a read of file ino that reached dlfs: the page
+// cache no longer holds all of it.
+func (st *Stage) readThrough(ino uint64) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	delete(st.pageCached, ino)
 }
 
 // dropPushedIf stops counting the pushed bytes of every file for which
