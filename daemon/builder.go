@@ -18,9 +18,10 @@ import (
 // prefetcher's stage hold, and the tier adopts them; an open then finds
 // its file built. It is offered two kinds of file:
 //   - one the prefetcher staged (prefetch.Config.Staged): an announced
-//     job's first read of it is served by passthrough. Its staged blocks
-//     move to the tier with the file; the tier refuses it if everything
-//     it holds is needed sooner, and the blocks stay staged.
+//     job's first read of it is served by passthrough. The stage keeps
+//     the file beside the blocks, counted against --staging with them,
+//     until they are read (Stage.AdoptBacking); the open that reads them
+//     hands the file to the RAM tier.
 //   - one a reader read to its end: the next epoch's open finds it built.
 //
 // One goroutine builds, from a bounded queue: an offer that finds the
@@ -113,8 +114,14 @@ func (b *builder) build(e *catalog.Entry) {
 		return // an open builds it
 	}
 	defer end()
-	if f := n.tiers.ram.Backing(e.Ino, n.tiers.load.Tag(e, loader.BlockKey(e.Path(), 0))); f != nil {
+	key0 := loader.BlockKey(e.Path(), 0)
+	tag0 := n.tiers.load.Tag(e, key0)
+	if f := n.tiers.ram.Backing(e.Ino, tag0); f != nil {
 		f.Release() // built already (by an open, or an offer before)
+		return
+	}
+	if f := n.tiers.stage.Backing(e.Ino, key0, tag0); f != nil {
+		f.Release() // built already, beside its staged blocks
 		return
 	}
 	// The copy and the tier's blocks are both in memory until the tier

@@ -584,7 +584,10 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.tiers.builder = newBuilder(n)
 	n.onClose("backing builder", func() error { n.tiers.builder.close(); return nil })
 	pc := cfg.prefetchConfig()
-	pc.Oracle, pc.Stage, pc.Staged = n.tiers.oracle, n.tiers.stage, n.tiers.builder.offer
+	pc.Oracle, pc.Stage = n.tiers.oracle, n.tiers.stage
+	if fc.Passthrough { // the files it stages get backing files beside them
+		pc.Staged = n.tiers.builder.offer
+	}
 	if !cfg.NoPush {
 		pc.Pusher = n.fs
 	}

@@ -246,6 +246,9 @@ func (n *Node) backingOf(e *catalog.Entry) *backing.File {
 		if f := ram.Backing(e.Ino, tag0); f != nil {
 			return f // built between the look and the claim
 		}
+		if f := n.openStaged(e); f != nil {
+			return f // built by the builder beside the staged blocks
+		}
 		f, _, _ := n.buildBacking(e, true)
 		return f
 	}
@@ -326,21 +329,62 @@ func (n *Node) buildBacking(e *catalog.Entry, forOpen bool) (_ *backing.File, ad
 	if ssd {
 		n.tiers.backing.fromSSD.Add(1)
 	}
+	if !forOpen && !slices.Contains(staged, false) {
+		// The builder's build of a file staged whole stays with its
+		// blocks on the stage, counted against --staging, until they are
+		// read: moved to the RAM tier, it could be evicted before its
+		// read (an announced epoch of .npz files over a RAM tier smaller
+		// than the stage read 1.09x its bytes).
+		adopted = n.tiers.stage.AdoptBacking(e.Ino, int(nb), keys[0], blocks[0].Tag, f, n.cfg.prefetchConfig().Staging)
+		return f, adopted, false
+	}
 	if !peer && !ssd { // RAM holds this node's share only
-		// The builder's move of a staged file is a spare: the RAM tier
-		// must not evict a file the plans still need to make room for it
-		// (an announced epoch of .npz files over a RAM tier smaller than
-		// the stage read 1.09x its bytes when it did).
+		// The builder's move of a file staged in part is a spare: the
+		// RAM tier must not evict a file the plans still need for it.
 		adopted = ram.Adopt(e.Ino, keys, blocks, f, !forOpen && slices.Contains(staged, true))
 	}
 	if forOpen || adopted {
-		for i, s := range staged {
-			if s {
-				n.tiers.stage.Take(keys[i], blocks[i].Tag, true)
-			}
-		}
+		n.takeStaged(keys, blocks, staged)
 	}
 	return f, adopted, false
+}
+
+// takeStaged takes off the stage the blocks of keys that staged marks:
+// a backing file holds them now (an open's, which is their read, or the
+// RAM tier's).
+func (n *Node) takeStaged(keys []string, blocks []ramcache.Block, staged []bool) {
+	for i, s := range staged {
+		if s {
+			n.tiers.stage.Take(keys[i], blocks[i].Tag, true)
+		}
+	}
+}
+
+// openStaged returns the backing file the stage keeps beside e's staged
+// blocks, with a reference for the caller, and takes the blocks off the
+// stage (the open is their read); the RAM tier adopts the file if e is
+// this node's share, for a later epoch. Nil if the stage keeps none.
+func (n *Node) openStaged(e *catalog.Entry) *backing.File {
+	load, st := n.tiers.load, n.tiers.stage
+	key0 := loader.BlockKey(e.Path(), 0)
+	f := st.Backing(e.Ino, key0, load.Tag(e, key0))
+	if f == nil {
+		return nil
+	}
+	nb := loader.Blocks(e.Size, load.BlockSize())
+	keys := make([]string, nb)
+	blocks := make([]ramcache.Block, nb)
+	whole, peer := true, false
+	for i := range nb {
+		keys[i] = loader.BlockKey(e.Path(), i)
+		b, ok := st.Take(keys[i], load.Tag(e, keys[i]), true)
+		whole, peer = whole && ok, peer || b.Peer
+		blocks[i] = b
+	}
+	if whole && !peer {
+		n.tiers.ram.Adopt(e.Ino, keys, blocks, f, false)
+	}
+	return f
 }
 
 // OpenedPassthrough implements fusefs.Backer: the open stands for the

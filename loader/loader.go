@@ -659,10 +659,21 @@ func (l *Loader) Prefetch(ctx context.Context, e *catalog.Entry, keep Keep) (int
 		if in {
 			break // a reader is in e: its read-ahead fetches the rest
 		}
-		if held || l.ram.Contains(key) || l.flight.held(key) {
-			continue // fetched ahead of a reader, cached, or a demand read has it
-		}
 		tag := l.Tag(e, key)
+		if held {
+			// Fetched with the block before it (a short last block), by
+			// this fetch or a reader's that left: staged with the rest, so
+			// that the stage holds the file whole (a backing file is built
+			// from it beside them).
+			if b, ok := l.takeAhead(e, i, key, tag, false, whole); ok && keep(e, i, b.b) {
+				l.takeAhead(e, i, key, tag, true, whole)
+				staged++
+			}
+			continue
+		}
+		if l.ram.Contains(key) || l.flight.held(key) {
+			continue // cached, or a demand read has it
+		}
 		took := false
 		c, shared, err := l.flight.do(ctx, key, tag, forPrefetch, func(ctx context.Context) (fetch, error) {
 			f, err := l.load(ctx, e, i, tag, forPrefetch)

@@ -50,6 +50,16 @@ func (st *Stage) checkInvariant() error {
 	if pushed+pushing != st.pushedBytes {
 		return fmt.Errorf("pushedBytes %d, pushed and pushing hold %d", st.pushedBytes, pushed+pushing)
 	}
+	var backed int64
+	for ino, f := range st.backed {
+		if st.perIno[ino] == 0 {
+			return fmt.Errorf("a backing file kept for file %d, which has no staged block", ino)
+		}
+		backed += f.Pages()
+	}
+	if backed != st.backedBytes {
+		return fmt.Errorf("backedBytes %d, the backing files kept hold %d", st.backedBytes, backed)
+	}
 	return nil
 }
 

@@ -123,7 +123,9 @@ type Config struct {
 	// Staged, if set, is told of each file a fetch of all its blocks
 	// staged some of (the rest may be in RAM already), from the fetching
 	// worker, without locks: the daemon builds its backing file ahead of
-	// its open. It must not block.
+	// its open, and the stage keeps it beside the blocks
+	// (Stage.AdoptBacking). The scheduler then fetches a file only with
+	// room on the stage for it twice. It must not block.
 	Staged func(e *catalog.Entry)
 	// EvenShare shares fetches between streams by positions ahead of
 	// their readers, not by time (--allocation even, for comparison).

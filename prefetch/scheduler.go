@@ -143,7 +143,11 @@ func (p *Prefetcher) next(gap, run int64) []*catalog.Entry {
 			p.stage.reserve(e.Ino, room)
 			return []*catalog.Entry{e}
 		}
-		if held+e.Size > p.cfg.Staging && held > 0 {
+		need := e.Size
+		if p.cfg.Staged != nil {
+			need *= 2 // room for its backing file beside it (Config.Staged)
+		}
+		if held+need > p.cfg.Staging && held > 0 {
 			return nil // the stage is full: wait for reads
 		}
 		s.frontier++

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/dlfs/dlfs/backing"
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/loader"
 	"github.com/dlfs/dlfs/ramcache"
@@ -39,6 +40,7 @@ type Stage struct {
 	// INVARIANT: bytes == sum of len(blocks[k].Data); perIno[i] == the blocks of file i in blocks.
 	// INVARIANT: inflightBytes == sum of inflight.
 	// INVARIANT: pushedBytes == sum of pushed + sum of pushing.
+	// INVARIANT: backedBytes == sum of backed[i].Pages(); backed[i] only while perIno[i] > 0.
 	blocks        map[string]ramcache.Block
 	perIno        map[uint64]int // blocks staged per file
 	bytes         int64
@@ -47,6 +49,12 @@ type Stage struct {
 	pushed        map[uint64]int64 // pushed samples not yet behind their cursor: bytes each
 	pushing       map[uint64]int64 // pushes under way: bytes reserved (0 if staged)
 	pushedBytes   int64
+	// backed are the backing files built from files staged whole
+	// (AdoptBacking), kept beside their blocks until they leave the stage
+	// and counted against the bound with them: an announced job's first
+	// open of such a file registers it and copies nothing.
+	backed      map[uint64]*backing.File
+	backedBytes int64
 	// pageCached are files a push found whole in the page cache, with no
 	// read of them through dlfs since: not probed again (at most
 	// maxPageCached).
@@ -78,25 +86,59 @@ func (st *Stage) clear() {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.blocks, st.perIno, st.bytes = map[string]ramcache.Block{}, map[uint64]int{}, 0
+	for _, f := range st.backed {
+		f.Release()
+	}
+	st.backed, st.backedBytes = map[uint64]*backing.File{}, 0
 	if st.inflight == nil {
 		st.inflight, st.pushed, st.pushing = map[uint64]int64{}, map[uint64]int64{}, map[uint64]int64{}
 	}
 	st.pageCached = map[uint64]struct{}{}
 }
 
-// held is what counts against the staging bound: staged blocks, fetches
-// in flight and pushed samples.
+// held is what counts against the staging bound: staged blocks and their
+// backing files, fetches in flight and pushed samples.
 func (st *Stage) held() int64 {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return st.bytes + st.inflightBytes + st.pushedBytes
+	return st.bytes + st.backedBytes + st.inflightBytes + st.pushedBytes
 }
 
-// stagedBytes is the bytes of the staged blocks.
+// stagedBytes is the bytes of the staged blocks and their backing files.
 func (st *Stage) stagedBytes() int64 {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return st.bytes
+	return st.bytes + st.backedBytes
+}
+
+// AdoptBacking keeps f, the backing file built from file ino's blocks, all
+// nb of them staged (the first under tag0), beside them until they leave
+// the stage, with a reference of its own; f's pages count against the
+// bound (staging bytes) with them. It reports false, keeping nothing, if
+// the blocks are no longer all staged, or if there is no room for f.
+func (st *Stage) AdoptBacking(ino uint64, nb int, key0 string, tag0 uint64, f *backing.File, bound int64) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if b, ok := st.blocks[key0]; !ok || b.Tag != tag0 || st.perIno[ino] != nb || st.backed[ino] != nil ||
+		st.bytes+st.backedBytes+st.inflightBytes+st.pushedBytes+f.Pages() > bound || !f.Acquire() {
+		return false
+	}
+	st.backed[ino] = f
+	st.backedBytes += f.Pages()
+	return true
+}
+
+// Backing returns the backing file kept beside file ino's staged blocks,
+// the first of them under tag0, with a reference for the caller; nil if
+// none.
+func (st *Stage) Backing(ino uint64, key0 string, tag0 uint64) *backing.File {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	f := st.backed[ino]
+	if b, ok := st.blocks[key0]; f == nil || !ok || b.Tag != tag0 || !f.Acquire() {
+		return nil
+	}
+	return f
 }
 
 // has reports whether a block of file ino is staged.
@@ -176,6 +218,11 @@ func (st *Stage) removeLocked(key string, b ramcache.Block) {
 	st.bytes -= int64(len(b.Data))
 	if st.perIno[b.ID]--; st.perIno[b.ID] <= 0 {
 		delete(st.perIno, b.ID)
+		if f := st.backed[b.ID]; f != nil { // an open holds its own reference
+			delete(st.backed, b.ID)
+			st.backedBytes -= f.Pages()
+			f.Release()
+		}
 	}
 }
 
@@ -346,12 +393,13 @@ type stageFigures struct {
 	stagedBlocks int
 	inFlight     int
 	pushedHeld   int64
+	backedBytes  int64
 }
 
 func (st *Stage) figures() stageFigures {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return stageFigures{st.bytes, len(st.blocks), len(st.inflight), st.pushedBytes}
+	return stageFigures{st.bytes, len(st.blocks), len(st.inflight), st.pushedBytes, st.backedBytes}
 }
 
 // trimStage takes off the stage the blocks that no stream would stage

@@ -55,13 +55,16 @@ type Totals struct {
 	StagingCapacity int64 `json:"staging_capacity_bytes"`
 	StagedBytes     int64 `json:"staged_bytes"`
 	StagedBlocks    int   `json:"staged_blocks"`
-	InFlight        int   `json:"in_flight"`
-	Fetched         int64 `json:"fetched"`
-	FetchedBytes    int64 `json:"fetched_bytes"`
-	Wasted          int64 `json:"wasted"`
-	WastedBytes     int64 `json:"wasted_bytes"`
-	Unpredicted     int64 `json:"unpredicted_reads"`
-	Errors          int64 `json:"errors"`
+	// StagedBackingBytes are the pages of the backing files kept beside
+	// staged blocks (counted in Staging with them).
+	StagedBackingBytes int64 `json:"staged_backing_bytes"`
+	InFlight           int   `json:"in_flight"`
+	Fetched            int64 `json:"fetched"`
+	FetchedBytes       int64 `json:"fetched_bytes"`
+	Wasted             int64 `json:"wasted"`
+	WastedBytes        int64 `json:"wasted_bytes"`
+	Unpredicted        int64 `json:"unpredicted_reads"`
+	Errors             int64 `json:"errors"`
 	// Pushing into the page cache: samples pushed and their bytes, samples
 	// found cached already, pushes that failed, reads that reached dlfs
 	// for a sample pushed (the kernel had evicted it), and the bytes
@@ -94,6 +97,7 @@ func (p *Prefetcher) Stats() (Totals, map[string]map[string]Stats) {
 	t.Workers, t.StagingCapacity = p.cfg.Workers, p.cfg.Staging
 	f := p.stage.figures()
 	t.StagedBytes, t.StagedBlocks, t.InFlight, t.PushedHeld = f.stagedBytes, f.stagedBlocks, f.inFlight, f.pushedHeld
+	t.StagedBackingBytes = f.backedBytes
 	fallback := p.fallbackRateLocked()
 	for _, s := range p.streams {
 		s.stats.Rate, s.stats.LeadSeconds = s.rate, 0

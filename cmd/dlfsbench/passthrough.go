@@ -461,23 +461,24 @@ func ptAnnounced(o options, s ptShape, src string, files []string, total, ram in
 			if len(order) != len(files) {
 				return 0, 0, 0, fmt.Errorf("the plan has %d files, want %d", len(order), len(files))
 			}
-			// Filled ahead: every file built, or every file fetched and no
-			// build for a second (the row notes opens not by passthrough).
+			// Filled ahead: every file built, or the prefetcher and the
+			// builder idle for a second (the stage full; the row notes
+			// opens not by passthrough).
 			deadline := time.Now().Add(3 * time.Minute)
-			built, since := int64(-1), time.Now()
+			built, fetched, since := int64(-1), int64(-1), time.Now()
 			for {
 				st, err := readStats(mnt)
 				if err != nil {
 					return 0, 0, 0, err
 				}
-				if b := st.Passthrough.BuiltAhead; b != built {
-					built, since = b, time.Now()
+				if b, f := st.Passthrough.BuiltAhead, st.Prefetch.Fetched; b != built || f != fetched || st.Prefetch.InFlight > 0 {
+					built, fetched, since = b, f, time.Now()
 				}
-				if built >= int64(len(files)) || st.Prefetch.Fetched >= int64(len(files)) && time.Since(since) > time.Second {
+				if built >= int64(len(files)) || time.Since(since) > time.Second {
 					break
 				}
 				if time.Now().After(deadline) {
-					return 0, 0, 0, fmt.Errorf("the stage was not filled in 3 minutes: %d of %d files fetched, %d built", st.Prefetch.Fetched, len(files), built)
+					return 0, 0, 0, fmt.Errorf("the stage was not filled in 3 minutes: %d of %d files fetched, %d built", fetched, len(files), built)
 				}
 				time.Sleep(50 * time.Millisecond)
 			}

@@ -250,11 +250,12 @@ func TestPassthroughMovesTheCursor(t *testing.T) {
 }
 
 // TestPassthroughStagedAhead: the files an announced job's prefetcher
-// staged get their backing files built before their first open (the
-// staged blocks move to the RAM tier with them, which frees the stage for
-// the next: it holds two of the six), so the job's first read of each is
-// served by passthrough, bytes right, and the cursor moves with every
-// open.
+// staged get their backing files built before their first open, kept on
+// the stage beside the blocks and counted against --staging with them
+// (8 MiB: one file of 3 MiB and its backing file at a time; the open
+// takes them, which frees the stage for the next), so the job's first
+// read of each is served by passthrough, bytes right, and the cursor
+// moves with every open.
 func TestPassthroughStagedAhead(t *testing.T) {
 	src := t.TempDir()
 	const files = 6
@@ -274,15 +275,21 @@ func TestPassthroughStagedAhead(t *testing.T) {
 	if err := control(d.Mnt, "job=ahead sampler=sequential epoch=0"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "every staged file's backing file built ahead of its open", 20*time.Second, func() bool {
-		return passthroughNum(t, d.Mnt, "built_ahead") == files
-	})
 	plan, err := os.ReadFile(filepath.Join(d.Mnt, ".dlfs/jobs/ahead/rank-0/epoch-0"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	order := strings.Split(strings.TrimSpace(string(plan)), "\n")
 	for i, rel := range order {
+		waitFor(t, fmt.Sprintf("%s's backing file built ahead of its open", rel), 20*time.Second, func() bool {
+			return passthroughNum(t, d.Mnt, "built_ahead") >= float64(i+1)
+		})
+		if i == 0 {
+			st := dlfsStats(t, d.Mnt)
+			if held := num(st, "prefetch", "staged_bytes") + num(st, "prefetch", "staged_backing_bytes"); held > 8<<20 {
+				t.Fatalf("the stage holds %v bytes of blocks and backing files, over --staging 8MiB", held)
+			}
+		}
 		readFile(t, filepath.Join(d.Mnt, rel), contents[rel])
 		if c := num(dlfsStats(t, d.Mnt), "jobs", "ahead", "rank-0", "cursor"); c != float64(i+1) {
 			t.Fatalf("after %s: cursor %v, want %d", rel, c, i+1)
