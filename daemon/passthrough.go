@@ -310,6 +310,10 @@ func (n *Node) buildBacking(e *catalog.Entry, forOpen bool) (_ *backing.File, ad
 		}
 		blocks[i], peer = b, peer || b.Peer
 	}
+	staging := n.cfg.prefetchConfig().Staging
+	if !forOpen && !slices.Contains(staged, false) && !n.tiers.stage.HasRoom(e.Size, staging) {
+		return nil, false, false // the stage could not keep it (below): build nothing
+	}
 	f, err := backing.Build(e.Path(), e.Size, bs, func(i int64) (backing.Block, bool) {
 		b := blocks[i]
 		return backing.Block{Data: b.Data, Tag: b.Tag, Sum: b.Sum}, true
@@ -335,7 +339,7 @@ func (n *Node) buildBacking(e *catalog.Entry, forOpen bool) (_ *backing.File, ad
 		// read: moved to the RAM tier, it could be evicted before its
 		// read (an announced epoch of .npz files over a RAM tier smaller
 		// than the stage read 1.09x its bytes).
-		adopted = n.tiers.stage.AdoptBacking(e.Ino, int(nb), keys[0], blocks[0].Tag, f, n.cfg.prefetchConfig().Staging)
+		adopted = n.tiers.stage.AdoptBacking(e.Ino, int(nb), keys[0], blocks[0].Tag, f, staging)
 		return f, adopted, false
 	}
 	if !peer && !ssd { // RAM holds this node's share only

@@ -50,15 +50,21 @@ func (st *Stage) checkInvariant() error {
 	if pushed+pushing != st.pushedBytes {
 		return fmt.Errorf("pushedBytes %d, pushed and pushing hold %d", st.pushedBytes, pushed+pushing)
 	}
-	var backed int64
+	var backed, backedBlocks int64
 	for ino, f := range st.backed {
 		if st.perIno[ino] == 0 {
 			return fmt.Errorf("a backing file kept for file %d, which has no staged block", ino)
 		}
-		backed += f.Pages()
+		backed += f.Size()
 	}
-	if backed != st.backedBytes {
-		return fmt.Errorf("backedBytes %d, the backing files kept hold %d", st.backedBytes, backed)
+	for _, b := range st.blocks {
+		if st.backed[b.ID] != nil {
+			backedBlocks += int64(len(b.Data))
+		}
+	}
+	if backed != st.backedBytes || backedBlocks != st.backedBlockBytes {
+		return fmt.Errorf("backedBytes %d and backedBlockBytes %d, the backing files kept hold %d and their staged blocks %d",
+			st.backedBytes, st.backedBlockBytes, backed, backedBlocks)
 	}
 	return nil
 }

@@ -145,7 +145,10 @@ func (p *Prefetcher) next(gap, run int64) []*catalog.Entry {
 		}
 		need := e.Size
 		if p.cfg.Staged != nil {
-			need *= 2 // room for its backing file beside it (Config.Staged)
+			// Room for its backing file beside it, and for those of the
+			// staged files that have none yet (Config.Staged).
+			need *= 2
+			held += p.stage.unbacked()
 		}
 		if held+need > p.cfg.Staging && held > 0 {
 			return nil // the stage is full: wait for reads

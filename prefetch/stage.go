@@ -40,7 +40,8 @@ type Stage struct {
 	// INVARIANT: bytes == sum of len(blocks[k].Data); perIno[i] == the blocks of file i in blocks.
 	// INVARIANT: inflightBytes == sum of inflight.
 	// INVARIANT: pushedBytes == sum of pushed + sum of pushing.
-	// INVARIANT: backedBytes == sum of backed[i].Pages(); backed[i] only while perIno[i] > 0.
+	// INVARIANT: backedBytes == sum of backed[i].Size(); backedBlockBytes == the bytes of the
+	// staged blocks of the files in backed; backed[i] only while perIno[i] > 0.
 	blocks        map[string]ramcache.Block
 	perIno        map[uint64]int // blocks staged per file
 	bytes         int64
@@ -53,8 +54,9 @@ type Stage struct {
 	// (AdoptBacking), kept beside their blocks until they leave the stage
 	// and counted against the bound with them: an announced job's first
 	// open of such a file registers it and copies nothing.
-	backed      map[uint64]*backing.File
-	backedBytes int64
+	backed           map[uint64]*backing.File
+	backedBytes      int64
+	backedBlockBytes int64
 	// pageCached are files a push found whole in the page cache, with no
 	// read of them through dlfs since: not probed again (at most
 	// maxPageCached).
@@ -89,7 +91,7 @@ func (st *Stage) clear() {
 	for _, f := range st.backed {
 		f.Release()
 	}
-	st.backed, st.backedBytes = map[uint64]*backing.File{}, 0
+	st.backed, st.backedBytes, st.backedBlockBytes = map[uint64]*backing.File{}, 0, 0
 	if st.inflight == nil {
 		st.inflight, st.pushed, st.pushing = map[uint64]int64{}, map[uint64]int64{}, map[uint64]int64{}
 	}
@@ -111,21 +113,39 @@ func (st *Stage) stagedBytes() int64 {
 	return st.bytes + st.backedBytes
 }
 
+// unbacked is the bytes of staged blocks whose file has no backing file
+// beside them yet, and of fetches in flight: with Config.Staged, room the
+// scheduler keeps for the backing files they may get.
+func (st *Stage) unbacked() int64 {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.bytes - st.backedBlockBytes + st.inflightBytes
+}
+
 // AdoptBacking keeps f, the backing file built from file ino's blocks, all
 // nb of them staged (the first under tag0), beside them until they leave
-// the stage, with a reference of its own; f's pages count against the
+// the stage, with a reference of its own; f's bytes count against the
 // bound (staging bytes) with them. It reports false, keeping nothing, if
 // the blocks are no longer all staged, or if there is no room for f.
 func (st *Stage) AdoptBacking(ino uint64, nb int, key0 string, tag0 uint64, f *backing.File, bound int64) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if b, ok := st.blocks[key0]; !ok || b.Tag != tag0 || st.perIno[ino] != nb || st.backed[ino] != nil ||
-		st.bytes+st.backedBytes+st.inflightBytes+st.pushedBytes+f.Pages() > bound || !f.Acquire() {
+		st.bytes+st.backedBytes+st.inflightBytes+st.pushedBytes+f.Size() > bound || !f.Acquire() {
 		return false
 	}
 	st.backed[ino] = f
-	st.backedBytes += f.Pages()
+	st.backedBytes += f.Size()
+	st.backedBlockBytes += f.Size() // its blocks, all staged
 	return true
+}
+
+// HasRoom reports whether n more bytes fit under bound: whether a backing
+// file of n bytes would be kept (AdoptBacking).
+func (st *Stage) HasRoom(n, bound int64) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.bytes+st.backedBytes+st.inflightBytes+st.pushedBytes+n <= bound
 }
 
 // Backing returns the backing file kept beside file ino's staged blocks,
@@ -216,11 +236,15 @@ func (st *Stage) take(key string, tag uint64, done bool) (_ ramcache.Block, ok, 
 func (st *Stage) removeLocked(key string, b ramcache.Block) {
 	delete(st.blocks, key)
 	st.bytes -= int64(len(b.Data))
+	f := st.backed[b.ID]
+	if f != nil {
+		st.backedBlockBytes -= int64(len(b.Data))
+	}
 	if st.perIno[b.ID]--; st.perIno[b.ID] <= 0 {
 		delete(st.perIno, b.ID)
-		if f := st.backed[b.ID]; f != nil { // an open holds its own reference
+		if f != nil { // an open holds its own reference
 			delete(st.backed, b.ID)
-			st.backedBytes -= f.Pages()
+			st.backedBytes -= f.Size()
 			f.Release()
 		}
 	}
