@@ -66,7 +66,7 @@ func runPassthrough(o options) error {
 		"after two epochs through dlfs (the first fills the RAM tier, the second builds the backing files). "+
 		"Seconds per pass (× native): the local files with their page cache warm; the same files copied into tmpfs; "+
 		"dlfs with `--passthrough on` (backing files in 4 KiB pages: shmem_enabled never; then in huge pages: advise), then `off`, each with the mount's page cache dropped before every pass (fadvise DONTNEED through the mount) and warm; "+
-		"an announced epoch's first read with passthrough on (huge pages), on a fresh mount whose stage was filled and built ahead (median of %d mounts); "+
+		"an announced epoch's first read with passthrough on (huge pages), on a fresh mount whose stage (`--staging` room for the epoch twice: the stage keeps a backing file beside each file's blocks) was filled and built ahead (median of %d mounts); "+
 		"the FUSE floor (a READ per request answered with zeros at once), dropped; the per-open floor (OPEN answered by passthrough from a memory file registered once per file, no READ), dropped. CPU is the daemon's per GB read (dropped passes); memory its RSS plus the shmem it added, against --ram-cache.\n\n", ptPasses, ptAnnouncedMounts)
 	fmt.Println("| files | readers | native | tmpfs | dlfs passthrough, 4 KiB pages, dropped | dlfs passthrough, huge pages, dropped | warm | announced first read | dlfs no passthrough, dropped | warm | FUSE floor | per-open floor (passthrough) | CPU s/GB, dlfs (pt / announced / no pt) and the floors' (FUSE / per-open) | memory MiB (pt / no pt) of --ram-cache |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -426,6 +426,11 @@ func measureShape(o options, s ptShape) error {
 // takes the median of.
 const ptAnnouncedMounts = 3
 
+// ptAnnouncedStaging is the announced rows' --staging: room for the whole
+// epoch's blocks and their backing files (the stage keeps both until the
+// read), with read-ahead's quarter on top.
+func ptAnnouncedStaging(total int64) int64 { return (2*total + 64<<20) * 4 / 3 }
+
 // ptAnnounced measures an announced epoch's first read (issue 14's
 // target): on a fresh mount with passthrough on, a job is announced and
 // its stage filled ahead (every file's backing file built: the prefetcher
@@ -442,7 +447,8 @@ func ptAnnounced(o options, s ptShape, src string, files []string, total, ram in
 			return row, err
 		}
 		d, err := mountproc.Start(filepath.Join(o.bin, "dlfs"), mnt, time.Minute, "mount", "--log-level", "warn",
-			"--ram-cache", strconv.FormatInt(ram, 10), "--push=false", "--infer=false", "--passthrough", "on", src, mnt)
+			"--ram-cache", strconv.FormatInt(ram, 10), "--staging", strconv.FormatInt(ptAnnouncedStaging(total), 10),
+			"--push=false", "--infer=false", "--passthrough", "on", src, mnt)
 		if err != nil {
 			return row, err
 		}
