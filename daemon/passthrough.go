@@ -256,15 +256,16 @@ func (n *Node) backingOf(e *catalog.Entry) *backing.File {
 
 // buildBacking builds e's backing file from the blocks the RAM tier, the
 // prefetcher's stage and read-ahead hold (and, forOpen with
-// Config.PassthroughFromSSD, the SSD tier),
-// and leaves it to the RAM tier unless a block came from the SSD tier or a
-// peer; it returns
-// it with a reference for the caller, or nil if they do not hold all of e
-// (missing), and whether the tier adopted it. The staged blocks leave the
-// stage once the file holds them for good: forOpen (an open's build, whose
-// open is their read), or once the tier adopted it. Without forOpen (the
-// builder's) it builds nothing the tier would not keep: no file with a
-// peer's block.
+// Config.PassthroughFromSSD, the SSD tier). It returns the file with a
+// reference for the caller, or nil if they do not hold all of e
+// (missing), and whether a keeper adopted it:
+//   - the builder's build (!forOpen) of a file staged whole: the stage,
+//     beside the blocks, until the open that reads them (openStaged);
+//   - any other: the RAM tier, unless a block came from the SSD tier or a
+//     peer (the tier keeps this node's share only). The staged blocks then
+//     leave the stage: the file holds them for good.
+//
+// The builder's builds never hold a peer's block.
 func (n *Node) buildBacking(e *catalog.Entry, forOpen bool) (_ *backing.File, adopted, missing bool) {
 	load, ram := n.tiers.load, n.tiers.ram
 	bs := load.BlockSize()
