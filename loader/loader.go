@@ -250,6 +250,12 @@ type (
 		// reaches the block's end; an earlier part of a block is read
 		// again by the next request for the rest).
 		Take(key string, tag uint64, done bool) (ramcache.Block, bool)
+		// Serve returns the staged block key, if any and tagged tag, and
+		// counts bytes lo to hi of it (hi < 0: to its end) as read; it
+		// unstages the block (gone) once every page of it was read. The
+		// kernel sends a file's READs out of order: one that reaches a
+		// block's end may come before one of an earlier part of it.
+		Serve(key string, tag uint64, lo, hi int) (_ ramcache.Block, ok, gone bool)
 		// Hold stages a block that a read fetched only in part and that RAM
 		// would not keep, so the read of the rest does not fetch it again.
 		Hold(key string, b ramcache.Block)
@@ -506,7 +512,7 @@ func (l *Loader) block(ctx context.Context, e *catalog.Entry, i int64, done bool
 	if b, ok := l.ram.GetRange(key, tag, p.lo, p.hi); ok {
 		return b.Data, tierRAM, 0, nil
 	}
-	if b, ok := l.fromStage(key, tag, e, done, p); ok {
+	if b, ok := l.fromStage(key, tag, e, p); ok {
 		return b.Data, tierStage, 0, nil
 	}
 	if b, ok := l.fromAhead(e, i, key, tag, done, p); ok {
@@ -524,7 +530,7 @@ func (l *Loader) block(ctx context.Context, e *catalog.Entry, i int64, done bool
 	// A shared fetch that its starter cancelled (a warm-up stopped in the
 	// middle of a coalesced read) says nothing of the block: fetch again.
 	for try := 0; try == 0 || (try < 3 && shared && errors.Is(c.err, context.Canceled)); try++ {
-		c, shared, err = l.flight.do(ctx, key, tag, forReader, l.demandFetch(e, i, key, tag, done, &kept))
+		c, shared, err = l.flight.do(ctx, key, tag, forReader, l.demandFetch(e, i, key, tag, p, &kept))
 		if err != nil {
 			return nil, tierPFS, 0, fmt.Errorf("read %s: %w", e.Path(), err)
 		}
@@ -556,12 +562,16 @@ func (l *Loader) block(ctx context.Context, e *catalog.Entry, i int64, done bool
 		kept = l.ram.Put(key, blockOnce())
 	}
 	if l.stage != nil {
-		if kept || done {
+		switch {
+		case kept:
 			// A prefetch that ran the flight staged the block before it
-			// ended; RAM has it now, or this read was its last.
+			// ended; RAM has it now.
 			l.stage.Take(key, tag, true)
-		} else if !ahead {
+		case !ahead:
+			// Staged by the prefetch, or now if a plan needs it: the
+			// block leaves the stage once reads have read all of it.
 			l.stage.Hold(key, blockOnce())
+			l.stage.Serve(key, tag, p.lo, p.hi)
 		}
 	}
 	var waited time.Duration
@@ -573,14 +583,14 @@ func (l *Loader) block(ctx context.Context, e *catalog.Entry, i int64, done bool
 
 // demandFetch is the fetch of block i of e (key, tag) that a demand read
 // starts; kept says whether RAM kept it.
-func (l *Loader) demandFetch(e *catalog.Entry, i int64, key string, tag uint64, done bool, kept *bool) func(context.Context) (fetch, error) {
+func (l *Loader) demandFetch(e *catalog.Entry, i int64, key string, tag uint64, p part, kept *bool) func(context.Context) (fetch, error) {
 	return func(ctx context.Context) (fetch, error) {
 		// A fetch that ended between the looks above and this flight left
 		// the block in RAM or on the stage: do not read it again.
 		if b, ok := l.ram.Get(key, tag); ok {
 			return fetch{b.Data, tierRAM, b.Sum}, nil
 		}
-		if b, ok := l.fromStage(key, tag, e, done, whole); ok {
+		if b, ok := l.fromStage(key, tag, e, p); ok {
 			return fetch{b.Data, tierStage, b.Sum}, nil
 		}
 		f, err := l.load(ctx, e, i, tag, forReader)
@@ -596,13 +606,14 @@ func (l *Loader) demandFetch(e *catalog.Entry, i int64, key string, tag uint64, 
 }
 
 // fromStage takes block key of e, whose tag is tag, from the stage, if
-// it is there and intact. A read that reaches the block's end (done) takes
-// it off, and RAM keeps it if its next use warrants.
-func (l *Loader) fromStage(key string, tag uint64, e *catalog.Entry, done bool, p part) (ramcache.Block, bool) {
+// it is there and intact, for a read of part p of it. Once reads have read
+// all of it, it leaves the stage (Stage.Serve), and RAM keeps it if its
+// next use warrants.
+func (l *Loader) fromStage(key string, tag uint64, e *catalog.Entry, p part) (ramcache.Block, bool) {
 	if l.stage == nil {
 		return ramcache.Block{}, false
 	}
-	b, ok := l.stage.Take(key, tag, done)
+	b, ok, gone := l.stage.Serve(key, tag, p.lo, p.hi)
 	if !ok {
 		return ramcache.Block{}, false
 	}
@@ -611,7 +622,7 @@ func (l *Loader) fromStage(key string, tag uint64, e *catalog.Entry, done bool, 
 		l.stage.Take(key, tag, true)
 		return ramcache.Block{}, false
 	}
-	if done && !b.Peer {
+	if gone && !b.Peer {
 		l.ram.Put(key, b) // kept only if its next use warrants it
 	}
 	return b, true

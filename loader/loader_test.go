@@ -414,6 +414,22 @@ func (s *fakeStage) Take(key string, tag uint64, done bool) (ramcache.Block, boo
 	return b, ok
 }
 
+// Serve unstages the block at a read that reaches its end (the page
+// accounting of the real stage is prefetch's to test).
+func (s *fakeStage) Serve(key string, tag uint64, lo, hi int) (ramcache.Block, bool, bool) {
+	if s.taking != nil {
+		s.taking()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, ok := s.m[key]
+	gone := ok && (hi < 0 || hi >= len(b.Data))
+	if gone {
+		delete(s.m, key)
+	}
+	return b, ok, gone
+}
+
 func (s *fakeStage) Hold(key string, b ramcache.Block) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -50,6 +50,11 @@ func (st *Stage) checkInvariant() error {
 	if pushed+pushing != st.pushedBytes {
 		return fmt.Errorf("pushedBytes %d, pushed and pushing hold %d", st.pushedBytes, pushed+pushing)
 	}
+	for k := range st.served {
+		if _, ok := st.blocks[k]; !ok {
+			return fmt.Errorf("pages counted as read for %q, which is not staged", k)
+		}
+	}
 	var backed, backedBlocks int64
 	for ino, f := range st.backed {
 		if st.perIno[ino] == 0 {

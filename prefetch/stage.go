@@ -57,6 +57,9 @@ type Stage struct {
 	backed           map[uint64]*backing.File
 	backedBytes      int64
 	backedBlockBytes int64
+	// served are the pages of staged blocks that reads have read, for
+	// blocks read in part (Serve): bit i of the list is page i.
+	served map[string][]uint64
 	// pageCached are files a push found whole in the page cache, with no
 	// read of them through dlfs since: not probed again (at most
 	// maxPageCached).
@@ -88,6 +91,7 @@ func (st *Stage) clear() {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.blocks, st.perIno, st.bytes = map[string]ramcache.Block{}, map[uint64]int{}, 0
+	st.served = map[string][]uint64{}
 	for _, f := range st.backed {
 		f.Release()
 	}
@@ -216,6 +220,57 @@ func (st *Stage) Take(key string, tag uint64, done bool) (ramcache.Block, bool) 
 	return b, ok
 }
 
+// Serve implements loader.Stage: it returns block key if it is staged
+// with tag (one of another version is dropped), counts bytes lo to hi of
+// it (hi < 0: to its end) as read, and takes it off once reads have read
+// every page of it (gone). A page counts when a read covers it whole:
+// the kernel's READs are page-aligned, but for a file's last page.
+func (st *Stage) Serve(key string, tag uint64, lo, hi int) (_ ramcache.Block, ok, gone bool) {
+	b, ok, gone := st.serve(key, tag, lo, hi)
+	if gone {
+		if p := st.owner.Load(); p != nil {
+			p.kick()
+		}
+	}
+	return b, ok, gone
+}
+
+func (st *Stage) serve(key string, tag uint64, lo, hi int) (_ ramcache.Block, ok, gone bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	b, ok := st.blocks[key]
+	if !ok {
+		return ramcache.Block{}, false, false
+	}
+	if b.Tag != tag {
+		st.removeLocked(key, b)
+		return ramcache.Block{}, false, true
+	}
+	n := len(b.Data)
+	if hi < 0 || hi > n {
+		hi = n
+	}
+	pages := (n + servedPage - 1) / servedPage
+	m := st.served[key]
+	if m == nil {
+		m = make([]uint64, (pages+63)/64)
+	}
+	for p := (max(lo, 0) + servedPage - 1) / servedPage; p < pages && min((p+1)*servedPage, n) <= hi; p++ {
+		m[p/64] |= 1 << (p % 64)
+	}
+	for p := 0; p < pages; p++ {
+		if m[p/64]&(1<<(p%64)) == 0 {
+			st.served[key] = m
+			return b, true, false
+		}
+	}
+	st.removeLocked(key, b)
+	return b, true, true
+}
+
+// servedPage is the page Serve counts reads in.
+const servedPage = 4096
+
 func (st *Stage) take(key string, tag uint64, done bool) (_ ramcache.Block, ok, removed bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -235,6 +290,7 @@ func (st *Stage) take(key string, tag uint64, done bool) (_ ramcache.Block, ok, 
 
 func (st *Stage) removeLocked(key string, b ramcache.Block) {
 	delete(st.blocks, key)
+	delete(st.served, key)
 	st.bytes -= int64(len(b.Data))
 	f := st.backed[b.ID]
 	if f != nil {

@@ -166,3 +166,35 @@ func TestStageHold(t *testing.T) {
 		t.Error("a block no plan needs was held")
 	}
 }
+
+// TestServeOutOfOrder: a staged block leaves the stage once reads have
+// read every page of it, in any order: the read that reaches its end may
+// come first (the kernel sends a file's READs out of order), and a read
+// that covers a page only in part does not count it.
+func TestServeOutOfOrder(t *testing.T) {
+	st := NewStage()
+	const n = 1<<20 + 100
+	b := ramcache.Block{ID: 7, Data: make([]byte, n), Tag: 9}
+	st.add("k", b)
+	serve := func(lo, hi int, wantGone bool) {
+		t.Helper()
+		got, ok, gone := st.Serve("k", 9, lo, hi)
+		if !ok || len(got.Data) != n || gone != wantGone {
+			t.Fatalf("Serve(%d, %d): ok %v, gone %v; want the block, gone %v", lo, hi, ok, gone, wantGone)
+		}
+	}
+	serve(896<<10, -1, false) // the end first
+	serve(0, 512<<10, false)
+	serve(512<<10, 896<<10-1, false) // one byte short of a page: not counted
+	serve(512<<10, 896<<10, true)
+	if _, ok, _ := st.Serve("k", 9, 0, -1); ok || st.stagedBytes() != 0 {
+		t.Fatal("the block is still staged after every page was read")
+	}
+	if err := st.checkInvariant(); err != nil {
+		t.Fatal(err)
+	}
+	st.add("k", b)
+	if _, ok, gone := st.Serve("k", 10, 0, 4096); ok || !gone || st.stagedBytes() != 0 {
+		t.Fatal("a block of another version was served, or kept")
+	}
+}
