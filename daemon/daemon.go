@@ -586,7 +586,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	pc := cfg.prefetchConfig()
 	pc.Oracle, pc.Stage = n.tiers.oracle, n.tiers.stage
 	if fc.Passthrough { // the files it stages get backing files beside them
-		pc.Staged = n.tiers.builder.offer
+		pc.Staged, pc.Backs = n.tiers.builder.offer, n.backs
 	}
 	if !cfg.NoPush {
 		pc.Pusher = n.fs

@@ -272,7 +272,7 @@ func (n *Node) buildBacking(e *catalog.Entry, forOpen bool) (_ *backing.File, ad
 	if e.Size > n.openBound() {
 		return nil, false, false // no open may hold it (and a sparse file of 2^63 bytes must not size the lists below)
 	}
-	if ram.Stats().Backing.Files >= n.tiers.backing.maxFiles {
+	if ram.Stats().Backing.Files+int64(n.tiers.stage.BackedFiles()) >= n.tiers.backing.maxFiles {
 		if forOpen {
 			n.tiers.backing.tooMany.Add(1) // an open turned away
 		}
@@ -343,15 +343,25 @@ func (n *Node) buildBacking(e *catalog.Entry, forOpen bool) (_ *backing.File, ad
 		adopted = n.tiers.stage.AdoptBacking(e.Ino, int(nb), keys[0], blocks[0].Tag, f, staging)
 		return f, adopted, false
 	}
+	if !forOpen && slices.Contains(staged, true) {
+		// Staged in part: neither keeper fits (the RAM tier could evict it
+		// before its read, the stage holds whole files); the open builds it.
+		return f, false, false
+	}
 	if !peer && !ssd { // RAM holds this node's share only
-		// The builder's move of a file staged in part is a spare: the
-		// RAM tier must not evict a file the plans still need for it.
-		adopted = ram.Adopt(e.Ino, keys, blocks, f, !forOpen && slices.Contains(staged, true))
+		adopted = ram.Adopt(e.Ino, keys, blocks, f)
 	}
 	if forOpen || adopted {
 		n.takeStaged(keys, blocks, staged)
 	}
 	return f, adopted, false
+}
+
+// backs says whether a file staged whole would get a backing file beside
+// it now (prefetch.Config.Backs): the mount uses passthrough (decided at
+// its first open, false until then) and an open may hold the file.
+func (n *Node) backs(e *catalog.Entry) bool {
+	return e.Size > 0 && e.Size <= n.openBound() && n.fs.UsesPassthrough()
 }
 
 // takeStaged takes off the stage the blocks of keys that staged marks:
@@ -387,7 +397,7 @@ func (n *Node) openStaged(e *catalog.Entry) *backing.File {
 		blocks[i] = b
 	}
 	if whole && !peer {
-		n.tiers.ram.Adopt(e.Ino, keys, blocks, f, false)
+		n.tiers.ram.Adopt(e.Ino, keys, blocks, f)
 	}
 	return f
 }

@@ -539,6 +539,9 @@ func (l *Loader) block(ctx context.Context, e *catalog.Entry, i int64, done bool
 		return nil, c.src, 0, c.err
 	}
 	if c.src <= tierStage { // in RAM, or taken from the stage, meanwhile
+		if shared && c.src == tierStage && l.stage != nil {
+			l.stage.Serve(key, tag, p.lo, p.hi) // this read's part of it
+		}
 		return c.val, c.src, 0, nil
 	}
 	ahead := false

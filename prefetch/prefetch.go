@@ -124,9 +124,12 @@ type Config struct {
 	// staged some of (the rest may be in RAM already), from the fetching
 	// worker, without locks: the daemon builds its backing file ahead of
 	// its open, and the stage keeps it beside the blocks
-	// (Stage.AdoptBacking). The scheduler then fetches a file only with
-	// room on the stage for it twice. It must not block.
+	// (Stage.AdoptBacking). It must not block.
 	Staged func(e *catalog.Entry)
+	// Backs, with Staged, says whether a file staged whole would get a
+	// backing file beside it now: the scheduler then fetches it only with
+	// room on the stage for it twice. It must not block or call back.
+	Backs func(e *catalog.Entry) bool
 	// EvenShare shares fetches between streams by positions ahead of
 	// their readers, not by time (--allocation even, for comparison).
 	EvenShare bool

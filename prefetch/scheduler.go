@@ -144,7 +144,7 @@ func (p *Prefetcher) next(gap, run int64) []*catalog.Entry {
 			return []*catalog.Entry{e}
 		}
 		need := e.Size
-		if p.cfg.Staged != nil {
+		if p.cfg.Staged != nil && p.cfg.Backs != nil && p.cfg.Backs(e) {
 			// Room for its backing file beside it, and for those of the
 			// staged files that have none yet (Config.Staged).
 			need *= 2

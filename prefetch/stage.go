@@ -57,6 +57,10 @@ type Stage struct {
 	backed           map[uint64]*backing.File
 	backedBytes      int64
 	backedBlockBytes int64
+	// released are backing files let go of under mu, released after it
+	// (closing one frees its memory: not while the tiers' NextUse waits
+	// on mu).
+	released []*backing.File
 	// served are the pages of staged blocks that reads have read, for
 	// blocks read in part (Serve): bit i of the list is page i.
 	served map[string][]uint64
@@ -88,12 +92,13 @@ func NewStage() *Stage {
 
 // clear empties the stage (Close).
 func (st *Stage) clear() {
+	defer st.releaseLetGo()
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.blocks, st.perIno, st.bytes = map[string]ramcache.Block{}, map[uint64]int{}, 0
 	st.served = map[string][]uint64{}
 	for _, f := range st.backed {
-		f.Release()
+		st.released = append(st.released, f)
 	}
 	st.backed, st.backedBytes, st.backedBlockBytes = map[uint64]*backing.File{}, 0, 0
 	if st.inflight == nil {
@@ -142,6 +147,27 @@ func (st *Stage) AdoptBacking(ino uint64, nb int, key0 string, tag0 uint64, f *b
 	st.backedBytes += f.Size()
 	st.backedBlockBytes += f.Size() // its blocks, all staged
 	return true
+}
+
+// releaseLetGo releases the backing files let go of under mu. Every
+// method that may take blocks off defers it before it locks mu, so that
+// it runs after the unlock.
+func (st *Stage) releaseLetGo() {
+	st.mu.Lock()
+	fs := st.released
+	st.released = nil
+	st.mu.Unlock()
+	for _, f := range fs {
+		f.Release()
+	}
+}
+
+// BackedFiles is how many backing files the stage keeps (each holds a
+// descriptor).
+func (st *Stage) BackedFiles() int {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return len(st.backed)
 }
 
 // HasRoom reports whether n more bytes fit under bound: whether a backing
@@ -200,6 +226,9 @@ func (st *Stage) add(key string, b ramcache.Block) bool {
 		return false
 	}
 	st.blocks[key] = b
+	if st.backed[b.ID] != nil {
+		st.backedBlockBytes += int64(len(b.Data)) // read again, and held for the rest
+	}
 	st.perIno[b.ID]++
 	st.bytes += int64(len(b.Data))
 	return true
@@ -236,6 +265,7 @@ func (st *Stage) Serve(key string, tag uint64, lo, hi int) (_ ramcache.Block, ok
 }
 
 func (st *Stage) serve(key string, tag uint64, lo, hi int) (_ ramcache.Block, ok, gone bool) {
+	defer st.releaseLetGo()
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	b, ok := st.blocks[key]
@@ -272,6 +302,7 @@ func (st *Stage) serve(key string, tag uint64, lo, hi int) (_ ramcache.Block, ok
 const servedPage = 4096
 
 func (st *Stage) take(key string, tag uint64, done bool) (_ ramcache.Block, ok, removed bool) {
+	defer st.releaseLetGo()
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	b, ok := st.blocks[key]
@@ -301,7 +332,7 @@ func (st *Stage) removeLocked(key string, b ramcache.Block) {
 		if f != nil { // an open holds its own reference
 			delete(st.backed, b.ID)
 			st.backedBytes -= f.Size()
-			f.Release()
+			st.released = append(st.released, f)
 		}
 	}
 }
@@ -309,6 +340,7 @@ func (st *Stage) removeLocked(key string, b ramcache.Block) {
 // removeFile takes every staged block of e, cached in blocks of bs bytes,
 // off the stage and returns them.
 func (st *Stage) removeFile(e *catalog.Entry, bs int64) []stagedBlock {
+	defer st.releaseLetGo()
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	var out []stagedBlock
@@ -337,6 +369,7 @@ func (st *Stage) removeFile(e *catalog.Entry, bs int64) []stagedBlock {
 // dropIf takes off the stage every block for which drop reports true, and
 // returns them. drop runs with st.mu held.
 func (st *Stage) dropIf(drop func(ramcache.Block) bool) []stagedBlock {
+	defer st.releaseLetGo()
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	var out []stagedBlock

@@ -91,10 +91,7 @@ func (c *Cache) Backing(id, tag uint64) *backing.File {
 // lengths) and reads them from f from then on; their heap copies go. It
 // reports whether the tier kept f, taking a reference of its own: like
 // Put, it does not keep a file needed later than what it would evict.
-// With spare (a file moved in from the prefetcher's stage, which the
-// tier need not hold), it evicts nothing a plan still needs: that would
-// be read from the PFS again.
-func (c *Cache) Adopt(id uint64, keys []string, blocks []Block, f *backing.File, spare bool) bool {
+func (c *Cache) Adopt(id uint64, keys []string, blocks []Block, f *backing.File) bool {
 	if len(keys) == 0 || len(keys) != len(blocks) {
 		return false
 	}
@@ -118,7 +115,7 @@ func (c *Cache) Adopt(id uint64, keys []string, blocks []Block, f *backing.File,
 			c.removeLocked(it)
 		}
 	}
-	if !c.roomLocked(id, func() int64 { return bf.cost }, spare) || !f.Acquire() {
+	if !c.roomLocked(id, func() int64 { return bf.cost }) || !f.Acquire() {
 		return false
 	}
 	off := int64(0)

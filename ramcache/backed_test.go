@@ -48,7 +48,7 @@ func backFile(t *testing.T, c *Cache, id uint64, keys []string, blocks []Block, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !c.Adopt(id, keys, blocks, f, false) {
+	if !c.Adopt(id, keys, blocks, f) {
 		t.Fatal("Adopt refused")
 	}
 	return f
@@ -169,59 +169,8 @@ func TestAdoptBelady(t *testing.T) {
 	for i := 0; i < 4; i++ {
 		c.Put(fmt.Sprintf("soon%d", 8+i), Block{ID: 2, Data: make([]byte, bs), Tag: 2, Sum: integrity.Sum(2, make([]byte, bs))})
 	}
-	if c.Adopt(1, keys, blocks, f, false) {
+	if c.Adopt(1, keys, blocks, f) {
 		t.Fatal("a file never needed again was adopted over blocks needed soon")
-	}
-	checkInvariant(t, c)
-}
-
-// TestAdoptSpare: a spare file (moved in from the stage) needed soon is
-// kept where it evicts only blocks no plan needs, and refused where it
-// would evict a block a plan needs later, which Belady alone would evict.
-func TestAdoptSpare(t *testing.T) {
-	const bs = 256 << 10
-	next := map[uint64]int64{1: 2, 2: 9, 3: math.MaxInt64}
-	c := New(Config{Capacity: 2 << 20, NextUse: func(id uint64) int64 { return next[id] }})
-	build := func(id uint64) ([]string, []Block, *backing.File) {
-		var keys []string
-		var blocks []Block
-		for i := 0; i < 2; i++ {
-			d := make([]byte, bs)
-			d[0] = byte(id)
-			tag := id<<16 | uint64(i)
-			keys = append(keys, fmt.Sprintf("f%d\x00%d", id, i))
-			blocks = append(blocks, Block{ID: id, Data: d, Tag: tag, Sum: integrity.Sum(tag, d), Segs: integrity.Segments(tag, d)})
-		}
-		f, err := backing.Build(keys[0], 2*bs, bs, func(i int64) (backing.Block, bool) {
-			return backing.Block{Data: blocks[i].Data, Tag: blocks[i].Tag, Sum: blocks[i].Sum}, true
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(f.Release)
-		return keys, blocks, f
-	}
-	fill := func(id uint64, n int) {
-		for i := 0; i < n; i++ {
-			d := make([]byte, bs)
-			c.Put(fmt.Sprintf("id%d-%d", id, i), Block{ID: id, Data: d, Tag: id, Sum: integrity.Sum(id, d)})
-		}
-	}
-	fill(2, 7) // needed later than file 1: Belady would evict them for it
-	keys, blocks, f := build(1)
-	if c.Adopt(1, keys, blocks, f, true) {
-		t.Fatal("a spare file evicted blocks a plan still needs")
-	}
-	checkInvariant(t, c)
-	if !c.Adopt(1, keys, blocks, f, false) {
-		t.Fatal("Belady refused a file needed sooner than what it evicts")
-	}
-	checkInvariant(t, c)
-
-	c = New(Config{Capacity: 2 << 20, NextUse: func(id uint64) int64 { return next[id] }})
-	fill(3, 7) // needed by no plan
-	if !c.Adopt(1, keys, blocks, f, true) {
-		t.Fatal("a spare file was refused room held by blocks no plan needs")
 	}
 	checkInvariant(t, c)
 }

@@ -33,7 +33,6 @@ package ramcache
 
 import (
 	"hash/maphash"
-	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -265,7 +264,7 @@ func (c *Cache) Put(key string, b Block) bool {
 		}
 		return overhead
 	}
-	if !c.roomLocked(b.ID, need, false) {
+	if !c.roomLocked(b.ID, need) {
 		return false
 	}
 	it := &item{hash: h, b: b}
@@ -283,9 +282,8 @@ func (c *Cache) Put(key string, b Block) bool {
 
 // roomLocked evicts until need() more bytes fit, and reports whether they
 // do. A block of file id that would be needed later than the victim is
-// refused, as Belady would refuse it; with keepNeeded, so is anything
-// that would evict a block some plan needs.
-func (c *Cache) roomLocked(id uint64, need func() int64, keepNeeded bool) bool {
+// refused, as Belady would refuse it.
+func (c *Cache) roomLocked(id uint64, need func() int64) bool {
 	if need() > c.capacity {
 		return false
 	}
@@ -300,9 +298,6 @@ func (c *Cache) roomLocked(id uint64, need func() int64, keepNeeded bool) bool {
 		victim := c.victimLocked()
 		if c.nextUse != nil && c.nextUse(id) > c.nextUse(victim.b.ID) {
 			return false // needed later than anything here: Belady would not keep it
-		}
-		if keepNeeded && c.nextUse != nil && c.nextUse(victim.b.ID) != math.MaxInt64 {
-			return false // the victim is needed: read again, it would cost the PFS
 		}
 		c.removeLocked(victim)
 	}
