@@ -311,9 +311,15 @@ func (n *Node) buildBacking(e *catalog.Entry, forOpen bool) (_ *backing.File, ad
 		}
 		blocks[i], peer = b, peer || b.Peer
 	}
-	staging := n.cfg.prefetchConfig().Staging
-	if !forOpen && !slices.Contains(staged, false) && !n.tiers.stage.HasRoom(e.Size, staging) {
-		return nil, false, false // the stage could not keep it (below): build nothing
+	// The builder's keeper: the stage for a file staged whole, which it
+	// must have room for; the RAM tier for one staged not at all. One
+	// staged in part has none (the RAM tier could evict it before its
+	// read, the stage holds whole files): the open builds it.
+	allStaged, staging := !slices.Contains(staged, false), n.cfg.prefetchConfig().Staging
+	switch {
+	case forOpen:
+	case allStaged && !n.tiers.stage.HasRoom(e.Size, staging), !allStaged && slices.Contains(staged, true):
+		return nil, false, false
 	}
 	f, err := backing.Build(e.Path(), e.Size, bs, func(i int64) (backing.Block, bool) {
 		b := blocks[i]
@@ -334,7 +340,7 @@ func (n *Node) buildBacking(e *catalog.Entry, forOpen bool) (_ *backing.File, ad
 	if ssd {
 		n.tiers.backing.fromSSD.Add(1)
 	}
-	if !forOpen && !slices.Contains(staged, false) {
+	if !forOpen && allStaged {
 		// The builder's build of a file staged whole stays with its
 		// blocks on the stage, counted against --staging, until they are
 		// read: moved to the RAM tier, it could be evicted before its
@@ -343,16 +349,15 @@ func (n *Node) buildBacking(e *catalog.Entry, forOpen bool) (_ *backing.File, ad
 		adopted = n.tiers.stage.AdoptBacking(e.Ino, int(nb), keys[0], blocks[0].Tag, f, staging)
 		return f, adopted, false
 	}
-	if !forOpen && slices.Contains(staged, true) {
-		// Staged in part: neither keeper fits (the RAM tier could evict it
-		// before its read, the stage holds whole files); the open builds it.
-		return f, false, false
-	}
 	if !peer && !ssd { // RAM holds this node's share only
 		adopted = ram.Adopt(e.Ino, keys, blocks, f)
 	}
-	if forOpen || adopted {
-		n.takeStaged(keys, blocks, staged)
+	if forOpen { // the open is the read of the staged blocks: the file holds them
+		for i, s := range staged {
+			if s {
+				n.tiers.stage.Take(keys[i], blocks[i].Tag, true)
+			}
+		}
 	}
 	return f, adopted, false
 }
@@ -362,17 +367,6 @@ func (n *Node) buildBacking(e *catalog.Entry, forOpen bool) (_ *backing.File, ad
 // its first open, false until then) and an open may hold the file.
 func (n *Node) backs(e *catalog.Entry) bool {
 	return e.Size > 0 && e.Size <= n.openBound() && n.fs.UsesPassthrough()
-}
-
-// takeStaged takes off the stage the blocks of keys that staged marks:
-// a backing file holds them now (an open's, which is their read, or the
-// RAM tier's).
-func (n *Node) takeStaged(keys []string, blocks []ramcache.Block, staged []bool) {
-	for i, s := range staged {
-		if s {
-			n.tiers.stage.Take(keys[i], blocks[i].Tag, true)
-		}
-	}
 }
 
 // openStaged returns the backing file the stage keeps beside e's staged

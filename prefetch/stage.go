@@ -112,6 +112,10 @@ func (st *Stage) clear() {
 func (st *Stage) held() int64 {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	return st.heldLocked()
+}
+
+func (st *Stage) heldLocked() int64 {
 	return st.bytes + st.backedBytes + st.inflightBytes + st.pushedBytes
 }
 
@@ -140,7 +144,7 @@ func (st *Stage) AdoptBacking(ino uint64, nb int, key0 string, tag0 uint64, f *b
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if b, ok := st.blocks[key0]; !ok || b.Tag != tag0 || st.perIno[ino] != nb || st.backed[ino] != nil ||
-		st.bytes+st.backedBytes+st.inflightBytes+st.pushedBytes+f.Size() > bound || !f.Acquire() {
+		st.heldLocked()+f.Size() > bound || !f.Acquire() {
 		return false
 	}
 	st.backed[ino] = f
@@ -175,7 +179,7 @@ func (st *Stage) BackedFiles() int {
 func (st *Stage) HasRoom(n, bound int64) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return st.bytes+st.backedBytes+st.inflightBytes+st.pushedBytes+n <= bound
+	return st.heldLocked()+n <= bound
 }
 
 // Backing returns the backing file kept beside file ino's staged blocks,
@@ -242,11 +246,16 @@ func (st *Stage) add(key string, b ramcache.Block) bool {
 func (st *Stage) Take(key string, tag uint64, done bool) (ramcache.Block, bool) {
 	b, ok, removed := st.take(key, tag, done)
 	if removed {
-		if p := st.owner.Load(); p != nil {
-			p.kick()
-		}
+		st.freed()
 	}
 	return b, ok
+}
+
+// freed wakes the owner's scheduler: blocks left the stage.
+func (st *Stage) freed() {
+	if p := st.owner.Load(); p != nil {
+		p.kick()
+	}
 }
 
 // Serve implements loader.Stage: it returns block key if it is staged
@@ -257,9 +266,7 @@ func (st *Stage) Take(key string, tag uint64, done bool) (ramcache.Block, bool) 
 func (st *Stage) Serve(key string, tag uint64, lo, hi int) (_ ramcache.Block, ok, gone bool) {
 	b, ok, gone := st.serve(key, tag, lo, hi)
 	if gone {
-		if p := st.owner.Load(); p != nil {
-			p.kick()
-		}
+		st.freed()
 	}
 	return b, ok, gone
 }
@@ -268,13 +275,9 @@ func (st *Stage) serve(key string, tag uint64, lo, hi int) (_ ramcache.Block, ok
 	defer st.releaseLetGo()
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	b, ok := st.blocks[key]
+	b, ok, dropped := st.findLocked(key, tag)
 	if !ok {
-		return ramcache.Block{}, false, false
-	}
-	if b.Tag != tag {
-		st.removeLocked(key, b)
-		return ramcache.Block{}, false, true
+		return ramcache.Block{}, false, dropped
 	}
 	n := len(b.Data)
 	if hi < 0 || hi > n {
@@ -305,18 +308,25 @@ func (st *Stage) take(key string, tag uint64, done bool) (_ ramcache.Block, ok, 
 	defer st.releaseLetGo()
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	b, ok := st.blocks[key]
+	b, ok, dropped := st.findLocked(key, tag)
 	if !ok {
-		return ramcache.Block{}, false, false
+		return ramcache.Block{}, false, dropped
 	}
-	stale := b.Tag != tag
-	if done || stale {
+	if done {
 		st.removeLocked(key, b)
 	}
-	if stale {
+	return b, true, done
+}
+
+// findLocked returns block key if it is staged with tag; one of another
+// version of the file it takes off (dropped).
+func (st *Stage) findLocked(key string, tag uint64) (_ ramcache.Block, ok, dropped bool) {
+	b, ok := st.blocks[key]
+	if ok && b.Tag != tag {
+		st.removeLocked(key, b)
 		return ramcache.Block{}, false, true
 	}
-	return b, true, done
+	return b, ok, false
 }
 
 func (st *Stage) removeLocked(key string, b ramcache.Block) {

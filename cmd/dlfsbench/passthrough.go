@@ -112,15 +112,9 @@ const ptSSDRAM = 256 << 20
 // every pass. The SSD tier's own files stay in the page cache: the
 // figures are what dlfs adds over a fast SSD. Backing files in huge pages.
 func ptSSD(o options, s ptShape) error {
-	src := filepath.Join(o.dir, "pt-"+s.key)
-	gen, err := datagen.ImageFolder(src, s.spec)
+	src, files, total, err := ptDataset(o, s)
 	if err != nil {
 		return err
-	}
-	files := make([]string, len(gen))
-	var total int64
-	for i, f := range gen {
-		files[i], total = f.Path, total+f.Size
 	}
 	ssd, err := freshDir(filepath.Join(o.dir, "pt-ssd"))
 	if err != nil {
@@ -236,17 +230,26 @@ func ptSSD(o options, s ptShape) error {
 	return nil
 }
 
-func measureShape(o options, s ptShape) error {
-	src := filepath.Join(o.dir, "pt-"+s.key)
+// ptDataset generates shape s's files under DIR/pt-KEY (kept for reuse)
+// and returns where, their paths under it, and their bytes.
+func ptDataset(o options, s ptShape) (src string, files []string, total int64, err error) {
+	src = filepath.Join(o.dir, "pt-"+s.key)
 	fmt.Fprintf(os.Stderr, "passthrough: generating %s under %s ...\n", s.name, src)
 	gen, err := datagen.ImageFolder(src, s.spec)
 	if err != nil {
-		return err
+		return "", nil, 0, err
 	}
-	files := make([]string, len(gen))
-	var total int64
+	files = make([]string, len(gen))
 	for i, f := range gen {
 		files[i], total = f.Path, total+f.Size
+	}
+	return src, files, total, nil
+}
+
+func measureShape(o options, s ptShape) error {
+	src, files, total, err := ptDataset(o, s)
+	if err != nil {
+		return err
 	}
 	// passes reads root ptPasses times, each after drop, and returns the
 	// median pass.
