@@ -5,7 +5,9 @@ reading through dlfs. The only dlfs-specific line is the sampler class.
     python3 examples/train_imagefolder.py --data /mnt/dlfs/train --epochs 2
 
 Run it under torchrun (or set RANK and WORLD_SIZE) for several ranks.
---raw skips image decoding (for synthetic datasets of random bytes);
+--raw skips image decoding (for synthetic datasets of random bytes),
+and --no-isatty with it opens each sample as Python 3.14's open() does,
+without the isatty() check that costs a FUSE round trip per file;
 --balance locality|solar uses dlfs.LocalityBatchSampler, so each rank
 trains on what its node caches (every global batch stays torch's), and
 --dist joins torch.distributed (gloo; MASTER_ADDR and MASTER_PORT) so the
@@ -16,6 +18,7 @@ delivered them, by batch, with a CRC-32 of each sample's bytes under
 plan and with torch).
 """
 import argparse
+import io
 import json
 import os
 import sys
@@ -42,6 +45,14 @@ def cpu_ticks():
 
 def raw_loader(path):
     with open(path, "rb") as f:
+        return f.read()
+
+
+def raw_loader_no_isatty(path):
+    """raw_loader as Python 3.14's open() runs it: with a buffer size
+    given, open() skips its isatty() check, an ioctl that a FUSE mount
+    sends to its daemon for every file (3.14 skips it for regular files)."""
+    with open(path, "rb", buffering=io.DEFAULT_BUFFER_SIZE) as f:
         return f.read()
 
 
@@ -118,12 +129,14 @@ def main():
     ap.add_argument("--dist", action="store_true", help="join torch.distributed (gloo)")
     ap.add_argument("--timeout", type=float, default=60, help="seconds to wait for dlfs's plan of an epoch")
     ap.add_argument("--record")
+    ap.add_argument("--no-isatty", action="store_true",
+                    help="with --raw, open each sample as Python 3.14 does, without the isatty() ioctl of 3.11-3.13's open()")
     args = ap.parse_args()
 
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if args.raw:
-        ds = torchvision.datasets.ImageFolder(args.data, loader=raw_loader)
+        ds = torchvision.datasets.ImageFolder(args.data, loader=raw_loader_no_isatty if args.no_isatty else raw_loader)
     else:
         t = torchvision.transforms
         ds = torchvision.datasets.ImageFolder(args.data, transform=t.Compose([t.Resize(256), t.CenterCrop(224), t.ToTensor()]))
