@@ -37,7 +37,8 @@ type fakeLoader struct {
 	// when ctx ends, and counts the blocks it read.
 	blockSize int64
 	blocks    atomic.Int64
-	runs      [][]*catalog.Entry // PrefetchRun's groups, first first
+	runs      [][]*catalog.Entry   // PrefetchRun's groups, first first
+	onFetch   func(*catalog.Entry) // if set, told of every sample fetched
 }
 
 func (f *fakeLoader) Coalesces() bool { return f.packed }
@@ -59,6 +60,9 @@ func (f *fakeLoader) PrefetchRun(ctx context.Context, first *catalog.Entry, rest
 	f.mu.Unlock()
 	out := map[uint64]bool{}
 	for _, e := range es {
+		if f.onFetch != nil {
+			f.onFetch(e)
+		}
 		f.mu.Lock()
 		f.fetches[e.Path()]++
 		f.mu.Unlock()

@@ -239,11 +239,18 @@ func TestPushOnlyOneBlock(t *testing.T) {
 // Over a packed dataset, a sample pushed into the page cache and not yet
 // read is not joined to a later run as a neighbour: fetched again, its
 // read (a page-cache hit) would never reach dlfs, and the copy would be
-// dropped unread. Every sample is fetched once.
+// dropped unread. No sample is fetched after its push. (A neighbour the
+// stage had no room for when its run arrived may be fetched twice: the
+// loader offers it to RAM, which this test does not have.)
 func TestPushedNotFetchedAgain(t *testing.T) {
 	const files, staging = 400, 300
 	fp := &fakePusher{pushed: map[uint64]int{}}
-	fl := &fakeLoader{fetches: map[string]int{}, packed: true}
+	var afterPush sync.Map // paths fetched after their push
+	fl := &fakeLoader{fetches: map[string]int{}, packed: true, onFetch: func(e *catalog.Entry) {
+		if fp.has(e.Ino) {
+			afterPush.Store(e.Path(), true)
+		}
+	}}
 	p, reg, _ := setupWith(t, files, "job=j root=data seed=3 epoch=0 batch=4 workers=1 lookahead=1",
 		Config{Workers: 2, Staging: staging, Pusher: fp}, fl)
 	p.StartPushing()
@@ -266,13 +273,12 @@ func TestPushedNotFetchedAgain(t *testing.T) {
 			waitFor(t, "the push of "+e.Path(), func() bool { return fp.has(e.Ino) })
 		}
 	}
+	afterPush.Range(func(path, _ any) bool {
+		t.Errorf("%s fetched again after its push", path)
+		return true
+	})
 	fl.mu.Lock()
 	defer fl.mu.Unlock()
-	for path, n := range fl.fetches {
-		if n > 1 {
-			t.Errorf("%s fetched %d times", path, n)
-		}
-	}
 	if len(fl.runs) == 0 {
 		t.Error("no coalesced reads: the test shows nothing")
 	}

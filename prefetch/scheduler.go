@@ -191,8 +191,11 @@ func (p *Prefetcher) neighboursLocked(s *stream, pos int, gap, run int64) []*cat
 	list := s.runs[s.spans[pos].Container]
 	size := max(s.entry(pos).Size, 1)
 	// Neighbours the stage has no room for go to RAM, so they may borrow
-	// an eighth of staging beyond what is free.
-	budget := p.cfg.Staging + p.cfg.Staging/8 - p.stage.held() - size
+	// an eighth of staging beyond what is free, if there is a RAM tier.
+	budget := p.cfg.Staging - p.stage.held() - size
+	if p.cfg.RAM > 0 {
+		budget += p.cfg.Staging / 8
+	}
 	reach := horizon(p.cfg.Staging+p.cfg.RAM/2, size)
 	joined, holes := size, int64(0)
 	take := func(j int) runs.Take {
