@@ -5,9 +5,9 @@ reading through dlfs. The only dlfs-specific line is the sampler class.
     python3 examples/train_imagefolder.py --data /mnt/dlfs/train --epochs 2
 
 Run it under torchrun (or set RANK and WORLD_SIZE) for several ranks.
---raw skips image decoding (for synthetic datasets of random bytes),
-and --no-isatty with it opens each sample as Python 3.14's open() does,
-without the isatty() check that costs a FUSE round trip per file;
+--raw skips image decoding (for synthetic datasets of random bytes);
+--no-isatty opens each sample as Python 3.14's open() does, without the
+isatty() check that costs a FUSE round trip per file;
 --balance locality|solar uses dlfs.LocalityBatchSampler, so each rank
 trains on what its node caches (every global batch stays torch's), and
 --dist joins torch.distributed (gloo; MASTER_ADDR and MASTER_PORT) so the
@@ -54,6 +54,13 @@ def raw_loader_no_isatty(path):
     sends to its daemon for every file (3.14 skips it for regular files)."""
     with open(path, "rb", buffering=io.DEFAULT_BUFFER_SIZE) as f:
         return f.read()
+
+
+def pil_loader_no_isatty(path):
+    """torchvision's default loader, opened as raw_loader_no_isatty opens."""
+    from PIL import Image
+    with open(path, "rb", buffering=io.DEFAULT_BUFFER_SIZE) as f:
+        return Image.open(f).convert("RGB")
 
 
 class Indexed(torch.utils.data.Dataset):
@@ -130,7 +137,7 @@ def main():
     ap.add_argument("--timeout", type=float, default=60, help="seconds to wait for dlfs's plan of an epoch")
     ap.add_argument("--record")
     ap.add_argument("--no-isatty", action="store_true",
-                    help="with --raw, open each sample as Python 3.14 does, without the isatty() ioctl of 3.11-3.13's open()")
+                    help="open each sample as Python 3.14 does, without the isatty() ioctl of 3.11-3.13's open()")
     args = ap.parse_args()
 
     rank = int(os.environ.get("RANK", "0"))
@@ -139,7 +146,8 @@ def main():
         ds = torchvision.datasets.ImageFolder(args.data, loader=raw_loader_no_isatty if args.no_isatty else raw_loader)
     else:
         t = torchvision.transforms
-        ds = torchvision.datasets.ImageFolder(args.data, transform=t.Compose([t.Resize(256), t.CenterCrop(224), t.ToTensor()]))
+        extra = {"loader": pil_loader_no_isatty} if args.no_isatty else {}
+        ds = torchvision.datasets.ImageFolder(args.data, transform=t.Compose([t.Resize(256), t.CenterCrop(224), t.ToTensor()]), **extra)
     data = Indexed(ds)
     if args.dist:
         torch.distributed.init_process_group("gloo", rank=rank, world_size=world)

@@ -101,6 +101,9 @@ func (f *fakeLoader) Prefetch(ctx context.Context, e *catalog.Entry, keep loader
 	if f.InRAM(e) {
 		return 0, nil
 	}
+	if f.onFetch != nil {
+		f.onFetch(e)
+	}
 	f.mu.Lock()
 	f.fetches[e.Path()]++
 	f.mu.Unlock()

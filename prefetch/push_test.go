@@ -240,8 +240,9 @@ func TestPushOnlyOneBlock(t *testing.T) {
 // read is not joined to a later run as a neighbour: fetched again, its
 // read (a page-cache hit) would never reach dlfs, and the copy would be
 // dropped unread. No sample is fetched after its push. (A neighbour the
-// stage had no room for when its run arrived may be fetched twice: the
-// loader offers it to RAM, which this test does not have.)
+// stage has no room for when its run arrives, because fetches scheduled
+// after the run took it, may be fetched twice: the loader offers it to
+// RAM, which this test does not have.)
 func TestPushedNotFetchedAgain(t *testing.T) {
 	const files, staging = 400, 300
 	fp := &fakePusher{pushed: map[uint64]int{}}

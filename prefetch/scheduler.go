@@ -173,7 +173,8 @@ func (p *Prefetcher) next(gap, run int64) []*catalog.Entry {
 // in all (the PFS reads each byte once an epoch, within 1%, and other
 // causes take some of that), stops at a
 // sample needed later than the horizon, spans at most run bytes, and fits
-// in what staging has left plus an eighth. The sample at pos comes first;
+// in what staging has left plus an eighth where a RAM tier can take what
+// the stage refuses. The sample at pos comes first;
 // the rest follow in offset order.
 //
 // The horizon is as many samples of this one's size as the stage and

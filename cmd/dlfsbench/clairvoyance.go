@@ -50,6 +50,7 @@ func runClairvoyance(o options, src string, total int64) error {
 	pfsMnt, pfsBytes := pfs.Mnt, pfs.bytes
 
 	var runs []epochRun
+	var firstWarm epochRun          // dlfs's first epoch 1, before the turns: the epoch's first announcement
 	slowest := map[string]float64{} // per label, the slowest of the epoch-0 runs
 	fastest := map[string]float64{}
 	// train runs one epoch of the example script over data, through the
@@ -232,6 +233,14 @@ func runClairvoyance(o options, src string, total int64) error {
 					// sends to its daemon. (The half-RAM runs' epoch 1
 					// is measured once: its PFS bytes are the point,
 					// and a repeat would find the page cache warmer.)
+					// The first run of epoch 1 is the one that announces
+					// it: kept apart (its PFS bytes are checked), so
+					// that every run in the turns finds it announced.
+					if err = train(c.label, mnt, 1, d, c.extra...); err != nil {
+						break
+					}
+					firstWarm, runs = runs[len(runs)-1], runs[:len(runs)-1]
+					fmt.Fprintf(os.Stderr, "  %s, epoch 1, its first run: %.2f s\n", c.label, firstWarm.seconds)
 					err = medianTurns(5,
 						func() error { return train(c.label, mnt, 1, d, c.extra...) },
 						func() error { return train(localLabel, src, 1, nil) },
@@ -260,7 +269,7 @@ func runClairvoyance(o options, src string, total int64) error {
 	fmt.Printf("pfssim as a busy PFS: %v per open, %v per read, %.0f MB/s aggregate, %d requests in flight. "+
 		"Bandwidth bound for one epoch of %.0f MB: %.2f s.\n\n", busy.openLatency, busy.readLatency, busy.bandwidthMBps,
 		busy.maxInFlight, float64(total)/1e6, bound)
-	fmt.Printf("Each dlfs epoch 0 is the median of %d runs on fresh mounts. Before epoch 2 of the first dlfs configuration the page cache is dropped: its reads come from the RAM tier.\n", epoch0Runs)
+	fmt.Printf("Each dlfs epoch 0 is the median of %d runs on fresh mounts. Epoch 1 of the first dlfs configuration is the median of 5 runs taken in turns with the other epoch 1 rows (the order rotating each round), after a first run that announces it. Before epoch 2 of the first dlfs configuration the page cache is dropped: its reads come from the RAM tier.\n", epoch0Runs)
 	fmt.Println()
 	fmt.Println("| reader | epoch | seconds | samples/s | × direct | % of bandwidth bound | PFS MB | hits |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|")
@@ -347,7 +356,7 @@ func runClairvoyance(o options, src string, total int64) error {
 	}
 	fmt.Printf("- bytes dlfs copies in its own memory, besides the system calls that bring them in and hand them "+
 		"to the kernel (stats.copies): cold epoch 0 %s; epoch 2 from the RAM tier %s\n", perByte(full), perByte(fromRAM))
-	e1 := warm.pfsBytes
+	e1 := firstWarm.pfsBytes + warm.pfsBytes
 	fmt.Printf("- PFS bytes in epoch 1, RAM tier ≥ dataset: %d (target 0): %s\n", e1, verdict(e1 == 0, float64(e1)))
 	ratio := float64(half.pfsBytes) / float64(total)
 	fmt.Printf("- PFS bytes in epoch 1, RAM tier = ½ dataset: %.2f× the dataset (target ≤ 0.55×): %s; with LRU eviction %.2f×\n",

@@ -444,7 +444,7 @@ func ptAnnouncedStaging(total int64) int64 { return (2*total + 64<<20) * 4 / 3 }
 // stages it and the builder builds it), then the readers read each file
 // once in the plan's order. The median of ptAnnouncedMounts mounts; CPU is
 // the daemon's per GB during the read. A native pass of 32 MiB files takes
-// 0.05 s here, no longer than the machine's drift between runs, so each
+// 0.05-0.07 s here, no longer than the machine's drift between runs, so each
 // mount's read is measured against native passes in the same order just
 // before and just after it, and the row's ratio is the median of those.
 func ptAnnounced(o options, s ptShape, src string, files []string, total, ram int64) (ptRow, error) {
