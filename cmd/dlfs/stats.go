@@ -232,6 +232,13 @@ func renderStats(w io.Writer, mnt string, st daemon.Stats, prev *daemon.Stats, d
 		human(pf.StagingCapacity), pf.InFlight, human(pf.FetchedBytes),
 		human(pf.WastedBytes), human(pf.PushedBytes))
 	fmt.Fprintf(w, "catalog   %s files, %s dirs, %s\n", fmtCount(float64(st.Catalog.Files)), fmtCount(float64(st.Catalog.Dirs)), human(st.Catalog.Bytes))
+	if pt := st.Passthrough; pt.On {
+		// Their reads never reach dlfs: not in the served table above.
+		fmt.Fprintf(w, "kernel    passthrough on: %s opens of %s read by the kernel from %s backing files (%s; %s held by opens after eviction)\n",
+			fmtCount(float64(pt.Opens)), human(pt.Bytes), fmtCount(float64(pt.BackingFiles)), human(pt.BackingBytes), human(pt.EvictedOpenBytes))
+	} else {
+		fmt.Fprintf(w, "kernel    passthrough off: %s\n", pt.Why)
+	}
 
 	if len(st.Jobs) > 0 {
 		fmt.Fprintln(w)

@@ -29,6 +29,7 @@ func TestRenderStats(t *testing.T) {
 		Latency: &daemon.LatencyStats{Read: map[string]latency.Summary{"ram": {Count: 3000, P50: 40e-6, P99: 0.0021}}},
 	}
 	st.Catalog.Files, st.Catalog.Bytes = 4000, 4<<30
+	st.Passthrough.Why = "the daemon lacks CAP_SYS_ADMIN"
 	st.Cluster.Members = []daemon.MemberStats{{Member: cluster.Member{Name: "n1", State: "alive"}, OwnedSamples: 4000, OwnedBytes: 4 << 30},
 		{Member: cluster.Member{Name: "n2", State: "alive"}, Data: &daemon.DataReach{Reachable: false, Error: "i/o timeout"}},
 		{Member: cluster.Member{Name: "n3", State: "alive"}, Data: &daemon.DataReach{Reachable: true}}}
@@ -40,7 +41,8 @@ func TestRenderStats(t *testing.T) {
 	for _, want := range []string{"dlfs /mnt/data (SOURCE /data) node n1 up 1h2m3s", "ram 3,000 3.0 GiB 75.0% - - 40µs 2.1ms",
 		"pfs 1,000 1.0 GiB 25.0% - - - -", "PFS 1,000 opens, 1,200 read calls, 1.0 GiB read\n",
 		"train rank-0 2 1,500 4,000 1,400 0 0 1.25 3.5 812 - live",
-		"old rank-0 1 4,000 4,000 8,000 0 0 0.00 0.0 0 - ended 1m35s ago", "n1 alive 4,000 4.0 GiB 100.0% -", "n2 alive 0 0 B 0.0% UNREACHABLE", "n3 alive 0 0 B 0.0% answers"} {
+		"old rank-0 1 4,000 4,000 8,000 0 0 0.00 0.0 0 - ended 1m35s ago", "n1 alive 4,000 4.0 GiB 100.0% -", "n2 alive 0 0 B 0.0% UNREACHABLE", "n3 alive 0 0 B 0.0% answers",
+		"kernel passthrough off: the daemon lacks CAP_SYS_ADMIN\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
@@ -52,12 +54,15 @@ func TestRenderStats(t *testing.T) {
 	prev := st
 	prev.Served = map[string]loader.Served{"ram": {Reads: 1000, Bytes: 1 << 30}, "pfs": {Reads: 1000, Bytes: 1 << 30}}
 	prev.PFS.Opens = 500
+	st.Passthrough.On, st.Passthrough.Opens, st.Passthrough.Bytes = true, 300, 3<<30
+	st.Passthrough.BackingFiles, st.Passthrough.BackingBytes, st.Passthrough.EvictedOpenBytes = 90, 900<<20, 20<<20
 	b.Reset()
 	if err := renderStats(&b, "/mnt/data", st, &prev, 2); err != nil {
 		t.Fatal(err)
 	}
 	out = squash(b.String())
-	for _, want := range []string{"ram 3,000 3.0 GiB 75.0% 1,000 1.0 GiB/s", "now 250 opens/s, 0 B/s"} {
+	for _, want := range []string{"ram 3,000 3.0 GiB 75.0% 1,000 1.0 GiB/s", "now 250 opens/s, 0 B/s",
+		"kernel passthrough on: 300 opens of 3.0 GiB read by the kernel from 90 backing files (900.0 MiB; 20.0 MiB held by opens after eviction)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
