@@ -66,6 +66,8 @@ type File struct {
 	fd     int
 	refs   int
 	onFree []func() // run once the last reference is gone
+	kept   int      // keepers holding the file as their copy (Keep)
+	onDrop func()   // run once the last keeper lets go (WatchDrop)
 }
 
 // maxName is the longest name memfd_create takes, less its terminator.
@@ -289,6 +291,47 @@ func (f *File) Detach(fn func()) bool {
 		fn()
 	}
 	return false
+}
+
+// Keep marks the file as a keeper's copy of its bytes (the RAM tier's),
+// beside the reference the keeper holds; Drop ends it. Others may hold
+// references to a file no keeper keeps, but nothing should keep using it
+// beyond what they read now: it is no longer the cache's copy.
+func (f *File) Keep() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.kept++
+}
+
+// Drop ends a Keep. When the last keeper lets go, the function WatchDrop
+// set runs, in the caller's goroutine and under whatever locks it holds:
+// it must not block.
+func (f *File) Drop() {
+	f.mu.Lock()
+	if f.kept > 0 {
+		f.kept--
+	}
+	var fn func()
+	if f.kept == 0 {
+		fn, f.onDrop = f.onDrop, nil
+	}
+	f.mu.Unlock()
+	if fn != nil {
+		fn()
+	}
+}
+
+// WatchDrop sets fn, replacing any earlier one, to run once when the last
+// keeper lets go of the file (Drop), and reports true; it reports false,
+// and sets nothing, when no keeper keeps the file now.
+func (f *File) WatchDrop(fn func()) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.kept == 0 {
+		return false
+	}
+	f.onDrop = fn
+	return true
 }
 
 // ReadAt reads len(p) bytes at off (fewer at the end of the file). The

@@ -208,6 +208,38 @@ func TestReferences(t *testing.T) {
 	}
 }
 
+// TestKeepers: WatchDrop sets a watcher only while a keeper keeps the
+// file, a later one replaces it, and it runs once, when the last keeper
+// lets go.
+func TestKeepers(t *testing.T) {
+	f, err := Build("x", 10, 64, from(blocks(randomBytes(10), 64)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Release()
+	var first, second atomic.Int32
+	if f.WatchDrop(func() { first.Add(1) }) {
+		t.Fatal("WatchDrop of a file no keeper keeps reported true")
+	}
+	f.Keep()
+	f.Keep()
+	if !f.WatchDrop(func() { first.Add(1) }) || !f.WatchDrop(func() { second.Add(1) }) {
+		t.Fatal("WatchDrop of a kept file reported false")
+	}
+	f.Drop()
+	if second.Load() != 0 {
+		t.Fatal("the watcher ran with a keeper left")
+	}
+	f.Drop()
+	f.Drop() // one too many: no effect
+	if first.Load() != 0 || second.Load() != 1 {
+		t.Fatalf("watchers ran %d (replaced) and %d times; want 0 and 1", first.Load(), second.Load())
+	}
+	if f.WatchDrop(func() {}) {
+		t.Fatal("WatchDrop after the last Drop reported true")
+	}
+}
+
 func TestBadArguments(t *testing.T) {
 	if _, err := Build("x", 10, 0, from(nil)); err == nil {
 		t.Error("block size 0 accepted")

@@ -29,6 +29,10 @@ type backedTree struct {
 	asked   map[uint64]int    // Backing calls by inode
 	opened  map[uint64]uint32 // the last passthrough open's pid, by inode
 	nOpened int
+	// With keeping, the tree keeps each file it builds, as the RAM tier
+	// does (backing.File.Keep), and answers with it until letGo.
+	keeping bool
+	kept    map[uint64]*backing.File
 }
 
 func (b *backedTree) Backing(e *catalog.Entry) BackingFile {
@@ -38,6 +42,14 @@ func (b *backedTree) Backing(e *catalog.Entry) BackingFile {
 	b.mu.Unlock()
 	if !ok {
 		return nil
+	}
+	if b.keeping {
+		b.mu.Lock()
+		kf := b.kept[e.Ino]
+		b.mu.Unlock()
+		if kf != nil && kf.Acquire() {
+			return kf
+		}
 	}
 	data, err := os.ReadFile(filepath.Join(b.Source(), e.Path()))
 	if err != nil {
@@ -51,7 +63,25 @@ func (b *backedTree) Backing(e *catalog.Entry) BackingFile {
 	if err != nil {
 		return nil
 	}
+	if b.keeping && f.Acquire() { // the keeper's reference is Build's
+		f.Keep()
+		b.mu.Lock()
+		b.kept[e.Ino] = f
+		b.mu.Unlock()
+	}
 	return f
+}
+
+// letGo makes the tree let go of ino's kept file, as the RAM tier evicts.
+func (b *backedTree) letGo(ino uint64) {
+	b.mu.Lock()
+	kf := b.kept[ino]
+	delete(b.kept, ino)
+	b.mu.Unlock()
+	if kf != nil {
+		kf.Drop()
+		kf.Release()
+	}
 }
 
 func (b *backedTree) OpenedPassthrough(e *catalog.Entry, pid uint32) {
@@ -79,7 +109,8 @@ func mountBacked(t *testing.T, sizes ...int) (*FS, *backedTree, string) {
 	t.Helper()
 	var bt *backedTree
 	f, _, mnt := mountDataset(t, Config{Passthrough: true}, func(c *countingTree) Dataset {
-		bt = &backedTree{countingTree: c, backed: map[uint64]bool{}, asked: map[uint64]int{}, opened: map[uint64]uint32{}}
+		bt = &backedTree{countingTree: c, backed: map[uint64]bool{}, asked: map[uint64]int{}, opened: map[uint64]uint32{},
+			kept: map[uint64]*backing.File{}}
 		return bt
 	}, func(f *FS) {
 		f.ownThread = func(uint32) bool { return false } // this test reads through its own mount
@@ -187,6 +218,59 @@ func TestPassthroughOneBackingPerInode(t *testing.T) {
 	waitFor(t, "the backing file unregistered after the last close (RELEASE comes after close returns)", func() bool {
 		return f.PassthroughStats().Registered == 0
 	})
+}
+
+// TestPassthroughIdleRegistration: while the Dataset's keeper keeps a
+// file, its id stays registered after the last close, and the next open
+// reuses it and reads the right bytes; the keeper letting go of the file
+// unregisters the idle id at once, and an open after that registers the
+// new file. A file let go while open is unregistered at its last close.
+func TestPassthroughIdleRegistration(t *testing.T) {
+	f, data, mnt := mountBacked(t, 150_000)
+	data.keeping = true
+	e := data.Snapshot().Lookup("c/" + fileName(0))
+	data.back(e.Ino)
+	path := filepath.Join(mnt, e.Path())
+	read := func() {
+		t.Helper()
+		if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, content(0, 150_000)) {
+			t.Fatalf("read: %d bytes, err %v", len(got), err)
+		}
+	}
+	idle := func() bool { st := f.PassthroughStats(); return st.Registered == 1 && st.Idle == 1 }
+
+	read()
+	waitFor(t, "the id idle after the close (RELEASE comes after close returns)", idle)
+	read()
+	waitFor(t, "the id idle again", idle)
+	if st := f.PassthroughStats(); st.Opens != 2 || st.Reused != 1 {
+		t.Fatalf("stats %+v; want 2 passthrough opens, the second reusing the idle id", st)
+	}
+	if r := data.readsOf(e.Ino); r != 0 {
+		t.Fatalf("%d reads reached the daemon", r)
+	}
+
+	data.letGo(e.Ino)
+	if st := f.PassthroughStats(); st.Registered != 0 || st.Idle != 0 {
+		t.Fatalf("stats %+v after the keeper let go; want the idle id unregistered at once", st)
+	}
+	read() // a new file, kept and registered
+	waitFor(t, "the new file's id idle", idle)
+	if st := f.PassthroughStats(); st.Opens != 3 || st.Reused != 1 {
+		t.Fatalf("stats %+v; want 3 passthrough opens, 1 reusing", st)
+	}
+
+	fh, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data.letGo(e.Ino) // while open: the open keeps reading its file
+	readWhole(t, fh, content(0, 150_000))
+	fh.Close()
+	waitFor(t, "the id unregistered at the last close", func() bool { return f.PassthroughStats().Registered == 0 })
+	if st := f.PassthroughStats(); st.Reused != 2 {
+		t.Fatalf("stats %+v; want the open before the letting go to reuse the idle id", st)
+	}
 }
 
 // waitFor polls cond until it holds, failing after a deadline.

@@ -130,6 +130,7 @@ func (c *Cache) Adopt(id uint64, keys []string, blocks []Block, f *backing.File)
 	c.backed[id] = bf
 	c.bytes += bf.cost
 	c.backedBytes += f.Pages()
+	f.Keep()
 	return true
 }
 
@@ -158,6 +159,7 @@ func (c *Cache) removeBackedLocked(bf *backedFile) {
 	c.bytes -= bf.cost
 	pages := bf.f.Pages()
 	c.backedBytes -= pages
+	bf.f.Drop() // no longer the tier's copy (an idle passthrough registration lets go)
 	if bf.f.Detach(func() { c.orphans.Add(-pages) }) {
 		c.orphans.Add(pages)
 	}

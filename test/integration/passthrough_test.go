@@ -422,13 +422,21 @@ func TestPassthroughBackingSealed(t *testing.T) {
 
 // TestPassthroughThousandsOfOpens: 2,000 concurrent opens of one large
 // file, held whole in RAM, share one backing file (one build, one
-// registration), every one reads the file's bytes, and the backing id is
-// unregistered once the last closes.
+// registration), every one reads the file's bytes, and once the last
+// closes the backing id stays registered, idle, while RAM keeps the file:
+// the next open reuses it.
 func TestPassthroughThousandsOfOpens(t *testing.T) {
 	want := randomBytes(8<<20+17, 7)
 	d, _ := passthroughMount(t, "64MiB", map[string][]byte{"big.bin": want})
 	f := filepath.Join(d.Mnt, "big.bin")
 	readFile(t, f, want) // held whole now
+	// That read's open was answered cached (the file was not held yet),
+	// and its RELEASE comes after close returns: while it is pending, an
+	// open stays cached. Read until one is served by passthrough.
+	waitFor(t, "an open by passthrough", 10*time.Second, func() bool {
+		readFile(t, f, want)
+		return passthroughNum(t, d.Mnt, "opens") > 0
+	})
 	const opens = 2000
 	files := make([]*os.File, 0, opens)
 	defer func() {
@@ -490,7 +498,13 @@ func TestPassthroughThousandsOfOpens(t *testing.T) {
 		h.Close()
 	}
 	files = nil
-	waitFor(t, "the backing id unregistered after the last close", 30*time.Second, func() bool {
-		return passthroughNum(t, d.Mnt, "registered") == 0
+	waitFor(t, "the backing id idle after the last close", 30*time.Second, func() bool {
+		st := dlfsStats(t, d.Mnt)
+		return num(st, "passthrough", "registered") == 1 && num(st, "passthrough", "registered_idle") == 1
 	})
+	reused := passthroughNum(t, d.Mnt, "reused_registrations")
+	readFile(t, f, want)
+	if st := dlfsStats(t, d.Mnt); num(st, "passthrough", "reused_registrations") != reused+1 || num(st, "passthrough", "built") != 1 {
+		t.Fatalf("passthrough %v: want the open after the last close to reuse the idle id, one backing file built", st["passthrough"])
+	}
 }
