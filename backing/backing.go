@@ -323,7 +323,8 @@ func (f *File) Drop() {
 
 // WatchDrop sets fn, replacing any earlier one, to run once when the last
 // keeper lets go of the file (Drop), and reports true; it reports false,
-// and sets nothing, when no keeper keeps the file now.
+// and sets nothing, when no keeper keeps the file now. There is one slot:
+// one watcher per file (the mount's, for the one inode the file backs).
 func (f *File) WatchDrop(fn func()) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()

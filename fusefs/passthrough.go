@@ -53,7 +53,9 @@ import (
 // for one); it is answered from the open's backing file.
 
 // BackingFile is a sealed file holding exactly one version of a file's
-// bytes (package backing).
+// bytes (package backing). Implementations must be comparable, and two
+// answers of Backer.Backing that hold the same file compare equal: an
+// idle id is reused only for its own file (==).
 type BackingFile interface {
 	// Fd is its descriptor, for the kernel to register.
 	Fd() int
@@ -66,10 +68,6 @@ type BackingFile interface {
 	// it (backing.File.WatchDrop). fn runs under the keeper's locks.
 	WatchDrop(fn func()) bool
 }
-
-// BackingFiles are compared with ==: two answers of Backer.Backing that
-// hold the same file compare equal (an idle id is reused only for its
-// own file).
 
 // Backer is a Dataset that can give the kernel backing files for
 // passthrough.

@@ -144,6 +144,67 @@ func TestBackedEvictedWhileOpen(t *testing.T) {
 	checkInvariant(t, c)
 }
 
+// TestBackedDropWatched: a file the tier adopts is kept (WatchDrop takes a
+// watcher), and the tier letting go of it runs the watcher once, whether
+// by eviction, DeleteID or a new file adopted for the same ID; a file the
+// tier never adopted is not kept.
+func TestBackedDropWatched(t *testing.T) {
+	const bs = 256 << 10
+	c := New(Config{Capacity: 8 << 20})
+	watch := func(f *backing.File) *int {
+		t.Helper()
+		n := new(int)
+		if !f.WatchDrop(func() { *n++ }) {
+			t.Fatal("WatchDrop of an adopted file reported false")
+		}
+		return n
+	}
+
+	keys, blocks := fileBlocks(t, c, 1, 2, bs)
+	f := backFile(t, c, 1, keys, blocks, bs)
+	evicted := watch(f)
+	f.Release()               // the open's reference
+	for i := 0; i < 64; i++ { // 16 MiB of other blocks
+		c.Put(fmt.Sprintf("other%d", i), blk(bs))
+	}
+	if *evicted != 1 {
+		t.Fatalf("watcher ran %d times on eviction, want 1", *evicted)
+	}
+
+	keys, blocks = fileBlocks(t, c, 2, 2, bs)
+	f = backFile(t, c, 2, keys, blocks, bs)
+	deleted := watch(f)
+	f.Release()
+	c.DeleteID(2)
+	if *deleted != 1 {
+		t.Fatalf("watcher ran %d times on DeleteID, want 1", *deleted)
+	}
+
+	keys, blocks = fileBlocks(t, c, 3, 2, bs)
+	old := backFile(t, c, 3, keys, blocks, bs)
+	replaced := watch(old)
+	keys, blocks = fileBlocks(t, c, 3, 2, bs)
+	next := backFile(t, c, 3, keys, blocks, bs)
+	if *replaced != 1 {
+		t.Fatalf("watcher ran %d times when a new file replaced it, want 1", *replaced)
+	}
+	old.Release()
+	next.Release()
+
+	loose, err := backing.Build("loose", 10, bs, func(int64) (backing.Block, bool) {
+		d := make([]byte, 10)
+		return backing.Block{Data: d, Tag: 1, Sum: integrity.Sum(1, d)}, true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer loose.Release()
+	if loose.WatchDrop(func() {}) {
+		t.Fatal("WatchDrop of a file the tier never adopted reported true")
+	}
+	checkInvariant(t, c)
+}
+
 // TestAdoptBelady: a file needed later than everything Adopt would evict
 // is not kept, as Put would not keep it.
 func TestAdoptBelady(t *testing.T) {
