@@ -51,23 +51,29 @@ var ptShapes = []ptShape{
 // ptPasses is how many timed passes each row takes the median of.
 const ptPasses = 5
 
+// ptTimed is a median pass and its ratio to native: the median, over the
+// passes, of a native pass read just before each over the pass. A pass
+// of 32 MiB files takes 0.05-0.07 s here, no longer than the machine's
+// drift between runs, so a ratio to one native median taken minutes
+// earlier moves with the drift.
+type ptTimed struct{ secs, vs float64 }
+
+func (t ptTimed) String() string { return fmt.Sprintf("%.2f (%.2f)", t.secs, t.vs) }
+
 // ptRow is one way of reading a shape.
 type ptRow struct {
-	seconds  float64 // median pass, the mount's page cache dropped
-	warm     float64 // median pass, with it warm
+	dropped  ptTimed // the mount's page cache dropped before each pass
+	warm     ptTimed // with it warm
 	cpuPerGB float64 // the daemon's CPU seconds per GB read; NaN: no daemon
 	memory   int64   // the daemon's RSS plus the shmem it added; -1: no daemon
 	opens    float64 // passthrough opens per pass
-	// vsNative, when set, is the row's own ratio to native passes read
-	// beside it (the announced rows); otherwise the shape's native pass.
-	vsNative float64
 }
 
 func runPassthrough(o options) error {
 	fmt.Printf("\n## Passthrough: later epochs from RAM (issue 32)\n\n")
 	fmt.Printf("Each dataset is read by N threads in a fresh shuffled order per pass (open, read to EOF, close), median of %d passes, "+
 		"after two epochs through dlfs (the first fills the RAM tier, the second builds the backing files). "+
-		"Seconds per pass (× native): the local files with their page cache warm; the same files copied into tmpfs; "+
+		"Seconds per pass (× native: the median over the passes of a native pass read just before each, over the pass): the local files with their page cache warm; the same files copied into tmpfs; "+
 		"dlfs with `--passthrough on` (backing files in 4 KiB pages: shmem_enabled never; then in huge pages: advise), then `off`, each with the mount's page cache dropped before every pass (fadvise DONTNEED through the mount) and warm; "+
 		"an announced epoch's first read with passthrough on (huge pages), on a fresh mount whose stage (`--staging` room for the epoch twice: the stage keeps a backing file beside each file's blocks) was filled and built ahead (median of %d mounts; its × native is the median over the mounts of the ratio to native passes in the same order read just before and after it); "+
 		"the FUSE floor (a READ per request answered with zeros at once), dropped; the per-open floor (OPEN answered by passthrough from a memory file registered once per file, no READ), dropped. CPU is the daemon's per GB read (dropped passes); memory its RSS plus the shmem it added, against --ram-cache.\n\n", ptPasses, ptAnnouncedMounts)
@@ -254,27 +260,35 @@ func measureShape(o options, s ptShape) error {
 	if err != nil {
 		return err
 	}
-	// passes reads root ptPasses times, each after drop, and returns the
-	// median pass.
-	passes := func(root string, drop func() error) (float64, error) {
-		var secs []float64
+	// pass reads root once, in the order seed shuffles.
+	pass := func(root string, seed uint64) (float64, error) {
+		r, err := readAllBy(root, files, s.readers, seed, s.readSize)
+		if err == nil && r.bytes != total {
+			err = fmt.Errorf("read %d bytes of %d under %s", r.bytes, total, root)
+		}
+		return r.elapsed.Seconds(), err
+	}
+	// passes reads root ptPasses times, each after a native pass and then
+	// drop, and returns the median pass and ratio (ptTimed).
+	passes := func(root string, drop func() error) (ptTimed, error) {
+		var secs, vs []float64
 		for i := 0; i < ptPasses; i++ {
+			nat, err := pass(src, uint64(100+i))
+			if err != nil {
+				return ptTimed{}, err
+			}
 			if drop != nil {
 				if err := drop(); err != nil {
-					return 0, err
+					return ptTimed{}, err
 				}
 			}
-			r, err := readAllBy(root, files, s.readers, uint64(100+i), s.readSize)
+			sec, err := pass(root, uint64(100+i))
 			if err != nil {
-				return 0, err
+				return ptTimed{}, err
 			}
-			if r.bytes != total {
-				return 0, fmt.Errorf("read %d bytes of %d", r.bytes, total)
-			}
-			secs = append(secs, r.elapsed.Seconds())
+			secs, vs = append(secs, sec), append(vs, nat/sec)
 		}
-		sort.Float64s(secs)
-		return secs[len(secs)/2], nil
+		return ptTimed{median(secs), median(vs)}, nil
 	}
 
 	fmt.Fprintf(os.Stderr, "measuring: %s, native\n", s.name)
@@ -313,7 +327,7 @@ func measureShape(o options, s ptShape) error {
 		if err != nil {
 			return row, err
 		}
-		if row.seconds, err = passes(mnt, func() error { return dropPageCache(mnt, files) }); err != nil {
+		if row.dropped, err = passes(mnt, func() error { return dropPageCache(mnt, files) }); err != nil {
 			return row, err
 		}
 		cpu1, err := cpuOf(d.Cmd.Process.Pid)
@@ -361,22 +375,22 @@ func measureShape(o options, s ptShape) error {
 	if err != nil {
 		return err
 	}
-	tmpfs, err := ptTmpfs(src, files, func(root string) (float64, error) { return passes(root, nil) })
+	tmpfs, err := ptTmpfs(src, files, func(root string) (ptTimed, error) { return passes(root, nil) })
 	if err != nil {
 		return err
 	}
 
 	// The FUSE floor (READ by READ), then its passthrough kind (the
 	// per-open floor: OPEN and RELEASE, no READ).
-	measureFloor := func(passthrough bool) (secs, cpuPerGB float64, err error) {
+	measureFloor := func(passthrough bool) (secs ptTimed, cpuPerGB float64, err error) {
 		fmt.Fprintf(os.Stderr, "measuring: %s, FUSE floor (passthrough %v)\n", s.name, passthrough)
 		floorMnt, err := freshDir(filepath.Join(o.dir, "pt-floor"))
 		if err != nil {
-			return 0, 0, err
+			return ptTimed{}, 0, err
 		}
 		self, err := os.Executable()
 		if err != nil {
-			return 0, 0, err
+			return ptTimed{}, 0, err
 		}
 		args := []string{"-serve-floor", floorMnt, "-floor-src", src}
 		if passthrough {
@@ -384,23 +398,23 @@ func measureShape(o options, s ptShape) error {
 		}
 		fl, err := mountproc.Start(self, floorMnt, time.Minute, args...)
 		if err != nil {
-			return 0, 0, err
+			return ptTimed{}, 0, err
 		}
 		defer fl.Stop(30 * time.Second)
 		if _, err := readAllBy(floorMnt, files, s.readers, 1, s.readSize); err != nil { // its lookups (and backing files)
-			return 0, 0, err
+			return ptTimed{}, 0, err
 		}
 		c0, err := cpuOf(fl.Cmd.Process.Pid)
 		if err != nil {
-			return 0, 0, err
+			return ptTimed{}, 0, err
 		}
 		secs, err = passes(floorMnt, func() error { return dropPageCache(floorMnt, files) })
 		if err != nil {
-			return 0, 0, err
+			return ptTimed{}, 0, err
 		}
 		c1, err := cpuOf(fl.Cmd.Process.Pid)
 		if err != nil {
-			return 0, 0, err
+			return ptTimed{}, 0, err
 		}
 		used := c1.minus(c0)
 		return secs, (used.user + used.sys) / (float64(total) * ptPasses / 1e9), nil
@@ -413,8 +427,6 @@ func measureShape(o options, s ptShape) error {
 	if err != nil {
 		return err
 	}
-	ratio := func(x float64) string { return fmt.Sprintf("%.2f (%.2f)", x, native/x) }
-	firstRatio := fmt.Sprintf("%.2f (%.2f)", first.seconds, first.vsNative)
 	note := ""
 	if pt.opens < float64(len(files)) {
 		note = fmt.Sprintf(" [%.0f of %d opens by passthrough]", pt.opens, len(files))
@@ -423,8 +435,8 @@ func measureShape(o options, s ptShape) error {
 	if first.opens < float64(len(files)) {
 		firstNote = fmt.Sprintf(" [%.0f of %d opens by passthrough]", first.opens, len(files))
 	}
-	fmt.Printf("| %s | %d | %.2f | %s | %s | %s%s | %s | %s%s | %s | %s | %s | %s | %.3f / %.3f / %.3f (floors %.3f / %.3f) | %d / %d of %d |\n", s.name, s.readers, native,
-		ratio(tmpfs), ratio(pt4k.seconds), ratio(pt.seconds), note, ratio(pt.warm), firstRatio, firstNote, ratio(plain.seconds), ratio(plain.warm), ratio(floor), ratio(ptFloor),
+	fmt.Printf("| %s | %d | %.2f | %s | %s | %s%s | %s | %s%s | %s | %s | %s | %s | %.3f / %.3f / %.3f (floors %.3f / %.3f) | %d / %d of %d |\n", s.name, s.readers, native.secs,
+		tmpfs, pt4k.dropped, pt.dropped, note, pt.warm, first.dropped, firstNote, plain.dropped, plain.warm, floor, ptFloor,
 		pt.cpuPerGB, first.cpuPerGB, plain.cpuPerGB, floorCPU, ptFloorCPU, pt.memory>>20, plain.memory>>20, ram>>20)
 	return nil
 }
@@ -548,35 +560,34 @@ func ptAnnounced(o options, s ptShape, src string, files []string, total, ram in
 		}
 		secs, cpus, opens = append(secs, secs1), append(cpus, cpu1), append(opens, opens1)
 	}
-	med := func(x []float64) float64 { x = append([]float64(nil), x...); sort.Float64s(x); return x[len(x)/2] }
-	row.seconds, row.cpuPerGB, row.opens, row.vsNative = med(secs), med(cpus), slices.Min(opens), med(ratios)
+	row.dropped, row.cpuPerGB, row.opens = ptTimed{median(secs), median(ratios)}, median(cpus), slices.Min(opens)
 	fmt.Fprintf(os.Stderr, "  announced first read of %s, × native beside it, per mount: %.2f\n", s.name, ratios)
 	return row, nil
 }
 
 // ptTmpfs copies files under src into a fresh tmpfs mount, measures them
 // there with measure, and removes the copy.
-func ptTmpfs(src string, files []string, measure func(root string) (float64, error)) (float64, error) {
+func ptTmpfs(src string, files []string, measure func(root string) (ptTimed, error)) (ptTimed, error) {
 	dir, err := os.MkdirTemp("", "dlfsbench-tmpfs")
 	if err != nil {
-		return 0, err
+		return ptTimed{}, err
 	}
 	defer os.Remove(dir)
 	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "mode=0700"); err != nil {
-		return 0, fmt.Errorf("mount tmpfs (the suite runs as root): %w", err)
+		return ptTimed{}, fmt.Errorf("mount tmpfs (the suite runs as root): %w", err)
 	}
 	defer unix.Unmount(dir, unix.MNT_DETACH)
 	for _, rel := range files {
 		b, err := os.ReadFile(filepath.Join(src, rel))
 		if err != nil {
-			return 0, err
+			return ptTimed{}, err
 		}
 		p := filepath.Join(dir, rel)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return 0, err
+			return ptTimed{}, err
 		}
 		if err := os.WriteFile(p, b, 0o644); err != nil {
-			return 0, err
+			return ptTimed{}, err
 		}
 	}
 	return measure(dir)
@@ -617,4 +628,11 @@ func kbField(file, field string) int64 {
 		return kb << 10
 	}
 	return 0
+}
+
+// median is the middle of x (the upper of the two middles), x unchanged.
+func median(x []float64) float64 {
+	x = append([]float64(nil), x...)
+	sort.Float64s(x)
+	return x[len(x)/2]
 }
