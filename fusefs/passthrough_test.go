@@ -358,16 +358,23 @@ func TestOwnThread(t *testing.T) {
 	if !f.isOwnThread(uint32(os.Getpid())) {
 		t.Error("the process's own id is not its own")
 	}
-	// This goroutine holds its thread, so the one below runs on another:
-	// not the main thread, whose id is the process's.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	// The checks run on a thread other than the main one, whose id is the
+	// process's: a goroutine that finds itself locked to the main thread
+	// holds it and checks from another.
 	errs := make(chan string, 1)
-	go func() {
+	var check func()
+	check = func() {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
+		if unix.Gettid() == os.Getpid() {
+			done := make(chan struct{})
+			go func() { check(); close(done) }()
+			<-done
+			return
+		}
 		errs <- ownThreadChecks(f)
-	}()
+	}
+	go check()
 	if e := <-errs; e != "" {
 		t.Fatal(e)
 	}
