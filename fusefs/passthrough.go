@@ -143,6 +143,12 @@ type inodeOpens struct {
 	asking chan struct{}
 }
 
+// unused reports whether nothing holds io: no open, no open asking, no
+// idle id. p.mu is held.
+func (io *inodeOpens) unused() bool {
+	return io.pt == 0 && io.cached == 0 && io.asking == nil && io.idle == nil
+}
+
 // ownOpens are the threads of this process opening a file through the
 // mount (Push): the daemon's own opens are never consumption, and never
 // make an inode's first passthrough open. Push locks its goroutine to its
@@ -333,7 +339,7 @@ func (f *FS) openRegular(in *fuse.OpenIn, e *catalog.Entry, out *fuse.OpenOut) f
 				f.opened(e, caller, own)
 				return fuse.OK
 			}
-			f.unregisterIdleLocked(io, e.Ino) // another file: a new version, or rebuilt
+			f.unregisterLocked(io, e.Ino) // another file: a new version, or rebuilt
 		}
 		id, errno := f.fuseServer().RegisterBackingFd(&fuse.BackingMap{Fd: int32(file.Fd())})
 		if errno != 0 {
@@ -415,20 +421,17 @@ func (f *FS) release(in *fuse.ReleaseIn) {
 			ino, file := in.NodeId, io.file
 			if file.WatchDrop(func() { f.idleDropped(ino, file) }) {
 				io.idle = file // the id stays registered while the keeper keeps the file
-			} else if errno := f.fuseServer().UnregisterBackingFd(io.id); errno != 0 {
-				f.log.Warn("passthrough: unregistering a backing file failed", "ino", in.NodeId, "err", errno)
+			} else {
+				f.unregisterLocked(io, ino)
 			}
-			if io.idle == nil {
-				io.id = 0
-			}
-			drop, io.file = io.file, nil
+			drop, io.file = file, nil
 		}
 	case in.Fh == 0:
 		if io = p.inodes[in.NodeId]; io != nil && io.cached > 0 {
 			io.cached--
 		}
 	}
-	if io != nil && io.pt == 0 && io.cached == 0 && io.asking == nil && io.idle == nil && p.inodes[in.NodeId] == io {
+	if io != nil && io.unused() && p.inodes[in.NodeId] == io {
 		delete(p.inodes, in.NodeId)
 	}
 	p.mu.Unlock()
@@ -445,15 +448,15 @@ func (f *FS) idleDropped(ino uint64, file BackingFile) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if io := p.inodes[ino]; io != nil && io.idle == file {
-		f.unregisterIdleLocked(io, ino)
-		if io.pt == 0 && io.cached == 0 && io.asking == nil {
+		f.unregisterLocked(io, ino)
+		if io.unused() {
 			delete(p.inodes, ino)
 		}
 	}
 }
 
-// unregisterIdleLocked unregisters io's idle id. p.mu is held.
-func (f *FS) unregisterIdleLocked(io *inodeOpens, ino uint64) {
+// unregisterLocked unregisters io's backing id, idle or not. p.mu is held.
+func (f *FS) unregisterLocked(io *inodeOpens, ino uint64) {
 	if errno := f.fuseServer().UnregisterBackingFd(io.id); errno != 0 {
 		f.log.Warn("passthrough: unregistering a backing file failed", "ino", ino, "err", errno)
 	}
