@@ -11,10 +11,16 @@
 // namespaces (Host.Command, through nsenter); the test reads a host's
 // files from outside through /proc/PID/root (Host.Path).
 //
-// Names are prefixed with the bed's id, so beds run side by side. Close
-// removes everything; a bed whose test process died without closing it
-// (a test binary killed at its timeout) is removed by the next New, which
-// finds its owner's pid gone. Set-up needs root and iproute2's ip and tc,
+// Names are prefixed with the bed's id, so beds run side by side. An id
+// is claimed by creating its state file (stateDir/ID, holding the owner's
+// pid) with O_EXCL, under an exclusive lock on stateDir/.lock that Sweep
+// takes too: two beds never share an id, an id whose names a bed left
+// behind is not claimed again, and a sweep never removes a bed that is
+// being built. A bed removes only what it created itself, so a New that
+// fails half-way leaves every other bed alone. Close removes everything
+// it created; a bed whose test process died without closing it (a test
+// binary killed at its timeout) is removed by the next New, which finds
+// its owner's pid gone. Set-up needs root and iproute2's ip and tc,
 // util-linux's unshare and nsenter, and nftables' nft for DropPort
 // (scripts/install-deps.sh).
 package testbed
@@ -59,6 +65,11 @@ type Bed struct {
 	bridge string
 	hosts  string // the bed's /etc/hosts
 
+	// What New created, and so what Close removes (set before New
+	// returns, read-only after).
+	ownState  bool // stateDir/id
+	ownBridge bool
+
 	mu    sync.Mutex
 	all   []*Host // every host ever added, stopped ones too
 	alias map[string][]int
@@ -80,6 +91,8 @@ type Host struct {
 	mu      sync.Mutex
 	procs   []*exec.Cmd // started with Command, killed by Stop
 	stopped bool
+	// What AddHost created, and so what Stop removes.
+	ownNetns, ownVeth bool
 }
 
 // New builds a bed of cfg.Hosts hosts.
@@ -95,16 +108,12 @@ func New(cfg Config) (_ *Bed, err error) {
 			return nil, fmt.Errorf("testbed: %s not found: run scripts/install-deps.sh: %w", tool, err)
 		}
 	}
-	Sweep()
-	b := &Bed{cfg: cfg, id: fmt.Sprintf("%04x", rand.IntN(1<<16)), alias: map[string][]int{}}
-	b.bridge = "dt" + b.id + "br"
+	b := &Bed{cfg: cfg, alias: map[string][]int{}}
 	b.hosts = filepath.Join(cfg.Dir, "hosts")
-	if err := os.MkdirAll(stateDir, 0o755); err != nil {
-		return nil, fmt.Errorf("testbed: %w", err)
+	if err := b.claim(); err != nil {
+		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(stateDir, b.id), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
-		return nil, fmt.Errorf("testbed: %w", err)
-	}
+	b.bridge = "dt" + b.id + "br"
 	defer func() {
 		if err != nil {
 			b.Close()
@@ -113,6 +122,7 @@ func New(cfg Config) (_ *Bed, err error) {
 	if err := run("ip", "link", "add", b.bridge, "type", "bridge"); err != nil {
 		return nil, err
 	}
+	b.ownBridge = true
 	if err := run("ip", "link", "set", b.bridge, "up"); err != nil {
 		return nil, err
 	}
@@ -122,6 +132,89 @@ func New(cfg Config) (_ *Bed, err error) {
 		}
 	}
 	return b, nil
+}
+
+// newID draws a candidate bed id (a variable so that a test can make
+// ids collide).
+var newID = func() string { return fmt.Sprintf("%04x", rand.IntN(1<<16)) }
+
+// claim sweeps dead beds and claims an id no other bed holds or left
+// names behind under, all under the state directory's lock.
+func (b *Bed) claim() error {
+	unlock, err := lockState()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	sweepLocked()
+	for range 1000 {
+		id := newID()
+		if leftovers(id) {
+			continue
+		}
+		f, err := os.OpenFile(filepath.Join(stateDir, id), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if errors.Is(err, os.ErrExist) {
+			continue // another bed's
+		}
+		if err != nil {
+			return fmt.Errorf("testbed: claim a bed id: %w", err)
+		}
+		b.id, b.ownState = id, true
+		_, err = f.WriteString(strconv.Itoa(os.Getpid()))
+		if err = errors.Join(err, f.Close()); err != nil {
+			os.Remove(f.Name())
+			return fmt.Errorf("testbed: claim a bed id: %w", err)
+		}
+		return nil
+	}
+	return fmt.Errorf("testbed: no free bed id in 1000 draws: remove the stale beds' files in %s", stateDir)
+}
+
+// lockState takes the state directory's exclusive lock; the kernel drops
+// it if the process dies.
+func lockState() (unlock func(), err error) {
+	if err := os.MkdirAll(stateDir, 0o755); err != nil {
+		return nil, fmt.Errorf("testbed: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(stateDir, lockName), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("testbed: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("testbed: lock %s: %w", f.Name(), err)
+	}
+	return func() { f.Close() }, nil
+}
+
+// lockName is the state directory's lock file, never a bed id.
+const lockName = ".lock"
+
+// leftovers reports whether a bridge, link or network namespace named
+// for id exists (left by a bed whose state file is gone).
+func leftovers(id string) bool {
+	if linkExists("dt" + id + "br") {
+		return true
+	}
+	links, _ := os.ReadDir("/sys/class/net")
+	for _, l := range links {
+		if strings.HasPrefix(l.Name(), "dt"+id) {
+			return true
+		}
+	}
+	return len(netnsOf(id)) > 0
+}
+
+// netnsOf lists the network namespaces named for bed id.
+func netnsOf(id string) []string {
+	out, _ := exec.Command("ip", "netns", "list").Output()
+	var ns []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], "dt"+id+"-") {
+			ns = append(ns, f[0])
+		}
+	}
+	return ns
 }
 
 // Hosts returns the hosts not stopped, in the order added.
@@ -170,9 +263,15 @@ func (b *Bed) AddHost() (_ *Host, err error) {
 		{"ip", "-n", h.netns, "link", "set", "eth0", "up"},
 		{"ip", "-n", h.netns, "link", "set", "lo", "up"},
 	}
-	for _, s := range steps {
+	for i, s := range steps {
 		if err := run(s[0], s[1:]...); err != nil {
 			return nil, err
+		}
+		switch i {
+		case 0:
+			h.ownNetns = true
+		case 1:
+			h.ownVeth = true
 		}
 	}
 	if err := h.SetBandwidth(b.cfg.Bandwidth); err != nil {
@@ -254,10 +353,12 @@ func (b *Bed) Close() error {
 	for _, h := range all {
 		errs = append(errs, h.Stop())
 	}
-	if linkExists(b.bridge) {
+	if b.ownBridge && linkExists(b.bridge) {
 		errs = append(errs, run("ip", "link", "del", b.bridge))
 	}
-	os.Remove(filepath.Join(stateDir, b.id))
+	if b.ownState {
+		os.Remove(filepath.Join(stateDir, b.id))
+	}
 	return errors.Join(errs...)
 }
 
@@ -346,10 +447,10 @@ func (h *Host) Stop() error {
 		<-h.gone
 	}
 	var errs []error
-	if linkExists(h.veth) {
+	if h.ownVeth && linkExists(h.veth) {
 		errs = append(errs, run("ip", "link", "del", h.veth)) // its peer goes with it
 	}
-	if nsExists(h.netns) {
+	if h.ownNetns && nsExists(h.netns) {
 		errs = append(errs, run("ip", "netns", "del", h.netns))
 	}
 	return errors.Join(errs...)
@@ -363,9 +464,22 @@ func (h *Host) isStopped() bool {
 
 // Sweep removes the beds whose owning process is gone.
 func Sweep() {
+	unlock, err := lockState()
+	if err != nil {
+		return
+	}
+	defer unlock()
+	sweepLocked()
+}
+
+// sweepLocked is Sweep, under the state directory's lock.
+func sweepLocked() {
 	ents, _ := os.ReadDir(stateDir)
 	for _, e := range ents {
 		id := e.Name()
+		if id == lockName {
+			continue
+		}
 		b, err := os.ReadFile(filepath.Join(stateDir, id))
 		if err != nil {
 			continue
@@ -373,11 +487,8 @@ func Sweep() {
 		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && syscall.Kill(pid, 0) == nil {
 			continue // its owner runs
 		}
-		out, _ := exec.Command("ip", "netns", "list").Output()
-		for _, line := range strings.Split(string(out), "\n") {
-			if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], "dt"+id+"-") {
-				_ = exec.Command("ip", "netns", "del", f[0]).Run()
-			}
+		for _, ns := range netnsOf(id) {
+			_ = exec.Command("ip", "netns", "del", ns).Run()
 		}
 		_ = exec.Command("ip", "link", "del", "dt"+id+"br").Run()
 		os.Remove(filepath.Join(stateDir, id))

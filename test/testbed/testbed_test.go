@@ -208,6 +208,39 @@ func TestSweep(t *testing.T) {
 	}
 }
 
+// TestIDsNeverCollide: a New that draws a live bed's id, or the id of
+// names a bed left behind, takes another id and touches neither.
+func TestIDsNeverCollide(t *testing.T) {
+	live := newBed(t, 1)
+	const left = "fffc" // a bridge left without a state file
+	if err := run("ip", "link", "add", "dt"+left+"br", "type", "bridge"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { run("ip", "link", "del", "dt"+left+"br") })
+	draws := []string{live.id, left, "fffb"}
+	t.Cleanup(func(old func() string) func() { return func() { newID = old } }(newID))
+	newID = func() string {
+		id := draws[0]
+		if len(draws) > 1 {
+			draws = draws[1:]
+		}
+		return id
+	}
+	b := newBed(t, 1)
+	if b.id != "fffb" {
+		t.Errorf("the new bed took id %s, want fffb (%s is live, %s left behind)", b.id, live.id, left)
+	}
+	if !linkExists(live.bridge) || !linkExists("dt"+left+"br") {
+		t.Error("New removed another bed's bridge")
+	}
+	if got := mustRead(t, filepath.Join(stateDir, live.id)); got != strconv.Itoa(os.Getpid()) {
+		t.Errorf("the live bed's state file holds %q", got)
+	}
+	if !nsExists(live.Hosts()[0].netns) {
+		t.Error("New removed the live bed's host")
+	}
+}
+
 func mustRead(t *testing.T, p string) string {
 	t.Helper()
 	b, err := os.ReadFile(p)
