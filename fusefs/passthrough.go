@@ -106,6 +106,12 @@ type PassthroughStats struct {
 	Registered int   `json:"registered"`
 	Idle       int   `json:"registered_idle"`
 	Reused     int64 `json:"reused_registrations"`
+	// CachedNow is the opens answered in caching mode whose RELEASE has
+	// not come yet: while an inode has one, its opens stay cached.
+	CachedNow int `json:"cached_open_now"`
+	// Reads counts READs of passthrough opens that reached the daemon
+	// (the kernel reads such an open itself; readahead(2) may still ask).
+	Reads int64 `json:"reads"`
 }
 
 // passthrough is the mount's passthrough state.
@@ -258,8 +264,9 @@ func (f *FS) PassthroughStats() PassthroughStats {
 	if !p.on && p.why == "" {
 		st.Why = "not decided yet: no file was opened"
 	}
-	st.Registered, st.Idle = 0, 0
+	st.Registered, st.Idle, st.CachedNow = 0, 0, 0
 	for _, io := range p.inodes {
+		st.CachedNow += io.cached
 		switch {
 		case io.pt > 0:
 			st.Registered++
@@ -475,6 +482,7 @@ func (f *FS) passthroughRead(in *fuse.ReadIn, buf []byte) (b []byte, ok bool, st
 	var file BackingFile
 	if io != nil {
 		file = io.file // held until the handle's release, which cannot overlap its reads
+		p.stats.Reads++
 	}
 	p.mu.Unlock()
 	if file == nil {

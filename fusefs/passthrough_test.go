@@ -18,6 +18,7 @@ import (
 	"github.com/dlfs/dlfs/backing"
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/integrity"
+	"github.com/dlfs/dlfs/test/fusecap"
 )
 
 // backedTree is a counting tree that holds backing files of the files it
@@ -30,9 +31,14 @@ type backedTree struct {
 	opened  map[uint64]uint32 // the last passthrough open's pid, by inode
 	nOpened int
 	// With keeping, the tree keeps each file it builds, as the RAM tier
-	// does (backing.File.Keep), and answers with it until letGo.
+	// does (backing.File.Keep), and answers with it until letGo. With
+	// rebuild too, it builds a new file from SOURCE at every ask and
+	// keeps it beside the ones it kept before (another version, or the
+	// same rebuilt, while the first is still kept).
 	keeping bool
+	rebuild bool
 	kept    map[uint64]*backing.File
+	before  []*backing.File // kept files a rebuild replaced, still kept
 }
 
 func (b *backedTree) Backing(e *catalog.Entry) BackingFile {
@@ -45,9 +51,9 @@ func (b *backedTree) Backing(e *catalog.Entry) BackingFile {
 	}
 	if b.keeping {
 		b.mu.Lock()
-		kf := b.kept[e.Ino]
+		kf, rebuild := b.kept[e.Ino], b.rebuild
 		b.mu.Unlock()
-		if kf != nil && kf.Acquire() {
+		if kf != nil && !rebuild && kf.Acquire() {
 			return kf
 		}
 	}
@@ -66,6 +72,9 @@ func (b *backedTree) Backing(e *catalog.Entry) BackingFile {
 	if b.keeping && f.Acquire() { // the keeper's reference is Build's
 		f.Keep()
 		b.mu.Lock()
+		if old := b.kept[e.Ino]; old != nil {
+			b.before = append(b.before, old)
+		}
 		b.kept[e.Ino] = f
 		b.mu.Unlock()
 	}
@@ -103,8 +112,10 @@ func (b *backedTree) askedOf(ino uint64) int {
 	return b.asked[ino]
 }
 
-// mountBacked mounts a backed tree with passthrough on, and skips the test
-// where this kernel or process cannot use it.
+// mountBacked mounts a backed tree with passthrough on. It skips the test
+// only where the kernel, asked directly (fusecap), cannot give this
+// process passthrough, and fails it where the kernel can and the mount
+// turned passthrough off.
 func mountBacked(t *testing.T, sizes ...int) (*FS, *backedTree, string) {
 	t.Helper()
 	var bt *backedTree
@@ -115,8 +126,11 @@ func mountBacked(t *testing.T, sizes ...int) (*FS, *backedTree, string) {
 	}, func(f *FS) {
 		f.ownThread = func(uint32) bool { return false } // this test reads through its own mount
 	}, sizes...)
+	if ok, why := fusecap.Passthrough(); !ok {
+		t.Skipf("no FUSE passthrough here: %s", why)
+	}
 	if !f.passthroughOn() {
-		t.Skipf("passthrough is off here: %s", f.PassthroughStats().Why)
+		t.Fatalf("the kernel offers passthrough and registers a backing file here, but the mount turned it off: %s", f.PassthroughStats().Why)
 	}
 	return f, bt, mnt
 }
@@ -138,8 +152,8 @@ func TestPassthroughServesBackedFiles(t *testing.T) {
 	if err != nil || !bytes.Equal(got, content(0, sizes[0])) {
 		t.Fatalf("read %s: %d bytes, err %v", backed.Path(), len(got), err)
 	}
-	if r := data.readsOf(backed.Ino); r != 0 {
-		t.Fatalf("%d reads of a passthrough file reached the daemon; stats %+v", r, f.PassthroughStats())
+	if r, st := data.readsOf(backed.Ino), f.PassthroughStats(); r != 0 || st.Reads != 0 {
+		t.Fatalf("%d reads of a passthrough file reached the dataset, %d READs the daemon (FOPEN_DIRECT_IO sends them all); stats %+v", r, st.Reads, st)
 	}
 	data.mu.Lock()
 	pid, n := data.opened[backed.Ino], data.nOpened
@@ -266,10 +280,59 @@ func TestPassthroughIdleRegistration(t *testing.T) {
 	}
 	data.letGo(e.Ino) // while open: the open keeps reading its file
 	readWhole(t, fh, content(0, 150_000))
+	// Its id stays registered while the inode is open: an open meanwhile
+	// shares it (an id unregistered under an open fails the next one).
+	f.pt.mu.Lock()
+	io := f.pt.inodes[e.Ino]
+	registered := io != nil && io.id > 0 && io.pt == 1
+	f.pt.mu.Unlock()
+	if !registered {
+		t.Fatal("the keeper letting go of a file still open unregistered its id")
+	}
+	shared, err := os.Open(path)
+	if err != nil {
+		t.Fatalf("an open while the first is open, after the keeper let go: %v", err)
+	}
+	readWhole(t, shared, content(0, 150_000))
+	shared.Close()
 	fh.Close()
 	waitFor(t, "the id unregistered at the last close", func() bool { return f.PassthroughStats().Registered == 0 })
-	if st := f.PassthroughStats(); st.Reused != 2 {
-		t.Fatalf("stats %+v; want the open before the letting go to reuse the idle id", st)
+	if st := f.PassthroughStats(); st.Reused != 2 || st.Shared != 1 {
+		t.Fatalf("stats %+v; want the open before the letting go to reuse the idle id, and one open sharing it", st)
+	}
+}
+
+// TestPassthroughIdleIdOfAnotherFile: an idle id is reused only for the
+// file it was registered for. When the Dataset answers an inode's next
+// open with another backing file (another version of the file, while the
+// keeper still keeps the first), the open registers that one and reads
+// its bytes, never the idle id's.
+func TestPassthroughIdleIdOfAnotherFile(t *testing.T) {
+	const size = 120_000
+	f, data, mnt := mountBacked(t, size)
+	data.keeping = true
+	e := data.Snapshot().Lookup("c/" + fileName(0))
+	data.back(e.Ino)
+	path := filepath.Join(mnt, e.Path())
+	if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, content(0, size)) {
+		t.Fatalf("read: %d bytes, err %v", len(got), err)
+	}
+	waitFor(t, "the id idle after the close", func() bool { st := f.PassthroughStats(); return st.Registered == 1 && st.Idle == 1 })
+
+	// Other bytes of the same size (the attributes the kernel caches
+	// stay right), in a file the tree builds beside the one it keeps.
+	if err := os.WriteFile(filepath.Join(data.Source(), e.Path()), content(7, size), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	data.mu.Lock()
+	data.rebuild = true
+	data.mu.Unlock()
+	if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, content(7, size)) {
+		t.Fatalf("the open after the Dataset's file changed read %d bytes (%v), not the new file's: the idle id of the old one was reused", len(got), err)
+	}
+	waitFor(t, "the new file's id idle", func() bool { st := f.PassthroughStats(); return st.Registered == 1 && st.Idle == 1 })
+	if st := f.PassthroughStats(); st.Opens != 2 || st.Reused != 0 || st.Failed != 0 {
+		t.Fatalf("stats %+v; want 2 passthrough opens, none reusing the idle id", st)
 	}
 }
 
@@ -312,18 +375,25 @@ func TestPassthroughRead(t *testing.T) {
 	if handle == 0 {
 		t.Fatal("no passthrough handle")
 	}
+	// A buffer larger than asked: the answer is what was asked, no more
+	// (the kernel would take the rest as the file's next bytes).
 	buf := make([]byte, 1<<20)
-	in := &fuse.ReadIn{InHeader: fuse.InHeader{NodeId: e.Ino}, Fh: handle, Offset: 99_000, Size: 4096}
-	res, st := f.Read(nil, in, buf)
-	if !st.Ok() {
-		t.Fatalf("READ: %v", st)
+	for _, c := range []struct {
+		off  uint64
+		want int
+	}{{0, 4096}, {50_000, 4096}, {99_000, 1000}, {100_000, 0}} {
+		in := &fuse.ReadIn{InHeader: fuse.InHeader{NodeId: e.Ino}, Fh: handle, Offset: c.off, Size: 4096}
+		res, st := f.Read(nil, in, buf)
+		if !st.Ok() {
+			t.Fatalf("READ at %d: %v", c.off, st)
+		}
+		got, _ := res.Bytes(make([]byte, len(buf)))
+		if !bytes.Equal(got, content(0, c.want)) {
+			t.Fatalf("READ of 4096 bytes at %d got %d bytes, want %d", c.off, len(got), c.want)
+		}
 	}
-	got, _ := res.Bytes(make([]byte, 4096))
-	if !bytes.Equal(got, content(0, 1000)) {
-		t.Fatalf("READ got %d bytes, want the last 1000", len(got))
-	}
-	if data.readsOf(e.Ino) != 0 {
-		t.Fatal("the READ reached the dataset")
+	if st := f.PassthroughStats(); data.readsOf(e.Ino) != 0 || st.Reads != 4 {
+		t.Fatalf("the READs reached the dataset %d times, the backing file %d; want 0 and 4", data.readsOf(e.Ino), st.Reads)
 	}
 	// readahead(2) on the passthrough file works too, whoever answers it.
 	if err := unix.Fadvise(int(fh.Fd()), 0, 0, unix.FADV_WILLNEED); err != nil && !errors.Is(err, syscall.ENOSYS) {
