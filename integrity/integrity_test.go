@@ -328,3 +328,44 @@ func FuzzCheckRange(f *testing.F) {
 		}
 	})
 }
+
+// Segment sums of another count than data has segments are not the
+// block's: CheckRange checks the whole sum instead of trusting them. A
+// block cut short after its segments were taken, or a list cut short,
+// must not pass on the segments that remain.
+func TestCheckRangeWrongCount(t *testing.T) {
+	const tag = 0x77
+	data := make([]byte, 4*SegmentBytes)
+	for i := range data {
+		data[i] = byte(i*13 + i>>9)
+	}
+	sum, segs := Sum(tag, data), Segments(tag, data)
+	for _, tc := range []struct {
+		name   string
+		segs   []uint32
+		data   []byte
+		lo, hi int
+	}{
+		{"a block cut short", segs, data[:2*SegmentBytes], 0, SegmentBytes},
+		{"a block grown", segs, append(append([]byte(nil), data...), 1), 0, 10},
+		{"a list cut short, the range past it", segs[:2], data, 3 * SegmentBytes, 3*SegmentBytes + 10},
+		{"a list cut short, the range in it", segs[:2], data, 0, 10},
+		{"one segment's sum for a block of four", segs[:1], data, 0, 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// The whole sum does not hold over these bytes (or holds for
+			// the block the segments were not taken from): it decides.
+			wantOK := Check(tag, sum, tc.data)
+			if got := CheckRange(tag, sum, tc.segs, tc.data, tc.lo, tc.hi); got != wantOK {
+				t.Errorf("CheckRange with %d segment sums over %d bytes: %v, want %v (the whole sum's verdict)", len(tc.segs), len(tc.data), got, wantOK)
+			}
+		})
+	}
+	// A list cut short over a damaged block: the segments that remain are
+	// intact, the damage lies past them.
+	bad := append([]byte(nil), data...)
+	bad[3*SegmentBytes+1] ^= 1
+	if CheckRange(tag, sum, segs[:3], bad, 3*SegmentBytes, len(bad)) || CheckRange(tag, sum, segs[:3], bad, 0, 10) {
+		t.Error("a damaged block passed on a list of segment sums cut short")
+	}
+}
