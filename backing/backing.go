@@ -80,6 +80,12 @@ const maxName = 249
 // of another length than the file's size says, or failing its sum
 // refuses the whole file (ErrMissing, ErrCorrupt).
 func Build(name string, size, blockSize int64, block func(i int64) (Block, bool)) (*File, error) {
+	return build(name, size, blockSize, block, ShmemTHP())
+}
+
+// build is Build with shmem's huge page mode given (tests give one other
+// than the system's, which they never change).
+func build(name string, size, blockSize int64, block func(i int64) (Block, bool), thp string) (*File, error) {
 	if size < 0 || blockSize <= 0 {
 		return nil, fmt.Errorf("backing: %s: size %d, block size %d: want size >= 0 and block size > 0", name, size, blockSize)
 	}
@@ -100,7 +106,7 @@ func Build(name string, size, blockSize int64, block func(i int64) (Block, bool)
 	if err := unix.Ftruncate(fd, size); err != nil {
 		return nil, fmt.Errorf("backing: %s: size %d: %w", name, size, err)
 	}
-	if err := fill(fd, name, size, blockSize, block); err != nil {
+	if err := fill(fd, name, size, blockSize, block, thp); err != nil {
 		return nil, err
 	}
 	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, Seals); err != nil {
@@ -116,10 +122,10 @@ func Build(name string, size, blockSize int64, block func(i int64) (Block, bool)
 // pages: 32 MiB files read by passthrough at 0.76x the native page cache
 // with 4 KiB pages, 1.03x with huge ones; docs/benchmarks.md), the rest
 // with pwrite (a mapping of 4 KiB pages writes at half pwrite's speed).
-// The mapping is gone before fill returns: sealing refuses a file mapped
-// writable.
-func fill(fd int, name string, size, blockSize int64, block func(i int64) (Block, bool)) error {
-	m := hugeMapping(fd, size) // nil: all by pwrite
+// thp is shmem's huge page mode (ShmemTHP). The mapping is gone before
+// fill returns: sealing refuses a file mapped writable.
+func fill(fd int, name string, size, blockSize int64, block func(i int64) (Block, bool), thp string) error {
+	m := hugeMapping(fd, size, thp) // nil: all by pwrite
 	err := fillBlocks(name, size, blockSize, block, func(b []byte, off int64) error {
 		n := 0
 		if off < int64(len(m)) {
@@ -137,11 +143,12 @@ func fill(fd int, name string, size, blockSize int64, block func(i int64) (Block
 
 // hugeMapping maps fd's whole huge pages (of size bytes) shared and
 // writable, advised huge and populated, if size spans a huge page and
-// shmem gives huge pages to such a mapping (ShmemTHP); nil otherwise, or if the kernel cannot populate
+// shmem gives huge pages to such a mapping (thp, shmem's mode: ShmemTHP);
+// nil otherwise, or if the kernel cannot populate
 // it (writing into a mapping it could not populate would fault, and a
 // fault that finds no memory kills the process, where pwrite fails).
-func hugeMapping(fd int, size int64) []byte {
-	if size < hugePage || !HugeAllowed(ShmemTHP()) {
+func hugeMapping(fd int, size int64, thp string) []byte {
+	if size < hugePage || !HugeAllowed(thp) {
 		return nil
 	}
 	// Whole huge pages only: a huge page for the tail would hold up to
@@ -291,6 +298,20 @@ func (f *File) Detach(fn func()) bool {
 		fn()
 	}
 	return false
+}
+
+// OnClose sets fn to run once the file's descriptor is closed (its last
+// reference gone), and reports true; it reports false, and sets nothing,
+// if the file is closed already. The daemon counts the descriptors its
+// backing files hold with it.
+func (f *File) OnClose(fn func()) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.refs == 0 {
+		return false
+	}
+	f.onFree = append(f.onFree, fn)
+	return true
 }
 
 // Keep marks the file as a keeper's copy of its bytes (the RAM tier's),

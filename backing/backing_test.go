@@ -208,6 +208,31 @@ func TestReferences(t *testing.T) {
 	}
 }
 
+// TestOnClose: the function OnClose sets runs once, when the descriptor
+// is closed (not while a reference is left), and none is set on a file
+// closed already.
+func TestOnClose(t *testing.T) {
+	f, err := Build("x", 10, 64, from(blocks(randomBytes(10), 64)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var closed atomic.Int32
+	if !f.Acquire() || !f.OnClose(func() { closed.Add(1) }) {
+		t.Fatal("OnClose of a live file set nothing")
+	}
+	f.Release()
+	if closed.Load() != 0 || f.Fd() < 0 {
+		t.Fatal("ran with a reference left")
+	}
+	f.Release()
+	if closed.Load() != 1 || f.Fd() >= 0 {
+		t.Fatalf("after the last Release: ran %d times, fd %d", closed.Load(), f.Fd())
+	}
+	if f.OnClose(func() { closed.Add(1) }) || closed.Load() != 1 {
+		t.Fatal("OnClose of a closed file set a function")
+	}
+}
+
 // TestKeepers: WatchDrop sets a watcher only while a keeper keeps the
 // file, a later one replaces it, and it runs once, when the last keeper
 // lets go.
@@ -270,44 +295,73 @@ func shmemHugeBytes(t *testing.T) int64 {
 }
 
 // TestBuildHugePages: where shmem gives huge pages to a mapping advised
-// so (shmem_enabled advise, set here as root and restored), a backing
-// file of 16 MiB is written into huge pages, and holds its bytes; with
-// shmem_enabled never it is written with pwrite, into small pages.
+// so (shmem_enabled advise or always, as this machine is set: the test
+// never changes that system-wide setting), a backing file of 16 MiB is
+// written into huge pages, and holds its bytes, sealed.
 func TestBuildHugePages(t *testing.T) {
-	old, err := os.ReadFile(ShmemTHPFile)
-	if err != nil {
-		t.Skipf("no shmem huge page setting here: %v", err)
+	if mode := ShmemTHP(); !HugeAllowed(mode) {
+		t.Skipf("shmem_enabled is %q here, which gives no mapping huge pages (this test does not change it)", mode)
 	}
-	set := func(mode string) bool { return os.WriteFile(ShmemTHPFile, []byte(mode), 0) == nil }
-	if !set("advise") {
-		t.Skip("cannot set shmem_enabled (not root)")
-	}
-	t.Cleanup(func() { set(selectedMode(string(old))) })
 	data := randomBytes(16<<20 + 12345)
+	before := shmemHugeBytes(t)
+	f, err := Build("huge", int64(len(data)), 1<<20, from(blocks(data, 1<<20)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Release()
+	grew := shmemHugeBytes(t) - before
+	checkHolds(t, f, data)
+	if grew < 12<<20 {
+		t.Errorf("shmem in huge pages grew by %d bytes for a file of %d", grew, len(data))
+	}
+}
+
+// TestHugeMapping: a file of 2 MiB or more is written through a mapping
+// of its whole huge pages only where shmem's mode gives such a mapping
+// huge pages, and with pwrite otherwise; either way the file holds its
+// bytes, sealed.
+func TestHugeMapping(t *testing.T) {
+	fd, err := unix.MemfdCreate("huge", unix.MFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Ftruncate(fd, 5<<20+3); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		mode string
-		huge bool
-	}{{"advise", true}, {"never", false}} {
-		if !set(c.mode) || ShmemTHP() != c.mode {
-			t.Fatalf("shmem_enabled %q after setting %q", ShmemTHP(), c.mode)
+		size int64
+		want int // the mapping's length, 0 for none
+	}{{"advise", 5<<20 + 3, 4 << 20}, {"always", 2 << 20, 2 << 20}, {"advise", 2<<20 - 1, 0}, {"never", 5<<20 + 3, 0}, {"deny", 5<<20 + 3, 0}, {"", 5<<20 + 3, 0}} {
+		m := hugeMapping(fd, c.size, c.mode)
+		if len(m) != c.want {
+			t.Errorf("shmem %q, %d bytes: a mapping of %d bytes, want %d", c.mode, c.size, len(m), c.want)
 		}
-		before := shmemHugeBytes(t)
-		f, err := Build("huge", int64(len(data)), 1<<20, from(blocks(data, 1<<20)))
+		if m != nil {
+			unix.Munmap(m)
+		}
+	}
+	data := randomBytes(5<<20 + 3)
+	for _, mode := range []string{"advise", "never"} {
+		f, err := build("x", int64(len(data)), 1<<20, from(blocks(data, 1<<20)), mode)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("shmem %s: %v", mode, err)
 		}
-		grew := shmemHugeBytes(t) - before
-		got := make([]byte, len(data))
-		if n, _ := f.ReadAt(got, 0); n != len(data) || !bytes.Equal(got, data) {
-			t.Fatalf("%s: the file does not hold its bytes", c.mode)
-		}
-		if _, err := unix.Pwrite(f.Fd(), []byte("x"), 0); err == nil {
-			t.Fatalf("%s: the file is not sealed", c.mode)
-		}
+		checkHolds(t, f, data)
 		f.Release()
-		if c.huge && grew < 12<<20 || !c.huge && grew >= 2<<20 {
-			t.Errorf("shmem_enabled %s: shmem in huge pages grew by %d bytes for a file of %d", c.mode, grew, len(data))
-		}
+	}
+}
+
+// checkHolds checks that f holds data and is sealed.
+func checkHolds(t *testing.T, f *File, data []byte) {
+	t.Helper()
+	got := make([]byte, len(data))
+	if n, _ := f.ReadAt(got, 0); n != len(data) || !bytes.Equal(got, data) {
+		t.Fatal("the file does not hold its bytes")
+	}
+	if _, err := unix.Pwrite(f.Fd(), []byte("x"), 0); err == nil {
+		t.Fatal("the file is not sealed")
 	}
 }
 
