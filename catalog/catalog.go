@@ -140,6 +140,9 @@ type Catalog struct {
 	nextIno atomic.Uint64
 	scanMu  chan struct{} // one slot: serializes rescans and Save
 	loaded  bool          // the first snapshot came from Config.Saved
+	// unchecked holds what of a loaded snapshot has been checked against
+	// SOURCE (verify.go); nil once all of it has, or for a scan.
+	unchecked atomic.Pointer[unchecked]
 }
 
 // ErrSource means SOURCE itself cannot be used as a dataset.
@@ -215,13 +218,15 @@ func (c *Catalog) loadSaved() *Snapshot {
 	snap.ScanTime = time.Since(start)
 	c.nextIno.Store(next)
 	c.loaded = true
+	c.unchecked.Store(newUnchecked(next, snap)) // served only as checked: verify.go
 	c.cfg.Logger.Info("catalog: loaded the saved snapshot; SOURCE is rescanned in the background", "file", c.cfg.Saved,
 		"files", snap.Files, "seconds", snap.ScanTime.Seconds())
 	return snap
 }
 
 // Loaded reports whether the first snapshot came from the saved file (and
-// so may be behind SOURCE until a Refresh).
+// so may be behind SOURCE until a rescan: its entries are checked before
+// they are served, see Check).
 func (c *Catalog) Loaded() bool { return c.loaded }
 
 // Save writes the current snapshot to Config.Saved, if set.

@@ -72,6 +72,9 @@ func (c *Catalog) rescan(ctx context.Context, byDir bool) (Diff, error) {
 		old.UnreadableEntries+snap.UnreadableEntries > 0 { // what could not be read is news too
 		c.cur.Store(snap)
 	}
+	if !byDir && snap.UnreadableEntries == 0 {
+		c.unchecked.Store(nil) // every entry stat'ed now (and swapped in): nothing loaded is left unchecked
+	}
 	return d, nil
 }
 

@@ -276,8 +276,9 @@ type Node struct {
 	cluster clusterParts // all nil for a cluster of one
 	lat     latencies    // nil Vecs with Config.NoLatency
 	alog    *accesslog.Log
-	// refresher runs the rescans control writes ask for.
-	refresher *refresher
+	// refresher runs the rescans control writes ask for, revalidator the
+	// revalidations of a loaded catalog's requests (checked.go).
+	refresher, revalidator *refresher
 	reg       *prometheus.Registry
 	server    *fuse.Server
 	mountDev  string        // the mount's MAJOR:MINOR, as mountinfo shows it ("": unknown)
@@ -442,17 +443,15 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.cat, err = catalog.Open(ctx, cc); err != nil {
 		return nil, err
 	}
-	snap := n.cat.Snapshot()
-	idc := identityConfig{pfs: pfs, format: format, operatorID: cfg.DatasetID, timeout: cfg.PFSTimeout, mount: mount}
+	idc := identityConfig{pfs: pfs, format: format, operatorID: cfg.DatasetID, timeout: cfg.PFSTimeout, mount: mount,
+		check: n.cat.Check, log: n.log}
 	if cfg.SSDDir != "" && n.packed == nil {
 		idc.saved = filepath.Join(cfg.SSDDir, identityFile)
 	}
-	var saveErr error
-	if n.dataset, saveErr, err = datasetOf(snap, idc); err != nil {
+	if n.dataset, err = n.identify(ctx, idc); err != nil {
 		return nil, err
-	} else if saveErr != nil {
-		n.log.Warn("could not keep the dataset identity's heads for the next mount", "err", saveErr)
 	}
+	snap := n.cat.Snapshot()
 	n.log.Info("scanned SOURCE", "source", n.cat.Source(), "format", format, "dataset", n.dataset.String(), "files", snap.Files, "dirs", snap.Dirs,
 		"bytes", snap.Bytes, "seconds", snap.ScanTime.Seconds())
 	// The RAM and SSD tiers evict by next use: the prefetcher, made after
@@ -572,8 +571,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	// so it does not log itself.
 	n.alog = accesslog.New(accesslog.Config{Logger: cfg.Logger})
 	fc.Latency, fc.AccessLog = n.lat.fuse, n.alog
-	fc.Passthrough, fc.PassthroughOff = passthroughMode(cfg.Passthrough, snap.Files, snap.Bytes)
-	n.tiers.backing.maxFiles = maxBackingFiles()
+	fc.Passthrough, fc.PassthroughOff = passthroughMode(cfg.Passthrough, snap.Files, snap.Bytes, cfg.AllowOther)
+	n.tiers.backing.maxFiles.Store(maxBackingFiles())
 	n.fs = fusefs.New(fc, dataset{n}, n.ctl)
 	// Built after the peers it fetches through, the prefetcher stops before
 	// them (Close runs the closers in reverse); the readers, which end the
@@ -640,6 +639,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 
 	n.refresher = newRefresher(n.Refresh)
 	n.onClose("refresher", func() error { n.refresher.close(); return nil })
+	n.revalidator = newRefresher(func(ctx context.Context) (catalog.Diff, error) { return n.refresh(ctx, n.cat.Revalidate) })
+	n.onClose("revalidator", func() error { n.revalidator.close(); return nil })
 	if n.server, err = n.fs.Mount(cfg.Mountpoint, "dlfs:"+n.cat.Source()); err != nil {
 		return nil, fmt.Errorf("mount %s: %w", cfg.Mountpoint, err)
 	}
@@ -674,7 +675,7 @@ func (n *Node) keepCatalog() {
 	go func() {
 		defer close(done)
 		if n.cat.Loaded() {
-			if _, err := n.refresh(ctx, n.cat.Revalidate); err != nil {
+			if err := n.checkLoaded(ctx); err != nil {
 				n.log.Warn("catalog: the rescan after loading the saved snapshot failed; write 'refresh' to the control file to retry", "err", err)
 				return
 			}
@@ -773,6 +774,7 @@ func (n *Node) Close() error {
 		}
 		if n.refresher != nil {
 			n.refresher.close()
+			n.revalidator.close()
 		}
 		if n.closing.stopAccessLog != nil {
 			n.closing.stopAccessLog() // its pipe holds the mount
@@ -829,6 +831,9 @@ type dataset struct{ n *Node }
 func (d dataset) Snapshot() *catalog.Snapshot { return d.n.cat.Snapshot() }
 func (d dataset) Source() string              { return d.n.cat.Source() }
 func (d dataset) ReadAt(ctx context.Context, e *catalog.Entry, dest []byte, off int64, pid uint32) ([]byte, string, error) {
+	if err := d.n.cat.Check(ctx, e); err != nil { // no tier serves an entry of a saved catalog unchecked
+		return nil, "", err
+	}
 	start := time.Now()
 	b, source, waited, err := d.n.tiers.load.ReadAtWaited(ctx, e, dest, off)
 	if err != nil {
@@ -876,6 +881,9 @@ func (n *Node) tag(e *catalog.Entry, key string) uint64 { return loader.BlockTag
 
 // readWhole reads a whole dataset file through the tiers.
 func (n *Node) readWhole(e *catalog.Entry) ([]byte, error) {
+	if err := n.cat.Check(context.Background(), e); err != nil { // bounded by the catalog's stall timeout
+		return nil, err
+	}
 	buf := make([]byte, e.Size)
 	got, err := n.tiers.load.ReadAt(context.Background(), e, buf, 0)
 	if err != nil {

@@ -1,11 +1,13 @@
 package daemon
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -38,6 +40,11 @@ type identityConfig struct {
 	timeout    time.Duration // for the heads' reads; 0: a minute
 	mount      string        // integrity.MountOf
 	saved      string        // where the digests are kept; "" keeps none
+	// check, if set, asks SOURCE whether a file is as the catalog has it
+	// (catalog.Check): a saved catalog's oldest files are checked before
+	// they are trusted, and one behind SOURCE fails datasetOf.
+	check func(context.Context, *catalog.Entry) error
+	log   *slog.Logger // what start-up waits on; nil: discard
 }
 
 // savedHeads is identityFile's contents.
@@ -57,10 +64,11 @@ type savedHead struct {
 }
 
 // datasetOf is the identity of the dataset in snap, as every host
-// mounting it computes it. It reads from c.pfs the heads of the oldest
-// files it has no kept digest for, giving up after c.timeout; saveErr is
-// a failure to keep them for the next mount, which changes nothing now.
-func datasetOf(snap *catalog.Snapshot, c identityConfig) (_ integrity.Dataset, saveErr, err error) {
+// mounting it computes it. It checks the oldest files against SOURCE
+// (c.check), then reads from c.pfs the heads of those it has no kept
+// digest for, giving up after c.timeout or when ctx ends; saveErr is a
+// failure to keep them for the next mount, which changes nothing now.
+func datasetOf(ctx context.Context, snap *catalog.Snapshot, c identityConfig) (_ integrity.Dataset, saveErr, err error) {
 	var id integrity.Identifier
 	if c.operatorID != "" {
 		return id.Dataset(c.format, c.operatorID, nil), nil, nil
@@ -76,6 +84,11 @@ func datasetOf(snap *catalog.Snapshot, c identityConfig) (_ integrity.Dataset, s
 	var out savedHeads
 	for _, f := range id.Oldest() {
 		e := f.(*catalog.Entry)
+		if c.check != nil {
+			if err := c.check(ctx, e); err != nil {
+				return 0, nil, fmt.Errorf("daemon: the dataset's identity: %w", err)
+			}
+		}
 		v := e.Version()
 		h, ok := kept[e.Path()]
 		if ok && h.Read && h.Size == v.Size && h.Mtime == v.Mtime && h.Ctime == v.Ctime && h.Ino == v.Ino {
@@ -85,7 +98,7 @@ func datasetOf(snap *catalog.Snapshot, c identityConfig) (_ integrity.Dataset, s
 			toRead = append(toRead, e)
 		}
 	}
-	read, err := readHeads(toRead, c)
+	read, err := readHeads(ctx, toRead, c)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -136,7 +149,7 @@ func loadHeads(path, mount string) map[string]savedHead {
 // c.pfs, in one goroutine: on a PFS that stops answering it is abandoned
 // (a read of SOURCE cannot be interrupted) and the mount fails. A file
 // that cannot be read has no digest (it counts as unread).
-func readHeads(files []*catalog.Entry, c identityConfig) (map[*catalog.Entry]uint64, error) {
+func readHeads(ctx context.Context, files []*catalog.Entry, c identityConfig) (map[*catalog.Entry]uint64, error) {
 	out := map[*catalog.Entry]uint64{}
 	if len(files) == 0 {
 		return out, nil
@@ -160,17 +173,36 @@ func readHeads(files []*catalog.Entry, c identityConfig) (map[*catalog.Entry]uin
 	}()
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
-	for range files {
+	tick := time.NewTicker(waitLogEvery)
+	defer tick.Stop()
+	start := time.Now()
+	for done := 0; done < len(files); {
 		select {
 		case h := <-got:
+			done++
 			if h.ok {
 				out[h.e] = h.sum
 			}
+		case <-tick.C: // what the mount waits on, said while it waits (files are read in order)
+			c.logger().Warn("waiting for SOURCE to answer a read of one of its oldest files (the dataset's identity)",
+				"path", files[done].Path(), "waited_seconds", int(time.Since(start).Seconds()), "gives_up_after", timeout)
 		case <-deadline.C:
 			return nil, fmt.Errorf("daemon: SOURCE did not answer reads of its oldest files (for the dataset's identity) within %v: check the PFS, or give --dataset-id", timeout)
+		case <-ctx.Done():
+			return nil, fmt.Errorf("daemon: reading the oldest files of SOURCE (for the dataset's identity): %w", ctx.Err())
 		}
 	}
 	return out, nil
+}
+
+// waitLogEvery is how often start-up says what of SOURCE it waits on.
+const waitLogEvery = 10 * time.Second
+
+func (c identityConfig) logger() *slog.Logger {
+	if c.log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return c.log
 }
 
 // removeIdentityTemps removes a killed daemon's half-written identityFile.

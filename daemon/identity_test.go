@@ -59,13 +59,13 @@ func TestIdentityHeadsKept(t *testing.T) {
 	saved := filepath.Join(t.TempDir(), "ssd", identityFile)
 	pfs := &countingPFS{src: src}
 	c := identityConfig{pfs: pfs, format: "directory", mount: "m1", saved: saved}
-	first, saveErr, err := datasetOf(snapOf(), c)
+	first, saveErr, err := datasetOf(context.Background(), snapOf(), c)
 	if err != nil || saveErr != nil || pfs.reads.Load() != 32 {
 		t.Fatalf("first: %v, %v, %d reads; want 32", err, saveErr, pfs.reads.Load())
 	}
 	fresh := identityConfig{pfs: pfs, format: "directory", mount: "m1"} // keeps nothing
 	pfs.reads.Store(0)
-	if again, _, err := datasetOf(snapOf(), c); err != nil || again != first || pfs.reads.Load() != 0 {
+	if again, _, err := datasetOf(context.Background(), snapOf(), c); err != nil || again != first || pfs.reads.Load() != 0 {
 		t.Errorf("a remount: %v (first %v), %v, %d reads; want the same identity and no read", again, first, err, pfs.reads.Load())
 	}
 	// One of the oldest files rewritten (other bytes, same size): read
@@ -75,11 +75,11 @@ func TestIdentityHeadsKept(t *testing.T) {
 		t.Fatal(err)
 	}
 	pfs.reads.Store(0)
-	changed, _, err := datasetOf(snapOf(), c)
+	changed, _, err := datasetOf(context.Background(), snapOf(), c)
 	if err != nil || changed == first || pfs.reads.Load() != 1 {
 		t.Errorf("one file changed: %v (first %v), %v, %d reads; want another identity from 1 read", changed, first, err, pfs.reads.Load())
 	}
-	if want, _, _ := datasetOf(snapOf(), fresh); want != changed {
+	if want, _, _ := datasetOf(context.Background(), snapOf(), fresh); want != changed {
 		t.Errorf("kept digests give %v, a fresh read %v", changed, want)
 	}
 	for name, prep := range map[string]func(){
@@ -92,7 +92,7 @@ func TestIdentityHeadsKept(t *testing.T) {
 	} {
 		prep()
 		pfs.reads.Store(0)
-		if _, _, err := datasetOf(snapOf(), c); err != nil || pfs.reads.Load() != 32 {
+		if _, _, err := datasetOf(context.Background(), snapOf(), c); err != nil || pfs.reads.Load() != 32 {
 			t.Errorf("%s: %v, %d reads; want all 32 read", name, err, pfs.reads.Load())
 		}
 	}
@@ -100,7 +100,7 @@ func TestIdentityHeadsKept(t *testing.T) {
 	hung := &countingPFS{src: src, hang: true, release: make(chan struct{})}
 	defer close(hung.release)
 	begin := time.Now()
-	_, _, err = datasetOf(snapOf(), identityConfig{pfs: hung, format: "directory", mount: "m3", timeout: 50 * time.Millisecond})
+	_, _, err = datasetOf(context.Background(), snapOf(), identityConfig{pfs: hung, format: "directory", mount: "m3", timeout: 50 * time.Millisecond})
 	if err == nil || !strings.Contains(err.Error(), "--dataset-id") {
 		t.Errorf("a hung PFS: %v after %v; want an error naming --dataset-id", err, time.Since(begin))
 	}
@@ -108,24 +108,24 @@ func TestIdentityHeadsKept(t *testing.T) {
 	// FIFO or a symlink in the kept file's place is not followed.
 	os.Remove(saved)
 	flaky := &failingPFS{countingPFS: countingPFS{src: src}, fail: "01"} // among the oldest (00 was rewritten above)
-	if _, _, err := datasetOf(snapOf(), identityConfig{pfs: flaky, format: "directory", mount: "m4", saved: saved}); err != nil {
+	if _, _, err := datasetOf(context.Background(), snapOf(), identityConfig{pfs: flaky, format: "directory", mount: "m4", saved: saved}); err != nil {
 		t.Fatal(err)
 	}
 	flaky.fail, flaky.reads = "", atomic.Int64{}
-	if _, _, err := datasetOf(snapOf(), identityConfig{pfs: flaky, format: "directory", mount: "m4", saved: saved}); err != nil || flaky.reads.Load() != 1 {
+	if _, _, err := datasetOf(context.Background(), snapOf(), identityConfig{pfs: flaky, format: "directory", mount: "m4", saved: saved}); err != nil || flaky.reads.Load() != 1 {
 		t.Errorf("after a failed head read: %v, %d reads; want that one read again", err, flaky.reads.Load())
 	}
 	os.Remove(saved)
 	if err := syscall.Mkfifo(saved, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := datasetOf(snapOf(), c); err != nil { // returns: the FIFO is not opened for reading
+	if _, _, err := datasetOf(context.Background(), snapOf(), c); err != nil { // returns: the FIFO is not opened for reading
 		t.Errorf("a FIFO in the kept file's place: %v", err)
 	}
 	os.Remove(saved)
 	// An operator's id reads nothing.
 	pfs.reads.Store(0)
-	if _, _, err := datasetOf(snapOf(), identityConfig{pfs: pfs, format: "directory", operatorID: "imagenet"}); err != nil || pfs.reads.Load() != 0 {
+	if _, _, err := datasetOf(context.Background(), snapOf(), identityConfig{pfs: pfs, format: "directory", operatorID: "imagenet"}); err != nil || pfs.reads.Load() != 0 {
 		t.Errorf("--dataset-id: %v, %d reads", err, pfs.reads.Load())
 	}
 }

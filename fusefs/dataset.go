@@ -76,16 +76,9 @@ func (f *FS) lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *
 	if h.NodeId == catalog.RootIno && name == f.cfg.ControlName {
 		return f.lookupControlRoot(out)
 	}
-	d, st := f.entry(h.NodeId)
+	c, st := f.child(cancel, h.NodeId, name) // checked.go
 	if !st.Ok() {
 		return st
-	}
-	if !d.IsDir() {
-		return fuse.Status(syscall.ENOTDIR)
-	}
-	c := d.Child(name)
-	if c == nil {
-		return fuse.ENOENT
 	}
 	f.fillEntry(c, out)
 	return fuse.OK
@@ -101,7 +94,7 @@ func (f *FS) getAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrO
 	if isPseudo(in.NodeId) {
 		return f.getattrControl(in.NodeId, out)
 	}
-	e, st := f.entry(in.NodeId)
+	e, st := f.current(cancel, in.NodeId)
 	if !st.Ok() {
 		return st
 	}
@@ -127,7 +120,7 @@ func (f *FS) open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fu
 	if !f.passthroughOn() {
 		return noOpen
 	}
-	e, st := f.entry(in.NodeId)
+	e, st := f.current(cancel, in.NodeId)
 	if !st.Ok() {
 		return st
 	}
@@ -180,7 +173,7 @@ func (f *FS) write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint3
 // readlink returns a symlink's target. The kernel resolves it, as it
 // would on SOURCE; dlfs itself never follows it.
 func (f *FS) readlink(cancel <-chan struct{}, h *fuse.InHeader) ([]byte, fuse.Status) {
-	e, st := f.entry(h.NodeId)
+	e, st := f.current(cancel, h.NodeId)
 	if !st.Ok() {
 		return nil, st
 	}
@@ -245,7 +238,7 @@ func (f *FS) openDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut)
 			return st
 		}
 	} else {
-		e, st := f.entry(in.NodeId)
+		e, st := f.current(cancel, in.NodeId)
 		if !st.Ok() {
 			return st
 		}
@@ -324,7 +317,8 @@ func (f *FS) readDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirE
 		}
 		// An inode number names one path and type for good (package
 		// catalog), so the current entry is the one of that number.
-		if cur := snap.ByIno(e.Ino); cur != nil {
+		// One not checked against SOURCE yet comes without (checked.go).
+		if cur := snap.ByIno(e.Ino); cur != nil && f.servable(cur) {
 			f.fillEntry(cur, eo)
 		}
 	}

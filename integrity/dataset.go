@@ -3,6 +3,7 @@ package integrity
 import (
 	"container/heap"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"unicode"
@@ -31,8 +32,8 @@ type File interface {
 
 // Identifier draws a dataset's identity from its files (see the package
 // doc). Add every regular file in the catalog's order, which is the same
-// on every host; Dataset then hashes the IdentityFiles oldest, by mtime,
-// then ctime, then size, the first added winning a tie. Memory is
+// on every host; Dataset then hashes the IdentityFiles oldest, by ctime,
+// then mtime, then size, the first added winning a tie. Memory is
 // IdentityFiles files, whatever the dataset's size.
 type Identifier struct {
 	oldest youngestFirst
@@ -45,13 +46,17 @@ type idFile struct {
 	seq int
 }
 
-// older reports whether a is older than b.
+// older reports whether a is older than b: by ctime first, which the
+// filesystem sets and no writer can set back (an mtime is whatever
+// `touch -d`, `cp -p`, `rsync -a` or `tar x` says, and one file dated
+// 2001 would otherwise enter every later mount's identity and split the
+// cluster), then mtime, size and the order added.
 func older(a, b idFile) bool {
 	switch {
-	case a.v.Mtime != b.v.Mtime:
-		return a.v.Mtime < b.v.Mtime
 	case a.v.Ctime != b.v.Ctime:
 		return a.v.Ctime < b.v.Ctime
+	case a.v.Mtime != b.v.Mtime:
+		return a.v.Mtime < b.v.Mtime
 	case a.v.Size != b.v.Size:
 		return a.v.Size < b.v.Size
 	}
@@ -161,8 +166,15 @@ func ValidDatasetID(s string) error {
 
 // MountOf identifies the directory dir shown as format as this host
 // mounts it: statfs's f_fsid (st_dev where the filesystem reports none,
-// as FUSE and NFS do), the directory's inode number, the format and the
-// path. Hosts do not agree on it, and a remount may change it.
+// as FUSE and NFS do), the type and source of the mount holding it (as
+// /proc/self/mountinfo names them: a FUSE client's device number may come
+// back for another filesystem after a remount, its source and type do
+// not), the directory's inode number and birth time where the filesystem
+// keeps one (a directory made anew at the same path, even with the same
+// inode number), the format and the path. Hosts do not agree on it, and a
+// remount may change it. It is the first filter of what this host kept:
+// entries of a saved catalog are still checked one by one (package
+// catalog).
 func MountOf(dir, format string) (string, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(dir, &st); err != nil {
@@ -172,9 +184,35 @@ func MountOf(dir, format string) (string, error) {
 	if err := unix.Statfs(dir, &fs); err != nil {
 		return "", fmt.Errorf("integrity: statfs %s: %w", dir, err)
 	}
-	fsid := uint64(uint32(fs.Fsid.Val[0]))<<32 | uint64(uint32(fs.Fsid.Val[1]))
-	if fsid == 0 {
-		fsid = st.Dev
+	var born int64
+	var stx unix.Statx_t
+	if unix.Statx(unix.AT_FDCWD, dir, 0, unix.STATX_BTIME, &stx) == nil && stx.Mask&unix.STATX_BTIME != 0 {
+		born = stx.Btime.Sec*1e9 + int64(stx.Btime.Nsec)
 	}
-	return fmt.Sprintf("%016x:%d %s %s", fsid, st.Ino, format, dir), nil
+	mounts, _ := os.ReadFile("/proc/self/mountinfo") // none: the rest still binds
+	fstype, source := mountOfDev(mounts, st.Dev)
+	return fmt.Sprintf("%016x:%d %s %s born=%d mount=%q:%q", fsidOf(fs, st.Dev), st.Ino, format, dir, born, fstype, source), nil
+}
+
+// fsidOf is statfs's f_fsid, or dev where the filesystem reports none.
+func fsidOf(fs unix.Statfs_t, dev uint64) uint64 {
+	if fsid := uint64(uint32(fs.Fsid.Val[0]))<<32 | uint64(uint32(fs.Fsid.Val[1])); fsid != 0 {
+		return fsid
+	}
+	return dev
+}
+
+// mountOfDev returns the type and source of the mount of device dev in
+// mountinfo (b), or "" for both.
+func mountOfDev(b []byte, dev uint64) (fstype, source string) {
+	want := fmt.Sprintf("%d:%d", unix.Major(dev), unix.Minor(dev))
+	for _, line := range strings.Split(string(b), "\n") {
+		// ID PARENT MAJ:MIN ROOT POINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPEROPTIONS
+		pre, post, found := strings.Cut(line, " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if found && len(f) >= 3 && len(g) >= 2 && f[2] == want {
+			return g[0], g[1]
+		}
+	}
+	return "", ""
 }

@@ -35,8 +35,11 @@
 // gossip it, and a member of another dataset is never given a share of
 // this one.
 //
-// Drawing it from the oldest files keeps it stable while a dataset grows
-// (new files are younger) and across refreshes. It separates datasets by
+// Drawing it from the oldest files by ctime keeps it stable while a
+// dataset grows (a new file's ctime is now, whatever mtime its writer
+// gives it) and across refreshes; a file of the 32 that is renamed,
+// chmod'ed or rewritten moves its ctime, and so the identity, as a
+// change of its bytes would. It separates datasets by
 // their bytes, and by ctime, which the filesystem sets on every create
 // and write and no user can set: a copy of a dataset, even with names,
 // sizes and mtimes kept, has new ctimes, though at a filesystem's ctime

@@ -1,0 +1,89 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/dlfs/dlfs/catalog"
+	"github.com/dlfs/dlfs/integrity"
+)
+
+// A catalog loaded from its saved snapshot is served only as checked
+// against SOURCE (catalog.Check): the view asks before it hands the
+// kernel an entry (fusefs.Checker), the read path before any tier serves
+// one, and the identity is drawn from checked files only. An entry
+// behind SOURCE is brought up to date at once, for the request that
+// found it: a revalidation by directories (which finds the names an
+// rsync renamed over, a file removed or added), then a full refresh if
+// the entry is still the current one (a file rewritten in place, which
+// no directory shows). Meanwhile, in the background, the keeper
+// revalidates every directory and then checks every entry (CheckAll);
+// from then on a check costs one atomic load.
+
+// Check implements fusefs.Checker.
+func (d dataset) Check(ctx context.Context, e *catalog.Entry) error {
+	n := d.n
+	err := n.cat.Check(ctx, e)
+	if !errors.Is(err, catalog.ErrBehind) {
+		return err
+	}
+	if err := n.revalidator.refresh(ctx); err != nil {
+		return err
+	}
+	if n.cat.Snapshot().ByIno(e.Ino) == e { // no directory showed it: rewritten in place
+		if err := n.refresher.refresh(ctx); err != nil {
+			return err
+		}
+	}
+	return err // resolved again, e is current
+}
+
+// Checked implements fusefs.Checker.
+func (d dataset) Checked(e *catalog.Entry) bool { return d.n.cat.Checked(e) }
+
+// checkLoaded brings a catalog loaded from its saved snapshot up to date
+// and checks all of it: every directory revalidated, then every entry
+// stat'ed against SOURCE, and a full refresh if any was behind. It logs
+// how long each took (the remount suite reads those lines).
+func (n *Node) checkLoaded(ctx context.Context) error {
+	start := time.Now()
+	if _, err := n.refresh(ctx, n.cat.Revalidate); err != nil {
+		return err
+	}
+	n.log.Info("catalog: every directory of the saved snapshot revalidated", "seconds", time.Since(start).Seconds())
+	behind, err := n.cat.CheckAll(ctx)
+	if err != nil {
+		return err
+	}
+	if behind > 0 {
+		n.log.Info("catalog: entries of the saved snapshot were behind SOURCE; refreshing", "behind", behind)
+		if _, err := n.refresh(ctx, n.cat.Refresh); err != nil {
+			return err
+		}
+	}
+	n.log.Info("catalog: every entry of the saved snapshot checked against SOURCE", "behind", behind, "seconds", time.Since(start).Seconds())
+	return nil
+}
+
+// identify draws the dataset's identity from checked files (datasetOf).
+// A saved catalog whose oldest files are behind SOURCE is of another
+// dataset, or of this one changed while dlfs was down: SOURCE is scanned
+// now, before the mount, and the identity drawn from the scan.
+func (n *Node) identify(ctx context.Context, c identityConfig) (integrity.Dataset, error) {
+	ds, saveErr, err := datasetOf(ctx, n.cat.Snapshot(), c)
+	if errors.Is(err, catalog.ErrBehind) {
+		n.log.Warn("catalog: the saved snapshot's oldest files are not as SOURCE has them (another dataset, or changed while dlfs was down); scanning SOURCE", "err", err)
+		if _, err := n.cat.Refresh(ctx); err != nil {
+			return 0, err
+		}
+		ds, saveErr, err = datasetOf(ctx, n.cat.Snapshot(), c)
+	}
+	if err != nil {
+		return 0, err
+	}
+	if saveErr != nil {
+		n.log.Warn("could not keep the dataset identity's heads for the next mount", "err", saveErr)
+	}
+	return ds, nil
+}
