@@ -78,7 +78,7 @@ func TestOwnerTable(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range 3 * ownerPage { // across pages
-				o, err := ownerOf(uint32(i), 900_000+uint32(i%7))
+				o, err := ownerOf(uint32(i), 900_000+uint32(i%7), 0)
 				if err != nil {
 					t.Error(err)
 					return

@@ -25,17 +25,22 @@ import (
 //
 // The file is a stream, written depth first: a header (magic, format
 // version, the dataset's identity, the number of entries, the next inode
-// number, when the scan began), the root's record, then for each directory the number of its
+// number, when the scan began), the table of the ACLs the entries have
+// (each as the value of system.posix_acl_access), the table of their
+// owners (uid, gid and an index into the ACLs, 0 for none, 1 for the
+// first), the root's record, then for each directory the number of its
 // children, the bytes of their names, and their records in name order,
-// each directory's children following its record. A CRC-32C of everything
-// before it ends the file. A reader trusts nothing: counts, lengths,
-// depth, inode numbers, name order and types (the root must be a
-// directory) are checked against bounds as they are read, and the snapshot is used only if the checksum holds at
+// each directory's children following its record. A record names its
+// owner by its index in the table. A CRC-32C of everything before it ends
+// the file. A reader trusts nothing: counts, lengths, depth, inode
+// numbers, owner indexes, ACLs (as the kernel checks them), name order
+// and types (the root must be a directory) are checked against bounds as
+// they are read, and the snapshot is used only if the checksum holds at
 // the end. Anything else is a miss: the caller scans.
 
 const (
 	savedMagic   = "dlfs-catalog\n"
-	savedVersion = 2    // 2: the scan's start time
+	savedVersion = 3    // 2: the scan's start time; 3: owners and ACLs in tables
 	maxSavedName = 4096 // bytes of a name or a symlink's target
 	maxSavedDeep = 4096 // directory depth
 )
@@ -62,6 +67,7 @@ func Save(path string, snap *Snapshot, id string, nextIno uint64) error {
 		enc.u64(uint64(snap.Files + snap.Dirs + symlinks(snap)))
 		enc.u64(nextIno)
 		enc.u64(uint64(snap.Scanned.UnixNano()))
+		enc.owners(snap)
 		enc.entry(snap.Root)
 		if enc.err != nil {
 			return enc.err
@@ -103,6 +109,55 @@ type encoder struct {
 	w   *bufio.Writer
 	buf [8]byte
 	err error
+	// The file's index of each owner index of the process's (owner.go)
+	// that the snapshot's entries have, and the last looked up.
+	owner             map[uint32]uint32
+	lastIdx, lastFile uint32
+}
+
+// owners writes the tables of ACLs and owners of snap's entries.
+func (e *encoder) owners(snap *Snapshot) {
+	e.owner = map[uint32]uint32{}
+	aclFile := map[uint32]uint32{} // process ACL index -> file's (1-based)
+	var list [][3]uint32
+	var aclList []*ACL
+	snap.Walk(func(x *Entry) {
+		if _, ok := e.owner[x.owner]; ok {
+			return
+		}
+		uid, gid := ownerAt(x.owner)
+		ai := ownerACL(x.owner)
+		fa := uint32(0)
+		if ai != 0 {
+			var ok bool
+			if fa, ok = aclFile[ai]; !ok {
+				aclList = append(aclList, aclAt(ai))
+				fa = uint32(len(aclList))
+				aclFile[ai] = fa
+			}
+		}
+		e.owner[x.owner] = uint32(len(list))
+		list = append(list, [3]uint32{uid, gid, fa})
+	})
+	e.u32(uint32(len(aclList)))
+	for _, a := range aclList {
+		e.str16(a.xattr)
+	}
+	e.u32(uint32(len(list)))
+	for _, o := range list {
+		e.u32(o[0])
+		e.u32(o[1])
+		e.u32(o[2])
+	}
+	e.lastIdx, e.lastFile = snap.Root.owner, e.owner[snap.Root.owner]
+}
+
+// ownerIdx is the file's index of the owner with process index i.
+func (e *encoder) ownerIdx(i uint32) uint32 {
+	if i != e.lastIdx {
+		e.lastIdx, e.lastFile = i, e.owner[i]
+	}
+	return e.lastFile
 }
 
 func (e *encoder) bytes(b []byte) {
@@ -126,8 +181,7 @@ func (e *encoder) str32(s string) {
 func (e *encoder) entry(x *Entry) {
 	e.str16(x.Name)
 	e.u32(x.Mode)
-	e.u32(x.Uid())
-	e.u32(x.Gid())
+	e.u32(e.ownerIdx(x.owner))
 	e.u64(uint64(x.Size))
 	e.u64(uint64(x.Mtime))
 	e.u64(uint64(x.Ctime))
@@ -149,13 +203,16 @@ func (e *encoder) entry(x *Entry) {
 	}
 }
 
-// fixedRecord is the bytes of a record's fixed fields (mode, uid, gid,
-// size, mtime, ctime, source inode, inode); minRecord is the fewest bytes a
+// fixedRecord is the bytes of a record's fixed fields (mode, owner, size,
+// mtime, ctime, source inode, inode); minRecord is the fewest bytes a
 // record takes (with its name's length): what a file of n bytes can hold
-// bounds what a reader allocates for it.
+// bounds what a reader allocates for it. An owner takes ownerRecord bytes
+// in its table, an ACL at least aclRecord.
 const (
-	fixedRecord = 3*4 + 5*8
+	fixedRecord = 2*4 + 5*8
 	minRecord   = 2 + fixedRecord
+	ownerRecord = 3 * 4
+	aclRecord   = 2 + 4 + 3*8
 )
 
 // load reads a saved snapshot of dataset id, size bytes long, with at most
@@ -186,6 +243,10 @@ func load(r io.Reader, size int64, id string, maxEntries int) (*Snapshot, uint64
 	// (refreshes retire numbers), but not without bound.
 	if next < 2 || next > 2*total+1024 {
 		return nil, 0, d.fail(fmt.Sprintf("next inode number %d for %d entries", next, total))
+	}
+	d.owners(total, size)
+	if d.err != nil {
+		return nil, 0, d.err
 	}
 	d.left, d.byIno = total, make([]*Entry, next)
 	root := &Entry{}
@@ -222,7 +283,64 @@ type decoder struct {
 	err     error
 	left    uint64   // entries still to read
 	byIno   []*Entry // every entry read, by inode number
-	owner   lastOwner
+	owner   []uint32 // the process's owner index of each of the file's
+}
+
+// owners reads the tables of ACLs and owners of a file of size bytes
+// holding total entries: no more of either than entries, nor than the
+// bytes hold.
+func (d *decoder) owners(total uint64, size int64) {
+	n := uint64(d.u32())
+	if d.err != nil {
+		return
+	}
+	if n > total || n > uint64(max(size, 0))/aclRecord {
+		d.fail(fmt.Sprintf("%d ACLs for %d entries in %d bytes", n, total, size))
+		return
+	}
+	aclIdx := make([]uint32, n+1) // the file's index -> the process's; 0 is none
+	for i := uint64(1); i <= n; i++ {
+		b := d.bytes(int(d.u16()))
+		if d.err != nil {
+			return
+		}
+		a, err := ParseACL(b)
+		if err != nil {
+			d.fail(err.Error())
+			return
+		}
+		if aclIdx[i], err = aclOf(a); err != nil {
+			d.fail(err.Error())
+			return
+		}
+	}
+	m := uint64(d.u32())
+	if d.err != nil {
+		return
+	}
+	if m == 0 || m > total || m > uint64(max(size, 0))/ownerRecord {
+		d.fail(fmt.Sprintf("%d owners for %d entries in %d bytes", m, total, size))
+		return
+	}
+	d.owner = make([]uint32, m)
+	for i := range d.owner {
+		b := d.bytes(ownerRecord)
+		if d.err != nil {
+			return
+		}
+		le := binary.LittleEndian
+		a := le.Uint32(b[8:])
+		if uint64(a) > n {
+			d.fail(fmt.Sprintf("owner %d has ACL %d of %d", i, a, n))
+			return
+		}
+		o, err := ownerOf(le.Uint32(b), le.Uint32(b[4:]), aclIdx[a])
+		if err != nil {
+			d.fail(err.Error())
+			return
+		}
+		d.owner[i] = o
+	}
 }
 
 func (d *decoder) fail(why string) error {
@@ -311,12 +429,14 @@ func (d *decoder) entry(x *Entry, arena *names, depth int) {
 	f := rec[n:]
 	le := binary.LittleEndian
 	x.Mode = le.Uint32(f)
-	if err := x.setOwner(le.Uint32(f[4:]), le.Uint32(f[8:]), &d.owner); err != nil {
-		d.fail(err.Error())
+	o := le.Uint32(f[4:])
+	if uint64(o) >= uint64(len(d.owner)) {
+		d.fail(fmt.Sprintf("owner %d of %d", o, len(d.owner)))
 		return
 	}
-	x.Size, x.Mtime, x.Ctime = int64(le.Uint64(f[12:])), int64(le.Uint64(f[20:])), int64(le.Uint64(f[28:]))
-	x.SrcIno, x.Ino = le.Uint64(f[36:]), le.Uint64(f[44:])
+	x.owner = d.owner[o]
+	x.Size, x.Mtime, x.Ctime = int64(le.Uint64(f[8:])), int64(le.Uint64(f[16:])), int64(le.Uint64(f[24:]))
+	x.SrcIno, x.Ino = le.Uint64(f[32:]), le.Uint64(f[40:])
 	if x.Ino == 0 || x.Ino >= uint64(len(d.byIno)) || d.byIno[x.Ino] != nil {
 		d.fail(fmt.Sprintf("inode number %d out of range or repeated", x.Ino))
 		return

@@ -31,18 +31,33 @@ func (f *snapFile) u32(v uint32) *snapFile { f.b = binary.LittleEndian.AppendUin
 func (f *snapFile) u64(v uint64) *snapFile { f.b = binary.LittleEndian.AppendUint64(f.b, v); return f }
 func (f *snapFile) raw(s string) *snapFile { f.b = append(f.b, s...); return f }
 
-// snapHeader starts a file of dataset id with total entries and next inode.
+// snapHeader starts a file of dataset id with total entries and next
+// inode, and tables of no ACL and one owner, (1000, 1000).
 func snapHeader(id string, total, next uint64) *snapFile {
+	return snapTop(id, total, next).u32(0).u32(1).u32(1000).u32(1000).u32(0)
+}
+
+// snapTop is the header without the tables.
+func snapTop(id string, total, next uint64) *snapFile {
 	f := &snapFile{}
 	f.raw(savedMagic).u32(savedVersion).u32(uint32(len(id))).raw(id)
 	return f.u64(total).u64(next).u64(1_700_000_000_000_000_000)
 }
 
-// rec writes a record: name, mode, uid, gid, size, times, source inode, inode.
+// rec writes a record of owner 0: name, mode, owner, size, times, source
+// inode, inode.
 func (f *snapFile) rec(name string, mode uint32, size int64, ino uint64) *snapFile {
-	f.u16(uint16(len(name))).raw(name)
-	return f.u32(mode).u32(1000).u32(1000).u64(uint64(size)).u64(5).u64(6).u64(ino + 100).u64(ino)
+	return f.recOf(name, mode, 0, size, ino)
 }
+
+// recOf writes a record of owner o.
+func (f *snapFile) recOf(name string, mode, o uint32, size int64, ino uint64) *snapFile {
+	f.u16(uint16(len(name))).raw(name)
+	return f.u32(mode).u32(o).u64(uint64(size)).u64(5).u64(6).u64(ino + 100).u64(ino)
+}
+
+// acl writes an ACL of the table of ACLs.
+func (f *snapFile) acl(b []byte) *snapFile { return f.u16(uint16(len(b))).raw(string(b)) }
 
 // dir writes a directory's child count and bytes of names.
 func (f *snapFile) dir(count, nameBytes uint32) *snapFile { return f.u32(count).u32(nameBytes) }
@@ -108,7 +123,7 @@ func TestLoadBounds(t *testing.T) {
 	}{
 		{"good", smallSnap().sealed(), 100, ""},
 		{"bad magic", append([]byte("dlfs-catalog?"), smallSnap().sealed()[len(savedMagic):]...), 100, "not a saved catalog"},
-		{"other version", (&snapFile{}).raw(savedMagic).u32(savedVersion + 1).sealed(), 100, "format version 3"},
+		{"other version", (&snapFile{}).raw(savedMagic).u32(savedVersion + 1).sealed(), 100, "format version 4"},
 		{"other dataset", snapHeader("dataset-2", 1, 2).rec("", snapDir, 0, 1).dir(0, 0).sealed(), 100, "another dataset"},
 		{"identity of 4096 bytes read", snapHeader(strings.Repeat("i", 1<<12), 1, 2).sealed(), 100, "another dataset"},
 		{"identity of 4097 bytes", snapHeader(strings.Repeat("i", 1<<12+1), 1, 2).sealed(), 100, "a string of 4097 bytes"},
@@ -141,6 +156,19 @@ func TestLoadBounds(t *testing.T) {
 		{"names out of order", snapHeader(snapID, 3, 4).rec("", snapDir, 0, 1).dir(2, 2).rec("b", snapReg, 0, 2).rec("a", snapReg, 0, 3).sealed(), 100, "names out of order"},
 		{"a name twice", snapHeader(snapID, 3, 4).rec("", snapDir, 0, 1).dir(2, 2).rec("a", snapReg, 0, 2).rec("a", snapReg, 0, 3).sealed(), 100, "names out of order"},
 		{"a fifo", snapHeader(snapID, 2, 3).rec("", snapDir, 0, 1).dir(1, 1).rec("p", syscall.S_IFIFO|0o644, 0, 2).sealed(), 100, "mode 10644"},
+		{"owner 0 of 1", snapHeader(snapID, 2, 3).rec("", snapDir, 0, 1).dir(1, 1).recOf("a", snapReg, 0, 0, 2).sealed(), 100, ""},
+		{"owner 1 of 1", snapHeader(snapID, 2, 3).rec("", snapDir, 0, 1).dir(1, 1).recOf("a", snapReg, 1, 0, 2).sealed(), 100, "owner 1 of 1"},
+		{"no owners", snapTop(snapID, 1, 2).u32(0).u32(0).rec("", snapDir, 0, 1).dir(0, 0).sealed(), 100, "0 owners"},
+		{"owners at total", snapTop(snapID, 1, 2).u32(0).u32(1).u32(1).u32(1).u32(0).rec("", snapDir, 0, 1).dir(0, 0).sealed(), 100, ""},
+		{"owners past total", snapTop(snapID, 1, 2).u32(0).u32(2).u32(1).u32(1).u32(0).u32(2).u32(2).u32(0).rec("", snapDir, 0, 1).dir(0, 0).sealed(), 100, "2 owners for 1 entries"},
+		{"an ACL", snapTop(snapID, 2, 3).u32(1).acl(namedACL).u32(2).u32(1).u32(1).u32(0).u32(1).u32(1).u32(1).
+			rec("", snapDir, 0, 1).dir(1, 1).recOf("a", snapReg, 1, 0, 2).sealed(), 100, ""},
+		{"ACLs past total", snapTop(snapID, 1, 2).u32(2).acl(namedACL).acl(namedACL).u32(1).u32(1).u32(1).u32(0).
+			rec("", snapDir, 0, 1).dir(0, 0).sealed(), 100, "2 ACLs for 1 entries"},
+		{"an owner's ACL past the table", snapTop(snapID, 2, 3).u32(1).acl(namedACL).u32(2).u32(1).u32(1).u32(0).u32(1).u32(1).u32(2).
+			rec("", snapDir, 0, 1).dir(1, 1).recOf("a", snapReg, 1, 0, 2).sealed(), 100, "owner 1 has ACL 2 of 1"},
+		{"an invalid ACL", snapTop(snapID, 1, 2).u32(1).acl(namedACL[:len(namedACL)-8]).u32(1).u32(1).u32(1).u32(0).
+			rec("", snapDir, 0, 1).dir(0, 0).sealed(), 100, "invalid POSIX ACL"},
 		{"checksum wrong", append(smallSnap().b, 0, 0, 0, 0), 100, "checksum mismatch"},
 		{"checksum short", smallSnap().sealed()[:len(smallSnap().b)+3], 100, "checksum mismatch"},
 		{"bytes after the checksum", append(smallSnap().sealed(), 0), 100, "bytes after the checksum"},

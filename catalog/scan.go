@@ -136,6 +136,7 @@ type scanner struct {
 	trusted int64 // a directory's times say it is unchanged only if they are before this (ns)
 	reused  atomic.Int64
 	ops     atomic.Int64 // calls to SOURCE answered: a scan whose count stops moving has stalled
+	noACL   atomic.Bool  // SOURCE keeps no ACLs: stop asking (acl.go)
 
 	mu                sync.Mutex
 	unreadable        []string // (mu) the first maxUnreadable entries that could not be read
@@ -233,8 +234,11 @@ func (sc *scanner) reuse(d, old *Entry) bool {
 		var st unix.Stat_t
 		err := source.IgnoringEINTR(func() error { return unix.Lstat(filepath.Join(full, e.Name), &st) })
 		sc.ops.Add(1)
-		if err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFDIR || fill(e, &st, &last) != nil {
+		if err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
 			return false // changed under the scan: read d instead
+		}
+		if a, err := sc.acl(-1, full, e.Name, st.Mode); err != nil || fillACL(e, &st, a, &last) != nil {
+			return false
 		}
 	}
 	sc.reused.Add(1)
@@ -400,8 +404,19 @@ func (sc *scanner) read(d, old *Entry) ([]Entry, error) {
 			}
 			continue
 		}
+		a, err := sc.acl(fd, full, name, st.Mode)
+		if err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				sc.skipped.Add(1)
+				continue
+			}
+			if e, ok := sc.keepEntry(d, old, name, err); ok {
+				out = append(out, e)
+			}
+			continue
+		}
 		e := Entry{Name: arena.intern(name)}
-		if err := fill(&e, &st, &last); err != nil {
+		if err := fillACL(&e, &st, a, &last); err != nil {
 			sc.c.cfg.Logger.Warn("catalog: skipping entry", "path", join(d.Path(), name), "err", err)
 			sc.skipped.Add(1)
 			continue
@@ -473,22 +488,30 @@ func (c *Catalog) stat(path string, e *Entry) error {
 	if err := unix.Stat(path, &st); err != nil {
 		return fmt.Errorf("stat %s: %w", path, err)
 	}
-	if err := fill(e, &st, nil); err != nil {
+	a, _, err := readACL(-1, path, "", st.Mode)
+	if err != nil {
+		return fmt.Errorf("stat %s: %w", path, err)
+	}
+	if err := fillACL(e, &st, a, nil); err != nil {
 		return fmt.Errorf("stat %s: %w", path, err)
 	}
 	return nil
 }
 
-// fill sets e's metadata from st, its owner through last (setOwner). It
-// fails only if the process has run out of owner indexes (owner.go), with
-// everything else set.
-func fill(e *Entry, st *unix.Stat_t, last *lastOwner) error {
+// fill sets e's metadata from st, its owner through last (setOwnerACL),
+// without an ACL.
+func fill(e *Entry, st *unix.Stat_t, last *lastOwner) error { return fillACL(e, st, nil, last) }
+
+// fillACL sets e's metadata from st, its owner and ACL a through last
+// (setOwnerACL). It fails only if the process has run out of owner or ACL
+// indexes (owner.go, acl.go), with everything else set.
+func fillACL(e *Entry, st *unix.Stat_t, a *ACL, last *lastOwner) error {
 	e.Mode = st.Mode
 	e.Size = st.Size
 	e.Mtime = st.Mtim.Nano()
 	e.Ctime = st.Ctim.Nano()
 	e.SrcIno = st.Ino
-	return e.setOwner(st.Uid, st.Gid, last)
+	return e.setOwnerACL(st.Uid, st.Gid, a, last)
 }
 
 func join(dir, name string) string {
