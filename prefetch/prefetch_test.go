@@ -690,11 +690,70 @@ func TestSampleLargerThanTheStage(t *testing.T) {
 	if most.Load() > stage {
 		t.Errorf("the stage held %d bytes, more than its %d", most.Load(), stage)
 	}
-	if n := fl.blocks.Load(); n > 5+stage/block+2 {
-		t.Errorf("%d blocks read for a 1 MiB sample and five small ones with a %d-byte stage", n, stage)
+	// Seven small samples, one block each, and the big one's head: as much
+	// as the stage had room for when it was scheduled (all of it, if the
+	// two before it were taken by then), and one block past it. Whether
+	// its reader comes while its head is fetched does not matter: the
+	// fetch stops at the first block the stage refuses
+	// (TestHeadFetchStopsWhenConsumed).
+	if n := fl.blocks.Load(); n > 7+stage/block+1 {
+		t.Errorf("%d blocks read for a 1 MiB sample and seven small ones with a %d-byte stage", n, stage)
 	}
 	if tot, _ := p.Stats(); tot.Errors != 0 {
 		t.Errorf("%d fetch errors: stopping at the head is not one", tot.Errors)
+	}
+}
+
+// TestHeadFetchStopsWhenConsumed: a sample larger than the stage whose
+// reader reaches it while its head is fetched is fetched no further: the
+// stage refuses its next block, and the fetch stops there instead of
+// reading the rest of the sample for nothing.
+func TestHeadFetchStopsWhenConsumed(t *testing.T) {
+	root := t.TempDir()
+	for i, size := range []int{1 << 20, 1000} {
+		p := filepath.Join(root, "data", "c", fmt.Sprintf("%04d.jpg", i))
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, make([]byte, size), 0o644)
+	}
+	cat, err := catalog.Open(context.Background(), catalog.DefaultConfig(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := jobs.New(jobs.Config{Snapshot: cat.Snapshot})
+	const stage, block = 64 << 10, 16 << 10
+	// No fetch starts before p and big are set.
+	ready := make(chan struct{})
+	fl := &fakeLoader{fetches: map[string]int{}, blockSize: block, onFetch: func(*catalog.Entry) { <-ready }}
+	var p *Prefetcher
+	var big *catalog.Entry
+	var came atomic.Bool
+	watch := func() {
+		// The big sample's first block is staged: its reader comes.
+		if !came.Load() && p.stage.has(big.Ino) {
+			came.Store(true)
+			p.ObserveRead(0, true, big, 0, 0)
+		}
+	}
+	p = New(Config{Workers: 1, Staging: stage, BlockSize: block}, &watchingLoader{fl, watch}, reg)
+	t.Cleanup(func() { checkInvariant(t, p) })
+	t.Cleanup(p.Close)
+	cmds, _ := control.Parse([]byte("job=j root=data sampler=sequential epoch=0 lookahead=1"))
+	if err := reg.Apply(cmds[0].(control.Job)); err != nil {
+		t.Fatal(err)
+	}
+	j := reg.Get("j")
+	big = j.Samples[j.Order(0, 0)[0]].Entry
+	close(ready)
+	if big.Size != 1<<20 {
+		t.Fatalf("the first sample has %d bytes, want the 1 MiB one", big.Size)
+	}
+	waitFor(t, "the sample after it", func() bool { return fl.total.Load() == 2 })
+	if !came.Load() {
+		t.Fatal("the big sample's head was never staged")
+	}
+	// Block 0 staged, block 1 refused (its reader came): the fetch stops.
+	if n := fl.blocks.Load(); n != 2+1 {
+		t.Errorf("%d blocks read for a 1 MiB sample consumed after its first block, and a small one; want 2 of the big one and the small one", n)
 	}
 }
 

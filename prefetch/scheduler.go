@@ -299,8 +299,9 @@ func (p *Prefetcher) work(ctx context.Context) {
 }
 
 // fetchHead fetches the first head bytes of e, a sample larger than the
-// stage, into the stage: the fetch stops at the first block past head
-// (the loader reads at most two blocks more, which are dropped). The
+// stage, into the stage: the fetch stops at the first block past head,
+// or at the first the stage refuses (its reader consumed it meanwhile);
+// the loader reads at most two blocks more, which are dropped. The
 // reader reads the rest through the tiers as it goes, so one sample never
 // holds more of the stage than head.
 func (p *Prefetcher) fetchHead(ctx context.Context, e *catalog.Entry, head int64) (int, error) {
@@ -313,6 +314,10 @@ func (p *Prefetcher) fetchHead(ctx context.Context, e *catalog.Entry, head int64
 			return false
 		}
 		if !p.keep(e, loader.BlockKey(e.Path(), i), b, false) {
+			// Consumed or no longer planned meanwhile: no later block of
+			// it is kept either, and the reader reads them itself. (A
+			// fetch that went on read the whole sample, for nothing.)
+			stop()
 			return false
 		}
 		kept += int64(len(b.Data))
