@@ -643,21 +643,7 @@ func TestOtherUsersReads(t *testing.T) {
 // stage never holds more than its size; the samples after it are
 // prefetched as before. Before, the stage took all of it once empty.
 func TestSampleLargerThanTheStage(t *testing.T) {
-	root := t.TempDir()
-	for i := 0; i < 8; i++ {
-		size := 1000
-		if i == 2 {
-			size = 1 << 20
-		}
-		p := filepath.Join(root, "data", "c", fmt.Sprintf("%04d.jpg", i))
-		os.MkdirAll(filepath.Dir(p), 0o755)
-		os.WriteFile(p, make([]byte, size), 0o644)
-	}
-	cat, err := catalog.Open(context.Background(), catalog.DefaultConfig(root))
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := jobs.New(jobs.Config{Snapshot: cat.Snapshot})
+	reg := sizedSamples(t, 1000, 1000, 1<<20, 1000, 1000, 1000, 1000, 1000)
 	const stage, block = 64 << 10, 16 << 10
 	fl := &fakeLoader{fetches: map[string]int{}, blockSize: block}
 	var p *Prefetcher
@@ -709,17 +695,7 @@ func TestSampleLargerThanTheStage(t *testing.T) {
 // stage refuses its next block, and the fetch stops there instead of
 // reading the rest of the sample for nothing.
 func TestHeadFetchStopsWhenConsumed(t *testing.T) {
-	root := t.TempDir()
-	for i, size := range []int{1 << 20, 1000} {
-		p := filepath.Join(root, "data", "c", fmt.Sprintf("%04d.jpg", i))
-		os.MkdirAll(filepath.Dir(p), 0o755)
-		os.WriteFile(p, make([]byte, size), 0o644)
-	}
-	cat, err := catalog.Open(context.Background(), catalog.DefaultConfig(root))
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := jobs.New(jobs.Config{Snapshot: cat.Snapshot})
+	reg := sizedSamples(t, 1<<20, 1000)
 	const stage, block = 64 << 10, 16 << 10
 	// No fetch starts before p and big are set.
 	ready := make(chan struct{})
@@ -755,6 +731,25 @@ func TestHeadFetchStopsWhenConsumed(t *testing.T) {
 	if n := fl.blocks.Load(); n != 2+1 {
 		t.Errorf("%d blocks read for a 1 MiB sample consumed after its first block, and a small one; want 2 of the big one and the small one", n)
 	}
+}
+
+// sizedSamples makes data/c/0000.jpg and on, of the sizes given, and
+// returns a registry over their catalog.
+func sizedSamples(t *testing.T, sizes ...int) *jobs.Registry {
+	t.Helper()
+	root := t.TempDir()
+	for i, size := range sizes {
+		p := filepath.Join(root, "data", "c", fmt.Sprintf("%04d.jpg", i))
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, make([]byte, size), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cat, err := catalog.Open(context.Background(), catalog.DefaultConfig(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return jobs.New(jobs.Config{Snapshot: cat.Snapshot})
 }
 
 // watchingLoader is a Loader that calls watch after every block it hands
