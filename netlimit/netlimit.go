@@ -13,6 +13,23 @@
 // Config.Lifetime, no deadline set on an admitted connection reaches past
 // that long after its admission.
 //
+// # Strangers and known hosts
+//
+// A connection from a host that Config.Known names (a cluster member's
+// address) is a known host's; any other is a stranger's. Strangers hold
+// at most MaxConns-Config.Reserve slots, so idle strangers cannot keep
+// the known hosts out. With Config.Evict, a connection that finds no
+// slot closes the oldest stranger's connection and takes its slot,
+// instead of being refused: idle connections cannot keep a newcomer out
+// either, as long as it finishes before that many more strangers arrive.
+//
+// # Bytes
+//
+// Conn.Charge counts what a connection makes the server hold (a frame
+// it declared, say) against Config.Bytes: one budget for strangers, one
+// of the same size for known hosts. A charge past it fails, and the
+// server closes the connection; Close and Release give the bytes back.
+//
 // Listener applies a Limiter to a net.Listener (an HTTP server's); a
 // server that accepts by itself (memberlist's transport) calls Admit.
 // HTTPServer adds read, write and idle timeouts for net/http.
@@ -25,6 +42,7 @@
 package netlimit
 
 import (
+	"container/list"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -43,8 +61,20 @@ type Config struct {
 	MaxConns   int           // connections held at once; default 128
 	MaxPerHost int           // of them from one source IP; default 16
 	Lifetime   time.Duration // 0: no cap on deadlines (see package doc)
-	LogEvery   time.Duration // at most one refusal line per interval; default 10 s
-	Logger     *slog.Logger  // nil: discard
+	// Reserve is how many of MaxConns only known hosts may hold.
+	Reserve int
+	// Known reports whether host (a source IP, see Host) is a known
+	// host's. It is called once per connection, outside the limiter's
+	// lock, and must not block. nil: every host is a stranger.
+	Known func(host string) bool
+	// Evict closes the oldest stranger's connection for a newcomer that
+	// finds no slot (see package doc); false here takes the default's.
+	Evict bool
+	// Bytes is what strangers' connections may have charged at once, and
+	// known hosts' as much again. 0: no budget.
+	Bytes    int64
+	LogEvery time.Duration // at most one refusal line per interval; default 10 s
+	Logger   *slog.Logger  // nil: discard
 }
 
 // DefaultConfig returns the defaults for a server called name.
@@ -61,7 +91,7 @@ func DefaultConfig(name string) Config {
 var ErrConfig = errors.New("netlimit: bad configuration")
 
 // Or returns c with its zero fields taken from def (MaxPerHost at most
-// MaxConns).
+// MaxConns; Reserve the same share of MaxConns as def's).
 func (c Config) Or(def Config) Config {
 	if c.Name == "" {
 		c.Name = def.Name
@@ -74,6 +104,16 @@ func (c Config) Or(def Config) Config {
 	}
 	if c.Lifetime == 0 {
 		c.Lifetime = def.Lifetime
+	}
+	if c.Reserve == 0 && def.MaxConns > 0 {
+		c.Reserve = def.Reserve * c.MaxConns / def.MaxConns // the same share of MaxConns
+	}
+	if c.Known == nil {
+		c.Known = def.Known
+	}
+	c.Evict = c.Evict || def.Evict
+	if c.Bytes == 0 {
+		c.Bytes = def.Bytes
 	}
 	if c.LogEvery == 0 {
 		c.LogEvery = def.LogEvery
@@ -100,6 +140,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: %s: MaxConns %d is negative", ErrConfig, c.Name, c.MaxConns)
 	case c.MaxPerHost < 0 || c.MaxPerHost > c.MaxConns:
 		return fmt.Errorf("%w: %s: MaxPerHost %d must be 0 to MaxConns (%d)", ErrConfig, c.Name, c.MaxPerHost, c.MaxConns)
+	case c.Reserve < 0 || c.Reserve > c.MaxConns:
+		return fmt.Errorf("%w: %s: Reserve %d must be 0 to MaxConns (%d)", ErrConfig, c.Name, c.Reserve, c.MaxConns)
+	case c.Bytes < 0:
+		return fmt.Errorf("%w: %s: Bytes %d is negative", ErrConfig, c.Name, c.Bytes)
 	case c.Lifetime < 0:
 		return fmt.Errorf("%w: %s: Lifetime %v is negative", ErrConfig, c.Name, c.Lifetime)
 	case c.LogEvery < 0:
@@ -114,12 +158,19 @@ type Limiter struct {
 	cfg  Config // read-only after New
 	logs ratelog.Every
 
-	mu     sync.Mutex
-	held   int            // mu guards held and byHost
-	byHost map[string]int // INVARIANT: sums to held; no zero values
+	mu        sync.Mutex
+	held      int            // mu guards held, byHost, strangers, charged and each Conn's held fields
+	byHost    map[string]int // INVARIANT: sums to held; no zero values
+	strangers list.List      // of *Conn: strangers' connections holding a slot, oldest first
+	charged   [2]int64       // bytes charged by strangers' [0] and known hosts' [1] connections
 
 	refused atomic.Int64
+	evicted atomic.Int64
+	overrun atomic.Int64
 }
+
+// ErrBudget is a charge past Config.Bytes.
+var ErrBudget = errors.New("netlimit: over the byte budget")
 
 // New returns a limiter for cfg.
 func New(cfg Config) (*Limiter, error) {
@@ -145,29 +196,46 @@ func Host(a net.Addr) string {
 }
 
 // Admit gives c a slot and returns it wrapped, or closes it and returns
-// false when the server or c's source address holds all it may.
+// false when the server or c's source address holds all it may. With
+// Config.Evict, it may close the oldest stranger's connection instead.
 func (l *Limiter) Admit(c net.Conn) (*Conn, bool) {
 	host := Host(c.RemoteAddr())
+	known := l.cfg.Known != nil && l.cfg.Known(host)
+	w := &Conn{Conn: c, l: l, host: host, known: known}
 	l.mu.Lock()
 	why := ""
+	var victim *Conn
+	full := l.held >= l.cfg.MaxConns || !known && l.strangers.Len() >= l.cfg.MaxConns-l.cfg.Reserve
 	switch {
-	case l.held >= l.cfg.MaxConns:
-		why = "too many connections"
 	case l.byHost[host] >= l.cfg.MaxPerHost:
 		why = "too many connections from one address"
+	case full && (!l.cfg.Evict || l.strangers.Len() == 0):
+		why = "too many connections"
 	default:
+		if full {
+			victim = l.strangers.Front().Value.(*Conn)
+			l.releaseLocked(victim)
+		}
 		l.held++
 		l.byHost[host]++
+		if !known {
+			w.elem = l.strangers.PushBack(w)
+		}
 	}
 	l.mu.Unlock()
 	if why != "" {
 		c.Close()
 		l.refused.Add(1)
 		l.logs.Warn(l.cfg.Logger, l.cfg.Name+": refusing connections: "+why,
-			"remote", c.RemoteAddr().String(), "max", l.cfg.MaxConns, "max_per_address", l.cfg.MaxPerHost)
+			"remote", c.RemoteAddr().String(), "max", l.cfg.MaxConns, "max_per_address", l.cfg.MaxPerHost, "reserved", l.cfg.Reserve)
 		return nil, false
 	}
-	w := &Conn{Conn: c, l: l, host: host}
+	if victim != nil {
+		victim.Conn.Close()
+		l.evicted.Add(1)
+		l.logs.Warn(l.cfg.Logger, l.cfg.Name+": no slot free: closing the oldest stranger's connection for a new one",
+			"closed", victim.RemoteAddr().String(), "remote", c.RemoteAddr().String(), "max", l.cfg.MaxConns, "reserved", l.cfg.Reserve)
+	}
 	if l.cfg.Lifetime > 0 {
 		w.end = time.Now().Add(l.cfg.Lifetime)
 		_ = c.SetDeadline(w.end)
@@ -175,13 +243,22 @@ func (l *Limiter) Admit(c net.Conn) (*Conn, bool) {
 	return w, true
 }
 
-func (l *Limiter) release(host string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.held--
-	if l.byHost[host]--; l.byHost[host] <= 0 {
-		delete(l.byHost, host)
+// releaseLocked gives c's slot and bytes back, once. l.mu must be held.
+func (l *Limiter) releaseLocked(c *Conn) {
+	if c.released {
+		return
 	}
+	c.released = true
+	l.held--
+	if l.byHost[c.host]--; l.byHost[c.host] <= 0 {
+		delete(l.byHost, c.host)
+	}
+	if c.elem != nil {
+		l.strangers.Remove(c.elem)
+		c.elem = nil
+	}
+	l.charged[c.pool()] -= c.charged
+	c.charged = 0
 }
 
 // Held returns how many connections hold a slot now.
@@ -198,21 +275,78 @@ func (l *Limiter) HeldBy(host string) int {
 	return l.byHost[host]
 }
 
+// Charged returns the bytes charged now by strangers' connections and by
+// known hosts'.
+func (l *Limiter) Charged() (strangers, known int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.charged[0], l.charged[1]
+}
+
 // Refused returns how many connections were closed for want of a slot.
 func (l *Limiter) Refused() int64 { return l.refused.Load() }
+
+// Evicted returns how many strangers' connections were closed for a
+// newcomer (Config.Evict).
+func (l *Limiter) Evicted() int64 { return l.evicted.Load() }
+
+// Overruns returns how many charges failed (Config.Bytes).
+func (l *Limiter) Overruns() int64 { return l.overrun.Load() }
 
 // Conn is an admitted connection. Close (or Release) gives its slot back.
 type Conn struct {
 	net.Conn
-	l    *Limiter
-	host string
-	end  time.Time // with Config.Lifetime: no deadline beyond; read-only
-	once sync.Once
+	l     *Limiter
+	host  string
+	known bool      // a known host's (Config.Known); read-only
+	end   time.Time // with Config.Lifetime: no deadline beyond; read-only
+
+	released bool          // l.mu guards released, elem and charged
+	elem     *list.Element // in l.strangers while a stranger's holds a slot
+	charged  int64
 }
 
-// Release gives the slot back and leaves the connection open: it is no
-// longer a stranger's. Safe to call more than once, and with Close.
-func (c *Conn) Release() { c.once.Do(func() { c.l.release(c.host) }) }
+// Known reports whether c came from a known host (Config.Known).
+func (c *Conn) Known() bool { return c.known }
+
+func (c *Conn) pool() int {
+	if c.known {
+		return 1
+	}
+	return 0
+}
+
+// Charge counts n more bytes that c makes the server hold, against
+// Config.Bytes. Past the budget it charges nothing and returns an error
+// wrapping ErrBudget: the caller closes c. A released connection is
+// charged nothing. Safe for concurrent use.
+func (c *Conn) Charge(n int64) error {
+	l := c.l
+	l.mu.Lock()
+	over := !c.released && l.cfg.Bytes > 0 && l.charged[c.pool()]+n > l.cfg.Bytes
+	charged := l.charged[c.pool()]
+	if !over && !c.released {
+		c.charged += n
+		l.charged[c.pool()] += n
+	}
+	l.mu.Unlock()
+	if !over {
+		return nil
+	}
+	l.overrun.Add(1)
+	l.logs.Warn(l.cfg.Logger, l.cfg.Name+": refusing a connection: over the byte budget",
+		"remote", c.RemoteAddr().String(), "bytes", n, "charged", charged, "budget", l.cfg.Bytes, "known", c.known)
+	return fmt.Errorf("%w: %s: %s wants %d bytes, %d of %d are charged", ErrBudget, l.cfg.Name, c.RemoteAddr(), n, charged, l.cfg.Bytes)
+}
+
+// Release gives the slot and the bytes charged back and leaves the
+// connection open: it is no longer a stranger's. Safe to call more than
+// once, and with Close.
+func (c *Conn) Release() {
+	c.l.mu.Lock()
+	c.l.releaseLocked(c)
+	c.l.mu.Unlock()
+}
 
 // Close closes the connection and gives its slot back.
 func (c *Conn) Close() error {

@@ -154,7 +154,8 @@ func TestLifetime(t *testing.T) {
 }
 
 func TestConfigErrors(t *testing.T) {
-	for _, c := range []Config{{MaxConns: -1}, {MaxConns: 2, MaxPerHost: 3}, {Lifetime: -1}, {LogEvery: -time.Second}} {
+	for _, c := range []Config{{MaxConns: -1}, {MaxConns: 2, MaxPerHost: 3}, {Lifetime: -1}, {LogEvery: -time.Second},
+		{MaxConns: 2, Reserve: 3}, {Reserve: -1}, {Bytes: -1}} {
 		if _, err := New(c); !errors.Is(err, ErrConfig) {
 			t.Errorf("New(%+v): %v, want ErrConfig", c, err)
 		}
