@@ -98,6 +98,9 @@ type Cluster struct {
 	log *slog.Logger
 	ml  *memberlist.Memberlist
 	tr  *transport // memberlist's, with its inbound streams bounded
+	// hosts are the addresses of the other members alive: their streams
+	// take the slots kept for members (transport.go).
+	hosts *hostSet
 
 	delegate *delegate
 	// addr is the advertised gossip address, read once at Start: the
@@ -183,12 +186,15 @@ func Start(cfg Config) (*Cluster, error) {
 		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
 	}
 	mc.Logger = slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug)
-	tr, err := newTransport(mc, streamLimits(cfg, mc.TCPTimeout))
+	hosts := &hostSet{n: map[string]int{}}
+	limits := streamLimits(cfg, mc.TCPTimeout)
+	limits.Known = hosts.has
+	tr, err := newTransport(mc, limits, cfg.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: start gossip on %s: %w", cfg.Bind, err)
 	}
 	mc.Transport = tr
-	c := &Cluster{cfg: cfg, log: cfg.Logger, tr: tr, members: map[string]member{}, stop: make(chan struct{})}
+	c := &Cluster{cfg: cfg, log: cfg.Logger, tr: tr, hosts: hosts, members: map[string]member{}, stop: make(chan struct{})}
 	c.delegate = &delegate{meta: meta}
 	mc.Delegate = c.delegate
 	mc.Events = &events{c: c}
@@ -200,16 +206,26 @@ func Start(cfg Config) (*Cluster, error) {
 	local := c.ml.LocalNode()
 	c.addr = net.JoinHostPort(local.Addr.String(), strconv.Itoa(int(local.Port)))
 	if len(cfg.Join) > 0 {
-		n, err := c.join(joinEnough) // join.go
-		if err != nil {
-			c.ml.Shutdown()
-			return nil, fmt.Errorf("cluster: join %v: %w (is the cluster key the same on every node?)", cfg.Join, err)
-		}
-		if n == 0 {
-			c.log.Warn("cluster: no member named by --join answered yet; serving alone and trying again", "join", cfg.Join)
-		}
+		// The first round of joins runs in the background: Start waits
+		// for its outcome at most joinWait (join.go).
+		first := make(chan joinOutcome, 1)
 		c.wg.Add(1)
-		go c.keepJoining(n > 0, mc.DeadNodeReclaimTime)
+		go c.keepJoining(first, mc.DeadNodeReclaimTime)
+		select {
+		case o := <-first:
+			if o.n == 0 && o.err != nil {
+				close(c.stop)
+				c.tr.abort()
+				c.wg.Wait()
+				c.ml.Shutdown()
+				return nil, fmt.Errorf("cluster: join %v: %w (is the cluster key the same on every node?)", cfg.Join, o.err)
+			}
+			if o.n == 0 {
+				c.log.Warn("cluster: no member named by --join answered yet; serving alone and trying again", "join", cfg.Join)
+			}
+		case <-time.After(joinWait):
+			c.log.Warn("cluster: no member named by --join answered within "+joinWait.String()+"; serving alone and trying in the background", "join", cfg.Join)
+		}
 	}
 	return c, nil
 }
@@ -281,6 +297,7 @@ func (c *Cluster) Close() error {
 	c.closed = true
 	c.mu.Unlock()
 	close(c.stop)
+	c.tr.abort() // joins waiting on a dial or a reply end now
 	c.wg.Wait()
 	err := c.ml.Leave(2 * time.Second)
 	if serr := c.ml.Shutdown(); err == nil {
@@ -305,8 +322,17 @@ func (c *Cluster) record(n *memberlist.Node, state string) {
 	defer c.mu.Unlock()
 	now := time.Now()
 	since := now
-	if old, ok := c.members[n.Name]; ok && old.State == m.State {
+	old, ok := c.members[n.Name]
+	if ok && old.State == m.State {
 		since = old.since // an update, not a change of state
+	}
+	if n.Name != c.cfg.NodeName {
+		if ok && old.State == StateAlive {
+			c.hosts.add(hostOf(old.Addr), -1)
+		}
+		if m.State == StateAlive {
+			c.hosts.add(n.Addr.String(), 1)
+		}
 	}
 	c.members[n.Name] = member{m, since}
 	c.forget(now)
@@ -383,4 +409,41 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 		state = StateLeft
 	}
 	e.c.record(n, state)
+}
+
+// hostSet counts the members alive at each IP. Safe for concurrent use;
+// has never blocks for long (it is netlimit's Known). A nil set is empty
+// and stays so.
+type hostSet struct {
+	mu sync.Mutex
+	n  map[string]int // mu guards n; INVARIANT: no zero values
+}
+
+func (h *hostSet) add(host string, d int) {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n[host] += d; h.n[host] <= 0 {
+		delete(h.n, host)
+	}
+}
+
+func (h *hostSet) has(host string) bool {
+	if h == nil {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n[host] > 0
+}
+
+// hostOf returns the IP of HOST:PORT.
+func hostOf(addr string) string {
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	return h
 }

@@ -98,6 +98,7 @@ func FuzzDecodeMeta(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{1, '{'})
 	f.Add([]byte{2, '{', '}'})
+	f.Add(append([]byte{1}, `{"ram":1,"ssd":-1}`...))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := DecodeMeta(b)
 		if err != nil {

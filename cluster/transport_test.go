@@ -44,8 +44,8 @@ func TestGossipStreamsBounded(t *testing.T) {
 
 func TestStreamLimitsDefaults(t *testing.T) {
 	l := streamLimits(Config{Streams: netlimit.Config{MaxConns: 4}}, 10*time.Second)
-	if l.MaxConns != 4 || l.MaxPerHost != 4 || l.Lifetime != 5*time.Second {
-		t.Fatalf("limits %+v: want MaxConns 4, MaxPerHost 4 (capped by MaxConns), Lifetime 5s", l)
+	if l.MaxConns != 4 || l.MaxPerHost != 4 || l.Lifetime != 5*time.Second || l.Reserve != 1 || !l.Evict || l.Bytes != 16<<20 {
+		t.Fatalf("limits %+v: want MaxConns 4, MaxPerHost 4 (capped by MaxConns), Lifetime 5s, Reserve 1 (a quarter), Evict, Bytes 16 MiB", l)
 	}
 	if l := streamLimits(Config{}, time.Second); l.Lifetime != time.Second || l.MaxPerHost != 16 {
 		t.Fatalf("limits %+v: want the stream timeout when shorter, 16 per address", l)
