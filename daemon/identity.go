@@ -173,7 +173,7 @@ func readHeads(ctx context.Context, files []*catalog.Entry, c identityConfig) (m
 	}()
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
-	tick := time.NewTicker(waitLogEvery)
+	tick := time.NewTimer(time.Second) // said at once, then every waitLogEvery
 	defer tick.Stop()
 	start := time.Now()
 	for done := 0; done < len(files); {
@@ -186,6 +186,7 @@ func readHeads(ctx context.Context, files []*catalog.Entry, c identityConfig) (m
 		case <-tick.C: // what the mount waits on, said while it waits (files are read in order)
 			c.logger().Warn("waiting for SOURCE to answer a read of one of its oldest files (the dataset's identity)",
 				"path", files[done].Path(), "waited_seconds", int(time.Since(start).Seconds()), "gives_up_after", timeout)
+			tick.Reset(waitLogEvery)
 		case <-deadline.C:
 			return nil, fmt.Errorf("daemon: SOURCE did not answer reads of its oldest files (for the dataset's identity) within %v: check the PFS, or give --dataset-id", timeout)
 		case <-ctx.Done():

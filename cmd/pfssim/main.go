@@ -22,6 +22,7 @@ func main() {
 	flag.BoolVar(&cfg.PerMountInodes, "per-mount-inodes", false, "number inodes afresh on each mount, as FUSE clients without use_ino do")
 	flag.StringVar(&cfg.StatsFile, "stats", "", "file the counters are written to (JSON); SIGUSR1 writes it at once")
 	flag.StringVar(&cfg.TraceFile, "trace", "", "file that gets a line per read served (path, offset, bytes), written at unmount")
+	flag.BoolVar(&cfg.HangReads, "hang-reads", false, "opens of files wait from the start until SIGHUP, while metadata answers (data servers that hang)")
 	// SIGUSR2 hangs the simulator (every request waits, deaf to
 	// interrupts) and SIGHUP resumes it: a PFS that stops answering.
 	flag.Usage = func() {

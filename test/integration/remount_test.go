@@ -3,10 +3,14 @@ package integration
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dlfs/dlfs/test/mountproc"
 )
 
 // TestRemountServesSourceNotSnapshot: a remount with --ssd-cache starts
@@ -99,5 +103,49 @@ func TestRemountServesSourceNotSnapshot(t *testing.T) {
 				t.Errorf("%d of %d files read after the remount are not SOURCE's bytes, e.g. %s", len(stale), len(files), stale[0])
 			}
 		})
+	}
+}
+
+// TestHungPFSReadsAtMount: a PFS whose metadata answers while every read
+// hangs as dlfs starts. The scan succeeds; the identity's reads of the
+// oldest files wait. The daemon says what it waits on, and SIGTERM ends
+// it, with a failure, while the reads still hang.
+func TestHungPFSReadsAtMount(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range treeFiles(10) {
+		p := filepath.Join(dir, f)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(f), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := startPFS(t, dir, "-hang-reads")
+	mnt := t.TempDir()
+	var stderr mountproc.SyncBuffer
+	d := exec.Command(bin.dlfs, "mount", "--stop-timeout", "2s", p.Mnt, mnt)
+	d.Stderr = &stderr
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- d.Wait() }()
+	defer p.Cmd.Process.Signal(syscall.SIGHUP) // lets the reads go, whatever happens
+	waitFor(t, "the daemon to say it waits on a read of SOURCE", 30*time.Second, func() bool {
+		return strings.Contains(stderr.String(), "waiting for SOURCE to answer a read")
+	})
+	if !strings.Contains(stderr.String(), "cls/") {
+		t.Errorf("the wait does not name the file:\n%s", stderr.String())
+	}
+	d.Process.Signal(syscall.SIGTERM)
+	// A thread of the daemon may be in the kernel, in a read the hung PFS
+	// never answers: the process then exits as soon as the read ends.
+	for deadline := time.Now().Add(30 * time.Second); !exiting(d.Process.Pid); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("SIGTERM while the identity's reads hang: still running after 30s\n%s", stderr.String())
+		}
+	}
+	p.Cmd.Process.Signal(syscall.SIGHUP)
+	if err := <-exited; err == nil {
+		t.Errorf("stopped while waiting on SOURCE, dlfs exited 0; want a failure\n%s", stderr.String())
 	}
 }

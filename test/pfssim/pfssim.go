@@ -71,6 +71,11 @@ type Config struct {
 	// Unmount; each Dump adds a line "-- dump N 0" where it came. For
 	// finding which bytes were read twice.
 	TraceFile string
+	// HangReads makes every open of a file for reading wait, deaf to
+	// interrupts, from the mount on until Resume or Unmount, while
+	// lookups, attributes and listings answer: a PFS whose data servers
+	// hang while its metadata server answers.
+	HangReads bool
 }
 
 // Counters are what the simulator counts.
@@ -98,6 +103,7 @@ type Sim struct {
 	gate    chan struct{}              // gateMu guards gate: non-nil while hung, closed by Resume
 	faults  map[faultKey]syscall.Errno // (gateMu): FailDir, FailStat
 	dirGate chan struct{}              // (gateMu) like gate, for HangDirs
+	opGate  chan struct{}              // (gateMu) like gate, for HangReads
 
 	bwMu   sync.Mutex
 	bwNext time.Time // bwMu guards bwNext: when the link is next free
@@ -130,6 +136,9 @@ func Mount(mountpoint string, cfg Config) (*Sim, error) {
 	cfg.Dir = abs
 	s := &Sim{cfg: cfg, slots: make(chan struct{}, cfg.MaxInFlight), stop: make(chan struct{}), done: make(chan struct{}),
 		inos: map[[2]uint64]uint64{}, inoBase: 1<<32 + uint64(rand.Uint32())<<8}
+	if cfg.HangReads {
+		s.opGate = make(chan struct{})
+	}
 	var st syscall.Stat_t
 	if err := syscall.Stat(abs, &st); err != nil {
 		return nil, fmt.Errorf("pfssim: %w", err)
@@ -280,6 +289,10 @@ func (s *Sim) Resume() {
 		close(s.dirGate)
 		s.dirGate = nil
 	}
+	if s.opGate != nil {
+		close(s.opGate)
+		s.opGate = nil
+	}
 }
 
 // Kinds of injected faults.
@@ -332,12 +345,15 @@ func (s *Sim) HangDirs() {
 	}
 }
 
-func (s *Sim) waitDirs() {
+func (s *Sim) waitDirs() { s.waitGate(&s.dirGate) }
+
+// waitGate blocks while *g (gateMu) is set.
+func (s *Sim) waitGate(g *chan struct{}) {
 	s.gateMu.Lock()
-	g := s.dirGate
+	c := *g
 	s.gateMu.Unlock()
-	if g != nil {
-		<-g
+	if c != nil {
+		<-c
 	}
 }
 
@@ -470,6 +486,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if flags&syscall.O_ACCMODE != syscall.O_RDONLY {
 		return n.LoopbackNode.Open(ctx, flags)
 	}
+	n.sim.waitGate(&n.sim.opGate)
 	if !n.sim.acquire(ctx, n.sim.cfg.OpenLatency) {
 		return nil, 0, syscall.EINTR
 	}
