@@ -279,12 +279,12 @@ type Node struct {
 	// refresher runs the rescans control writes ask for, revalidator the
 	// revalidations of a loaded catalog's requests (checked.go).
 	refresher, revalidator *refresher
-	reg       *prometheus.Registry
-	server    *fuse.Server
-	mountDev  string        // the mount's MAJOR:MINOR, as mountinfo shows it ("": unknown)
-	served    chan struct{} // closed when the kernel ends the mount's connection
-	metrics   metricsServer
-	closing   closing
+	reg                    *prometheus.Registry
+	server                 *fuse.Server
+	mountDev               string        // the mount's MAJOR:MINOR, as mountinfo shows it ("": unknown)
+	served                 chan struct{} // closed when the kernel ends the mount's connection
+	metrics                metricsServer
+	closing                closing
 }
 
 // tiers are where the bytes come from: the loader reads through the RAM
@@ -406,31 +406,50 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 	}()
 
-	if n.src, err = source.Open(cfg.Source); err != nil {
-		return nil, err
-	}
-	n.onClose("source", n.src.Close)
-	// A packed SOURCE shows the tree it holds; its samples are read from
-	// their containers.
-	var pfs loader.PFS = n.src
+	// SOURCE is opened, its containers listed (a packed one) and its mount
+	// identified under the start-up context: a PFS that hangs is waited
+	// for as long as the operator lets the mount wait, and said so.
 	maxEntries := cfg.MaxEntries
 	if maxEntries <= 0 {
 		maxEntries = catalog.DefaultMaxEntries
 	}
-	if n.packed, err = packed.Open(cfg.Source, n.src, packed.Config{MaxEntries: maxEntries, Logger: cfg.Logger}); err != nil {
-		return nil, err
-	}
-	if n.packed != nil {
-		n.onClose("packed", n.packed.Close)
-	}
-	format := "directory"
-	if n.packed != nil {
-		format = n.packed.Kind()
-	}
-	mount, err := integrity.MountOf(cfg.Source, format)
+	var (
+		src    *source.Source
+		pk     packed.Dataset
+		mount  string
+		format = "directory"
+	)
+	err = waitSource(ctx, n.log, "opening SOURCE", func() error {
+		var err error
+		if src, err = source.Open(cfg.Source); err != nil {
+			return err
+		}
+		// A packed SOURCE shows the tree it holds; its samples are read
+		// from their containers.
+		if pk, err = packed.Open(cfg.Source, src, packed.Config{MaxEntries: maxEntries, Logger: cfg.Logger}); err != nil {
+			src.Close()
+			return err
+		}
+		if pk != nil {
+			format = pk.Kind()
+		}
+		if mount, err = integrity.MountOf(cfg.Source, format); err != nil {
+			if pk != nil {
+				pk.Close()
+			}
+			src.Close()
+		}
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
+	n.src, n.packed = src, pk
+	n.onClose("source", n.src.Close)
+	if n.packed != nil {
+		n.onClose("packed", n.packed.Close)
+	}
+	var pfs loader.PFS = n.src
 	cc := cfg.catalogConfig()
 	if n.packed != nil {
 		cc.Lister, pfs = n.packed, n.packed

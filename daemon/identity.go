@@ -214,3 +214,26 @@ func removeIdentityTemps(dir string) ([]string, error) {
 	}
 	return removed, err
 }
+
+// waitSource runs fn, which asks SOURCE something that cannot be
+// interrupted, and waits for it until ctx ends, saying at once and then
+// every waitLogEvery what it waits on. When ctx ends first, fn is left
+// behind (the process is stopping) and ctx's error returned.
+func waitSource(ctx context.Context, log *slog.Logger, what string, fn func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	tick := time.NewTimer(time.Second)
+	defer tick.Stop()
+	start := time.Now()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-tick.C:
+			log.Warn("waiting for SOURCE to answer", "what", what, "waited_seconds", int(time.Since(start).Seconds()))
+			tick.Reset(waitLogEvery)
+		case <-ctx.Done():
+			return fmt.Errorf("daemon: %s: %w", what, ctx.Err())
+		}
+	}
+}

@@ -1,11 +1,16 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -142,4 +147,47 @@ func (p *failingPFS) ReadAt(path string, want source.Version, b []byte, off int6
 		return 0, fmt.Errorf("a transient error")
 	}
 	return p.countingPFS.ReadAt(path, want, b, off)
+}
+
+// TestWaitSource: a call into SOURCE that never returns is said, then
+// given up when the start-up context ends; one that returns is waited for.
+func TestWaitSource(t *testing.T) {
+	var logged bytes.Buffer
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logged}, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	hung := make(chan struct{})
+	defer close(hung)
+	ended := make(chan error, 1)
+	go func() { ended <- waitSource(ctx, log, "opening SOURCE", func() error { <-hung; return nil }) }()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		mu.Lock()
+		said := strings.Contains(logged.String(), "waiting for SOURCE to answer") && strings.Contains(logged.String(), "opening SOURCE")
+		mu.Unlock()
+		if said {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("waitSource never said what it waits on")
+		}
+	}
+	cancel()
+	if err := <-ended; !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "opening SOURCE") {
+		t.Errorf("waitSource after its context ended = %v; want context.Canceled naming the wait", err)
+	}
+	want := errors.New("no such dataset")
+	if err := waitSource(context.Background(), log, "x", func() error { return want }); err != want {
+		t.Errorf("waitSource = %v; want fn's error", err)
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
