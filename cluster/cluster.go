@@ -26,13 +26,21 @@
 // Anyone can still open TCP streams to the gossip port before the key is
 // checked: the transport (transport.go, memberlist's NetTransport behind a
 // netlimit.Limiter) holds at most Config.Streams of them, in all and from
-// one address, each for a few seconds, and closes the rest at once.
+// one address, each for a few seconds. A quarter of the slots are kept
+// for the addresses of members alive; a stream that finds no slot closes
+// the oldest stranger's, so idle strangers keep out neither a member nor
+// a joiner. A stream's first frame may declare at most MaxFrame bytes,
+// and the frames of the streams not yet proven hold at most
+// Streams.Bytes in all (strangers' and members' addresses each), which
+// bounds what memberlist buffers before it checks the key.
 //
 // # Lifetime
 //
-// Start returns a running member; Close leaves the cluster (telling the
-// others) and shuts memberlist down. Callbacks from memberlist never block:
-// they record the change and notify.
+// Start returns a running member: it waits for the first round of joins
+// at most a few seconds, and the rest goes on in the background
+// (join.go). Close leaves the cluster (telling the others), ends the
+// joins and dials in flight, and shuts memberlist down. Callbacks from
+// memberlist never block: they record the change and notify.
 package cluster
 
 import (
