@@ -79,7 +79,7 @@ exits 1 if any check fails, when dlfs mount would refuse to start.`,
 func printChecks(w io.Writer, checks []daemon.Check) int {
 	failed := 0
 	for _, c := range checks {
-		fmt.Fprintf(w, "%-4s  %s: %s\n", c.Level, c.What, c.Detail)
+		fmt.Fprintf(w, "%-4s  %s: %s\n", c.Level, printable(c.What), printable(c.Detail))
 		if c.Level == daemon.Fail {
 			failed++
 		}

@@ -4,6 +4,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 
@@ -24,13 +25,19 @@ func main() {
 	go func() {
 		root := newRootCmd()
 		if err := root.Execute(); err != nil {
-			fmt.Fprintln(os.Stderr, "dlfs:", err)
+			printError(os.Stderr, err)
 			code <- 1
 			return
 		}
 		code <- 0
 	}()
 	os.Exit(<-code)
+}
+
+// printError prints the error a command ended with, on one line: it may
+// name what SOURCE or a peer chose, so it goes through printable.
+func printError(w io.Writer, err error) {
+	fmt.Fprintln(w, "dlfs:", printable(err.Error()))
 }
 
 func newRootCmd() *cobra.Command { return newRoot(runMount, os.LookupEnv) }

@@ -334,7 +334,7 @@ func runMount(cmd *cobra.Command, cfg daemon.Config, o *mountOptions) error {
 			select {
 			case <-started:
 			case <-time.After(o.stopTimeout):
-				fmt.Fprintf(os.Stderr, "dlfs: mount %s: stopped while SOURCE did not answer (--stop-timeout %s)\n", cfg.Source, o.stopTimeout)
+				fmt.Fprintf(os.Stderr, "dlfs: mount %s: stopped while SOURCE did not answer (--stop-timeout %s)\n", printable(cfg.Source), o.stopTimeout)
 				os.Exit(1)
 			}
 		}
@@ -344,7 +344,7 @@ func runMount(cmd *cobra.Command, cfg daemon.Config, o *mountOptions) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "dlfs: mounted %s at %s\n", cfg.Source, cfg.Mountpoint)
+	fmt.Fprintf(cmd.OutOrStdout(), "dlfs: mounted %s at %s\n", printable(cfg.Source), printable(cfg.Mountpoint))
 	notifyReady(ctx, cfg.Logger, cfg.Source, cfg.Mountpoint) // READY=1 to systemd (Type=notify) or the mount helper
 
 	done := make(chan struct{})

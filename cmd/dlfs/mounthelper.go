@@ -179,22 +179,22 @@ func mountHelper(name string, argv []string, stdout, stderr io.Writer) int {
 	home, _ := os.UserHomeDir()
 	c, err := parseHelperArgs(argv, helperFlags(), os.Getuid() == 0, home)
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		fmt.Fprintf(stderr, "%s: %s\n", name, printable(err.Error()))
 		return mountUsage
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		fmt.Fprintf(stderr, "%s: %s\n", name, printable(err.Error()))
 		return mountFailure
 	}
 	if c.verbose || c.fake {
-		fmt.Fprintf(stdout, "%s: %s %s >> %s\n", name, exe, strings.Join(c.args, " "), c.log)
+		fmt.Fprintf(stdout, "%s: %s %s >> %s\n", name, printable(exe), strings.Join(printables(c.args), " "), printable(c.log))
 	}
 	if c.fake {
 		return 0
 	}
 	if err := startDaemon(exe, c); err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		fmt.Fprintf(stderr, "%s: %s\n", name, printable(err.Error()))
 		return mountFailure
 	}
 	return 0

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -82,10 +83,10 @@ func refresh(w io.Writer, mnt, ctl string) error {
 	}
 	c := st.Catalog
 	r := c.Refresh
-	fmt.Fprintf(w, "refreshed %s in %.1fs: %d added, %d removed, %d changed; now %s files, %s dirs, %s\n", mnt, r.Seconds,
+	fmt.Fprintf(w, "refreshed %s in %.1fs: %d added, %d removed, %d changed; now %s files, %s dirs, %s\n", printable(mnt), r.Seconds,
 		r.Added, r.Removed, r.Changed, fmtCount(float64(c.Files)), fmtCount(float64(c.Dirs)), human(c.Bytes))
 	if c.UnreadableEntries > 0 {
-		fmt.Fprintf(w, "%d directories or entries could not be read (they keep what the scan before found); first: %v\n", c.UnreadableEntries, c.Unreadable)
+		fmt.Fprintf(w, "%d directories or entries could not be read (they keep what the scan before found); first: %s\n", c.UnreadableEntries, strings.Join(printables(c.Unreadable), ", "))
 	}
 	return nil
 }

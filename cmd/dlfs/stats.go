@@ -191,7 +191,7 @@ func renderStats(w io.Writer, mnt string, st daemon.Stats, prev *daemon.Stats, d
 	if prev != nil {
 		old = *prev
 	}
-	fmt.Fprintf(w, "dlfs %s  (SOURCE %s)  node %s  up %s\n\n", mnt, st.Source, st.Node, fmtUptime(st.UptimeSeconds))
+	fmt.Fprintf(w, "dlfs %s  (SOURCE %s)  node %s  up %s\n\n", printable(mnt), printable(st.Source), printable(st.Node), fmtUptime(st.UptimeSeconds))
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "served\treads\tbytes\tshare\treads/s\tbytes/s\tp50\tp99\t")
@@ -237,7 +237,7 @@ func renderStats(w io.Writer, mnt string, st daemon.Stats, prev *daemon.Stats, d
 		fmt.Fprintf(w, "kernel    passthrough on: %s opens of %s read by the kernel from %s backing files (%s; %s held by opens after eviction)\n",
 			fmtCount(float64(pt.Opens)), human(pt.Bytes), fmtCount(float64(pt.BackingFiles)), human(pt.BackingBytes), human(pt.EvictedOpenBytes))
 	} else {
-		fmt.Fprintf(w, "kernel    passthrough off: %s\n", pt.Why)
+		fmt.Fprintf(w, "kernel    passthrough off: %s\n", printable(pt.Why))
 	}
 
 	if len(st.Jobs) > 0 {
@@ -257,7 +257,7 @@ func renderStats(w io.Writer, mnt string, st daemon.Stats, prev *daemon.Stats, d
 				if r.Ended {
 					state = "ended " + fmtUptime(r.EndedSeconds) + " ago"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.1f\t%s\t%s\t%s\t\n", job, rank, r.Epoch, fmtCount(float64(r.Consumed)),
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.1f\t%s\t%s\t%s\t\n", printable(job), printable(rank), r.Epoch, fmtCount(float64(r.Consumed)),
 					fmtCount(float64(r.Predicted)), fmtCount(float64(r.Hits)), fmtCount(float64(r.Late)), fmtCount(float64(r.Misses)),
 					r.StallSeconds, r.LeadSeconds, fmtCount(r.Rate), workers, state)
 			}
@@ -282,7 +282,7 @@ func renderStats(w io.Writer, mnt string, st daemon.Stats, prev *daemon.Stats, d
 				data = "UNREACHABLE"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", m.Name, m.State, fmtCount(float64(m.OwnedSamples)), human(m.OwnedBytes), share, data)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", printable(m.Name), printable(m.State), fmtCount(float64(m.OwnedSamples)), human(m.OwnedBytes), share, data)
 	}
 	return tw.Flush()
 }

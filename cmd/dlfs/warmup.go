@@ -160,12 +160,17 @@ func checkPaths(w io.Writer, ctl string, args, rels []string) error {
 	for i, rel := range rels {
 		r, ok := st.Checks[rel]
 		if !ok {
-			return fmt.Errorf("%s: no result (another check ran at the same time?)", args[i])
+			return fmt.Errorf("%s: no result (another check ran at the same time?)", printable(args[i]))
 		}
-		fmt.Fprintf(w, "%s: %d files, %s: RAM %.1f%%, SSD %.1f%%, peers %.1f%%, not cached %.1f%%\n",
-			args[i], r.Files, human(r.Bytes), 100*r.RAM, 100*r.SSD, 100*r.Peer, 100*r.None)
+		fmt.Fprintln(w, checkLine(args[i], r))
 	}
 	return nil
+}
+
+// checkLine is what warmup --check prints of the path named.
+func checkLine(name string, r daemon.CheckResult) string {
+	return fmt.Sprintf("%s: %d files, %s: RAM %.1f%%, SSD %.1f%%, peers %.1f%%, not cached %.1f%%",
+		printable(name), r.Files, human(r.Bytes), 100*r.RAM, 100*r.SSD, 100*r.Peer, 100*r.None)
 }
 
 // warm starts the warm-up and shows its progress until it ends; SIGINT
