@@ -18,9 +18,10 @@ import (
 // who may not unmount (not root) goes through fusermount3, which unmounts
 // the FUSE mounts of the calling user.
 func Unmount(mp string, lazy bool) error {
-	flags := 0
+	// A symbolic link at mp is not followed: its target may be any mount.
+	flags := unix.UMOUNT_NOFOLLOW
 	if lazy {
-		flags = unix.MNT_DETACH
+		flags |= unix.MNT_DETACH
 	}
 	err := unix.Unmount(mp, flags)
 	switch {
