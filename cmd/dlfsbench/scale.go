@@ -261,7 +261,7 @@ func runScale(o options) error {
 	}
 	withSSD := func() (*mountproc.Proc, error) {
 		return mountproc.Start(filepath.Join(o.bin, "dlfs"), mnt, 10*time.Minute,
-			"mount", "--log-level", "warn", "--ram-cache", "64MiB", "--ssd-cache", ssd, "--max-files", fmt.Sprint(2*o.scaleFiles+1<<20), src, mnt)
+			"mount", "--log-level", "info", "--ram-cache", "64MiB", "--ssd-cache", ssd, "--max-files", fmt.Sprint(2*o.scaleFiles+1<<20), src, mnt)
 	}
 	first, err := withSSD()
 	if err != nil {
@@ -280,8 +280,17 @@ func runScale(o options) error {
 	}
 	first.Stop(time.Minute)
 	var again *mountproc.Proc
+	if err := dropAllCaches(); err != nil {
+		return err
+	}
+	remountStart := time.Now()
 	remountSecs, err := timed(func() (err error) { again, err = withSSD(); return err })
 	if err != nil {
+		return err
+	}
+	firstByte, dirsSecs, checkSecs, err := remountTimes(again, remountStart, files[0])
+	if err != nil {
+		again.Stop(time.Minute)
 		return err
 	}
 	remountRSS := rssOf(again)
@@ -316,7 +325,9 @@ func runScale(o options) error {
 	per := (after - float64(held)) / float64(len(files))
 	fmt.Println()
 	fmt.Printf("- first scan: %.2f× native find (target ≤ 1.0): %s\n", mountSecs/findSecs, atMost(mountSecs/findSecs, 1))
-	fmt.Printf("- remount with a saved catalog of %d files: usable in %.2f s (target ≤ 3 s at 10 M files)\n", len(files), remountSecs)
+	fmt.Printf("- remount with a saved catalog of %d files: usable in %.2f s (target ≤ 3 s at 10 M files); its first byte served (looked up and stat'ed against SOURCE) %.2f s after the remount began; "+
+		"every directory revalidated %.2f s and every entry checked against SOURCE %.2f s after the mount, page cache dropped (the first scan took %.2f s)\n",
+		len(files), remountSecs, firstByte, dirsSecs, checkSecs, mountSecs)
 	ifFirst, ifSecond := dlfsFirst/nativeFirst, dlfsSecond/nativeSecond
 	fmt.Printf("- ImageFolder: %.2f× native first, %.2f× second (target ≤ 1.0): %s\n", ifFirst, ifSecond, verdict(ifFirst <= 1 && ifSecond <= 1, ifFirst, ifSecond))
 	fmt.Printf("- daemon RSS after every file was listed, looked up and read, less the RAM tier's %d MB and staging's %d MB: %s bytes per file (target ≤ 200): %s\n",
