@@ -7,8 +7,12 @@
 // A Cred is a user and its groups: the uid and gid a FUSE request carries,
 // and the supplementary groups of its process (the "Groups:" line of
 // /proc/PID/status). Root may read and list everything; anyone else gets
-// the owner's, the group's or the others' bits of an entry's mode, as the
-// kernel's generic_permission does (dlfs shows no ACLs).
+// what the kernel's generic_permission gives: the owner the owner's bits
+// of the entry's mode; others, where the entry has a POSIX ACL (SOURCE's,
+// which the mount shows and the kernel enforces) and its group bits are
+// not all clear, what the ACL grants them (posix_acl_permission: a named
+// user's entry, else the owning and named groups', each under the mask,
+// else the others' entry); without one, the group's or the others' bits.
 //
 // # Processes
 //
@@ -34,6 +38,8 @@ import (
 type Cred struct {
 	Uid, Gid uint32
 	Groups   []uint32 // supplementary groups
+
+	every bool // Everyone: allowed only what every user is
 }
 
 // Root is uid 0, who may read everything.
@@ -54,24 +60,101 @@ const (
 	Write = 2
 )
 
-// Allows reports whether c may access e with want (Read, Exec or both).
+// Allows reports whether c may access e with want (Read, Exec or both),
+// as the kernel's acl_permission_check decides it.
 func (c Cred) Allows(e *catalog.Entry, want uint32) bool {
 	mode := e.Mode & 0o777
-	if c.IsRoot() {
+	switch {
+	case c.every:
+		return everyone(e, want)
+	case c.IsRoot():
 		// Root reads and searches everything; executes a file only if
 		// someone may.
 		return want&Exec == 0 || e.IsDir() || mode&0o111 != 0
-	}
-	var bits uint32
-	switch {
 	case c.Uid == e.Uid():
-		bits = mode >> 6
-	case c.inGroup(e.Gid()):
+		return mode>>6&want == want // the owner's bits, whatever an ACL says
+	}
+	if a := e.ACL(); a != nil && mode&0o070 != 0 {
+		return c.aclAllows(e, a.Entries(), want)
+	}
+	bits := mode
+	if c.inGroup(e.Gid()) {
 		bits = mode >> 3
-	default:
-		bits = mode
 	}
 	return bits&want == want
+}
+
+// aclAllows reports whether the ACL es of e grants c, who does not own e,
+// want: the kernel's posix_acl_permission. A named user's entry decides
+// for that user; else each group entry (the owning group's, then named
+// ones) that c is in and that grants want does; if c is in a group but
+// none grants want, c is denied; else the others' entry decides. A named
+// user's or a group's entry grants only what the mask does too.
+func (c Cred) aclAllows(e *catalog.Entry, es []catalog.ACLEntry, want uint32) bool {
+	inGroup := false
+	for i, x := range es {
+		switch x.Tag {
+		case catalog.ACLUser:
+			if x.ID == c.Uid {
+				return masked(es, i, want)
+			}
+		case catalog.ACLGroupObj, catalog.ACLGroup:
+			gid := x.ID
+			if x.Tag == catalog.ACLGroupObj {
+				gid = e.Gid()
+			}
+			if c.inGroup(gid) {
+				inGroup = true
+				if uint32(x.Perm)&want == want {
+					return masked(es, i, want)
+				}
+			}
+		case catalog.ACLOther:
+			return !inGroup && uint32(x.Perm)&want == want
+		}
+	}
+	return false // no others' entry: a valid ACL has one
+}
+
+// masked reports whether entry i of es, which matched, grants want under
+// the mask that follows it, if any.
+func masked(es []catalog.ACLEntry, i int, want uint32) bool {
+	perm := uint32(es[i].Perm)
+	for _, x := range es[i+1:] {
+		if x.Tag == catalog.ACLMask {
+			perm &= uint32(x.Perm)
+			break
+		}
+	}
+	return perm&want == want
+}
+
+// everyone reports whether every user but root may access e with want:
+// the owner's, the group's and the others' bits of its mode allow it,
+// and so does every entry of its ACL, if any (under the mask).
+func everyone(e *catalog.Entry, want uint32) bool {
+	mode := e.Mode & 0o777
+	if mode>>6&want != want || mode>>3&want != want || mode&want != want {
+		return false
+	}
+	a := e.ACL()
+	if a == nil {
+		return true
+	}
+	es := a.Entries()
+	for i, x := range es {
+		switch x.Tag {
+		case catalog.ACLUser, catalog.ACLGroupObj, catalog.ACLGroup:
+			if !masked(es, i, want) {
+				return false
+			}
+		case catalog.ACLOther:
+			if uint32(x.Perm)&want != want {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // CanReach reports whether c may reach e by its path: search (x) on every
@@ -95,9 +178,10 @@ func (c Cred) CanList(e *catalog.Entry) bool {
 	return e.IsDir() && c.Allows(e, Read|Exec) && c.CanReach(e)
 }
 
-// Everyone is a user in no group of SOURCE's and owning nothing: what it
-// may do, every user may.
-var Everyone = Cred{Uid: 1<<32 - 2, Gid: 1<<32 - 2}
+// Everyone stands for every user but root: it may do only what the owner,
+// the group, the others and every entry of an ACL may (for a file of mode
+// 0604, the group may not read: nor may Everyone).
+var Everyone = Cred{Uid: 1<<32 - 2, Gid: 1<<32 - 2, every: true}
 
 // Proc is one process: its pid and its start time.
 type Proc struct {

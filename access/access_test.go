@@ -2,8 +2,10 @@ package access
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/dlfs/dlfs/access/accesstest"
@@ -27,19 +29,23 @@ func ownedTree(t *testing.T, spec map[string]string) *catalog.Snapshot {
 // be read, whatever its own mode.
 func TestPermissions(t *testing.T) {
 	snap := ownedTree(t, map[string]string{
-		"pub/":           "755 1000 1000",
-		"pub/a.jpg":      "644 1000 1000",
-		"pub/own.jpg":    "600 1000 1000",
-		"pub/group.jpg":  "640 1000 3000",
-		"pub/noown.jpg":  "066 1000 1000", // the owner's bits say no, even though others may
-		"priv/":          "700 1000 1000",
-		"priv/open.jpg":  "644 1000 1000",
-		"grp/":           "750 1000 3000",
-		"grp/g.jpg":      "644 1000 3000",
-		"nolist/":        "711 1000 1000",
-		"nolist/in.jpg":  "644 1000 1000",
-		"nosearch/":      "744 1000 1000",
-		"nosearch/x.jpg": "644 1000 1000",
+		"pub/":            "755 1000 1000",
+		"pub/a.jpg":       "644 1000 1000",
+		"pub/own.jpg":     "600 1000 1000",
+		"pub/group.jpg":   "640 1000 3000",
+		"pub/nogroup.jpg": "604 1000 3000", // the group's bits say no, even though others may
+		"pub/run":         "744 1000 1000",
+		"pub/noown.jpg":   "066 1000 1000", // the owner's bits say no, even though others may
+		"priv/":           "700 1000 1000",
+		"priv/open.jpg":   "644 1000 1000",
+		"priv/sub/":       "755 1000 1000",
+		"priv/sub/x.jpg":  "644 1000 1000",
+		"grp/":            "750 1000 3000",
+		"grp/g.jpg":       "644 1000 3000",
+		"nolist/":         "711 1000 1000",
+		"nolist/in.jpg":   "644 1000 1000",
+		"nosearch/":       "744 1000 1000",
+		"nosearch/x.jpg":  "644 1000 1000",
 	})
 	owner := Cred{Uid: 1000, Gid: 1000}
 	other := Cred{Uid: 2000, Gid: 2000}
@@ -53,6 +59,9 @@ func TestPermissions(t *testing.T) {
 		{owner, "pub/a.jpg", true}, {other, "pub/a.jpg", true}, {Root, "pub/a.jpg", true},
 		{owner, "pub/own.jpg", true}, {other, "pub/own.jpg", false}, {Root, "pub/own.jpg", true},
 		{member, "pub/group.jpg", true}, {primary, "pub/group.jpg", true}, {other, "pub/group.jpg", false},
+		{member, "pub/nogroup.jpg", false}, {primary, "pub/nogroup.jpg", false}, {other, "pub/nogroup.jpg", true},
+		{Everyone, "pub/nogroup.jpg", false},
+		{other, "priv/sub/x.jpg", false}, {owner, "priv/sub/x.jpg", true}, // an unsearchable grandparent
 		{owner, "pub/noown.jpg", false}, {other, "pub/noown.jpg", true},
 		{owner, "priv/open.jpg", true}, {other, "priv/open.jpg", false}, {Root, "priv/open.jpg", true},
 		{member, "grp/g.jpg", true}, {other, "grp/g.jpg", false},
@@ -76,10 +85,17 @@ func TestPermissions(t *testing.T) {
 		{owner, "priv", true}, {other, "priv", false}, {Root, "priv", true},
 		{other, "nolist", false}, {owner, "nolist", true},
 		{other, "nosearch", false}, {member, "grp", true}, {other, "pub", true},
-		{other, "pub/a.jpg", false}, // not a directory
+		{other, "pub/a.jpg", false},                           // not a directory
+		{other, "priv/sub", false}, {owner, "priv/sub", true}, // listable, but not reachable
 	} {
 		if got := c.cred.CanList(snap.Lookup(c.path)); got != c.list {
 			t.Errorf("uid %d lists %s: %v, want %v", c.cred.Uid, c.path, got, c.list)
+		}
+	}
+	// Root searches every directory, but executes only a file someone may.
+	for p, want := range map[string]bool{"pub/a.jpg": false, "pub/run": true, "priv": true, "nolist": true} {
+		if got := Root.Allows(snap.Lookup(p), Exec); got != want {
+			t.Errorf("root executes %s: %v, want %v", p, got, want)
 		}
 	}
 }
@@ -120,6 +136,7 @@ func TestParseCred(t *testing.T) {
 		{"Uid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\nGroups:\t\n", "0 0 []", true},
 		{"Uid:\t0\t0\t0\nGid:\t0\t0\t0\t0\n", "", false},
 		{"Gid:\t0\t0\t0\t0\n", "", false},
+		{"Uid:\t0\t0\t0\t0\n", "", false},
 		{"Uid:\t0\t0\t0\tx\nGid:\t0\t0\t0\t0\n", "", false},
 		{"Uid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\nGroups:\t5 y\n", "", false},
 	} {
@@ -132,7 +149,14 @@ func TestParseCred(t *testing.T) {
 	if err != nil || self.Uid != uint32(os.Getuid()) || self.Gid != uint32(os.Getgid()) {
 		t.Errorf("own credentials: %+v %v", self, err)
 	}
-	if _, err := CredOf("/proc", 1<<30); err == nil {
-		t.Error("credentials of a pid that does not exist")
+	if _, err := CredOf("/proc", 1<<30); !errors.Is(err, ErrGone) {
+		t.Errorf("credentials of a pid that does not exist: %v, want ErrGone", err)
+	}
+	if _, err := StartTime("/proc", 1<<30); !errors.Is(err, ErrGone) {
+		t.Errorf("start time of a pid that does not exist: %v, want ErrGone", err)
+	}
+	many := "Uid:\t5\t5\t5\t5\nGid:\t5\t5\t5\t5\nGroups:" + strings.Repeat(" 7", 3*maxGroups) + "\n"
+	if c, err := ParseCred([]byte(many)); err != nil || len(c.Groups) != maxGroups {
+		t.Errorf("%d groups kept of %d (%v), want %d", len(c.Groups), 3*maxGroups, err, maxGroups)
 	}
 }
