@@ -130,7 +130,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "stmtdel: %s's tests fail unmutated (%s); fix them first:\n%s", pkg, out, text)
 		return 2
 	}
-	r.Timeout = max(time.Duration(*coefficient*float64(base)), time.Minute)
+	r.Timeout = max(time.Duration(*coefficient*float64(base)).Round(time.Second), time.Minute)
 	if *timeout > 0 {
 		r.Timeout = *timeout
 	}
