@@ -150,8 +150,8 @@ func TestStartWithDeadJoin(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if n := c.tr.dialing.Load(); n != 0 {
-		t.Errorf("Close returned with %d dials pending", n)
+	if n, aborted := c.tr.dialing.Load(), c.tr.dialsAborted.Load(); n != 0 || aborted != 3 {
+		t.Errorf("Close returned with %d dials pending, %d ended by it; want 0 pending, the 3 ended", n, aborted)
 	}
 }
 

@@ -72,6 +72,7 @@ type transport struct {
 
 	dialing       atomic.Int64 // dials in flight
 	framesRefused atomic.Int64 // streams closed for their first frame
+	dialsAborted  atomic.Int64 // dials ended by abort
 	// from is the bound IP when it is one address, not all: streams go
 	// out from the address members know this node by, as packets do.
 	from *net.TCPAddr
@@ -178,6 +179,9 @@ func (t *transport) DialAddressTimeout(a memberlist.Address, timeout time.Durati
 	d := net.Dialer{Timeout: timeout, LocalAddr: t.from}
 	c, err := d.DialContext(t.ctx, "tcp", a.Addr)
 	if err != nil {
+		if t.ctx.Err() != nil {
+			t.dialsAborted.Add(1)
+		}
 		return nil, err
 	}
 	o := &outConn{firstFrame: firstFrame{Conn: c, keyed: t.keyed, refused: t.refusedFrame}, t: t, addr: a.Addr}
