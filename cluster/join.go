@@ -15,10 +15,11 @@ import (
 // several addresses, such as a Kubernetes headless Service over the
 // DaemonSet's pods. Every join resolves the names again, leaves this
 // node's own address out, and tries the addresses in a random order,
-// twice as many at once as it needs and at most joinFanout, until joinEnough of them have answered (a push-pull
-// with each tells this node the whole cluster). An address that does not
-// answer (a dial refused or that times out, or a stream closed with no
-// reply, as a member with every slot taken closes it) holds up no other.
+// twice as many at once as it needs and at most joinFanout, until
+// joinEnough of them have answered (a push-pull with each tells this node
+// the whole cluster). An address that does not answer (a dial refused or
+// that times out, or a stream closed with no reply, as a member with
+// every slot taken closes it) holds up no other.
 //
 // The first round runs in the background from Start, which waits for it
 // at most joinWait: the mount comes up then whatever the addresses do.
@@ -50,10 +51,10 @@ type joinOutcome struct {
 }
 
 // join joins up to enough of the members named in Config.Join, trying
-// 2*enough addresses at once, at most joinFanout. It returns how many answered; an error
-// wrapping errRefused if none did and one refused. It returns once every
-// attempt it started has ended: each within memberlist's TCP timeout,
-// at once after Close.
+// 2*enough addresses at once, at most joinFanout. It returns how many
+// answered; an error wrapping errRefused if none did and one refused. It
+// returns once every attempt it started has ended: each within
+// memberlist's TCP timeout, at once after Close.
 func (c *Cluster) join(enough int) (int, error) {
 	addrs := c.resolveJoin()
 	rand.Shuffle(len(addrs), func(i, j int) { addrs[i], addrs[j] = addrs[j], addrs[i] })
@@ -126,6 +127,9 @@ func ResolveJoin(ctx context.Context, entry string) ([]string, error) {
 	}
 	out := make([]string, len(ips))
 	for i, ip := range ips {
+		if p := net.ParseIP(ip); p != nil {
+			ip = p.String() // as memberlist dials it: replies are counted by that address
+		}
 		out[i] = net.JoinHostPort(ip, port)
 	}
 	return out, nil
