@@ -78,7 +78,7 @@ type transport struct {
 	from *net.TCPAddr
 
 	mu      sync.Mutex
-	out     map[*outConn]struct{} // mu guards out and replied: outbound streams open
+	out     map[*outConn]struct{} // mu guards out, replied and aborted: outbound streams open
 	replied map[string]int64      // by address: outbound streams that got a reply
 	aborted bool
 }
