@@ -61,7 +61,7 @@ func TestParseACL(t *testing.T) {
 	if _, err := ParseACL(encodeACL(many)); err != nil {
 		t.Errorf("%d entries: %v", len(many), err)
 	}
-	many = append(many[:1], append([]ACLEntry{u(ACLUser, 4, 1 << 30)}, many[1:]...)...)
+	many = append(many[:1], append([]ACLEntry{u(ACLUser, 4, 1<<30)}, many[1:]...)...)
 	if _, err := ParseACL(encodeACL(many)); err == nil {
 		t.Errorf("%d entries parsed", len(many))
 	}

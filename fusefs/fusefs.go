@@ -223,9 +223,7 @@ func (f *FS) MountOptions(fsname string) *fuse.MountOptions {
 		// reads for the PFS to work in parallel.
 		MaxBackground:        64,
 		EnableSymlinkCaching: true,
-		// The kernel otherwise asks for security.capability on every write
-		// and for ACLs on access checks.
-		IgnoreSecurityLabels: true,
+		EnableAcl:            true, // SOURCE's POSIX ACLs, which the kernel asks for and enforces (xattr.go)
 		Debug:                f.cfg.Debug,
 	}
 	if !f.cfg.ListingAttrs {
