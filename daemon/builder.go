@@ -130,7 +130,7 @@ func (b *builder) build(e *catalog.Entry) {
 	// open of the file meanwhile waits for this build, and must not be
 	// turned away by it.
 	c := &n.tiers.backing
-	if c.openBytes.Load()+e.Size > n.openBound() {
+	if c.openBytes.Load()+openCharge(e.Size) > n.openBound() {
 		return
 	}
 	f, adopted, missing := n.buildBacking(e, false)

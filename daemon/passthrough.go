@@ -38,13 +38,21 @@ import (
 // mount's page cache is read with no request at all (docs/design.md).
 //
 // Each backing file holds a descriptor (and about 1 KiB of the kernel's
-// memory, which the RAM tier counts): the tier holds at most
-// maxBackingFiles, half the descriptors this process may open.
+// memory, which the RAM tier counts) until its last reference goes:
+// the tier's, the stage's, an open's, one the tier let go of while an
+// open still holds it. They all count against one budget of descriptors,
+// maxBackingFiles, half the descriptors this process may open
+// (passthroughCounts.fds, counted from build to close): a build past it
+// is refused, and its open is read through the daemon. (With 100-byte
+// files, opens held while the tier evicted their files once took a
+// daemon with 2,048 descriptors to EMFILE, and its reads of SOURCE
+// failed with it.)
 //
 // The backing files held by opens are bounded by a quarter of the RAM
-// tier's capacity (openBound): an open beyond it is read through the
-// daemon. Those an eviction or a refresh took from the tier while open
-// count against the capacity until they close (ramcache).
+// tier's capacity (openBound), each charged its pages and openOverhead
+// (openCharge): an open beyond it is read through the daemon. Those an
+// eviction or a refresh took from the tier while open count against the
+// capacity until they close (ramcache).
 //
 // Reads of a passthrough open never reach the daemon, so the open is the
 // read (dataset.OpenedPassthrough): the reader tracker and the
@@ -62,14 +70,26 @@ const (
 // passthrough.
 const passthroughAutoMin = 1 << 20
 
-// passthroughMode says whether a mount of files files of bytes in all
-// tries passthrough under mode, and why not.
-func passthroughMode(mode string, files int, bytes int64) (bool, string) {
+// passthroughMode says whether a mount of files files of bytes in all,
+// open to other users or not, tries passthrough under mode, and why not.
+//
+// Auto keeps it off for a mount open to other users (--allow-other):
+// a reader's mmap of a file open by passthrough maps the daemon's
+// backing file itself, and its pages stay in memory, charged to the
+// daemon, until the reader unmaps them, after the open's RELEASE and
+// after the RAM tier let the file go. No bound of the daemon's covers
+// them (one user mapped 160 files of 8 MiB under --ram-cache 64MiB and
+// held 1.2 GiB). On a mount of one user's own that is that user's memory,
+// as with any file the user maps; on a shared one, on asks for it.
+func passthroughMode(mode string, files int, bytes int64, allowOther bool) (bool, string) {
 	switch mode {
 	case PassthroughOn:
 		return true, ""
 	case PassthroughOff:
 		return false, "turned off (--passthrough off)"
+	}
+	if allowOther {
+		return false, "--passthrough auto with --allow-other: a reader's mmap of a file read by passthrough holds the daemon's backing file in memory past --ram-cache's bound until it unmaps it (--passthrough on allows it)"
 	}
 	if files == 0 || bytes/int64(files) < passthroughAutoMin {
 		return false, fmt.Sprintf("--passthrough auto: the dataset's files average under %d MiB; small files read faster through the mount's page cache (--passthrough on overrides)", passthroughAutoMin>>20)
@@ -100,6 +120,9 @@ func (c *Config) checkPassthrough(h Host) Check {
 	if !h.Root {
 		return Check{level, "--passthrough", "off: registering a backing file needs CAP_SYS_ADMIN; run the mount as root to let the kernel read files held in RAM itself"}
 	}
+	if mode == PassthroughAuto && c.AllowOther {
+		return Check{OK, "--passthrough", "auto: off with --allow-other (another user's mmap would hold backing files past --ram-cache's bound; --passthrough on allows it)"}
+	}
 	if mode == PassthroughAuto {
 		return Check{OK, "--passthrough", fmt.Sprintf("auto: on if the dataset's files average %d MiB or more and the kernel has CONFIG_FUSE_PASSTHROUGH (the mount's stats say: passthrough.on, why)", passthroughAutoMin>>20)}
 	}
@@ -125,8 +148,9 @@ func (c *Config) checkShmemTHP(h Host) (Check, bool) {
 		"echo advise > /sys/kernel/mm/transparent_hugepage/shmem_enabled lets dlfs use 2 MiB pages for them", h.ShmemTHP)}, true
 }
 
-// maxBackingFiles is how many backing files the RAM tier may hold: half
-// the descriptors this process may open.
+// maxBackingFiles is how many backing files the node may hold open, in
+// the RAM tier, on the stage and for opens: half the descriptors this
+// process may open.
 func maxBackingFiles() int64 {
 	var lim unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil || lim.Cur == unix.RLIM_INFINITY {
@@ -135,18 +159,32 @@ func maxBackingFiles() int64 {
 	return int64(lim.Cur / 2)
 }
 
+// openOverhead is what an open's backing file costs beside its pages:
+// the kernel's inode, dentry and open file of the memfd (about 1 KiB,
+// as the RAM tier counts it) and the mount's backing id.
+const openOverhead = 2 << 10
+
+// openCharge is what an open of a file of size bytes holding a backing
+// file counts against openBound: its pages and openOverhead.
+func openCharge(size int64) int64 {
+	return (size+pageSize-1)&^(pageSize-1) + openOverhead
+}
+
+var pageSize = int64(unix.Getpagesize())
+
 // passthroughCounts are the node's side of the passthrough figures.
 type passthroughCounts struct {
-	openBytes   atomic.Int64 // bytes of backing files held by opens
+	openBytes   atomic.Int64 // openCharge of the backing files held by opens
+	fds         atomic.Int64 // backing files built and not yet closed, each a descriptor (at most maxFiles)
 	built       atomic.Int64 // backing files built
 	builtAhead  atomic.Int64 // of them, by the builder, before an open asked (builder.go)
 	fromSSD     atomic.Int64 // of them, by an open, with blocks copied from the SSD tier
 	builtBytes  atomic.Int64
 	notResident atomic.Int64 // opens of files not held whole
 	overBound   atomic.Int64 // opens turned away by openBound
-	tooMany     atomic.Int64 // builds turned away by maxBackingFiles
+	tooMany     atomic.Int64 // opens turned away by maxFiles
 	failed      atomic.Int64 // builds that failed (a block failed its sum, or memory)
-	maxFiles    int64        // maxBackingFiles, read once
+	maxFiles    atomic.Int64 // maxBackingFiles, read once at Start
 }
 
 // PassthroughStats is stats' passthrough object.
@@ -158,8 +196,8 @@ type PassthroughStats struct {
 	BackingFiles     int64 `json:"backing_files"`
 	BackingBytes     int64 `json:"backing_bytes"`
 	EvictedOpenBytes int64 `json:"evicted_open_bytes"`
-	// OpenBytes are the bytes of backing files opens hold, at most
-	// OpenBound.
+	// OpenBytes are what the backing files opens hold are charged (their
+	// pages, and 2 KiB each for the kernel's objects), at most OpenBound.
 	OpenBytes int64 `json:"open_bytes"`
 	OpenBound int64 `json:"open_bound_bytes"`
 	// Built counts backing files built, with their bytes; NotResident
@@ -172,10 +210,13 @@ type PassthroughStats struct {
 	NotResident   int64 `json:"not_resident"`
 	OverBound     int64 `json:"over_bound"`
 	BuildFailures int64 `json:"build_failures"`
-	// MaxFiles bounds BackingFiles (half the descriptors dlfs may open);
-	// TooMany counts opens turned away by it.
-	MaxFiles int64 `json:"max_backing_files"`
-	TooMany  int64 `json:"too_many"`
+	// BackingFds is the descriptors backing files hold now: the RAM
+	// tier's, the stage's, the opens' (those the tier let go of while
+	// open too). MaxFiles is their budget, half the descriptors dlfs may
+	// open; TooMany counts opens turned away by it (read through dlfs).
+	BackingFds int64 `json:"backing_fds"`
+	MaxFiles   int64 `json:"max_backing_files"`
+	TooMany    int64 `json:"too_many"`
 	// ShmemTHP is shmem's huge page mode: where it allows them, backing
 	// files of 2 MiB or more are written into 2 MiB pages (backing).
 	ShmemTHP string `json:"shmem_thp"`
@@ -191,7 +232,7 @@ func (n *Node) passthroughStats(ram ramcache.Stats) PassthroughStats {
 		BackingFiles: ram.Backing.Files, BackingBytes: ram.Backing.Bytes, EvictedOpenBytes: ram.Backing.EvictedOpenBytes,
 		OpenBytes: c.openBytes.Load(), OpenBound: n.openBound(),
 		Built: c.built.Load(), BuiltBytes: c.builtBytes.Load(), BuiltAhead: c.builtAhead.Load(), BuiltFromSSD: c.fromSSD.Load(), NotResident: c.notResident.Load(),
-		OverBound: c.overBound.Load(), BuildFailures: c.failed.Load(), MaxFiles: c.maxFiles, TooMany: c.tooMany.Load(),
+		OverBound: c.overBound.Load(), BuildFailures: c.failed.Load(), BackingFds: c.fds.Load(), MaxFiles: c.maxFiles.Load(), TooMany: c.tooMany.Load(),
 		ShmemTHP: backing.ShmemTHP()}
 }
 
@@ -202,14 +243,15 @@ func (d dataset) Backing(e *catalog.Entry) fusefs.BackingFile {
 		return nil
 	}
 	c := &n.tiers.backing
-	if c.openBytes.Add(e.Size) > n.openBound() {
-		c.openBytes.Add(-e.Size)
+	charge := openCharge(e.Size)
+	if c.openBytes.Add(charge) > n.openBound() {
+		c.openBytes.Add(-charge)
 		c.overBound.Add(1)
 		return nil
 	}
 	f := n.backingOf(e)
 	if f == nil {
-		c.openBytes.Add(-e.Size)
+		c.openBytes.Add(-charge)
 		return nil
 	}
 	return openBacking{f, c}
@@ -222,7 +264,7 @@ type openBacking struct {
 }
 
 func (o openBacking) Release() {
-	o.c.openBytes.Add(-o.Size())
+	o.c.openBytes.Add(-openCharge(o.Size()))
 	o.File.Release()
 }
 
@@ -269,14 +311,8 @@ func (n *Node) backingOf(e *catalog.Entry) *backing.File {
 func (n *Node) buildBacking(e *catalog.Entry, forOpen bool) (_ *backing.File, adopted, missing bool) {
 	load, ram := n.tiers.load, n.tiers.ram
 	bs := load.BlockSize()
-	if e.Size > n.openBound() {
+	if e.Size > n.openBound()-openOverhead {
 		return nil, false, false // no open may hold it (and a sparse file of 2^63 bytes must not size the lists below)
-	}
-	if ram.Stats().Backing.Files+int64(n.tiers.stage.BackedFiles()) >= n.tiers.backing.maxFiles {
-		if forOpen {
-			n.tiers.backing.tooMany.Add(1) // an open turned away
-		}
-		return nil, false, false
 	}
 	nb := loader.Blocks(e.Size, bs)
 	keys := make([]string, nb)
@@ -321,10 +357,13 @@ func (n *Node) buildBacking(e *catalog.Entry, forOpen bool) (_ *backing.File, ad
 	case allStaged && !n.tiers.stage.HasRoom(e.Size, staging), !allStaged && slices.Contains(staged, true):
 		return nil, false, false
 	}
-	f, err := backing.Build(e.Path(), e.Size, bs, func(i int64) (backing.Block, bool) {
-		b := blocks[i]
-		return backing.Block{Data: b.Data, Tag: b.Tag, Sum: b.Sum}, true
-	})
+	f, err := n.buildFile(e, bs, blocks)
+	if errors.Is(err, errTooManyFiles) {
+		if forOpen {
+			n.tiers.backing.tooMany.Add(1) // an open turned away
+		}
+		return nil, false, false
+	}
 	if err != nil {
 		n.tiers.backing.failed.Add(1)
 		if errors.Is(err, backing.ErrCorrupt) {
@@ -362,11 +401,36 @@ func (n *Node) buildBacking(e *catalog.Entry, forOpen bool) (_ *backing.File, ad
 	return f, adopted, false
 }
 
+// errTooManyFiles means the node's backing files hold their budget of
+// descriptors (maxFiles) already.
+var errTooManyFiles = errors.New("daemon: the backing files hold their budget of descriptors")
+
+// buildFile builds e's backing file of blocks (block size bs) if the
+// descriptor budget has room for it, counting its descriptor until it
+// is closed.
+func (n *Node) buildFile(e *catalog.Entry, bs int64, blocks []ramcache.Block) (*backing.File, error) {
+	c := &n.tiers.backing
+	if c.fds.Add(1) > c.maxFiles.Load() {
+		c.fds.Add(-1)
+		return nil, errTooManyFiles
+	}
+	f, err := backing.Build(e.Path(), e.Size, bs, func(i int64) (backing.Block, bool) {
+		b := blocks[i]
+		return backing.Block{Data: b.Data, Tag: b.Tag, Sum: b.Sum}, true
+	})
+	if err != nil {
+		c.fds.Add(-1)
+		return nil, err
+	}
+	f.OnClose(func() { c.fds.Add(-1) }) // true: Build's reference is held
+	return f, nil
+}
+
 // backs says whether a file staged whole would get a backing file beside
 // it now (prefetch.Config.Backs): the mount uses passthrough (decided at
 // its first open, false until then) and an open may hold the file.
 func (n *Node) backs(e *catalog.Entry) bool {
-	return e.Size > 0 && e.Size <= n.openBound() && n.fs.UsesPassthrough()
+	return e.Size > 0 && openCharge(e.Size) <= n.openBound() && n.fs.UsesPassthrough()
 }
 
 // openStaged returns the backing file the stage keeps beside e's staged

@@ -9,22 +9,28 @@ import (
 // files only; on and off are what they say.
 func TestPassthroughMode(t *testing.T) {
 	cases := []struct {
-		mode  string
-		files int
-		bytes int64
-		on    bool
+		mode       string
+		files      int
+		bytes      int64
+		allowOther bool
+		on         bool
 	}{
-		{"", 24, 24 << 25, true},              // 32 MiB files
-		{"auto", 3000, 3000 * 110_000, false}, // 110 KB files
-		{"auto", 10, 10 << 20, true},          // exactly 1 MiB on average
-		{"auto", 0, 0, false},                 // empty
-		{"on", 3000, 3000 * 110_000, true},
-		{"off", 24, 24 << 25, false},
+		{"", 24, 24 << 25, false, true},              // 32 MiB files
+		{"auto", 3000, 3000 * 110_000, false, false}, // 110 KB files
+		{"auto", 10, 10 << 20, false, true},          // exactly 1 MiB on average
+		{"auto", 0, 0, false, false},                 // empty
+		{"on", 3000, 3000 * 110_000, false, true},
+		{"off", 24, 24 << 25, false, false},
+		// Open to other users: their mmaps would hold backing files past
+		// the bound, so only on asks for it.
+		{"", 24, 24 << 25, true, false},
+		{"auto", 24, 24 << 25, true, false},
+		{"on", 24, 24 << 25, true, true},
 	}
 	for _, c := range cases {
-		on, why := passthroughMode(c.mode, c.files, c.bytes)
+		on, why := passthroughMode(c.mode, c.files, c.bytes, c.allowOther)
 		if on != c.on || on != (why == "") {
-			t.Errorf("%q, %d files of %d bytes: on %v (%q), want %v with a reason when off", c.mode, c.files, c.bytes, on, why, c.on)
+			t.Errorf("%q, %d files of %d bytes, allow-other %v: on %v (%q), want %v with a reason when off", c.mode, c.files, c.bytes, c.allowOther, on, why, c.on)
 		}
 	}
 }
@@ -46,9 +52,11 @@ func TestCheckPassthrough(t *testing.T) {
 		{"on", "6.18.4", false, Warn, "CAP_SYS_ADMIN"},
 		{"off", "6.18.4", true, OK, "off"},
 		{"yes", "6.18.4", true, Fail, "auto, on or off"},
+		{"auto+allow-other", "6.18.4", true, OK, "off with --allow-other"},
 	}
 	for _, c := range cases {
-		cfg := Config{Passthrough: c.mode}
+		mode, other := strings.CutSuffix(c.mode, "+allow-other")
+		cfg := Config{Passthrough: mode, AllowOther: other}
 		ch := cfg.checkPassthrough(Host{Release: c.release, Root: c.root})
 		if ch.Level != c.level || !strings.Contains(ch.Detail, c.says) {
 			t.Errorf("%q on %s (root %v): %v %q; want %v saying %q", c.mode, c.release, c.root, ch.Level, ch.Detail, c.level, c.says)
