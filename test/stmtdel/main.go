@@ -20,10 +20,14 @@
 //
 // # Outcomes
 //
+// A statement that was a variable's only use (the check in "v, err :=
+// f(); if err != nil {...}") leaves a mutant that does not build; it is
+// tried again with "_ = err" in the statement's place.
+//
 // caught: the tests failed. escaped: they passed. timedout: they ran
 // past -coefficient times the unmutated run (at least a minute), or
-// -timeout. invalid: the mutant did not build (the statement deleted was
-// a variable's only use). The score is caught / (caught + escaped); with
+// -timeout. invalid: the mutant did not build (a deleted call was an
+// import's only use; a function lost its only return on a path). The score is caught / (caught + escaped); with
 // -threshold, stmtdel exits 1 below it. It exits 2 when it cannot run,
 // or when the package's tests fail unmutated.
 package main
@@ -146,7 +150,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			for i := range jobs {
 				m := mutants[i]
 				t0 := time.Now()
-				out, _, err := r.Run(ctx, map[string][]byte{m.File: Apply(srcs[m.File], m)})
+				out, text, err := r.Run(ctx, map[string][]byte{m.File: Apply(srcs[m.File], m)})
+				if keep := Unused(text); out == Invalid && len(keep) > 0 {
+					// The statement was a variable's only use: use it
+					// in the statement's place and run again.
+					out, _, err = r.Run(ctx, map[string][]byte{m.File: Apply(srcs[m.File], m, keep...)})
+				}
 				mu.Lock()
 				if err != nil {
 					runErr = firstErr(runErr, err)

@@ -14,7 +14,11 @@ var module = map[string]string{
 	"go.mod": "module example.com/m\n\ngo 1.22\n",
 	"p/p.go": `package p
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"strconv"
+)
 
 var ErrNeg = errors.New("negative")
 
@@ -42,13 +46,19 @@ func Count() int {
 	return i
 }
 
-// Use's call is y's only use: without it, it does not build.
-func Use() {
-	y := 1
-	sink(y)
+// Parse's check is err's only use: deleted, it is tried with _ = err.
+func Parse(s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
 }
 
-func sink(int) {}
+// Hello's call is fmt's only use: without it, it does not build.
+func Hello() {
+	fmt.Print("")
+}
 `,
 	"p/p_test.go": `package p
 
@@ -64,7 +74,10 @@ func TestCount(t *testing.T) {
 	if Count() != 3 {
 		t.Fatal("Count")
 	}
-	Use()
+	if _, err := Parse("x"); err == nil {
+		t.Fatal("Parse")
+	}
+	Hello()
 }
 `,
 }
@@ -95,7 +108,7 @@ func TestRunOutcomes(t *testing.T) {
 	t.Chdir(dir)
 	report := filepath.Join(t.TempDir(), "report.json")
 	var out, errs strings.Builder
-	code := run(context.Background(), []string{"-timeout", "5s", "-threshold", "80", "-json", report, "p"}, &out, &errs)
+	code := run(context.Background(), []string{"-timeout", "5s", "-threshold", "81", "-json", report, "p"}, &out, &errs)
 	if code != 1 {
 		t.Errorf("exit %d, want 1 (under the threshold); stderr: %s", code, errs.String())
 	}
@@ -112,11 +125,13 @@ func TestRunOutcomes(t *testing.T) {
 		got[r.Text] = r.Outcome
 	}
 	want := map[string]Outcome{
-		"if n < 0 {":    Caught,
-		"return ErrNeg": Caught,
-		"total += n":    Escaped,
-		"i = i + 1":     TimedOut,
-		"sink(y)":       Invalid,
+		"if n < 0 {":      Caught,
+		"return ErrNeg":   Caught,
+		"total += n":      Escaped,
+		"i = i + 1":       TimedOut,
+		"if err != nil {": Caught,
+		"return 0, err":   Caught,
+		"fmt.Print(\"\")": Invalid,
 	}
 	for text, o := range want {
 		if got[text] != o {
@@ -126,10 +141,10 @@ func TestRunOutcomes(t *testing.T) {
 	if len(rep.Results) != len(want) {
 		t.Errorf("%d mutants, want %d: %v", len(rep.Results), len(want), rep.Results)
 	}
-	if rep.Caught != 2 || rep.Escaped != 1 || rep.TimedOut != 1 || rep.Invalid != 1 || int(rep.Score) != 66 {
+	if rep.Caught != 4 || rep.Escaped != 1 || rep.TimedOut != 1 || rep.Invalid != 1 || rep.Score != 80 {
 		t.Errorf("report: %d caught, %d escaped, %d timed out, %d invalid, score %.1f", rep.Caught, rep.Escaped, rep.TimedOut, rep.Invalid, rep.Score)
 	}
-	if !strings.Contains(out.String(), "2 caught, 1 escaped, 1 timed out, 1 did not build; score 66.7%") {
+	if !strings.Contains(out.String(), "4 caught, 1 escaped, 1 timed out, 1 did not build; score 80.0%") {
 		t.Errorf("summary line missing:\n%s", out.String())
 	}
 	if src, _ := os.ReadFile(filepath.Join(dir, "p", "p.go")); string(src) != module["p/p.go"] {
@@ -171,10 +186,10 @@ func TestRunRefuses(t *testing.T) {
 func TestList(t *testing.T) {
 	t.Chdir(writeModule(t, module))
 	var out, errs strings.Builder
-	if code := run(context.Background(), []string{"-list", "-only", "p/p.go:10", "./p"}, &out, &errs); code != 0 {
+	if code := run(context.Background(), []string{"-list", "-only", "p/p.go:14", "./p"}, &out, &errs); code != 0 {
 		t.Fatalf("exit %d: %s", code, errs.String())
 	}
-	if out.String() != "p/p.go:10 return: return ErrNeg\n" {
+	if out.String() != "p/p.go:14 return: return ErrNeg\n" {
 		t.Errorf("listed %q", out.String())
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -171,13 +172,42 @@ func allBlank(xs []ast.Expr) bool {
 
 // Apply returns src with m's statement deleted: its bytes become spaces,
 // its newlines stay, so that every other line keeps its number and a
-// failing test's line points into the original.
-func Apply(src []byte, m Mutant) []byte {
-	out := append([]byte(nil), src...)
-	for i := m.Start; i < m.End; i++ {
-		if out[i] != '\n' {
-			out[i] = ' '
+// failing test's line points into the original. Each of keep, a
+// variable the statement was the only use of, is used in its place
+// ("_ = err"), so that deleting the check in
+//
+//	v, err := f()
+//	if err != nil { return err }
+//
+// still builds.
+func Apply(src []byte, m Mutant, keep ...string) []byte {
+	var uses string
+	for _, k := range keep {
+		uses += "_ = " + k + "; "
+	}
+	out := make([]byte, 0, len(src)+len(uses))
+	out = append(append(out, src[:m.Start]...), uses...)
+	for _, c := range src[m.Start:m.End] {
+		if c != '\n' {
+			c = ' '
+		}
+		out = append(out, c)
+	}
+	return append(out, src[m.End:]...)
+}
+
+// unusedRE matches the compiler's complaint about a variable whose only
+// use a mutant deleted.
+var unusedRE = regexp.MustCompile(`(?m): declared and not used: ([\pL_][\pL\pN_]*)$`)
+
+// Unused returns the variables go test's output says are declared and not
+// used, each once.
+func Unused(output string) []string {
+	var names []string
+	for _, m := range unusedRE.FindAllStringSubmatch(output, -1) {
+		if !slices.Contains(names, m[1]) {
+			names = append(names, m[1])
 		}
 	}
-	return out
+	return names
 }

@@ -152,3 +152,36 @@ func TestIsLogCall(t *testing.T) {
 		}
 	}
 }
+
+// TestApplyKeeps: with variables to keep, the deleted statement's place
+// uses them, lines stay where they were, and the result parses.
+func TestApplyKeeps(t *testing.T) {
+	src := []byte("package p\n\nfunc f() error {\n\tv, err := g()\n\tif err != nil {\n\t\treturn err\n\t}\n\treturn use(v)\n}\n")
+	ms, err := Find("p.go", src, map[Kind]bool{If: true})
+	if err != nil || len(ms) != 1 {
+		t.Fatalf("%v, %v", ms, err)
+	}
+	out := string(Apply(src, ms[0], "err", "v"))
+	if want := "\t_ = err; _ = v; "; !strings.Contains(out, "\n"+want) || strings.Contains(out, "return err") {
+		t.Errorf("mutant:\n%s", out)
+	}
+	if strings.Count(out, "\n") != bytes.Count(src, []byte("\n")) || !strings.Contains(out, "\n\treturn use(v)\n}\n") {
+		t.Errorf("lines moved:\n%s", out)
+	}
+	if _, err := parser.ParseFile(token.NewFileSet(), "p.go", out, 0); err != nil {
+		t.Errorf("the mutant does not parse: %v", err)
+	}
+}
+
+// TestUnused: the compiler's "declared and not used" lines give the
+// names, each once; other errors give none.
+func TestUnused(t *testing.T) {
+	out := "# example.com/m/p\np/p.go:9:5: declared and not used: err\np/p.go:12:2: declared and not used: n\n" +
+		"p/p.go:20:2: declared and not used: err\np/p.go:3:2: \"fmt\" imported and not used\nFAIL\texample.com/m/p [build failed]\n"
+	if got := Unused(out); strings.Join(got, " ") != "err n" {
+		t.Errorf("Unused = %q, want err and n", got)
+	}
+	if got := Unused("p/p.go:3:2: \"fmt\" imported and not used\n"); len(got) != 0 {
+		t.Errorf("Unused of an import error = %q", got)
+	}
+}
