@@ -81,23 +81,29 @@ fuzz:
 	done; \
 	[ $$n -gt 0 ] || { echo "fuzz: no fuzz targets found" >&2; exit 1; }; echo "fuzz: $$n targets"
 
-# Mutation testing (docs/mutation.md), outside make test: gremlins plants
-# one bug at a time in a package (in a copy of the tree) and runs that
-# package's tests; a mutant the tests still pass "lived". Package by
-# package, one worker by default (the machine is small and shared). A
+# Mutation testing (docs/mutation.md), outside make test: two tools plant
+# one bug at a time in a package and run that package's tests. gremlins
+# changes an operator (in a copy of the tree); test/stmtdel deletes a
+# statement (a call, an early return, an if, a defer, an assignment;
+# through go test -overlay). A mutant the tests still pass "lived"
+# (gremlins) or "escaped" (stmtdel). MUTATE_WITH picks the tools. Package
+# by package, one worker by default (the machine is small and shared). A
 # mutant's test run may take MUTATE_TIMEOUT_COEFFICIENT times the first,
 # unmutated run (-count=1, so that a cached result does not make that
 # tiny); one that takes longer counts as timed out, neither lived nor
 # killed. Each package's efficacy (killed / (killed + lived)) must reach
-# MUTATE_THRESHOLD. Logs, JSON reports and the sources as mutated go to
-# bin/mutate/ (see scripts/mutate.sh).
-MUTATE_PKGS ?= integrity placement control ssdstore catalog cluster/peer fusefs loader
+# MUTATE_THRESHOLD with each tool. Logs, JSON reports, the sources as
+# mutated and a summary naming the commit go to bin/mutate/ (see
+# scripts/mutate.sh).
+MUTATE_PKGS ?= integrity placement control ssdstore catalog cluster/peer fusefs loader \
+	ramcache source prefetch access jobs cluster daemon/owners backing
+MUTATE_WITH ?= gremlins stmtdel
 MUTATE_WORKERS ?= 1
 MUTATE_TIMEOUT_COEFFICIENT ?= 20
 MUTATE_THRESHOLD ?= 80
 mutate:
 	./scripts/install-mutate.sh
-	./scripts/mutate.sh bin/mutate $(MUTATE_THRESHOLD) $(MUTATE_WORKERS) $(MUTATE_TIMEOUT_COEFFICIENT) $(MUTATE_PKGS)
+	MUTATE_WITH="$(MUTATE_WITH)" ./scripts/mutate.sh bin/mutate $(MUTATE_THRESHOLD) $(MUTATE_WORKERS) $(MUTATE_TIMEOUT_COEFFICIENT) $(MUTATE_PKGS)
 
 bench: deps build
 	./bin/dlfsbench

@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # Mutation testing, package by package (make mutate; docs/mutation.md).
 #   scripts/mutate.sh OUTDIR THRESHOLD WORKERS COEFFICIENT PKG...
+# Two tools run on each package, one after the other: gremlins, which
+# changes operators, and test/stmtdel, which deletes statements (a check,
+# a release, an early return). MUTATE_WITH names the ones to run
+# (default "gremlins stmtdel").
 # For each package: a copy of its sources as mutated (OUTDIR/PKG.src, where
 # the survivors' line numbers point), gremlins' log (OUTDIR/PKG.log) and
-# JSON report (OUTDIR/PKG.json), and a line in OUTDIR/summary; a PKG's
-# slashes become dashes in these names (cluster/peer: OUTDIR/cluster-peer.log).
-# Exits 1 if a package's efficacy (killed / (killed + lived)) is under
-# THRESHOLD, or was not measured.
+# JSON report (OUTDIR/PKG.json), stmtdel's (OUTDIR/PKG.del.log,
+# OUTDIR/PKG.del.json), and a line for each in OUTDIR/summary ("PKG" for
+# gremlins, "PKG:delete" for stmtdel); a PKG's slashes become dashes in
+# these names (cluster/peer: OUTDIR/cluster-peer.log). The summary names
+# the commit the tree was at (and whether it had changes).
+# Exits 1 if a package's efficacy (killed / (killed + lived); for stmtdel,
+# caught / (caught + escaped)) is under THRESHOLD, or was not measured.
 #
 # A mutant can make a test hang on a FUSE mount it serves itself (the
 # hung-PFS tests): gremlins kills `go test` at its timeout, but the test
@@ -20,8 +27,13 @@ out=$1 threshold=$2 workers=$3 coefficient=$4
 shift 4
 export PATH="/usr/local/go/bin:$PATH"
 gremlins="$(go env GOPATH)/bin/gremlins"
+with=${MUTATE_WITH:-gremlins stmtdel}
 mkdir -p "$out"
-: >"$out/summary"
+commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+[ -n "$(git status --porcelain -- "$@" 2>/dev/null)" ] && commit="$commit+changes"
+echo "# at $commit, $(date -u +%Y-%m-%dT%H:%MZ)" >"$out/summary"
+stmtdel="$out/stmtdel"
+case " $with " in *" stmtdel "*) go build -o "$stmtdel" ./test/stmtdel || exit 1 ;; esac
 
 # reap aborts the FUSE connections of mounts under $1 and detaches them.
 reap() {
@@ -40,6 +52,16 @@ for p in "$@"; do
   echo "mutate $p"
   n=${p//\//-}
   rm -rf "$out/$n.src" && cp -r "./$p" "$out/$n.src"
+  case " $with " in *" stmtdel "*)
+    tmp=$(mktemp -d "/tmp/dlfs-mutate-$n.XXXXXX")
+    TMPDIR=$tmp "$stmtdel" -coefficient "$coefficient" -workers "$workers" -json "$out/$n.del.json" "./$p" 2>&1 | tee "$out/$n.del.log"
+    reap "$tmp"
+    rm -rf "$tmp"
+    score=$(sed -n 's/.*; score \([0-9.]*\)%.*/\1/p' "$out/$n.del.log")
+    counts=$(sed -n 's/^stmtdel [^:]*: \([0-9]* caught.*\); score.*/\1/p' "$out/$n.del.log")
+    echo "$p:delete ${score:-none} $counts" >>"$out/summary"
+  esac
+  case " $with " in *" gremlins "*) ;; *) continue ;; esac
   tmp=$(mktemp -d "/tmp/dlfs-mutate-$n.XXXXXX")
   TMPDIR=$tmp GOFLAGS="${GOFLAGS:-} -count=1" "$gremlins" unleash --workers "$workers" --timeout-coefficient "$coefficient" \
     -S lt -o "$out/$n.json" "./$p" >"$out/$n.log" 2>&1 &
@@ -59,5 +81,5 @@ done
 echo
 echo "package efficacy% (threshold $threshold%)"
 cat "$out/summary"
-awk -v t="$threshold" '$2 == "none" || $2 + 0 < t { bad = bad " " $1 }
+awk -v t="$threshold" '!/^#/ && ($2 == "none" || $2 + 0 < t) { bad = bad " " $1 }
   END { if (bad != "") { print "mutate: below " t "% (or not measured):" bad > "/dev/stderr"; exit 1 } }' "$out/summary"
