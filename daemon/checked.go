@@ -28,15 +28,73 @@ func (d dataset) Check(ctx context.Context, e *catalog.Entry) error {
 	if !errors.Is(err, catalog.ErrBehind) {
 		return err
 	}
-	if err := n.revalidator.refresh(ctx); err != nil {
+	if err := n.catchUp.revalidate.refresh(ctx); err != nil {
 		return err
 	}
 	if n.cat.Snapshot().ByIno(e.Ino) == e { // no directory showed it: rewritten in place
-		if err := n.refresher.refresh(ctx); err != nil {
+		if err := n.catchUp.rescan.refresh(ctx); err != nil {
 			return err
 		}
 	}
 	return err // resolved again, e is current
+}
+
+// catchUp runs the rescans of requests that found an entry behind SOURCE.
+// Such a request may hold the kernel's lock of the directory it looks in
+// (a LOOKUP does), and the kernel takes that lock to act on an
+// invalidation of a name in it (EntryNotify): so the request waits for
+// the rescan and the tiers' invalidation, and the kernel is told what
+// changed after, in order, by a goroutine of its own (invalidations).
+// The answer the request gets is the new snapshot's already.
+type catchUp struct {
+	revalidate, rescan *refresher
+	invalidations      chan catalog.Diff
+	stop               chan struct{}
+	done               chan struct{}
+}
+
+// startCatchUp starts n.catchUp; Close stops it.
+func (n *Node) startCatchUp() {
+	c := &n.catchUp
+	c.invalidations, c.stop, c.done = make(chan catalog.Diff, 16), make(chan struct{}), make(chan struct{})
+	later := func(d catalog.Diff) {
+		if len(d.Changed)+len(d.Removed)+len(d.Added) == 0 {
+			return
+		}
+		select {
+		case c.invalidations <- d:
+		case <-c.stop:
+		}
+	}
+	c.revalidate = newRefresher(func(ctx context.Context) (catalog.Diff, error) { return n.rescan(ctx, n.cat.Revalidate, later) })
+	c.rescan = newRefresher(func(ctx context.Context) (catalog.Diff, error) { return n.rescan(ctx, n.cat.Refresh, later) })
+	go func() {
+		defer close(c.done)
+		for {
+			select {
+			case d := <-c.invalidations:
+				n.fs.Invalidate(d)
+			case <-c.stop:
+				return
+			}
+		}
+	}()
+	n.onClose("catch-up", func() error { c.close(); return nil })
+}
+
+// close stops the rescans and the invalidations; it may be called again.
+func (c *catchUp) close() {
+	if c.stop == nil {
+		return
+	}
+	select {
+	case <-c.stop:
+	default:
+		close(c.stop) // first: a rescan may wait to hand over its diff
+	}
+	c.revalidate.close()
+	c.rescan.close()
+	<-c.done
 }
 
 // Checked implements fusefs.Checker.

@@ -276,15 +276,16 @@ type Node struct {
 	cluster clusterParts // all nil for a cluster of one
 	lat     latencies    // nil Vecs with Config.NoLatency
 	alog    *accesslog.Log
-	// refresher runs the rescans control writes ask for, revalidator the
-	// revalidations of a loaded catalog's requests (checked.go).
-	refresher, revalidator *refresher
-	reg                    *prometheus.Registry
-	server                 *fuse.Server
-	mountDev               string        // the mount's MAJOR:MINOR, as mountinfo shows it ("": unknown)
-	served                 chan struct{} // closed when the kernel ends the mount's connection
-	metrics                metricsServer
-	closing                closing
+	// refresher runs the rescans control writes ask for; catchUp those of
+	// requests that found a loaded catalog behind SOURCE (checked.go).
+	refresher *refresher
+	catchUp   catchUp
+	reg       *prometheus.Registry
+	server    *fuse.Server
+	mountDev  string        // the mount's MAJOR:MINOR, as mountinfo shows it ("": unknown)
+	served    chan struct{} // closed when the kernel ends the mount's connection
+	metrics   metricsServer
+	closing   closing
 }
 
 // tiers are where the bytes come from: the loader reads through the RAM
@@ -658,8 +659,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 
 	n.refresher = newRefresher(n.Refresh)
 	n.onClose("refresher", func() error { n.refresher.close(); return nil })
-	n.revalidator = newRefresher(func(ctx context.Context) (catalog.Diff, error) { return n.refresh(ctx, n.cat.Revalidate) })
-	n.onClose("revalidator", func() error { n.revalidator.close(); return nil })
+	n.startCatchUp() // checked.go
 	if n.server, err = n.fs.Mount(cfg.Mountpoint, "dlfs:"+n.cat.Source()); err != nil {
 		return nil, fmt.Errorf("mount %s: %w", cfg.Mountpoint, err)
 	}
@@ -793,7 +793,7 @@ func (n *Node) Close() error {
 		}
 		if n.refresher != nil {
 			n.refresher.close()
-			n.revalidator.close()
+			n.catchUp.close()
 		}
 		if n.closing.stopAccessLog != nil {
 			n.closing.stopAccessLog() // its pipe holds the mount
@@ -923,6 +923,11 @@ func (n *Node) Refresh(ctx context.Context) (catalog.Diff, error) {
 
 // refresh applies what scan (a full rescan, or one by directories) finds.
 func (n *Node) refresh(ctx context.Context, scan func(context.Context) (catalog.Diff, error)) (catalog.Diff, error) {
+	return n.rescan(ctx, scan, n.fs.Invalidate)
+}
+
+// rescan is refresh, with invalidate telling the kernel what changed.
+func (n *Node) rescan(ctx context.Context, scan func(context.Context) (catalog.Diff, error), invalidate func(catalog.Diff)) (catalog.Diff, error) {
 	d, err := scan(ctx)
 	if err != nil {
 		return d, err
@@ -934,7 +939,7 @@ func (n *Node) refresh(ctx context.Context, scan func(context.Context) (catalog.
 	for _, e := range d.Removed {
 		n.tiers.load.Invalidate(e)
 	}
-	n.fs.Invalidate(d)
+	invalidate(d)
 	if len(d.Changed)+len(d.Removed)+len(d.Added) > 0 {
 		n.jobs.Reindex() // plans name files of the new snapshot
 		if n.cluster.owners != nil {

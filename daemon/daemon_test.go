@@ -487,7 +487,7 @@ func TestCloseOrder(t *testing.T) {
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"fuse", "catalog keeper", "refresher", "warmup", "readers", "prefetch", "backing builder", "owners", "cluster", "peer server", "ssd", "heap governor", "source"}
+	want := []string{"fuse", "catalog keeper", "catch-up", "refresher", "warmup", "readers", "prefetch", "backing builder", "owners", "cluster", "peer server", "ssd", "heap governor", "source"}
 	if strings.Join(n.closing.closed, ",") != strings.Join(want, ",") {
 		t.Errorf("closed %v, want %v", n.closing.closed, want)
 	}
