@@ -1,8 +1,10 @@
 package placement
 
 import (
+	"cmp"
 	"math"
-	"sort"
+	"slices"
+	"strings"
 )
 
 // Sample is one sample as demand placement sees it.
@@ -28,24 +30,44 @@ type Sample struct {
 // only on the members and the set of samples, not on their order: every
 // node computes the same table from the same gossip.
 func (t *Table) Assign(samples []Sample) *Table {
-	out := &Table{members: t.members, weights: t.weights, assigned: make(map[string]int32), print: t.print, seeds: t.seeds, uniform: t.uniform, buckets: t.buckets}
+	out := &Table{members: t.members, weights: t.weights, print: t.print, seeds: t.seeds, uniform: t.uniform, buckets: t.buckets}
 	if len(samples) == 0 {
 		return out
 	}
+	// The cost is per sample, millions of them, and mostly in cache
+	// misses: each key is hashed once (the hash gives its bucket, its
+	// scores and its index slot), and what placing a sample needs is
+	// read from it in one pass in its own order, into its item; the
+	// passes in other orders touch the items only, except for a sample
+	// whose first reader is full. Nothing is allocated per sample.
 	type item struct {
-		s    *Sample
-		most uint32
-		hash uint64
+		key   string
+		hash  uint64 // fnv64a("", key)
+		size  int64
+		reads uint64 // all its reads
+		idx   int32  // in samples
+		first int32  // its first reader (see reader.before); -1: none
+		most  uint32 // its most reads by one member
+		local uint32 // reads by first
 	}
-	items := make([]item, 0, len(samples))
+	if len(samples) > math.MaxInt32 {
+		samples = samples[:math.MaxInt32] // not placed by demand: hashing places them
+	}
+	items := make([]item, len(samples))
 	var total, capSum float64
 	for i := range samples {
-		s := &samples[i]
-		var most uint32
-		for _, r := range s.Reads {
-			most = max(most, r)
+		s, it := &samples[i], &items[i]
+		*it = item{key: s.Key, hash: fnv64a("", s.Key), size: s.Size, idx: int32(i), first: -1}
+		var best reader
+		for m, r := range s.Reads {
+			it.most = max(it.most, r)
+			it.reads += uint64(r)
+			if r > 0 && m < len(t.members) {
+				if c := (reader{m, r, t.order(m, it.hash)}); it.first < 0 || c.before(best) {
+					best, it.first, it.local = c, int32(m), r
+				}
+			}
 		}
-		items = append(items, item{s, most, fnv64a("", s.Key)})
 		total += float64(s.Size)
 	}
 	for _, w := range t.weights {
@@ -56,65 +78,199 @@ func (t *Table) Assign(samples []Sample) *Table {
 	for i, w := range t.weights {
 		quota[i] = math.Min(w, w/capSum*total*1.1)
 	}
-	sort.Slice(items, func(i, j int) bool {
-		a, b := items[i], items[j]
-		if a.most != b.most {
-			return a.most > b.most
+	// The items in key order (hash, then key), which is the order the
+	// table keeps its assignments in (sorted as pairs of hash and index,
+	// by radix); they are placed most-read first, ties in key order: a
+	// stable counting sort by reads (few values).
+	byKey := make([]ref, len(items))
+	for i := range items {
+		byKey[i] = ref{items[i].hash, int32(i)}
+	}
+	sortRefs(byKey, func(a, b int32) int { return strings.Compare(items[a].key, items[b].key) })
+	// In key order from here: the passes below walk the items in order,
+	// or nearly (the placing order is key order within each count).
+	sorted := make([]item, len(items))
+	for k, r := range byKey {
+		sorted[k] = items[r.i]
+	}
+	items, byKey = sorted, nil
+	var most uint32
+	for i := range items {
+		most = max(most, items[i].most)
+	}
+	order := make([]int32, len(items))
+	if most < 1<<16 {
+		at := make([]int, most+2) // at[most-m+1]: how many items read more than m times
+		for i := range items {
+			at[most-items[i].most+1]++
 		}
-		if a.hash != b.hash {
-			return a.hash < b.hash
+		for i := 1; i < len(at); i++ {
+			at[i] += at[i-1]
 		}
-		return a.s.Key < b.s.Key
-	})
-	readers := make([]int, 0, len(t.members))
-	for _, it := range items {
-		s, size := it.s, float64(it.s.Size)
+		for i := range items {
+			g := most - items[i].most
+			order[at[g]] = int32(i)
+			at[g]++
+		}
+	} else { // a crafted plan: read 65,536 times or more
+		for i := range order {
+			order[i] = int32(i)
+		}
+		slices.SortStableFunc(order, func(a, b int32) int { return cmp.Compare(items[b].most, items[a].most) })
+	}
+	owners := make([]int32, len(items))
+	var reads, local uint64
+	readers := make([]reader, 0, len(t.members))
+	for _, i := range order {
+		it := &items[i]
+		size := float64(it.size)
 		owner := -1
-		// The readers, most reads first; ties to the hashed order.
-		readers = readers[:0]
-		for m, r := range s.Reads {
-			if r > 0 && m < len(t.members) {
-				readers = append(readers, m)
+		reads += it.reads
+		if f := it.first; f >= 0 && used[f]+size <= quota[f] {
+			owner = int(f)
+			local += uint64(it.local)
+		} else if f >= 0 {
+			// The readers, most reads first; ties to the hashed order.
+			// There are few: an insertion sort.
+			s := &samples[it.idx]
+			readers = readers[:0]
+			for m, r := range s.Reads {
+				if r > 0 && m < len(t.members) {
+					readers = append(readers, reader{m, r, t.order(m, it.hash)})
+					for j := len(readers) - 1; j > 0 && readers[j].before(readers[j-1]); j-- {
+						readers[j], readers[j-1] = readers[j-1], readers[j]
+					}
+				}
 			}
-		}
-		sort.Slice(readers, func(i, j int) bool {
-			a, b := readers[i], readers[j]
-			if s.Reads[a] != s.Reads[b] {
-				return s.Reads[a] > s.Reads[b]
-			}
-			return t.score(a, s.Key) > t.score(b, s.Key)
-		})
-		for _, m := range readers {
-			if used[m]+size <= quota[m] {
-				owner = m
-				break
+			for _, r := range readers[1:] {
+				if used[r.m]+size <= quota[r.m] {
+					owner = r.m
+					local += uint64(r.reads)
+					break
+				}
 			}
 		}
 		if owner < 0 {
-			owner = t.ownerWithRoom(s.Key, size, used, quota)
+			owner = t.ownerWithRoom(it.hash, size, used, quota)
+			if s := &samples[it.idx]; owner < len(s.Reads) {
+				local += uint64(s.Reads[owner])
+			}
 		}
 		used[owner] += size
-		if owner != t.hashOwner(s.Key) {
-			out.assigned[s.Key] = int32(owner)
-			// Order-free, so that it needs no sort: a sum of one hash per
-			// assignment.
-			out.print += mix(fnv64a(s.Key, "") ^ uint64(owner))
+		owners[i] = int32(owner)
+	}
+	// Most samples leave their bucket's owner (all but 1/N of them, with
+	// N members and balanced demand): room for all of them at once.
+	moved := make([]assigned, 0, len(items))
+	for i := range items {
+		it := &items[i]
+		if owner := owners[i]; int(owner) != t.BucketOwner(bucketOf(it.hash)) {
+			moved = append(moved, assigned{key: it.key, hash: it.hash, size: it.size, owner: owner})
+			// Order-free: a sum of one hash per assignment.
+			out.print += mix(it.hash ^ uint64(owner))
 		}
 	}
+	out.demand = newDemandIndex(moved)
+	out.planned = [2]int64{int64(min(reads, math.MaxInt64)), int64(min(local, math.MaxInt64))}
 	return out
 }
 
-// ownerWithRoom returns the member with room for size bytes that scores key
-// highest, or the hashed owner when none has room.
-func (t *Table) ownerWithRoom(key string, size float64, used, quota []float64) int {
-	best, bestScore := t.hashOwner(key), math.Inf(-1)
+// Planned returns the reads of the samples Assign placed, and how many of
+// them are by the member it placed each on (0, 0 for a table Assign did
+// not make).
+func (t *Table) Planned() (reads, local int64) { return t.planned[0], t.planned[1] }
+
+// order is member i's rendezvous score for the key whose hash is kh, or,
+// where every weight is equal, a number in the same order without the
+// logarithm (as rendezvous compares them).
+func (t *Table) order(i int, kh uint64) float64 {
+	if t.uniform {
+		return float64(mix(t.seeds[i]^kh) >> 11)
+	}
+	return t.scoreHash(i, kh)
+}
+
+// reader is a member that reads a sample: its reads and its score for
+// the sample's key (order).
+type reader struct {
+	m     int
+	reads uint32
+	score float64
+}
+
+// before orders readers: more reads first, then the higher score.
+func (r reader) before(o reader) bool {
+	if r.reads != o.reads {
+		return r.reads > o.reads
+	}
+	return r.score > o.score
+}
+
+// ownerWithRoom returns the member with room for size bytes that scores
+// the key whose hash is kh highest, or its bucket's owner when none has
+// room.
+func (t *Table) ownerWithRoom(kh uint64, size float64, used, quota []float64) int {
+	best, bestScore := t.BucketOwner(bucketOf(kh)), math.Inf(-1)
 	for i := range t.members {
 		if used[i]+size > quota[i] {
 			continue
 		}
-		if sc := t.score(i, key); sc > bestScore {
+		if sc := t.order(i, kh); sc > bestScore {
 			best, bestScore = i, sc
 		}
 	}
 	return best
+}
+
+// ref is an item's hash and index, to sort.
+type ref struct {
+	hash uint64
+	i    int32
+}
+
+// sortRefs sorts refs by hash, then by tie (which compares indexes) where
+// hashes are equal: a least-significant-digit radix sort, 16 bits a
+// pass, which moves each ref four times and compares nothing.
+func sortRefs(refs []ref, tie func(a, b int32) int) {
+	if len(refs) < 1<<12 {
+		slices.SortFunc(refs, func(a, b ref) int {
+			if c := cmp.Compare(a.hash, b.hash); c != 0 {
+				return c
+			}
+			return tie(a.i, b.i)
+		})
+		return
+	}
+	tmp := make([]ref, len(refs))
+	src, dst := refs, tmp
+	var count [1 << 16]int
+	for shift := uint(0); shift < 64; shift += 16 {
+		clear(count[:])
+		for _, r := range src {
+			count[uint16(r.hash>>shift)]++
+		}
+		n := 0
+		for d, c := range count {
+			count[d] = n
+			n += c
+		}
+		for _, r := range src {
+			d := uint16(r.hash >> shift)
+			dst[count[d]] = r
+			count[d]++
+		}
+		src, dst = dst, src
+	}
+	// Four passes: the result is back in refs. Equal hashes are rare
+	// (64 bits): each run of them is put in tie order.
+	for i := 0; i < len(refs); {
+		j := i + 1
+		for j < len(refs) && refs[j].hash == refs[i].hash {
+			j++
+		}
+		if j-i > 1 {
+			slices.SortFunc(refs[i:j], func(a, b ref) int { return tie(a.i, b.i) })
+		}
+		i = j
+	}
 }

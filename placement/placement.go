@@ -61,13 +61,14 @@ type Member struct {
 
 // Table assigns keys to members.
 type Table struct {
-	members  []Member // sorted by name
-	weights  []float64
-	assigned map[string]int32 // owners set by demand (Assign) where they differ from the hash
-	print    uint64           // Fingerprint
-	seeds    []uint64         // a hash of each member's name
-	uniform  bool             // every weight equal: the highest hash wins, no logarithm needed
-	buckets  []atomic.Uint32  // the owner of each bucket of keys, plus 1; 0: not placed yet
+	members []Member // sorted by name
+	weights []float64
+	demand  demandIndex     // owners set by demand (Assign) where they differ from the hash
+	planned [2]int64        // Planned
+	print   uint64          // Fingerprint
+	seeds   []uint64        // a hash of each member's name
+	uniform bool            // every weight equal: the highest hash wins, no logarithm needed
+	buckets []atomic.Uint32 // the owner of each bucket of keys, plus 1; 0: not placed yet
 }
 
 // bucketBits sets how many buckets keys are hashed into.
@@ -124,16 +125,16 @@ func (t *Table) Equal(o *Table) bool {
 	if t == nil || o == nil {
 		return t == o
 	}
-	if len(t.members) != len(o.members) || len(t.assigned) != len(o.assigned) {
-		return false
+	if t.print != o.print || len(t.members) != len(o.members) || len(t.demand.keys) != len(o.demand.keys) {
+		return false // the fingerprints of equal tables are equal: a cheap test first
 	}
 	for i := range t.members {
 		if t.members[i] != o.members[i] {
 			return false
 		}
 	}
-	for k, v := range t.assigned {
-		if w, ok := o.assigned[k]; !ok || w != v {
+	for i, a := range t.demand.keys { // both sorted by hash and key
+		if b := o.demand.keys[i]; a.key != b.key || a.owner != b.owner {
 			return false
 		}
 	}
@@ -146,10 +147,11 @@ func (t *Table) Members() []Member { return t.members }
 
 // Owner returns the index (into Members) of the member that owns key.
 func (t *Table) Owner(key string) int {
-	if m, ok := t.assigned[key]; ok {
-		return int(m)
+	kh := fnv64a("", key)
+	if a := t.demand.find(key, kh); a != nil {
+		return int(a.owner)
 	}
-	return t.hashOwner(key)
+	return t.BucketOwner(bucketOf(kh))
 }
 
 // Buckets is how many buckets keys are hashed into, the same for every
@@ -157,7 +159,10 @@ func (t *Table) Owner(key string) int {
 const Buckets = 1 << bucketBits
 
 // Bucket returns the bucket of key.
-func Bucket(key string) int { return int(fnv64a("", key) >> (64 - bucketBits)) }
+func Bucket(key string) int { return bucketOf(fnv64a("", key)) }
+
+// bucketOf is the bucket of a key whose hash (fnv64a("", key)) is kh.
+func bucketOf(kh uint64) int { return int(kh >> (64 - bucketBits)) }
 
 // BucketOwner returns the owner of bucket b's keys, except those Assigned
 // elsewhere.
@@ -171,13 +176,35 @@ func (t *Table) BucketOwner(b int) int {
 	return o
 }
 
+// Assignment is where demand placed a key away from its bucket's owner.
+type Assignment struct {
+	Owner  int   // the index (into Members) of the member demand chose
+	Bucket int   // the key's bucket (Bucket(key)), which BucketOwner places
+	Size   int64 // the sample's size, as Assign was given it
+}
+
 // Assigned calls fn for each key that demand placed away from its
-// bucket's owner.
-func (t *Table) Assigned(fn func(key string, owner int)) {
-	for k, m := range t.assigned {
-		fn(k, int(m))
+// bucket's owner, with where it placed it: a pass over them that hashes
+// no key and asks no catalog.
+func (t *Table) Assigned(fn func(key string, a Assignment)) {
+	for i := range t.demand.keys {
+		a := &t.demand.keys[i]
+		fn(a.key, Assignment{Owner: int(a.owner), Bucket: bucketOf(a.hash), Size: a.size})
 	}
 }
+
+// AssignedOwner returns the owner demand placed key on, if it placed it
+// away from its bucket's owner.
+func (t *Table) AssignedOwner(key string) (int, bool) {
+	if a := t.demand.find(key, fnv64a("", key)); a != nil {
+		return int(a.owner), true
+	}
+	return 0, false
+}
+
+// NumAssigned is how many keys demand placed away from their buckets'
+// owners.
+func (t *Table) NumAssigned() int { return len(t.demand.keys) }
 
 // hashOwner is the owner of key's bucket.
 func (t *Table) hashOwner(key string) int { return t.BucketOwner(Bucket(key)) }

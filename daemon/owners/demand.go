@@ -4,11 +4,14 @@ import (
 	"fmt"
 	"hash/fnv"
 	"maps"
+	"math"
 	"slices"
 	"sort"
 
+	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/cluster"
 	"github.com/dlfs/dlfs/control"
+	"github.com/dlfs/dlfs/folder"
 	"github.com/dlfs/dlfs/jobs"
 	"github.com/dlfs/dlfs/placement"
 )
@@ -93,7 +96,7 @@ func jobLines(all []*jobs.Job, first map[string]int) []string {
 func (o *Owners) demand(alive []cluster.Member) []placement.Sample {
 	type group struct {
 		spec  control.Job
-		ranks map[int]int // rank -> member index
+		ranks []int // rank -> member index; -1: no alive member runs it
 	}
 	groups := map[string]*group{}
 	for mi, m := range alive {
@@ -101,12 +104,15 @@ func (o *Owners) demand(alive []cluster.Member) []placement.Sample {
 			id := spec.Identity()
 			g := groups[id]
 			if g == nil {
-				g = &group{spec: spec, ranks: map[int]int{}}
+				g = &group{spec: spec, ranks: make([]int, spec.World)}
+				for r := range g.ranks {
+					g.ranks[r] = -1
+				}
 				groups[id] = g
 			}
 			g.spec.Epoch = min(g.spec.Epoch, spec.Epoch)
 			for _, r := range spec.Ranks {
-				if _, taken := g.ranks[r]; !taken { // alive is sorted: the first name wins a rank two claim
+				if r < len(g.ranks) && g.ranks[r] < 0 { // alive is sorted: the first name wins a rank two claim
 					g.ranks[r] = mi
 				}
 			}
@@ -117,8 +123,16 @@ func (o *Owners) demand(alive []cluster.Member) []placement.Sample {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
+	// The cost is per sample and per read, millions of each: a job's
+	// reads are counted by sample index, in one array, then given to its
+	// samples; a sample is found by its entry's inode number, and its
+	// path made once.
+	snap := o.d.Snapshot()
+	o.paths.of(snap)
+	defer o.rankReads.sweep()
 	var out []placement.Sample
-	at := map[string]int{} // path -> index in out
+	var at sampleIndex
+	stride := len(alive)
 	for _, id := range ids {
 		g := groups[id]
 		samples, err := o.d.Jobs.Index(g.spec)
@@ -130,28 +144,145 @@ func (o *Owners) demand(alive []cluster.Member) []placement.Sample {
 			o.log.Debug("placement: a gossiped job reads too many positions to count", "job", g.spec.Name, "positions", p)
 			continue
 		}
-		slot := make([]int, len(samples)) // sample index -> index in out
+		reads := make([]uint32, len(samples)*stride) // sample i's reads by member: reads[i*stride:][:stride]
+		if rr := o.rankReads.get(g.spec, len(samples), o.cfg.PlacementEpochs, snap); rr != nil {
+			for i := range samples {
+				for _, rank := range rr.ranks[rr.start[i]:rr.start[i+1]] {
+					if int(rank) < len(g.ranks) {
+						if mi := g.ranks[rank]; mi >= 0 {
+							reads[i*stride+mi]++
+						}
+					}
+				}
+			}
+		} else {
+			jobs.Reads(g.spec, len(samples), g.spec.Epoch, o.cfg.PlacementEpochs, func(rank, i int) {
+				if rank < len(g.ranks) {
+					if mi := g.ranks[rank]; mi >= 0 {
+						reads[i*stride+mi]++
+					}
+				}
+			})
+		}
+		// The first job's counts become its samples' (no copy); a later
+		// job's new samples copy theirs out of its array, which then goes.
+		first := len(out) == 0
+		if first {
+			out = slices.Grow(out, len(samples))
+		}
+		at.fit(samples)
+		var fresh []uint32 // a later job's new samples' counts, cut from one array
 		for i, s := range samples {
 			if s.Entry == nil {
-				slot[i] = -1 // a symlink to nothing in the dataset: nothing to place
+				continue // a symlink to nothing in the dataset: nothing to place
+			}
+			row := reads[i*stride : (i+1)*stride : (i+1)*stride]
+			if k, ok := at.get(s.Entry); ok {
+				for m, r := range row {
+					out[k].Reads[m] += r
+				}
 				continue
 			}
-			p := s.Entry.Path()
-			k, ok := at[p]
-			if !ok {
-				k = len(out)
-				at[p] = k
-				out = append(out, placement.Sample{Key: p, Size: s.Entry.Size, Reads: make([]uint32, len(alive))})
+			if !first {
+				if len(fresh) < stride {
+					fresh = make([]uint32, stride*min(len(samples)-i, 1<<16))
+				}
+				copy(fresh, row)
+				row, fresh = fresh[:stride:stride], fresh[stride:]
 			}
-			slot[i] = k
+			at.set(s.Entry, len(out))
+			out = append(out, placement.Sample{Key: o.paths.path(s.Entry), Size: s.Entry.Size, Reads: row})
 		}
-		jobs.Reads(g.spec, len(samples), g.spec.Epoch, o.cfg.PlacementEpochs, func(rank, i int) {
-			if mi, ok := g.ranks[rank]; ok && slot[i] >= 0 {
-				out[slot[i]].Reads[mi]++
-			}
-		})
 	}
 	return out
+}
+
+// pathCache keeps the paths of one snapshot's files by inode number,
+// each made once (an Entry holds no path: Path builds one): a table
+// change at a million files makes none, and the tables made from one
+// snapshot share their keys' bytes, so that comparing two keys of them
+// compares two pointers. The watcher's only.
+type pathCache struct {
+	snap  *catalog.Snapshot
+	byIno []string // by inode number; "": not made yet
+	limit uint64   // entries with inode numbers from limit on are not kept
+}
+
+// of empties the cache if the snapshot is another.
+func (c *pathCache) of(snap *catalog.Snapshot) {
+	if c.snap == snap {
+		return
+	}
+	// The catalog numbers entries densely: up to a few times their count.
+	c.snap, c.byIno, c.limit = snap, nil, 4*uint64(snap.Files+snap.Dirs)+1<<20
+}
+
+// path is e's path.
+func (c *pathCache) path(e *catalog.Entry) string {
+	if e.Ino >= c.limit {
+		return e.Path()
+	}
+	if e.Ino >= uint64(len(c.byIno)) {
+		c.byIno = slices.Grow(c.byIno, int(e.Ino)+1-len(c.byIno))[:e.Ino+1]
+	}
+	p := c.byIno[e.Ino]
+	if p == "" {
+		p = e.Path()
+		c.byIno[e.Ino] = p
+	}
+	return p
+}
+
+// sampleIndex finds a demand sample by its entry's inode number (unique
+// in a snapshot, which every index of one demand comes from): in an
+// array while the numbers are dense, as the catalog gives them, else in
+// a map.
+type sampleIndex struct {
+	dense []int32 // inode number -> index+1; 0: none
+	m     map[uint64]int
+}
+
+// fit makes room for samples' entries.
+func (x *sampleIndex) fit(samples []folder.Sample) {
+	if x.m != nil {
+		return
+	}
+	var top uint64
+	for _, s := range samples {
+		if s.Entry != nil {
+			top = max(top, s.Entry.Ino)
+		}
+	}
+	switch {
+	case top < uint64(len(x.dense)):
+	case top < 4*uint64(len(samples))+1<<20 && top < math.MaxInt32:
+		x.dense = append(x.dense, make([]int32, int(top)+1-len(x.dense))...)
+	default:
+		x.m = make(map[uint64]int, len(samples))
+		for ino, k := range x.dense {
+			if k > 0 {
+				x.m[uint64(ino)] = int(k - 1)
+			}
+		}
+		x.dense = nil
+	}
+}
+
+func (x *sampleIndex) get(e *catalog.Entry) (int, bool) {
+	if x.m != nil {
+		k, ok := x.m[e.Ino]
+		return k, ok
+	}
+	k := x.dense[e.Ino]
+	return int(k - 1), k > 0
+}
+
+func (x *sampleIndex) set(e *catalog.Entry, k int) {
+	if x.m != nil {
+		x.m[e.Ino] = k
+		return
+	}
+	x.dense[e.Ino] = int32(k + 1)
 }
 
 // Layout is where job j's ranks run and its samples are cached, as this

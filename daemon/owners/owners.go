@@ -181,7 +181,9 @@ type Owners struct {
 	batchMu  sync.Mutex // guards batchers
 	batchers batchers   // by peer data address (batcher.go)
 
-	own ownership // the watcher's; it publishes the counts atomically
+	own       ownership      // the watcher's; it publishes the counts atomically
+	paths     pathCache      // the watcher's
+	rankReads rankReadsCache // the watcher's
 }
 
 // The loader's peer tier.

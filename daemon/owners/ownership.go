@@ -2,6 +2,8 @@ package owners
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"sync/atomic"
 
 	"github.com/dlfs/dlfs/catalog"
@@ -20,6 +22,7 @@ type ownership struct {
 	snap    *catalog.Snapshot // the snapshot buckets counts (the watcher's only)
 	buckets [][2]int64        // files and bytes per placement bucket
 	moved   [2]int64          // the watcher's: samples that changed owner at the last table change, and in all
+	keys    *catalog.Snapshot // the snapshot the last table's demand keys were indexed from; nil: not known
 }
 
 // counted is one computation of the counts. It never changes once stored.
@@ -55,16 +58,19 @@ func (o *ownership) placementStats() PlacementStats {
 	return PlacementStats{}
 }
 
-// planStats measures t against the planned reads d.
+// planStats measures t against the planned reads d: Assign counted them
+// as it placed them, and a table by hash places them here.
 func planStats(mode string, t *placement.Table, d []placement.Sample) PlacementStats {
 	ps := PlacementStats{Mode: mode, PlannedSamples: len(d)}
-	var local int64
-	for _, s := range d {
-		o := t.Owner(s.Key)
-		for m, r := range s.Reads {
-			ps.PlannedReads += int64(r)
-			if m == o {
-				local += int64(r)
+	local := int64(0)
+	if ps.PlannedReads, local = t.Planned(); ps.PlannedReads == 0 {
+		for _, s := range d {
+			o := t.Owner(s.Key)
+			for m, r := range s.Reads {
+				ps.PlannedReads += int64(r)
+				if m == o {
+					local += int64(r)
+				}
 			}
 		}
 	}
@@ -94,8 +100,11 @@ func placeAlive(alive []cluster.Member) (*placement.Table, error) {
 }
 
 // compute places every regular file of snap with t; prev, if not nil, is
-// the table t replaces.
-func (o *ownership) compute(snap *catalog.Snapshot, t, prev *placement.Table, plan PlacementStats) {
+// the table t replaces. keys is the snapshot t's demand samples were
+// indexed from (nil: not known): when it is snap, every key t assigns is
+// a regular file of snap, of the size t keeps, and is counted without a
+// catalog lookup.
+func (o *ownership) compute(snap *catalog.Snapshot, t, prev *placement.Table, keys *catalog.Snapshot, plan PlacementStats) {
 	counts := map[string][2]int64{}
 	if t != nil {
 		if o.snap != snap {
@@ -115,23 +124,30 @@ func (o *ownership) compute(snap *catalog.Snapshot, t, prev *placement.Table, pl
 			m[0] += c[0]
 			m[1] = catalog.AddSize(m[1], c[1])
 		}
-		t.Assigned(func(key string, owner int) {
-			if e := snap.Lookup(key); e != nil && e.IsRegular() {
-				from := &per[t.BucketOwner(placement.Bucket(key))]
+		t.Assigned(func(key string, a placement.Assignment) {
+			size, ok := a.Size, keys == snap
+			if !ok {
+				if e := snap.Lookup(key); e != nil && e.IsRegular() {
+					size, ok = e.Size, true
+				}
+			}
+			if ok {
+				from := &per[t.BucketOwner(a.Bucket)]
 				from[0]--
-				from[1] -= e.Size
-				per[owner][0]++
-				per[owner][1] = catalog.AddSize(per[owner][1], e.Size)
+				from[1] -= size
+				per[a.Owner][0]++
+				per[a.Owner][1] = catalog.AddSize(per[a.Owner][1], size)
 			}
 		})
 		for i, m := range ms {
 			counts[m.Name] = per[i]
 		}
 		if prev != nil {
-			o.moved[0] = o.movedFrom(snap, prev, t)
+			o.moved[0] = o.movedFrom(snap, prev, t, o.keys, keys)
 			o.moved[1] += o.moved[0]
 		}
 	}
+	o.keys = keys
 	plan.MovedSamples, plan.MovedTotal = o.moved[0], o.moved[1]
 	o.counted.Store(&counted{counts, plan})
 }
@@ -139,34 +155,40 @@ func (o *ownership) compute(snap *catalog.Snapshot, t, prev *placement.Table, pl
 // movedFrom counts the regular files of snap whose owner differs between
 // tables a and b: bucket by bucket, then the keys either assigns by
 // demand, which do not follow their bucket. Owners are compared by name:
-// the tables number their members each in its own way.
-func (o *ownership) movedFrom(snap *catalog.Snapshot, a, b *placement.Table) int64 {
+// the tables number their members each in its own way. aKeys and bKeys
+// are the snapshots the tables' demand keys were indexed from: a key of
+// a table indexed from snap is one of its regular files, and needs no
+// lookup; the others are looked up. It allocates nothing per key.
+func (o *ownership) movedFrom(snap *catalog.Snapshot, a, b *placement.Table, aKeys, bKeys *catalog.Snapshot) int64 {
+	// asB[i] is a's member i as b numbers it, or -1.
 	am, bm := a.Members(), b.Members()
-	bucketMoved := func(k int) bool { return am[a.BucketOwner(k)].Name != bm[b.BucketOwner(k)].Name }
+	asB := make([]int, len(am))
+	for i, m := range am {
+		asB[i] = -1
+		if j, ok := slices.BinarySearchFunc(bm, m.Name, func(x placement.Member, name string) int { return strings.Compare(x.Name, name) }); ok {
+			asB[i] = j // both sorted by name
+		}
+	}
+	bucketMoved := func(k int) bool { return asB[a.BucketOwner(k)] != b.BucketOwner(k) }
 	var moved int64
 	for k, c := range o.buckets {
 		if bucketMoved(k) {
 			moved += c[0]
 		}
 	}
-	seen := map[string]bool{}
-	fix := func(key string, _ int) {
-		if seen[key] {
-			return
+	placement.AssignedDiff(a, b, func(key string, bucket, aOwner, bOwner int, inA, inB bool) {
+		if !(inA && aKeys == snap || inB && bKeys == snap) {
+			if e := snap.Lookup(key); e == nil || !e.IsRegular() {
+				return
+			}
 		}
-		seen[key] = true
-		if e := snap.Lookup(key); e == nil || !e.IsRegular() {
-			return
-		}
-		if bucketMoved(placement.Bucket(key)) {
+		if bucketMoved(bucket) {
 			moved-- // counted with its bucket above
 		}
-		if am[a.Owner(key)].Name != bm[b.Owner(key)].Name {
+		if asB[aOwner] != bOwner {
 			moved++
 		}
-	}
-	a.Assigned(fix)
-	b.Assigned(fix)
+	})
 	return moved
 }
 
@@ -190,56 +212,7 @@ func (o *Owners) watch(changes <-chan struct{}) {
 	defer o.wg.Done()
 	others := -1 // members of another dataset, last logged
 	for {
-		alive, foreign := sameDataset(o.cfg.Dataset, o.d.Cluster.Alive())
-		if len(foreign) != others {
-			others = len(foreign)
-			if others > 0 {
-				o.log.Warn("cluster: members serve another dataset; they get no share of this one", "members", foreign, "dataset", o.cfg.Dataset)
-			}
-		}
-		t, err := placeAlive(alive)
-		if err != nil {
-			t, alive = nil, nil // no alive member yet: every read goes to the PFS
-		}
-		mode, plan := "hash", PlacementStats{Mode: "hash"}
-		if !o.cfg.HashPlacement {
-			mode = "demand"
-		}
-		if t != nil {
-			d := o.demand(alive)
-			if mode == "demand" && len(d) > 0 {
-				t = t.Assign(d)
-			}
-			plan = planStats(mode, t, d)
-			plan.Table, plan.Members = fmt.Sprintf("%016x", t.Fingerprint()), len(alive)
-		}
-		// Where a sample was before this node took it: the table over the
-		// others, by hash (a node that joins takes exactly what hashing
-		// gives it from them).
-		var rest []cluster.Member
-		for _, m := range alive {
-			if m.Name != o.cfg.NodeName {
-				rest = append(rest, m)
-			}
-		}
-		tOthers, err := placeAlive(rest)
-		if err != nil {
-			tOthers, rest = nil, nil
-		}
-		// Only this goroutine stores views: the one loaded is the last.
-		cur := o.view.Load()
-		v := &View{table: t, members: alive, prev: cur.prev, prevMembers: cur.prevMembers, others: tOthers, othersMembers: rest}
-		var replaced *placement.Table
-		if cur.table != nil && !cur.table.Equal(t) {
-			v.prev, v.prevMembers = cur.table, cur.members
-			replaced = cur.table
-		}
-		o.view.Store(v)
-		// balance= plans not yet pinned follow the new layout (which also
-		// takes the ranks from the members' gossiped job lines).
-		o.d.Jobs.Relayout()
-		o.own.compute(o.d.Snapshot(), t, replaced, plan) // places every bucket: after the plans
-
+		o.rebuild(&others)
 		select {
 		case <-o.stop:
 			return
@@ -247,6 +220,69 @@ func (o *Owners) watch(changes <-chan struct{}) {
 		case <-o.refreshed:
 		}
 	}
+}
+
+// rebuild makes the view of the membership and catalog of the moment and
+// stores it, then the ownership counts: one table change. others is the
+// count of members of another dataset last logged. Only the watcher calls
+// it.
+func (o *Owners) rebuild(others *int) {
+	alive, foreign := sameDataset(o.cfg.Dataset, o.d.Cluster.Alive())
+	if len(foreign) != *others {
+		*others = len(foreign)
+		if *others > 0 {
+			o.log.Warn("cluster: members serve another dataset; they get no share of this one", "members", foreign, "dataset", o.cfg.Dataset)
+		}
+	}
+	t, err := placeAlive(alive)
+	if err != nil {
+		t, alive = nil, nil // no alive member yet: every read goes to the PFS
+	}
+	mode, plan := "hash", PlacementStats{Mode: "hash"}
+	if !o.cfg.HashPlacement {
+		mode = "demand"
+	}
+	// The snapshot the demand is indexed from, if the catalog does not
+	// change meanwhile: the ownership counts then trust its keys.
+	keys := o.d.Snapshot()
+	if t != nil {
+		d := o.demand(alive)
+		if mode == "demand" && len(d) > 0 {
+			t = t.Assign(d)
+		}
+		plan = planStats(mode, t, d)
+		plan.Table, plan.Members = fmt.Sprintf("%016x", t.Fingerprint()), len(alive)
+	}
+	// Where a sample was before this node took it: the table over the
+	// others, by hash (a node that joins takes exactly what hashing
+	// gives it from them).
+	var rest []cluster.Member
+	for _, m := range alive {
+		if m.Name != o.cfg.NodeName {
+			rest = append(rest, m)
+		}
+	}
+	tOthers, err := placeAlive(rest)
+	if err != nil {
+		tOthers, rest = nil, nil
+	}
+	// Only this goroutine stores views: the one loaded is the last.
+	cur := o.view.Load()
+	v := &View{table: t, members: alive, prev: cur.prev, prevMembers: cur.prevMembers, others: tOthers, othersMembers: rest}
+	var replaced *placement.Table
+	if cur.table != nil && !cur.table.Equal(t) {
+		v.prev, v.prevMembers = cur.table, cur.members
+		replaced = cur.table
+	}
+	o.view.Store(v)
+	// balance= plans not yet pinned follow the new layout (which also
+	// takes the ranks from the members' gossiped job lines).
+	o.d.Jobs.Relayout()
+	snap := o.d.Snapshot()
+	if snap != keys {
+		keys = nil // changed under the demand: its keys are looked up (CatalogChanged rebuilds again)
+	}
+	o.own.compute(snap, t, replaced, keys, plan) // places every bucket: after the plans
 }
 
 // Placement tells how placement follows the jobs' plans.
