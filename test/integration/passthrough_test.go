@@ -13,18 +13,34 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dlfs/dlfs/test/fusecap"
 )
 
-// needPassthrough skips the test where the mount does not use
-// passthrough (a kernel without it, a daemon without CAP_SYS_ADMIN),
-// saying why. Only the first open decides, so it opens the mount's stats.
+// needPassthrough skips the test only where the kernel, asked directly
+// by a mount of this process's own (fusecap; the daemon runs as the same
+// user), gives no passthrough, and fails it where the kernel does and
+// the mount turned passthrough off. Only the first open decides, so it
+// opens the mount's stats.
 func needPassthrough(t *testing.T, mnt string) {
 	t.Helper()
+	if ok, why := fusecap.Passthrough(); !ok {
+		t.Skipf("no FUSE passthrough here: %s", why)
+	}
 	st := dlfsStats(t, mnt)
 	pt, _ := st["passthrough"].(map[string]any)
 	if on, _ := pt["on"].(bool); !on {
-		t.Skipf("passthrough is off here: %v", pt["why"])
+		t.Fatalf("the kernel offers passthrough here, but the mount turned it off: %v", pt["why"])
 	}
+}
+
+// noCachedOpen waits until the mount has had the RELEASE of every open it
+// answered in caching mode (close returns before the kernel sends it):
+// until then the inode's next open is cached too, the kernel allowing an
+// inode open in caching mode no passthrough open.
+func noCachedOpen(t *testing.T, mnt string) {
+	t.Helper()
+	waitFor(t, "the cached opens' RELEASE", 10*time.Second, func() bool { return passthroughNum(t, mnt, "cached_open_now") == 0 })
 }
 
 func passthroughNum(t *testing.T, mnt, key string) float64 {
@@ -45,7 +61,8 @@ func TestPassthroughReadsAndVersions(t *testing.T) {
 	if err := os.WriteFile(path, old, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	d := startDlfs(t, src, "--ram-cache", "256MiB", "--infer=false", "--push=false")
+	// No read-ahead: the file must stay held in part until it is read.
+	d := startDlfs(t, src, "--ram-cache", "256MiB", "--read-ahead", "0", "--infer=false", "--push=false")
 	needPassthrough(t, d.Mnt)
 	f := filepath.Join(d.Mnt, "f.bin")
 
@@ -62,12 +79,14 @@ func TestPassthroughReadsAndVersions(t *testing.T) {
 	fh.Close()
 	readFile(t, f, old) // through dlfs: it is not held whole yet
 	st := dlfsStats(t, d.Mnt)
-	// Both opens cached: the second may find the first's RELEASE not yet
-	// handled (close does not wait for it), and is then answered as the
-	// inode's open is, without asking whether the file is resident.
+	// Both opens cached: the file was not held whole at either (the second
+	// may also find the first's RELEASE not yet handled, close does not
+	// wait for it, and is then answered as the inode's open is, without
+	// asking whether the file is resident).
 	if num(st, "passthrough", "opens") != 0 || num(st, "passthrough", "cached_opens") < 2 || num(st, "passthrough", "not_resident") < 1 {
 		t.Fatalf("passthrough %v before the file was held whole; want no passthrough open, 2 cached", st["passthrough"])
 	}
+	noCachedOpen(t, d.Mnt)
 	readFile(t, f, old) // held whole now
 	st = dlfsStats(t, d.Mnt)
 	if num(st, "passthrough", "opens") != 1 || num(st, "passthrough", "bytes") != float64(len(old)) {
@@ -112,6 +131,7 @@ func TestPassthroughReadsAndVersions(t *testing.T) {
 	})
 
 	readFile(t, f, next) // the new version, through dlfs
+	noCachedOpen(t, d.Mnt)
 	readFile(t, f, next) // and by passthrough
 	st = dlfsStats(t, d.Mnt)
 	if num(st, "passthrough", "opens") != 4 || num(st, "passthrough", "built") != 2 {
@@ -145,6 +165,7 @@ func TestPassthroughBuiltAhead(t *testing.T) {
 		st := dlfsStats(t, d.Mnt)
 		return num(st, "passthrough", "built_ahead") == 1 && num(st, "cache", "ram", "backing", "files") == 1
 	})
+	noCachedOpen(t, d.Mnt)
 	readFile(t, filepath.Join(d.Mnt, "whole.bin"), whole) // the next epoch
 	st := dlfsStats(t, d.Mnt)
 	if num(st, "passthrough", "opens") != 1 || num(st, "passthrough", "bytes") != float64(len(whole)) {
@@ -233,6 +254,7 @@ func TestPassthroughMovesTheCursor(t *testing.T) {
 	if c := job("cursor"); c != files {
 		t.Fatalf("cursor %v after epoch 0, want %d", c, files)
 	}
+	noCachedOpen(t, d.Mnt)
 	opens := passthroughNum(t, d.Mnt, "opens")
 	for i, rel := range order {
 		readFile(t, filepath.Join(d.Mnt, rel), contents[rel])
@@ -348,6 +370,7 @@ func TestPassthroughDaemonKilled(t *testing.T) {
 	d, src := passthroughMount(t, "64MiB", map[string][]byte{"a.bin": want})
 	f := filepath.Join(d.Mnt, "a.bin")
 	readFile(t, f, want)
+	noCachedOpen(t, d.Mnt)
 	readFile(t, f, want)
 	held, err := os.Open(f)
 	if err != nil {
@@ -414,6 +437,7 @@ func TestPassthroughBackingSealed(t *testing.T) {
 	if err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("the backing file holds %d bytes (%v), not the file's", len(got), err)
 	}
+	noCachedOpen(t, d.Mnt)
 	readFile(t, f, want) // by passthrough, the same bytes
 	if n := passthroughNum(t, d.Mnt, "opens"); n < 1 {
 		t.Fatalf("%v passthrough opens, want the second read's", n)
@@ -430,13 +454,11 @@ func TestPassthroughThousandsOfOpens(t *testing.T) {
 	d, _ := passthroughMount(t, "64MiB", map[string][]byte{"big.bin": want})
 	f := filepath.Join(d.Mnt, "big.bin")
 	readFile(t, f, want) // held whole now
-	// That read's open was answered cached (the file was not held yet),
-	// and its RELEASE comes after close returns: while it is pending, an
-	// open stays cached. Read until one is served by passthrough.
-	waitFor(t, "an open by passthrough", 10*time.Second, func() bool {
-		readFile(t, f, want)
-		return passthroughNum(t, d.Mnt, "opens") > 0
-	})
+	noCachedOpen(t, d.Mnt)
+	readFile(t, f, want)
+	if n := passthroughNum(t, d.Mnt, "opens"); n != 1 {
+		t.Fatalf("%v passthrough opens; want the second read's", n)
+	}
 	const opens = 2000
 	files := make([]*os.File, 0, opens)
 	defer func() {
@@ -506,5 +528,34 @@ func TestPassthroughThousandsOfOpens(t *testing.T) {
 	readFile(t, f, want)
 	if st := dlfsStats(t, d.Mnt); num(st, "passthrough", "reused_registrations") != reused+1 || num(st, "passthrough", "built") != 1 {
 		t.Fatalf("passthrough %v: want the open after the last close to reuse the idle id, one backing file built", st["passthrough"])
+	}
+}
+
+// TestPassthroughAllowOther: a reader's mmap of a file open by
+// passthrough holds the daemon's backing file past the RAM bound, so a
+// mount open to other users keeps passthrough off under auto, saying
+// why, and uses it where asked (--passthrough on).
+func TestPassthroughAllowOther(t *testing.T) {
+	want := randomBytes(3<<20, 8)
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "a.bin"), want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := startDlfs(t, src, "--allow-other", "--ram-cache", "64MiB", "--infer=false", "--push=false")
+	readFile(t, filepath.Join(d.Mnt, "a.bin"), want)
+	st := dlfsStats(t, d.Mnt)
+	pt, _ := st["passthrough"].(map[string]any)
+	if on, _ := pt["on"].(bool); on || !strings.Contains(fmt.Sprint(pt["why"]), "--allow-other") {
+		t.Fatalf("passthrough %v with --allow-other under auto; want off, saying why", pt)
+	}
+	d.stop(t)
+
+	d = startDlfs(t, src, "--allow-other", "--passthrough", "on", "--ram-cache", "64MiB", "--infer=false", "--push=false")
+	needPassthrough(t, d.Mnt)
+	readFile(t, filepath.Join(d.Mnt, "a.bin"), want)
+	noCachedOpen(t, d.Mnt)
+	readFile(t, filepath.Join(d.Mnt, "a.bin"), want)
+	if n := passthroughNum(t, d.Mnt, "opens"); n != 1 {
+		t.Fatalf("%v passthrough opens with --allow-other --passthrough on; want the second read's", n)
 	}
 }
