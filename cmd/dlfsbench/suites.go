@@ -38,6 +38,8 @@ var suites = []suite{
 		run: func(o options, _ dataset) error { return runSealing(o) }},
 	{name: "allocation", def: true, doc: "stand-in jobs on one node with --allocation even and need (issue 15)",
 		run: func(o options, _ dataset) error { return runAllocation(o) }},
+	{name: "advice", def: true, doc: "TestLoaderAdvice measured: a fast and a slow DataLoader advised workers on one mount (issue 39)",
+		run: func(o options, _ dataset) error { return runAdvice(o) }},
 	{name: "observe", def: true, data: true, doc: "what the latency histograms and the access log cost the read path (issue 16)",
 		run: func(o options, d dataset) error { return runObserve(o, d.src, d.files, d.total) }},
 	{name: "sharing", def: true, doc: "two announced jobs sharing the prefetcher, by deadline and evenly",
