@@ -147,3 +147,58 @@ func TestStageReleasesBackingItLetsGo(t *testing.T) {
 		})
 	}
 }
+
+// A block of a file with a backing file, read again onto the stage after
+// a reader took it off, counts as that file's again: what the stage holds
+// with no backing file beside it (unbacked) does not grow.
+func TestStagedAgainBesideItsBackingFile(t *testing.T) {
+	st, a, f, _ := stagedWhole(t)
+	if !adopt(st, a, f, 1<<20) {
+		t.Fatal("not adopted")
+	}
+	key := loader.BlockKey(a.Path(), 0)
+	b, ok := st.Take(key, 7, true)
+	if !ok || st.BackedFiles() != 1 {
+		t.Fatalf("block 0 taken: %v, %d backing files kept", ok, st.BackedFiles())
+	}
+	if !st.add(key, b) {
+		t.Fatal("block 0 not staged again")
+	}
+	if n := st.unbacked(); n != 0 {
+		t.Errorf("%d bytes staged with no backing file beside them, want none", n)
+	}
+	if err := st.checkInvariant(); err != nil {
+		t.Error(err)
+	}
+}
+
+// A read's part of a staged block counts only the pages it covers whole:
+// one starting inside a page does not count that page.
+func TestServeCountsWholePagesOnly(t *testing.T) {
+	st := NewStage()
+	st.add("k", ramcache.Block{ID: 7, Data: make([]byte, 2*servedPage), Tag: 9})
+	if _, ok, gone := st.Serve("k", 9, 100, -1); !ok || gone {
+		t.Fatalf("a read from byte 100 to the end: ok %v, gone %v; want the block kept (its first page was read in part)", ok, gone)
+	}
+	if _, ok, gone := st.Serve("k", 9, 0, servedPage); !ok || !gone {
+		t.Errorf("the first page read whole: ok %v, gone %v; want the block gone", ok, gone)
+	}
+}
+
+// Hold stages a block a plan needs only while it fits the staging bound.
+func TestHoldWithinTheBound(t *testing.T) {
+	st := NewStage()
+	p, reg, fl := setup(t, 6, "job=j root=data seed=3 epoch=0 world=2 rank=1 lookahead=1", Config{Workers: 2, Staging: 1 << 10, Stage: st})
+	j := reg.Get("j")
+	order := j.Order(1, 0)
+	waitFor(t, "the epoch to be staged", func() bool { return fl.total.Load() == int64(len(order)) })
+	e := j.Samples[order[0]].Entry
+	key := loader.BlockKey(e.Path(), 0)
+	if _, ok := st.Take(key, 0, true); !ok {
+		t.Fatalf("%s was not staged", e.Path())
+	}
+	st.Hold(key, ramcache.Block{ID: e.Ino, Data: make([]byte, 1<<10)}) // needed, but past the bound
+	if st.has(e.Ino) || st.stagedBytes() > p.cfg.Staging {
+		t.Errorf("a block past the staging bound was held: %d bytes staged of %d", st.stagedBytes(), p.cfg.Staging)
+	}
+}

@@ -1,0 +1,147 @@
+package loader
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/dlfs/dlfs/integrity"
+	"github.com/dlfs/dlfs/ramcache"
+	"github.com/dlfs/dlfs/source"
+	"github.com/dlfs/dlfs/ssdstore"
+)
+
+// Tests written against bugs planted by hand in the loader (issue 39,
+// item 15): each fails with one of them in place. They are about where
+// a block goes and where it may come from: a peer's block never into this
+// node's RAM, a served block kept by its owner, the tiers Cached looks in,
+// and blocks of the wrong length.
+
+// A block read from its owning peer is not kept in this node's RAM,
+// whether the read fetched it or took it off the stage.
+func TestPeerBlockNotKeptInRAM(t *testing.T) {
+	files := map[string][]byte{"f": data(100)}
+	e, key := entry("f", 100), BlockKey("f", 0)
+
+	l := New(Config{Remote: &fakeRemote{files: files, bs: DefaultConfig().BlockSize}}, ramcache.New(ramcache.Config{Capacity: 1 << 20}), nil, &fakePFS{files: files})
+	if _, from, _, err := l.ReadAtWaited(context.Background(), e, make([]byte, 100), 0); err != nil || from != "peer" {
+		t.Fatalf("read: from %s, %v", from, err)
+	}
+	if l.ram.Contains(key) {
+		t.Error("a block fetched from its owner was kept in this node's RAM")
+	}
+
+	st := &fakeStage{m: map[string]ramcache.Block{}}
+	l = New(Config{Stage: st}, ramcache.New(ramcache.Config{Capacity: 1 << 20}), nil, &fakePFS{files: files})
+	tag := l.Tag(e, key)
+	st.m[key] = ramcache.Block{ID: e.Ino, Data: files["f"], Tag: tag, Sum: integrity.Sum(tag, files["f"]), Peer: true}
+	if _, from, _, err := l.ReadAtWaited(context.Background(), e, make([]byte, 100), 0); err != nil || from != "stage" {
+		t.Fatalf("read: from %s, %v", from, err)
+	}
+	if l.ram.Contains(key) {
+		t.Error("a peer's block taken off the stage was kept in this node's RAM")
+	}
+}
+
+// A peer asking this node, the owner, is never handed a peer's block the
+// stage holds for a local rank (it is another node's share, and may be the
+// asker's own), and what Serve reads for it stays in RAM here.
+func TestServeToPeers(t *testing.T) {
+	files := map[string][]byte{"f": data(100)}
+	e, key := entry("f", 100), BlockKey("f", 0)
+	st := &fakeStage{m: map[string]ramcache.Block{}}
+	pfs := &fakePFS{files: files}
+	l := New(Config{Stage: st}, ramcache.New(ramcache.Config{Capacity: 1 << 20}), nil, pfs)
+	tag := l.Tag(e, key)
+	st.m[key] = ramcache.Block{ID: e.Ino, Data: files["f"], Tag: tag, Sum: integrity.Sum(tag, files["f"]), Peer: true}
+	if _, _, ok := l.Cached(e, 0); ok {
+		t.Error("Cached handed a peer a peer's block off the stage")
+	}
+	b, sum, err := l.Serve(context.Background(), e, 0)
+	if err != nil || !bytes.Equal(b, files["f"]) || !integrity.Check(tag, sum, b) {
+		t.Fatalf("Serve: %v", err)
+	}
+	if pfs.reads.Load() != 1 {
+		t.Errorf("%d PFS reads, want Serve's own (the staged block is a peer's)", pfs.reads.Load())
+	}
+	if !l.ram.Contains(key) {
+		t.Error("the block Serve read is not kept in RAM: the owner would read it again for the next peer")
+	}
+}
+
+// Cached answers from the SSD too, never from the PFS.
+func TestCachedFromSSD(t *testing.T) {
+	files := map[string][]byte{"f": data(100)}
+	e, key := entry("f", 100), BlockKey("f", 0)
+	ssd := &fakeSSD{m: map[string]ssdstore.Block{}}
+	pfs := &fakePFS{files: files}
+	l := New(Config{}, ramcache.New(ramcache.Config{Capacity: 0}), ssd, pfs)
+	if _, _, ok := l.Cached(e, 0); ok || pfs.reads.Load() != 0 {
+		t.Fatalf("Cached of a block no cache holds: %v, %d PFS reads", ok, pfs.reads.Load())
+	}
+	tag := l.Tag(e, key)
+	ssd.m[key] = ssdstore.Block{ID: e.Ino, Data: files["f"], Tag: tag, Sum: integrity.Sum(tag, files["f"])}
+	b, sum, ok := l.Cached(e, 0)
+	if !ok || !bytes.Equal(b, files["f"]) || !integrity.Check(tag, sum, b) {
+		t.Errorf("Cached of a block on the SSD: %v", ok)
+	}
+}
+
+// shortPFS answers every read with one byte fewer than asked, and no
+// error.
+type shortPFS struct{ fakePFS }
+
+func (p *shortPFS) ReadAt(path string, want source.Version, b []byte, off int64) (int, error) {
+	n, err := p.fakePFS.ReadAt(path, want, b, off)
+	return max(n-1, 0), err
+}
+
+// A short read of SOURCE is an error, never a block with a tail of zeros.
+func TestShortReadIsAnError(t *testing.T) {
+	l := New(Config{}, ramcache.New(ramcache.Config{Capacity: 1 << 20}), nil, &shortPFS{fakePFS{files: map[string][]byte{"f": data(100)}}})
+	if b, err := l.ReadAt(context.Background(), entry("f", 100), make([]byte, 100), 0); err == nil {
+		t.Errorf("a short read of SOURCE returned %d bytes and no error", len(b))
+	}
+	if l.ram.Contains(BlockKey("f", 0)) {
+		t.Error("a short read was cached")
+	}
+}
+
+// A tier that holds a block of another length than the catalog's version
+// gives it (a bug: every tier checks the version) fails the read with
+// source.ErrChanged, never a panic or bytes past the block.
+func TestBlockOfAnotherLength(t *testing.T) {
+	files := map[string][]byte{"f": data(1000)}
+	e, key := entry("f", 1000), BlockKey("f", 0)
+	ssd := &fakeSSD{m: map[string]ssdstore.Block{}}
+	l := New(Config{}, ramcache.New(ramcache.Config{Capacity: 0}), ssd, &fakePFS{files: files})
+	tag := l.Tag(e, key)
+	short := append([]byte(nil), files["f"][:500]...)
+	ssd.m[key] = ssdstore.Block{ID: e.Ino, Data: short, Tag: tag, Sum: integrity.Sum(tag, short)}
+	for _, r := range [][2]int64{{0, 1000}, {400, 200}} {
+		b, err := l.ReadAt(context.Background(), e, make([]byte, r[1]), r[0])
+		if !errors.Is(err, source.ErrChanged) {
+			t.Errorf("read of %d bytes at %d from a 500-byte block of a 1000-byte file: %d bytes, %v; want ErrChanged", r[1], r[0], len(b), err)
+		}
+	}
+}
+
+// A read of several blocks reports the slowest tier that supplied it,
+// whichever block came last.
+func TestReadAcrossBlocksReportsTheSlowestTier(t *testing.T) {
+	const bs = 100
+	files := map[string][]byte{"f": data(2 * bs)}
+	e := entry("f", 2*bs)
+	l := New(Config{BlockSize: bs, NoReadAhead: true}, ramcache.New(ramcache.Config{Capacity: 1 << 20}), nil, &fakePFS{files: files})
+	if _, err := l.ReadAt(context.Background(), e, make([]byte, bs), bs); err != nil { // block 1 into RAM
+		t.Fatal(err)
+	}
+	b, from, _, err := l.ReadAtWaited(context.Background(), e, make([]byte, bs), bs/2) // block 0 from the PFS, then block 1 from RAM
+	if err != nil || !bytes.Equal(b, files["f"][bs/2:bs/2+bs]) {
+		t.Fatalf("read: %v", err)
+	}
+	if from != "pfs" {
+		t.Errorf("a read of a block from the PFS and one from RAM reported %q, want pfs", from)
+	}
+}
