@@ -151,7 +151,7 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 	f.DurationVar(&o.stopTimeout, "stop-timeout", 30*time.Second, "how long unmounting on SIGTERM may take before dlfs detaches the mount lazily and exits 1 (a second SIGTERM does so at once)")
 	f.BoolVar(&o.latency, "latency-histograms", true, "keep latency histograms (reads by source, FUSE requests by operation, peer requests by member) in stats and metrics")
 	f.BoolVar(&o.push, "push", true, "write prefetched samples into the kernel's page cache ahead of their reads, so a read costs no round trip to dlfs")
-	f.StringVar(&o.passthrough, "passthrough", "auto", "let the kernel read files held whole in RAM from sealed backing files (FUSE passthrough: Linux 6.9+, the daemon as root): auto (for a dataset whose files average 1 MiB or more), on or off")
+	f.StringVar(&o.passthrough, "passthrough", "auto", "let the kernel read files held whole in RAM from sealed backing files (FUSE passthrough: Linux 6.9+, the daemon as root): auto (for a dataset whose files average 1 MiB or more, not with --allow-other), on or off")
 	f.BoolVar(&o.ptFromSSD, "passthrough-ssd", false, "with passthrough, copy a file only the SSD tier holds into a backing file at its open (measured 1.1-1.35x as fast as reading it through dlfs for 32 MiB files; off by default)")
 	f.BoolVar(&o.coalesce, "coalesce", true, "read neighbouring samples of a packed SOURCE in one request when the PFS model says it is cheaper")
 	f.StringVar(&o.allocation, "allocation", string(def.AllocationMode), "how DataLoader workers and prefetching are shared between jobs: need (workers by each reporting job's measured model and loading costs, fetches to the job that needs its next sample soonest) or even (equal workers, every job as many samples ahead)")
