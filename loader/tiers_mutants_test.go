@@ -6,6 +6,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/integrity"
 	"github.com/dlfs/dlfs/ramcache"
 	"github.com/dlfs/dlfs/source"
@@ -143,5 +144,46 @@ func TestReadAcrossBlocksReportsTheSlowestTier(t *testing.T) {
 	}
 	if from != "pfs" {
 		t.Errorf("a read of a block from the PFS and one from RAM reported %q, want pfs", from)
+	}
+}
+
+// shortRemote is a fakeRemote whose blocks come a byte short, with a sum
+// that holds over what it sends.
+type shortRemote struct{ *fakeRemote }
+
+func (r shortRemote) Fetch(ctx context.Context, peer string, e *catalog.Entry, i int64) ([]byte, uint32, error) {
+	b, _, err := r.fakeRemote.Fetch(ctx, peer, e, i)
+	if err != nil {
+		return nil, 0, err
+	}
+	b = b[:len(b)-1]
+	return b, integrity.Sum(integrity.Tag(0, BlockKey(e.Path(), i), e.Version()), b), nil
+}
+
+// A block from the owning peer of another length than the block's is
+// refused however its sum holds, and the read goes on to the PFS.
+func TestPeerBlockOfAnotherLength(t *testing.T) {
+	files := map[string][]byte{"f": data(100)}
+	pfs := &fakePFS{files: files}
+	l := New(Config{Remote: shortRemote{&fakeRemote{files: files, bs: DefaultConfig().BlockSize}}}, ramcache.New(ramcache.Config{Capacity: 1 << 20}), nil, pfs)
+	b, from, _, err := l.ReadAtWaited(context.Background(), entry("f", 100), make([]byte, 100), 0)
+	if err != nil || from != "pfs" || !bytes.Equal(b, files["f"]) {
+		t.Errorf("read with a peer that sends a block a byte short: from %s, %v", from, err)
+	}
+}
+
+// A block moved from its previous owner's caches is this node's own now:
+// it goes to the SSD tier as a PFS read would.
+func TestMovedBlockToSSD(t *testing.T) {
+	files := map[string][]byte{"f": data(100)}
+	ssd := &fakeSSD{m: map[string]ssdstore.Block{}}
+	pfs := &fakePFS{files: files}
+	rem := &movedRemote{fakeRemote: &fakeRemote{files: files, bs: DefaultConfig().BlockSize}, previous: "a"}
+	l := New(Config{Remote: rem}, ramcache.New(ramcache.Config{Capacity: 1 << 20}), ssd, pfs)
+	if _, from, _, err := l.ReadAtWaited(context.Background(), entry("f", 100), make([]byte, 100), 0); err != nil || from != "moved" {
+		t.Fatalf("read: from %s, %v", from, err)
+	}
+	if _, ok, _ := ssd.Get(BlockKey("f", 0), l.Tag(entry("f", 100), BlockKey("f", 0))); !ok {
+		t.Error("a block moved from its previous owner was not queued for the SSD")
 	}
 }
