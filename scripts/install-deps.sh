@@ -9,9 +9,10 @@ have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok ins
 # wheel install the Python helper into a virtual environment in another;
 # systemd (systemd-analyze), yamllint and python3-yaml check deploy/;
 # headless chromium loads the status page; iproute2 (ip, tc), util-linux
-# (unshare, nsenter) and nftables build the multi-host test bed (test/testbed).
+# (unshare, nsenter) and nftables build the multi-host test bed (test/testbed);
+# acl (setfacl, getfacl) sets SOURCE's ACLs in a multi-user test.
 for p in fuse3 gcc libc6-dev libhdf5-dev python3-torch python3-torchvision python3-numpy python3-h5py python3-pil \
-  tmux python3-pip python3-venv python3-setuptools python3-wheel systemd yamllint python3-yaml chromium iproute2 util-linux nftables; do
+  tmux python3-pip python3-venv python3-setuptools python3-wheel systemd yamllint python3-yaml chromium iproute2 util-linux nftables acl; do
   have "$p" || need+=("$p")
 done
 # mount(8) runs the mount helper in a test; dockerfile-utils (from npm,
