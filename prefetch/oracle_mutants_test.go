@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/dlfs/dlfs/control"
+	"github.com/dlfs/dlfs/loader"
 )
 
 // TestOtherNodesRankCountsWithTheFurthestBehind: a rank another node runs
@@ -60,5 +61,54 @@ func TestPageCachedBounded(t *testing.T) {
 	}
 	if n := len(st.pageCached); n != maxPageCached {
 		t.Errorf("%d files remembered as page-cached, want at most %d", n, maxPageCached)
+	}
+}
+
+// TestLargeSampleWaitsForABlockOfRoom: a sample larger than the stage
+// that comes when the stage has less than a block of room waits for
+// room; its head is staged once the reader frees some, not fetched as an
+// empty head and passed by.
+func TestLargeSampleWaitsForABlockOfRoom(t *testing.T) {
+	const stage, block = 64 << 10, 16 << 10
+	reg := sizedSamples(t, 60000, 1<<20)
+	fl := &fakeLoader{fetches: map[string]int{}, blockSize: block}
+	p := New(Config{Workers: 1, Staging: stage, BlockSize: block}, fl, reg)
+	t.Cleanup(func() { checkInvariant(t, p) })
+	t.Cleanup(p.Close)
+	cmds, _ := control.Parse([]byte("job=j root=data sampler=sequential epoch=0 lookahead=1"))
+	if err := reg.Apply(cmds[0].(control.Job)); err != nil {
+		t.Fatal(err)
+	}
+	j := reg.Get("j")
+	first, big := j.Samples[j.Order(0, 0)[0]].Entry, j.Samples[j.Order(0, 0)[1]].Entry
+	if first.Size != 60000 || big.Size != 1<<20 {
+		t.Fatalf("samples of %d and %d bytes, want 60000 and 1 MiB", first.Size, big.Size)
+	}
+	waitFor(t, "the first sample staged", func() bool { return p.stage.stagedBytes() == first.Size })
+	p.ObserveRead(0, true, first, 0, 0)
+	for i := int64(0); i < loader.Blocks(first.Size, block); i++ {
+		p.Take(loader.BlockKey(first.Path(), i), 0, true)
+	}
+	waitFor(t, "the large sample's head staged", func() bool { return p.stage.has(big.Ino) })
+}
+
+// TestSkippedSampleWastedBytes: a staged sample its reader never reads
+// (the page cache served it) is dropped once the cursor is well past it,
+// and counted as wasted, in samples and in bytes.
+func TestSkippedSampleWastedBytes(t *testing.T) {
+	const files, size = 60, 10
+	p, reg, fl := setupSized(t, files, func(int) int { return size }, "job=j root=data sampler=sequential epoch=0 lookahead=1",
+		Config{Workers: 2, Staging: 1 << 20}, &fakeLoader{fetches: map[string]int{}})
+	waitFor(t, "the epoch staged", func() bool { return fl.total.Load() == files })
+	j := reg.Get("j")
+	order := j.Order(0, 0)
+	for _, i := range order[1:] { // all but the first, in order
+		e := j.Samples[i].Entry
+		p.ObserveRead(0, true, e, 0, 0)
+		p.Take(loader.BlockKey(e.Path(), 0), 0, true)
+	}
+	waitFor(t, "the skipped sample dropped", func() bool { tot, _ := p.Stats(); return tot.Wasted > 0 })
+	if tot, _ := p.Stats(); tot.WastedBytes != tot.Wasted*size {
+		t.Errorf("%d samples wasted, %d bytes; want %d bytes each", tot.Wasted, tot.WastedBytes, size)
 	}
 }
