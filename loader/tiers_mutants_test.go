@@ -187,3 +187,114 @@ func TestMovedBlockToSSD(t *testing.T) {
 		t.Error("a block moved from its previous owner was not queued for the SSD")
 	}
 }
+
+// Serve answers a peer from the stage when it holds the block intact for
+// a local rank, without reading SOURCE, and leaves it staged.
+func TestServeFromStage(t *testing.T) {
+	files := map[string][]byte{"f": data(100)}
+	e := entry("f", 100)
+	st := &fakeStage{m: map[string]ramcache.Block{}}
+	pfs := &fakePFS{files: files}
+	l := New(Config{Stage: st}, ramcache.New(ramcache.Config{Capacity: 0}), nil, pfs)
+	if n, err := l.Prefetch(context.Background(), e, st.keep); err != nil || n != 1 {
+		t.Fatalf("prefetch: %d staged, %v", n, err)
+	}
+	b, _, err := l.Serve(context.Background(), e, 0)
+	if err != nil || !bytes.Equal(b, files["f"]) {
+		t.Fatalf("Serve: %v", err)
+	}
+	if pfs.reads.Load() != 1 || st.len() != 1 {
+		t.Errorf("%d PFS reads, %d blocks staged; want the prefetch's read alone, and the block left staged", pfs.reads.Load(), st.len())
+	}
+}
+
+// A block fetched ahead whose length is not the block's (a tier's bug)
+// is not held for the reader, and holds no room.
+func TestReadAheadBlockOfAnotherLength(t *testing.T) {
+	const bs, blocks = 100, 4
+	file := data(bs * blocks)
+	e := entry("f", bs*blocks)
+	ssd := &fakeSSD{m: map[string]ssdstore.Block{}}
+	l := New(Config{BlockSize: bs, ReadAhead: 4 * bs, ReadAheadTotal: 4 * bs}, ramcache.New(ramcache.Config{Capacity: 1 << 20}), ssd, newBlockPFS(map[string][]byte{"f": file}))
+	defer l.Close()
+	key := BlockKey("f", 1)
+	tag := l.Tag(e, key)
+	short := append([]byte(nil), file[bs:bs+bs/2]...)
+	ssd.m[key] = ssdstore.Block{ID: e.Ino, Data: short, Tag: tag, Sum: integrity.Sum(tag, short)}
+	if _, err := l.ReadAt(context.Background(), e, make([]byte, bs/2), 0); err != nil { // the head: block 1 is fetched ahead
+		t.Fatal(err)
+	}
+	l.ahead.running.Wait()
+	if l.aheadHas(e, 1) {
+		t.Error("a block of half its length was held ahead of the reader")
+	}
+	if st := l.ReadAheadStats(); st.Held != 0 {
+		t.Errorf("%d bytes held ahead after the fetch of a block of another length, want 0", st.Held)
+	}
+}
+
+// A block kept for a reader (keepForReader) is held only within the
+// read-ahead's total bound.
+func TestKeepForReaderWithinTotal(t *testing.T) {
+	const bs, blocks = 100, 12
+	want := data(bs * blocks)
+	l := New(Config{BlockSize: bs, ReadAhead: 4 * bs, ReadAheadTotal: bs}, ramcache.New(ramcache.Config{Capacity: 1}), nil, newBlockPFS(map[string][]byte{"f": want}))
+	defer l.Close()
+	e := entry("f", bs*blocks)
+	if _, err := l.ReadAt(context.Background(), e, make([]byte, bs), 5*bs); err != nil { // not the head: no window
+		t.Fatal(err)
+	}
+	l.ahead.running.Wait()
+	for _, j := range []int64{7, 8} {
+		tag := l.Tag(e, BlockKey("f", j))
+		d := want[j*bs : (j+1)*bs]
+		l.keepForReader(e, j, blockOf(e, tag, fetch{d, tierPFS, integrity.Sum(tag, d)}), tierPFS)
+	}
+	if !l.aheadHas(e, 7) || l.aheadHas(e, 8) {
+		t.Errorf("blocks 7 and 8 held: %v, %v; want the first alone (the total bound is one block)", l.aheadHas(e, 7), l.aheadHas(e, 8))
+	}
+	if st := l.ReadAheadStats(); st.Held > bs {
+		t.Errorf("%d bytes held ahead, over the total bound of %d", st.Held, bs)
+	}
+}
+
+// A read that shares a prefetch's fetch and gets the block kept in RAM
+// takes the prefetch's staged copy off the stage: it would sit there,
+// never read, beside the copy in RAM.
+func TestSharedFetchKeptInRAMLeavesTheStage(t *testing.T) {
+	file := data(5000)
+	pfs := &fakePFS{files: map[string][]byte{"f": file}, gate: make(chan struct{})}
+	st := &fakeStage{m: map[string]ramcache.Block{}}
+	l := New(Config{Stage: st}, ramcache.New(ramcache.Config{Capacity: 1 << 20}), nil, pfs)
+	e, key := entry("f", 5000), BlockKey("f", 0)
+	prefetched := make(chan error, 1)
+	go func() {
+		_, err := l.Prefetch(context.Background(), e, st.keep)
+		prefetched <- err
+	}()
+	waitFor(t, "the prefetch's PFS read", func() bool { return pfs.reads.Load() == 1 })
+	read := make(chan error, 1)
+	go func() {
+		b, err := l.ReadAt(context.Background(), e, make([]byte, 5000), 0)
+		if err == nil && !bytes.Equal(b, file) {
+			err = errors.New("wrong bytes")
+		}
+		read <- err
+	}()
+	waitFor(t, "the read to join the fetch", func() bool {
+		l.flight.mu.Lock()
+		defer l.flight.mu.Unlock()
+		c := l.flight.calls[flightKey{key, l.Tag(e, key)}]
+		return c != nil && c.read
+	})
+	close(pfs.gate)
+	if err := <-read; err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	if err := <-prefetched; err != nil {
+		t.Fatalf("prefetch: %v", err)
+	}
+	if !l.ram.Contains(key) || st.len() != 0 {
+		t.Errorf("RAM holds the block: %v; %d blocks left on the stage, want none", l.ram.Contains(key), st.len())
+	}
+}
