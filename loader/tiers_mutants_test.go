@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/integrity"
@@ -296,5 +297,43 @@ func TestSharedFetchKeptInRAMLeavesTheStage(t *testing.T) {
 	}
 	if !l.ram.Contains(key) || st.len() != 0 {
 		t.Errorf("RAM holds the block: %v; %d blocks left on the stage, want none", l.ram.Contains(key), st.len())
+	}
+}
+
+// A prefetch of a file whose reader has left it (no read for readerGone)
+// reads it through; what the stage refuses past the reader's last read is
+// kept for the reader, which reads it from there if it comes back.
+func TestRefusedPrefetchKeptForReader(t *testing.T) {
+	const bs, blocks = 100, 12
+	want := data(bs * blocks)
+	pfs := newBlockPFS(map[string][]byte{"f": want})
+	l := New(Config{BlockSize: bs, ReadAhead: 4 * bs, ReadAheadTotal: 8 * bs}, ramcache.New(ramcache.Config{Capacity: 1}), nil, pfs)
+	defer l.Close()
+	e := entry("f", bs*blocks)
+	if _, err := l.ReadAt(context.Background(), e, make([]byte, bs), 5*bs); err != nil { // not the head: no window
+		t.Fatal(err)
+	}
+	l.ahead.running.Wait()
+	l.ahead.mu.Lock()
+	l.ahead.streams["f"].at = time.Now().Add(-2 * readerGone) // the reader left a while ago
+	l.ahead.mu.Unlock()
+	refuse := func(*catalog.Entry, int64, ramcache.Block) bool { return false }
+	if _, err := l.Prefetch(context.Background(), e, refuse); err != nil {
+		t.Fatal(err)
+	}
+	b, err := l.ReadAt(context.Background(), e, make([]byte, bs), 6*bs)
+	if err != nil || !bytes.Equal(b, want[6*bs:7*bs]) {
+		t.Fatalf("block 6: %v", err)
+	}
+	pfs.mu.Lock()
+	defer pfs.mu.Unlock()
+	n := 0
+	for _, r := range pfs.reads["f"] {
+		if r[0] == 6*bs {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("block 6 read %d times from the PFS, want once (the prefetch's, kept for the reader)", n)
 	}
 }
