@@ -54,7 +54,7 @@ instead, and exit 1 on any difference.`,
 			}
 			if res.AlreadyPacked {
 				fmt.Fprintf(cmd.OutOrStdout(), "dlfs: %s is already a pack of %s (%d files, %s); nothing to do\n",
-					args[1], args[0], res.Files, human(res.Bytes))
+					printable(args[1]), printable(args[0]), res.Files, human(res.Bytes))
 				return nil
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "dlfs: packed %d files (%s) into %d shards in %.1f s (%.0f MB/s)\n",
@@ -78,13 +78,13 @@ func runVerify(out io.Writer, dir, src string) error {
 		return err
 	}
 	if len(bad) == 0 {
-		fmt.Fprintf(out, "dlfs: %s matches %s: %d entries checked\n", dir, src, n)
+		fmt.Fprintf(out, "dlfs: %s matches %s: %d entries checked\n", printable(dir), printable(src), n)
 		return nil
 	}
 	for _, m := range bad {
-		fmt.Fprintf(out, "%s: %s\n", m.Name, m.Reason)
+		fmt.Fprintf(out, "%s: %s\n", printable(m.Name), printable(m.Reason))
 	}
-	return fmt.Errorf("%s does not match %s (first %d differences above)", dir, src, len(bad))
+	return fmt.Errorf("%s does not match %s (first %d differences above)", printable(dir), printable(src), len(bad))
 }
 
 // progressBar draws packing progress on a terminal, redrawing one line;

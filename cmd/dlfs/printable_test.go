@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -8,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/dlfs/dlfs/cluster"
+	"github.com/dlfs/dlfs/cmd/dlfs/packer"
 	"github.com/dlfs/dlfs/daemon"
 	"github.com/dlfs/dlfs/prefetch"
 )
@@ -102,6 +104,23 @@ func TestCommandsEscapeNames(t *testing.T) {
 		errs.Reset()
 		mountHelper("mount.fuse.dlfs", []string{"/src/" + evil, "/mnt", "-o", evil}, &out, &errs)
 		check(t, "the mount helper's error", errs.String())
+	})
+	t.Run("pack --verify", func(t *testing.T) {
+		src, out := t.TempDir(), filepath.Join(t.TempDir(), "pack")
+		if err := os.WriteFile(filepath.Join(src, "a"), []byte("a"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := packer.Pack(context.Background(), packer.Config{Source: src, Out: out, Shards: 1, Workers: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(src, evil), []byte("b"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var w strings.Builder
+		if err := runVerify(&w, out, src); err == nil {
+			t.Fatal("a pack without the file named evil matched")
+		}
+		check(t, "pack --verify", w.String())
 	})
 	t.Run("umount", func(t *testing.T) {
 		err := umount(filepath.Join(t.TempDir(), evil), false)
