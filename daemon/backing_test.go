@@ -199,8 +199,9 @@ func TestPassthroughDescriptorBudget(t *testing.T) {
 
 // TestPassthroughOpenCharge: each open holding a backing file counts its
 // pages and a fixed overhead against the open bound (a quarter of the
-// RAM tier), not its size: 100-byte files count 6 KiB each, so a 1 MiB
-// tier lets opens hold at most 42 of them, and turns the rest away.
+// RAM tier), not its size: 100-byte files count 6 KiB each (4 KiB
+// pages), so a 1 MiB tier lets opens hold 42 of them, and turns the rest
+// away.
 func TestPassthroughOpenCharge(t *testing.T) {
 	const small = 60
 	files := map[string][]byte{}
@@ -210,8 +211,8 @@ func TestPassthroughOpenCharge(t *testing.T) {
 	n, mnt := ptNode(t, files, func(c *Config) { c.RAMCache = 1 << 20 })
 	bound := n.openBound()
 	want := int(bound / openCharge(100))
-	if want != 42 {
-		t.Fatalf("the bound %d holds %d opens of 100 bytes, want 42 (pages and %d bytes each)", bound, want, openOverhead)
+	if openCharge(100) != pageSize+openOverhead || want >= small {
+		t.Fatalf("the bound %d holds %d opens of 100 bytes, charged %d each; want a page and %d bytes each, fewer than %d", bound, want, openCharge(100), openOverhead, small)
 	}
 	held := &holder{n: n}
 	defer held.close()
