@@ -37,9 +37,9 @@ func (t *Table) Assign(samples []Sample) *Table {
 	// The cost is per sample, millions of them, and mostly in cache
 	// misses: each key is hashed once (the hash gives its bucket, its
 	// scores and its index slot), and what placing a sample needs is
-	// read from it in one pass in its own order, into its item; the
-	// passes in other orders touch the items only, except for a sample
-	// whose first reader is full. Nothing is allocated per sample.
+	// read from it in one pass, into its item; the passes after touch
+	// the items only, except for a sample whose first reader is full.
+	// Nothing is allocated per sample.
 	type item struct {
 		key   string
 		hash  uint64 // fnv64a("", key)
@@ -53,11 +53,21 @@ func (t *Table) Assign(samples []Sample) *Table {
 	if len(samples) > math.MaxInt32 {
 		samples = samples[:math.MaxInt32] // not placed by demand: hashing places them
 	}
+	// The samples in key order (hash, then key), which is the order the
+	// table keeps its assignments in: sorted as pairs of hash and index,
+	// by radix. Their items are made in that order; the passes below walk
+	// them in order, or nearly (the placing order is key order within
+	// each count of reads).
+	byKey := make([]ref, len(samples))
+	for i := range samples {
+		byKey[i] = ref{fnv64a("", samples[i].Key), int32(i)}
+	}
+	sortRefs(byKey, func(a, b int32) int { return strings.Compare(samples[a].Key, samples[b].Key) })
 	items := make([]item, len(samples))
 	var total, capSum float64
-	for i := range samples {
-		s, it := &samples[i], &items[i]
-		*it = item{key: s.Key, hash: fnv64a("", s.Key), size: s.Size, idx: int32(i), first: -1}
+	for k, ref := range byKey {
+		s, it := &samples[ref.i], &items[k]
+		*it = item{key: s.Key, hash: ref.hash, size: s.Size, idx: ref.i, first: -1}
 		var best reader
 		for m, r := range s.Reads {
 			it.most = max(it.most, r)
@@ -70,6 +80,7 @@ func (t *Table) Assign(samples []Sample) *Table {
 		}
 		total += float64(s.Size)
 	}
+	byKey = nil
 	for _, w := range t.weights {
 		capSum += w
 	}
@@ -78,22 +89,6 @@ func (t *Table) Assign(samples []Sample) *Table {
 	for i, w := range t.weights {
 		quota[i] = math.Min(w, w/capSum*total*1.1)
 	}
-	// The items in key order (hash, then key), which is the order the
-	// table keeps its assignments in (sorted as pairs of hash and index,
-	// by radix); they are placed most-read first, ties in key order: a
-	// stable counting sort by reads (few values).
-	byKey := make([]ref, len(items))
-	for i := range items {
-		byKey[i] = ref{items[i].hash, int32(i)}
-	}
-	sortRefs(byKey, func(a, b int32) int { return strings.Compare(items[a].key, items[b].key) })
-	// In key order from here: the passes below walk the items in order,
-	// or nearly (the placing order is key order within each count).
-	sorted := make([]item, len(items))
-	for k, r := range byKey {
-		sorted[k] = items[r.i]
-	}
-	items, byKey = sorted, nil
 	var most uint32
 	for i := range items {
 		most = max(most, items[i].most)

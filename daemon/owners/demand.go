@@ -130,7 +130,10 @@ func (o *Owners) demand(alive []cluster.Member) []placement.Sample {
 	snap := o.d.Snapshot()
 	o.paths.of(snap)
 	defer o.rankReads.sweep()
-	var out []placement.Sample
+	// The last change's arrays are used again: nothing keeps a demand
+	// past the table change that made it.
+	out := o.lastDemand.samples[:0]
+	firstReads := o.lastDemand.reads
 	var at sampleIndex
 	stride := len(alive)
 	for _, id := range ids {
@@ -144,7 +147,16 @@ func (o *Owners) demand(alive []cluster.Member) []placement.Sample {
 			o.log.Debug("placement: a gossiped job reads too many positions to count", "job", g.spec.Name, "positions", p)
 			continue
 		}
-		reads := make([]uint32, len(samples)*stride) // sample i's reads by member: reads[i*stride:][:stride]
+		var reads []uint32 // sample i's reads by member: reads[i*stride:][:stride]
+		if len(out) == 0 && cap(firstReads) >= len(samples)*stride {
+			reads = firstReads[:len(samples)*stride]
+			clear(reads)
+		} else {
+			reads = make([]uint32, len(samples)*stride)
+		}
+		if len(out) == 0 {
+			firstReads = reads
+		}
 		if rr := o.rankReads.get(g.spec, len(samples), o.cfg.PlacementEpochs, snap); rr != nil {
 			for i := range samples {
 				for _, rank := range rr.ranks[rr.start[i]:rr.start[i+1]] {
@@ -194,6 +206,7 @@ func (o *Owners) demand(alive []cluster.Member) []placement.Sample {
 			out = append(out, placement.Sample{Key: o.paths.path(s.Entry), Size: s.Entry.Size, Reads: row})
 		}
 	}
+	o.lastDemand.samples, o.lastDemand.reads = out, firstReads
 	return out
 }
 

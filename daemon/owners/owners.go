@@ -77,6 +77,7 @@ import (
 	"github.com/dlfs/dlfs/jobs"
 	"github.com/dlfs/dlfs/latency"
 	"github.com/dlfs/dlfs/loader"
+	"github.com/dlfs/dlfs/placement"
 )
 
 // Config configures the read policy. Zero values take the defaults.
@@ -184,6 +185,12 @@ type Owners struct {
 	own       ownership      // the watcher's; it publishes the counts atomically
 	paths     pathCache      // the watcher's
 	rankReads rankReadsCache // the watcher's
+	// lastDemand are the arrays of the watcher's last demand, to use
+	// again: its samples, and its first job's reads.
+	lastDemand struct {
+		samples []placement.Sample
+		reads   []uint32
+	}
 }
 
 // The loader's peer tier.

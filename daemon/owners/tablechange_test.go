@@ -39,6 +39,15 @@ func syntheticCatalog(tb testing.TB, n int) *catalog.Catalog {
 	return cat
 }
 
+// cpuSeconds is this process's user and system time so far.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}
+
 // staticCluster is a membership the test sets: Alive returns what it
 // holds now.
 type staticCluster struct {
@@ -114,6 +123,8 @@ func BenchmarkTableChange(b *testing.B) {
 			o.rebuild(&others)
 			b.ReportAllocs()
 			b.ResetTimer()
+			cpu0 := cpuSeconds()
+			defer func() { b.ReportMetric((cpuSeconds()-cpu0)/float64(b.N), "CPU-s/op") }()
 			for i := range b.N {
 				if i%2 == 0 {
 					c.set(two)
