@@ -36,6 +36,8 @@ var suites = []suite{
 		run: func(o options, d dataset) error { return runPacked(o, d.src, d.files, d.total) }},
 	{name: "sealing", def: true, doc: "what TLS costs the peer transport, against bare TCP frames",
 		run: func(o options, _ dataset) error { return runSealing(o) }},
+	{name: "tablechange", def: true, doc: "a member leaving and joining at 1 M files, placement alone at 1 M and 10 M (issue 39)",
+		run: func(o options, _ dataset) error { return runTableChange(o) }},
 	{name: "allocation", def: true, doc: "stand-in jobs on one node with --allocation even and need (issue 15)",
 		run: func(o options, _ dataset) error { return runAllocation(o) }},
 	{name: "advice", def: true, doc: "TestLoaderAdvice measured: a fast and a slow DataLoader advised workers on one mount (issue 39)",

@@ -33,7 +33,7 @@ func TestSuiteNamesUnique(t *testing.T) {
 func TestSelectSuites(t *testing.T) {
 	// The default set in the order make bench has always run it.
 	bench := []string{"mount", "push", "clairvoyance", "untold", "cluster", "balance", "hosts", "zoo",
-		"packed", "sealing", "allocation", "advice", "observe", "sharing", "passthrough", "simulate"}
+		"packed", "sealing", "tablechange", "allocation", "advice", "observe", "sharing", "passthrough", "simulate"}
 	for _, tc := range []struct {
 		name, spec string
 		want       []string
