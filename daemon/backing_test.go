@@ -378,3 +378,41 @@ func TestPassthroughOpensMoveTheReader(t *testing.T) {
 		t.Fatalf("the reader tracker learned of %d passthrough opens, want 1; streams %+v", reported, n.readers.Streams())
 	}
 }
+
+// TestBuilderGivesUp: a file offered to the builder that the tiers do not
+// hold whole is offered again a little later, builderTries times in all
+// (its reader's other blocks may be on their way), then forgotten; a
+// closed builder takes no offer.
+func TestBuilderGivesUp(t *testing.T) {
+	n, _ := ptNode(t, map[string][]byte{"u.bin": bytes.Repeat([]byte("u"), 1<<20)}, nil)
+	e := n.cat.Snapshot().Lookup("u.bin")
+	b := n.tiers.builder
+	b.offer(e) // never read: missing
+	most := 0
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(time.Millisecond) {
+		b.mu.Lock()
+		tries, idle := b.tries[e.Ino], len(b.queued) == 0 && len(b.tries) == 0 && len(b.building) == 0
+		b.mu.Unlock()
+		most = max(most, tries)
+		if idle && most > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the builder still retries the file after %d tries", most)
+		}
+	}
+	if most != builderTries-1 {
+		t.Fatalf("offered again %d times, want %d", most, builderTries-1)
+	}
+	if st := n.ptStats(); st.Built != 0 || st.BackingFds != 0 {
+		t.Fatalf("stats %+v: want nothing built", st)
+	}
+	b.close()
+	b.offer(e)
+	b.mu.Lock()
+	queued := len(b.queued)
+	b.mu.Unlock()
+	if queued != 0 {
+		t.Fatal("a closed builder took an offer")
+	}
+}
