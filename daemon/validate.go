@@ -510,6 +510,11 @@ func (c *Config) checkSource() []Check {
 	case r := <-done:
 		if r.check.Level != Fail {
 			c.Source = r.canon
+			if c.Mountpoint != "" {
+				if ch, ok := checkNesting(r.canon, c.Mountpoint); !ok {
+					return []Check{ch}
+				}
+			}
 		}
 		return []Check{r.check}
 	case <-time.After(timeout):
@@ -545,6 +550,34 @@ func checkSourceDir(src string) (string, Check) {
 		return canon, Check{OK, "SOURCE", fmt.Sprintf("%s (%s) is a readable directory", canon, src)}
 	}
 	return canon, Check{OK, "SOURCE", fmt.Sprintf("%s is a readable directory", canon)}
+}
+
+// checkNesting fails a SOURCE (canonical) that holds MOUNTPOINT, or lies
+// inside it, links resolved: the scan would walk into the mount itself (a
+// listing of the mount waits on the scan that asked for it), or the mount
+// would hide SOURCE from the daemon that serves it.
+func checkNesting(src, mountpoint string) (Check, bool) {
+	mp := mountpoint
+	if canon, err := filepath.EvalSymlinks(mp); err == nil {
+		mp = canon
+	}
+	fail := func(format string, a ...any) (Check, bool) {
+		return Check{Fail, "SOURCE", fmt.Sprintf(format, a...)}, false
+	}
+	switch {
+	case src == mp:
+		return fail("%s is MOUNTPOINT too: the mount would hide the dataset it serves; mount it somewhere else", src)
+	case within(mp, src):
+		return fail("%s holds MOUNTPOINT %s: the scan would read the mount itself; pick a MOUNTPOINT outside SOURCE", src, mp)
+	case within(src, mp):
+		return fail("%s lies inside MOUNTPOINT %s: the mount would hide the dataset it serves; pick a MOUNTPOINT outside SOURCE", src, mp)
+	}
+	return Check{}, true
+}
+
+// within reports whether path lies below dir (both clean and absolute).
+func within(path, dir string) bool {
+	return dir == "/" && path != "/" || strings.HasPrefix(path, dir+"/")
 }
 
 // confHas reports whether a fuse.conf has option set on a line of its own.

@@ -228,6 +228,52 @@ func TestCheckSourceCanonical(t *testing.T) {
 	}
 }
 
+// TestCheckSourceNesting: a SOURCE that holds MOUNTPOINT, lies inside it
+// or is it, links resolved, is refused in one line; neighbours that only
+// share a prefix are not.
+func TestCheckSourceNesting(t *testing.T) {
+	top, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"a/b", "a/x", "a/xy", "c"} {
+		if err := os.MkdirAll(filepath.Join(top, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(filepath.Join(top, "a"), filepath.Join(top, "link")); err != nil {
+		t.Fatal(err)
+	}
+	p := func(s string) string { return filepath.Join(top, s) }
+	for _, tc := range []struct {
+		name, source, mountpoint, want string
+	}{
+		{"source holds mountpoint", p("a"), p("a/b"), "holds MOUNTPOINT"},
+		{"mountpoint holds source", p("a/b"), p("a"), "lies inside MOUNTPOINT"},
+		{"the same directory", p("a"), p("a"), "is MOUNTPOINT too"},
+		{"through a link to source", p("link"), p("a/b"), "holds MOUNTPOINT"},
+		{"through a link to mountpoint", p("a/b"), p("link"), "lies inside MOUNTPOINT"},
+		{"a shared prefix", p("a/x"), p("a/xy"), ""},
+		{"apart", p("a"), p("c"), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := fineConfig(t)
+			c.Source, c.Mountpoint, c.AllowNonEmpty = tc.source, tc.mountpoint, true
+			_, err := c.validate(fakeHost(t))
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n")):
+				t.Errorf("got %v, want one line saying %q", err, tc.want)
+			}
+			ch := findCheck(t, c.Check(fakeHost(t)), "SOURCE") // dlfs doctor's view
+			if (ch.Level == Fail) != (tc.want != "") {
+				t.Errorf("doctor's SOURCE check: %+v", ch)
+			}
+		})
+	}
+}
+
 // TestValidateBeforeSource: Validate refuses a configuration that cannot
 // work without looking at SOURCE (which would be scanned next), and says
 // every failure.
