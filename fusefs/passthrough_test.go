@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -30,6 +31,8 @@ type backedTree struct {
 	asked   map[uint64]int    // Backing calls by inode
 	opened  map[uint64]uint32 // the last passthrough open's pid, by inode
 	nOpened int
+	// own makes every open the daemon's own (FS.ownThread), as Push's are.
+	own atomic.Bool
 	// With keeping, the tree keeps each file it builds, as the RAM tier
 	// does (backing.File.Keep), and answers with it until letGo. With
 	// rebuild too, it builds a new file from SOURCE at every ask and
@@ -124,7 +127,7 @@ func mountBacked(t *testing.T, sizes ...int) (*FS, *backedTree, string) {
 			kept: map[uint64]*backing.File{}}
 		return bt
 	}, func(f *FS) {
-		f.ownThread = func(uint32) bool { return false } // this test reads through its own mount
+		f.ownThread = func(uint32) bool { return bt.own.Load() } // this test reads through its own mount
 	}, sizes...)
 	if ok, why := fusecap.Passthrough(); !ok {
 		t.Skipf("no FUSE passthrough here: %s", why)
@@ -164,13 +167,64 @@ func TestPassthroughServesBackedFiles(t *testing.T) {
 	if got, err := os.ReadFile(filepath.Join(mnt, plain.Path())); err != nil || !bytes.Equal(got, content(1, sizes[1])) {
 		t.Fatalf("read %s: %d bytes, err %v", plain.Path(), len(got), err)
 	}
-	if data.readsOf(plain.Ino) == 0 {
+	reads := data.readsOf(plain.Ino)
+	if reads == 0 {
 		t.Fatal("the file without a backing file was not read through the daemon")
+	}
+	// Its open in caching mode keeps the page cache (FOPEN_KEEP_CACHE, as
+	// noOpen did): the next open's read is the kernel's.
+	if got, err := os.ReadFile(filepath.Join(mnt, plain.Path())); err != nil || !bytes.Equal(got, content(1, sizes[1])) {
+		t.Fatalf("read %s again: %d bytes, err %v", plain.Path(), len(got), err)
+	}
+	if r := data.readsOf(plain.Ino); r != reads {
+		t.Fatalf("the second open's read reached the daemon (%d reads, then %d): the page cache was dropped at the open", reads, r)
 	}
 	waitFor(t, "the backing file unregistered after close", func() bool { return f.PassthroughStats().Registered == 0 })
 	st := f.PassthroughStats()
-	if !st.On || st.Opens != 1 || st.Bytes != int64(sizes[0]) || st.Cached != 1 {
-		t.Fatalf("stats %+v; want on, 1 passthrough open of %d bytes, 1 cached", st, sizes[0])
+	if !st.On || st.Opens != 1 || st.Bytes != int64(sizes[0]) || st.Cached != 2 {
+		t.Fatalf("stats %+v; want on, 1 passthrough open of %d bytes, 2 cached", st, sizes[0])
+	}
+}
+
+// TestPassthroughOwnOpens: the daemon's own opens (Push's) are never an
+// inode's first passthrough open, and never reported as a reader's: one
+// of an inode open by passthrough already shares its backing file, and is
+// not reported either.
+func TestPassthroughOwnOpens(t *testing.T) {
+	f, data, mnt := mountBacked(t, 100_000)
+	e := data.Snapshot().Lookup("c/" + fileName(0))
+	data.back(e.Ino)
+	path := filepath.Join(mnt, e.Path())
+	opened := func() int {
+		data.mu.Lock()
+		defer data.mu.Unlock()
+		return data.nOpened
+	}
+
+	data.own.Store(true)
+	if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, content(0, 100_000)) {
+		t.Fatalf("the daemon's own read: %d bytes, %v", len(got), err)
+	}
+	if st := f.PassthroughStats(); st.Opens != 0 || st.Cached != 1 || opened() != 0 || data.askedOf(e.Ino) != 0 {
+		t.Fatalf("stats %+v, %d reported, asked %d; want the daemon's own open cached, unreported, no backing file asked for", st, opened(), data.askedOf(e.Ino))
+	}
+	waitFor(t, "the own open's RELEASE", func() bool { return f.PassthroughStats().CachedNow == 0 })
+
+	data.own.Store(false)
+	reader, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	data.own.Store(true)
+	own, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readWhole(t, own, content(0, 100_000))
+	own.Close()
+	if st := f.PassthroughStats(); st.Opens != 2 || st.Shared != 1 || opened() != 1 {
+		t.Fatalf("stats %+v, %d reported; want the reader's open and the daemon's sharing its backing file, only the reader's reported", st, opened())
 	}
 }
 
