@@ -1,6 +1,7 @@
 package integrity
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -8,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dlfs/dlfs/source"
 )
 
 // TestIdentityOldMtimeAdded: a file added with an mtime older than the
@@ -80,5 +83,49 @@ func TestMountOfBinds(t *testing.T) {
 	m, err := MountOf(t.TempDir(), "directory")
 	if err != nil || !strings.Contains(m, "mount=") || strings.Contains(m, `mount="":""`) {
 		t.Errorf("MountOf = %q, %v: want the mount's type and source", m, err)
+	}
+}
+
+// TestOlderTies: the ranking's tie-breaks, each on its own: ctime first,
+// then mtime, then size, then the order added.
+func TestOlderTies(t *testing.T) {
+	v := func(ctime, mtime, size int64) idFile {
+		return idFile{v: source.Version{Ctime: ctime, Mtime: mtime, Size: size}}
+	}
+	for _, c := range []struct {
+		name string
+		a, b idFile
+	}{
+		{"ctime ranks first", v(1, 9, 9), v(2, 1, 1)},
+		{"then mtime", v(5, 1, 9), v(5, 2, 1)},
+		{"then size", v(5, 5, 1), v(5, 5, 2)},
+		{"then the order added", idFile{v: source.Version{Ctime: 5, Mtime: 5, Size: 5}, seq: 1}, idFile{v: source.Version{Ctime: 5, Mtime: 5, Size: 5}, seq: 2}},
+	} {
+		if !older(c.a, c.b) || older(c.b, c.a) {
+			t.Errorf("%s: older(a, b) = %v, older(b, a) = %v; want a older", c.name, older(c.a, c.b), older(c.b, c.a))
+		}
+	}
+	same := v(5, 5, 5)
+	if older(same, same) {
+		t.Error("a file is older than itself")
+	}
+}
+
+// TestMountOfBirthTime: where the filesystem keeps a directory's birth
+// time, the mount identity holds it: a directory made anew at the same
+// path is another mount identity even if it got the same inode number.
+func TestMountOfBirthTime(t *testing.T) {
+	dir := t.TempDir()
+	var stx unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, dir, 0, unix.STATX_BTIME, &stx); err != nil || stx.Mask&unix.STATX_BTIME == 0 {
+		t.Skip("this filesystem keeps no birth time")
+	}
+	m, err := MountOf(dir, "directory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf(" born=%d ", stx.Btime.Sec*1e9+int64(stx.Btime.Nsec))
+	if !strings.Contains(m, want) {
+		t.Errorf("MountOf = %q; want the birth time %q in it", m, want)
 	}
 }
