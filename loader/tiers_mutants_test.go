@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -335,5 +338,74 @@ func TestRefusedPrefetchKeptForReader(t *testing.T) {
 	}
 	if n != 1 {
 		t.Errorf("block 6 read %d times from the PFS, want once (the prefetch's, kept for the reader)", n)
+	}
+}
+
+// waitingCtx closes waiting when a wait asks for Done: its read waits on
+// another's fetch.
+type waitingCtx struct {
+	context.Context
+	once    sync.Once
+	waiting chan struct{}
+}
+
+func (c *waitingCtx) Done() <-chan struct{} {
+	c.once.Do(func() { close(c.waiting) })
+	return c.Context.Done()
+}
+
+// scriptStage is a fakeStage whose Serve misses the first and third looks
+// (the block not staged yet), and holds the second until release.
+type scriptStage struct {
+	*fakeStage
+	calls            atomic.Int64
+	second, released chan struct{}
+}
+
+func (s *scriptStage) Serve(key string, tag uint64, lo, hi int) (ramcache.Block, bool, bool) {
+	switch s.calls.Add(1) {
+	case 1, 3:
+		return ramcache.Block{}, false, false
+	case 2:
+		close(s.second)
+		<-s.released
+	}
+	return s.fakeStage.Serve(key, tag, lo, hi)
+}
+
+// TestSharedReadOfAStagedBlockServed: two reads of a block's two halves
+// miss the stage at first; the first one's fetch finds the block staged
+// meanwhile, and the second shares that fetch. Each read's part is
+// counted: the block leaves the stage once both are read.
+func TestSharedReadOfAStagedBlockServed(t *testing.T) {
+	const n = 4096
+	file := data(n)
+	e, key := entry("f", n), BlockKey("f", 0)
+	st := &scriptStage{fakeStage: &fakeStage{m: map[string]ramcache.Block{}}, second: make(chan struct{}), released: make(chan struct{})}
+	l := New(Config{Stage: st}, ramcache.New(ramcache.Config{Capacity: 0}), nil, &fakePFS{files: map[string][]byte{"f": file}})
+	tag := l.Tag(e, key)
+	st.m[key] = blockOf(e, tag, fetch{file, tierPFS, integrity.Sum(tag, file)})
+	read := func(ctx context.Context, off int64, done chan<- error) {
+		b, from, _, err := l.ReadAtWaited(ctx, e, make([]byte, n/2), off)
+		if err == nil && (from != "stage" || !bytes.Equal(b, file[off:off+n/2])) {
+			err = fmt.Errorf("from %s, right bytes %v", from, bytes.Equal(b, file[off:off+n/2]))
+		}
+		done <- err
+	}
+	first, second := make(chan error, 1), make(chan error, 1)
+	go read(context.Background(), 0, first)
+	<-st.second // the first read's fetch looks at the stage
+	ctx := &waitingCtx{Context: context.Background(), waiting: make(chan struct{})}
+	go read(ctx, n/2, second)
+	<-ctx.waiting // the second read waits on the first's fetch
+	close(st.released)
+	if err := <-first; err != nil {
+		t.Fatalf("first half: %v", err)
+	}
+	if err := <-second; err != nil {
+		t.Fatalf("second half: %v", err)
+	}
+	if st.len() != 0 {
+		t.Error("the block is still staged after reads of both its halves: the read that shared the fetch was not counted")
 	}
 }
