@@ -143,6 +143,11 @@ type Catalog struct {
 	// unchecked holds what of a loaded snapshot has been checked against
 	// SOURCE (verify.go); nil once all of it has, or for a scan.
 	unchecked atomic.Pointer[unchecked]
+	checks    chan struct{} // bounds the checks' stats of SOURCE in flight (verify.go)
+	// lastScan is when the last rescan that left the current snapshot as
+	// SOURCE has it began (ns); Save writes it when later than the
+	// snapshot's own scan.
+	lastScan atomic.Int64
 }
 
 // ErrSource means SOURCE itself cannot be used as a dataset.
@@ -177,13 +182,13 @@ func Open(ctx context.Context, cfg Config) (*Catalog, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("%w: %s is not a directory", ErrSource, abs)
 	}
-	c := &Catalog{cfg: cfg, scanMu: make(chan struct{}, 1)}
+	c := &Catalog{cfg: cfg, scanMu: make(chan struct{}, 1), checks: make(chan struct{}, cfg.ScanWorkers)}
 	c.nextIno.Store(RootIno + 1)
 	if snap := c.loadSaved(); snap != nil {
 		c.cur.Store(snap)
 		return c, nil
 	}
-	snap, err := c.scan(ctx, nil, false)
+	snap, err := c.scan(ctx, nil, scanMode{}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +241,13 @@ func (c *Catalog) Save() error {
 	}
 	c.scanMu <- struct{}{}
 	defer func() { <-c.scanMu }()
-	return Save(c.cfg.Saved, c.cur.Load(), c.cfg.Identity, c.nextIno.Load())
+	snap := *c.cur.Load()
+	if t := c.lastScan.Load(); t > snap.Scanned.UnixNano() {
+		// A rescan since found the snapshot as SOURCE has it: its
+		// directories are trusted by that scan's start (racy).
+		snap.Scanned = time.Unix(0, t)
+	}
+	return Save(c.cfg.Saved, &snap, c.cfg.Identity, c.nextIno.Load())
 }
 
 // Source returns the absolute path of SOURCE.

@@ -32,7 +32,7 @@ type Diff struct {
 // On error the current snapshot stays in place, and so it does when
 // nothing changed (holders of it, the jobs' indexes, then keep the only
 // copy).
-func (c *Catalog) Refresh(ctx context.Context) (Diff, error) { return c.rescan(ctx, false) }
+func (c *Catalog) Refresh(ctx context.Context) (Diff, error) { return c.rescan(ctx, false, nil) }
 
 // Revalidate is Refresh by directories: a directory whose mtime, ctime and
 // inode in SOURCE are the snapshot's keeps its entries without a readdir
@@ -42,9 +42,17 @@ func (c *Catalog) Refresh(ctx context.Context) (Diff, error) { return c.rescan(c
 // a file rewritten in place under its old name is not seen (Refresh sees
 // it, and a read that reaches SOURCE finds it changed: source.ErrChanged).
 // It is the background pass after a mount from a saved snapshot.
-func (c *Catalog) Revalidate(ctx context.Context) (Diff, error) { return c.rescan(ctx, true) }
+func (c *Catalog) Revalidate(ctx context.Context) (Diff, error) { return c.rescan(ctx, true, nil) }
 
-func (c *Catalog) rescan(ctx context.Context, byDir bool) (Diff, error) {
+// RevalidateDirs is Revalidate with the directories of inode numbers
+// reread listed again whatever their times say: it finds a file rewritten
+// in place under its old name there (a check found it behind SOURCE) at
+// the cost of one listing, not a Refresh of everything.
+func (c *Catalog) RevalidateDirs(ctx context.Context, reread map[uint64]bool) (Diff, error) {
+	return c.rescan(ctx, true, reread)
+}
+
+func (c *Catalog) rescan(ctx context.Context, byDir bool, reread map[uint64]bool) (Diff, error) {
 	select { // another rescan may be stuck on SOURCE: wait for it only as long as ctx
 	case c.scanMu <- struct{}{}:
 	case <-ctx.Done():
@@ -52,16 +60,36 @@ func (c *Catalog) rescan(ctx context.Context, byDir bool) (Diff, error) {
 	}
 	defer func() { <-c.scanMu }()
 	old := c.cur.Load()
-	if byDir && c.cfg.Lister == nil && old.UnreadableEntries == 0 {
+	began := c.cfg.Now()
+	u := c.unchecked.Load()
+	if byDir && len(reread) == 0 && c.cfg.Lister == nil && old.UnreadableEntries == 0 {
 		// Most often nothing changed: a stat of every directory shows it
 		// without copying the snapshot. (A snapshot that could not read
 		// everything is rescanned: what reads now is news.)
 		start := time.Now()
 		if dirs, same := c.unchangedDirs(ctx, old); same {
+			if u != nil {
+				old.Walk(func(e *Entry) { // every listing is as saved
+					if e.IsDir() && e.Ino < u.limit {
+						u.set(e.Ino)
+					}
+				})
+			}
+			c.lastScan.Store(began.UnixNano())
 			return Diff{ScanTime: time.Since(start), Reused: dirs}, nil
 		}
 	}
-	snap, err := c.scan(ctx, old, byDir)
+	var fresh *unchecked // what the scan read from SOURCE, marked once it is the current snapshot
+	var mark func(uint64)
+	if u != nil {
+		fresh = &unchecked{limit: u.limit, checked: make([]atomic.Uint64, len(u.checked))}
+		mark = func(ino uint64) {
+			if ino < fresh.limit {
+				fresh.set(ino)
+			}
+		}
+	}
+	snap, err := c.scan(ctx, old, scanMode{byDir: byDir, reread: reread}, mark)
 	if err != nil {
 		return Diff{}, err
 	}
@@ -72,8 +100,12 @@ func (c *Catalog) rescan(ctx context.Context, byDir bool) (Diff, error) {
 		old.UnreadableEntries+snap.UnreadableEntries > 0 { // what could not be read is news too
 		c.cur.Store(snap)
 	}
-	if !byDir && snap.UnreadableEntries == 0 {
-		c.unchecked.Store(nil) // every entry stat'ed now (and swapped in): nothing loaded is left unchecked
+	c.lastScan.Store(began.UnixNano())
+	if u != nil {
+		u.merge(fresh) // after the swap: an old entry of the same number is superseded, not checked
+		if !byDir && snap.UnreadableEntries == 0 {
+			c.unchecked.Store(nil) // every entry stat'ed now (and swapped in): nothing loaded is left unchecked
+		}
 	}
 	return d, nil
 }

@@ -23,10 +23,21 @@ import (
 // bounded by a semaphore held only during I/O, watched for a stall, and
 // keeping what it cannot read from the last snapshot.
 
+// scanMode is how a rescan treats directories that look unchanged.
+type scanMode struct {
+	byDir  bool            // keep the entries of directories unchanged since the old snapshot (Revalidate)
+	reread map[uint64]bool // except these, by inode number: listed again (RevalidateDirs)
+}
+
 // scan builds a snapshot of SOURCE. Entries whose path and type match old
-// keep their inode number; with byDir, directories unchanged since old
-// keep their entries (Revalidate).
-func (c *Catalog) scan(ctx context.Context, old *Snapshot, byDir bool) (*Snapshot, error) {
+// keep their inode number; with mode.byDir, directories unchanged since
+// old keep their entries (Revalidate).
+//
+// mark, if set, is told the inode number of each entry the scan read from
+// SOURCE (a directory listed, or kept unread as unchanged, and the
+// entries of a directory listed): what a rescan found is as SOURCE has it
+// (verify.go).
+func (c *Catalog) scan(ctx context.Context, old *Snapshot, mode scanMode, mark func(ino uint64)) (*Snapshot, error) {
 	start, scanned := time.Now(), c.cfg.Now()
 	root := &Entry{Ino: RootIno}
 	var oldRoot *Entry
@@ -51,7 +62,10 @@ func (c *Catalog) scan(ctx context.Context, old *Snapshot, byDir bool) (*Snapsho
 		// kernel end.
 		sctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		sc := &scanner{c: c, ctx: sctx, sem: make(chan struct{}, c.cfg.ScanWorkers), byDir: byDir}
+		sc := &scanner{c: c, ctx: sctx, sem: make(chan struct{}, c.cfg.ScanWorkers), byDir: mode.byDir, reread: mode.reread, mark: mark}
+		if sc.mark == nil {
+			sc.mark = func(uint64) {}
+		}
 		if old != nil {
 			sc.trusted = old.Scanned.Add(-racy).UnixNano()
 		}
@@ -131,12 +145,14 @@ type scanner struct {
 	sem     chan struct{} // bounds directories read at once
 	wg      sync.WaitGroup
 	skipped atomic.Int64
-	rootErr error // set only by the root directory's goroutine
-	byDir   bool  // keep the entries of directories unchanged since the old snapshot
-	trusted int64 // a directory's times say it is unchanged only if they are before this (ns)
+	rootErr error           // set only by the root directory's goroutine
+	byDir   bool            // keep the entries of directories unchanged since the old snapshot
+	reread  map[uint64]bool // with byDir, directories listed again whatever their times (read-only)
+	trusted int64           // a directory's times say it is unchanged only if they are before this (ns)
 	reused  atomic.Int64
-	ops     atomic.Int64 // calls to SOURCE answered: a scan whose count stops moving has stalled
-	noACL   atomic.Bool  // SOURCE keeps no ACLs: stop asking (acl.go)
+	ops     atomic.Int64     // calls to SOURCE answered: a scan whose count stops moving has stalled
+	noACL   atomic.Bool      // SOURCE keeps no ACLs: stop asking (acl.go)
+	mark    func(ino uint64) // told of each entry read from SOURCE (scan)
 
 	mu                sync.Mutex
 	unreadable        []string // (mu) the first maxUnreadable entries that could not be read
@@ -286,13 +302,14 @@ func (sc *scanner) dir(d, old *Entry) {
 	if sc.ctx.Err() != nil || sc.entries.Load() > int64(sc.c.cfg.MaxEntries) {
 		return
 	}
-	if sc.byDir && unchanged(d, old, sc.trusted) {
+	if sc.byDir && !sc.reread[d.Ino] && unchanged(d, old, sc.trusted) {
 		if !sc.acquire() {
 			return
 		}
 		ok := sc.reuse(d, old)
 		<-sc.sem
 		if ok {
+			sc.mark(d.Ino) // its listing is as saved: its entries keep what they had
 			return
 		}
 	}
@@ -322,6 +339,7 @@ func (sc *scanner) dir(d, old *Entry) {
 		return
 	}
 	sc.entries.Add(int64(len(kids)))
+	sc.mark(d.Ino)
 	if len(kids) == 0 {
 		return
 	}
@@ -329,6 +347,7 @@ func (sc *scanner) dir(d, old *Entry) {
 	for i := range kids {
 		e := &kids[i]
 		e.parent = d
+		fresh := e.Ino == 0 // not kept from old by keepEntry
 		var prev *Entry
 		if old != nil {
 			if p := old.Child(e.Name); p != nil && p.Mode&syscall.S_IFMT == e.Mode&syscall.S_IFMT {
@@ -339,6 +358,9 @@ func (sc *scanner) dir(d, old *Entry) {
 			e.Ino = prev.Ino
 		} else {
 			e.Ino = sc.c.nextIno.Add(1) - 1
+		}
+		if fresh {
+			sc.mark(e.Ino)
 		}
 		if e.IsDir() {
 			sc.wg.Add(1)

@@ -56,6 +56,15 @@ func (u *unchecked) done(ino uint64) bool {
 
 func (u *unchecked) set(ino uint64) { u.checked[ino/64].Or(1 << (ino % 64)) }
 
+// merge marks checked what is checked in f, of the same limit.
+func (u *unchecked) merge(f *unchecked) {
+	for i := range f.checked {
+		if w := f.checked[i].Load(); w != 0 {
+			u.checked[i].Or(w)
+		}
+	}
+}
+
 // Verifying reports whether entries of a loaded snapshot are still to
 // be checked against SOURCE.
 func (c *Catalog) Verifying() bool { return c.unchecked.Load() != nil }
@@ -92,7 +101,7 @@ func (c *Catalog) Check(ctx context.Context, e *Entry) error {
 	now, err := c.lstat(ctx, e)
 	switch {
 	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR):
-		return fmt.Errorf("%w: %s is gone", ErrBehind, e.Path())
+		return fmt.Errorf("%w: %s is gone", ErrBehind, shown(e))
 	case err != nil:
 		return err
 	}
@@ -100,11 +109,24 @@ func (c *Catalog) Check(ctx context.Context, e *Entry) error {
 	if e.IsDir() {
 		same = unchanged(&now, e, u.trusted)
 	}
-	if !same {
-		return fmt.Errorf("%w: %s changed while dlfs was down", ErrBehind, e.Path())
+	switch {
+	case same:
+		u.set(e.Ino)
+		return nil
+	case now.SrcIno != e.SrcIno && now.Size == e.Size && now.Mtime == e.Mtime && now.Ctime == e.Ctime:
+		return fmt.Errorf("%w: %s has another inode number (replaced, or a filesystem that numbers inodes anew on each mount)", ErrBehind, shown(e))
+	case e.IsDir() && now.Mtime == e.Mtime && now.Ctime == e.Ctime && now.SrcIno == e.SrcIno:
+		return fmt.Errorf("%w: directory %s changed within a minute of the saved scan: its listing is read again", ErrBehind, shown(e))
 	}
-	u.set(e.Ino)
-	return nil
+	return fmt.Errorf("%w: %s changed while dlfs was down", ErrBehind, shown(e))
+}
+
+// shown names e in a message: its path, or SOURCE's root.
+func shown(e *Entry) string {
+	if e.parent == nil {
+		return "SOURCE's root"
+	}
+	return e.Path()
 }
 
 // lstat stats e's path in SOURCE (the root is followed, as a scan does),
@@ -116,8 +138,19 @@ func (c *Catalog) lstat(ctx context.Context, e *Entry) (Entry, error) {
 		st  unix.Stat_t
 		err error
 	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.StallTimeout)
+	defer cancel()
+	// At most ScanWorkers stats at once: a PFS that stops answering keeps
+	// that many threads in the kernel, and the checks after them wait here
+	// until their deadline, not in a thread of their own.
+	select {
+	case c.checks <- struct{}{}:
+	case <-ctx.Done():
+		return Entry{}, fmt.Errorf("catalog: check %s against SOURCE: %w (SOURCE is not answering the checks before it)", path, ctx.Err())
+	}
 	got := make(chan result, 1)
 	go func() {
+		defer func() { <-c.checks }()
 		var r result
 		r.err = source.IgnoringEINTR(func() error {
 			if e.parent == nil {
@@ -127,8 +160,6 @@ func (c *Catalog) lstat(ctx context.Context, e *Entry) (Entry, error) {
 		})
 		got <- r
 	}()
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.StallTimeout)
-	defer cancel()
 	select {
 	case r := <-got:
 		if r.err != nil {
@@ -151,6 +182,8 @@ func (c *Catalog) CheckAll(ctx context.Context) (behind int, err error) {
 	if u == nil {
 		return 0, nil
 	}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
 	todo := make(chan *Entry, 1024)
 	var nBehind atomic.Int64
 	var firstErr error
@@ -165,7 +198,7 @@ func (c *Catalog) CheckAll(ctx context.Context) (behind int, err error) {
 				case errors.Is(err, ErrBehind):
 					nBehind.Add(1)
 				case err != nil:
-					errOnce.Do(func() { firstErr = err })
+					errOnce.Do(func() { firstErr = err; stop() }) // SOURCE stopped answering: no more stats now
 				}
 			}
 		}()
@@ -193,10 +226,10 @@ func (c *Catalog) CheckAll(ctx context.Context) (behind int, err error) {
 	}()
 	wg.Wait()
 	switch {
-	case ctx.Err() != nil:
-		return int(nBehind.Load()), fmt.Errorf("catalog: checking the saved snapshot against SOURCE: %w", ctx.Err())
 	case firstErr != nil:
 		return int(nBehind.Load()), firstErr
+	case ctx.Err() != nil:
+		return int(nBehind.Load()), fmt.Errorf("catalog: checking the saved snapshot against SOURCE: %w", ctx.Err())
 	case nBehind.Load() == 0 && c.cur.Load() == snap:
 		c.unchecked.CompareAndSwap(u, nil)
 	}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/dlfs/dlfs/source"
 )
 
@@ -155,5 +157,158 @@ func TestCheckRacyDirectory(t *testing.T) {
 	}
 	if err := c.Check(context.Background(), c.Snapshot().Lookup("b/1.jpg")); err != nil {
 		t.Errorf("a file is trusted by its version alone: %v", err)
+	}
+}
+
+// TestRacyDirectoriesTrustedLater: a dataset mounted within a minute of
+// its last change is saved with directories Check does not trust (racy):
+// a rescan decides, once. A rescan that finds nothing changed keeps the
+// snapshot but moves the saved scan's time (Save), so a later remount
+// trusts them (found by helper G: the old time was saved again for ever).
+func TestRacyDirectoriesTrustedLater(t *testing.T) {
+	_, _, cfg := saved(t)
+	ctx := context.Background()
+	for remount := 1; remount <= 3; remount++ {
+		// Time passes: the dataset is days old at this remount.
+		cfg.Now = func() time.Time { return time.Now().Add(time.Duration(remount) * 24 * time.Hour) }
+		c, err := Open(ctx, cfg)
+		if err != nil || !c.Loaded() {
+			t.Fatalf("remount %d: open: %v", remount, err)
+		}
+		err = c.Check(ctx, c.Snapshot().Root)
+		t.Logf("remount %d: saved scan at %v, Check(root) = %v", remount, c.Snapshot().Scanned.Format(time.TimeOnly), err)
+		if remount > 1 && errors.Is(err, ErrBehind) {
+			t.Errorf("remount %d of an unchanged SOURCE: the root is behind again (the saved Scanned never moves: %v)", remount, c.Snapshot().Scanned)
+		}
+		// What the keeper does: revalidate, check all, refresh if behind, save.
+		if _, err := c.Revalidate(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if behind, err := c.CheckAll(ctx); err != nil || behind > 0 {
+			if _, err := c.Refresh(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := c.Save(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestCheckShapesBehind: changes made while dlfs was down
+// that keep names, sizes and mtimes: a directory replaced by a file of
+// the same name, a symlink retargeted to a path of the same length with
+// its mtime restored, two directories swapped by renames. Each is behind.
+func TestCheckShapesBehind(t *testing.T) {
+	_, _, cfg := saved(t)
+	root := cfg.Source
+	ctx := context.Background()
+	mtimeOf := func(p string) time.Time {
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			t.Fatal(err)
+		}
+		return time.Unix(st.Mtim.Unix())
+	}
+	// deep/er/still becomes a file.
+	still := filepath.Join(root, "deep/er/still")
+	m := mtimeOf(still)
+	if err := os.RemoveAll(still); err != nil {
+		t.Fatal(err)
+	}
+	write(t, root, "deep/er/still", "")
+	os.Chtimes(still, m, m)
+	// link -> b/1.jpg becomes link -> b/2.jpg, same length, same mtime.
+	lp := filepath.Join(root, "link")
+	m = mtimeOf(lp)
+	os.Remove(lp)
+	if err := os.Symlink("b/2.jpg", lp); err != nil {
+		t.Fatal(err)
+	}
+	ts := []unix.Timespec{unix.NsecToTimespec(m.UnixNano()), unix.NsecToTimespec(m.UnixNano())}
+	if err := unix.UtimesNanoAt(unix.AT_FDCWD, lp, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		t.Fatal(err)
+	}
+	// b and "a x" swapped.
+	os.Rename(filepath.Join(root, "b"), filepath.Join(root, "tmp"))
+	os.Rename(filepath.Join(root, "a x"), filepath.Join(root, "b"))
+	os.Rename(filepath.Join(root, "tmp"), filepath.Join(root, "a x"))
+
+	c, err := Open(ctx, cfg)
+	if err != nil || !c.Loaded() {
+		t.Fatalf("open: %v", err)
+	}
+	c.unchecked.Load().trusted = time.Now().Add(time.Hour).UnixNano() // trust the times
+	s := c.Snapshot()
+	for _, p := range []string{"deep/er/still", "deep/er/still/x.png", "link", "b", "a x", "b/1.jpg", "a x/ü #.jpg"} {
+		e := s.Lookup(p)
+		if e == nil {
+			t.Fatalf("%q not in the saved snapshot", p)
+		}
+		if err := c.Check(ctx, e); !errors.Is(err, ErrBehind) {
+			t.Errorf("Check(%q) = %v; want behind", p, err)
+		}
+	}
+}
+
+// TestCheckBounded: the checks' stats of SOURCE in flight are bounded (a
+// PFS that stops answering keeps at most ScanWorkers threads in the
+// kernel): with every slot held by a stat that does not return, a check
+// gives up at its deadline without a stat of its own, and CheckAll stops
+// at the first such failure instead of trying every entry.
+func TestCheckBounded(t *testing.T) {
+	_, _, cfg := saved(t)
+	cfg.StallTimeout = 50 * time.Millisecond
+	c, err := Open(context.Background(), cfg)
+	if err != nil || !c.Loaded() {
+		t.Fatalf("open: %v", err)
+	}
+	for range cap(c.checks) { // every slot held, as by stats stuck in a hung PFS
+		c.checks <- struct{}{}
+	}
+	err = c.Check(context.Background(), c.Snapshot().Lookup("b/1.jpg"))
+	if err == nil || errors.Is(err, ErrBehind) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Check with every stat slot held = %v; want the deadline", err)
+	}
+	behind, err := c.CheckAll(context.Background())
+	if err == nil || behind != 0 {
+		t.Errorf("CheckAll with every stat slot held = %d, %v; want an error", behind, err)
+	}
+	if len(c.checks) != cap(c.checks) {
+		t.Errorf("%d of %d slots held after the checks gave up; want only the stuck ones", len(c.checks), cap(c.checks))
+	}
+}
+
+// TestRevalidateDirsRereads: a file rewritten in place, size and mtime
+// kept, is found by listing its directory again (RevalidateDirs), whose
+// times say nothing changed; Revalidate alone keeps the old entry.
+func TestRevalidateDirsRereads(t *testing.T) {
+	_, _, cfg := saved(t)
+	p := filepath.Join(cfg.Source, "b/2.jpg")
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte("XX"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Chtimes(p, fi.ModTime(), fi.ModTime())
+	c, err := Open(context.Background(), cfg)
+	if err != nil || !c.Loaded() {
+		t.Fatalf("open: %v", err)
+	}
+	c.unchecked.Load().trusted = time.Now().Add(time.Hour).UnixNano() // trust the times
+	c.lastScan.Store(0)
+	old := c.Snapshot().Lookup("b/2.jpg")
+	if err := c.Check(context.Background(), old); !errors.Is(err, ErrBehind) {
+		t.Fatalf("Check of a file rewritten in place = %v; want behind", err)
+	}
+	d, err := c.RevalidateDirs(context.Background(), map[uint64]bool{old.Parent().Ino: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur := c.Snapshot().Lookup("b/2.jpg")
+	if len(d.Changed) != 1 || cur == old || cur.Ctime == old.Ctime || !c.Checked(cur) {
+		t.Errorf("after RevalidateDirs: %d changed, the entry %v (checked %v); want b/2.jpg changed, new and checked", len(d.Changed), cur, c.Checked(cur))
 	}
 }

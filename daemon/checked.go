@@ -3,10 +3,12 @@ package daemon
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/integrity"
+	"github.com/dlfs/dlfs/prefetch"
 )
 
 // A catalog loaded from its saved snapshot is served only as checked
@@ -28,11 +30,17 @@ func (d dataset) Check(ctx context.Context, e *catalog.Entry) error {
 	if !errors.Is(err, catalog.ErrBehind) {
 		return err
 	}
-	if err := n.catchUp.revalidate.refresh(ctx); err != nil {
+	c := &n.rescans.catchUp
+	if err := c.revalidate.refresh(ctx); err != nil {
 		return err
 	}
-	if n.cat.Snapshot().ByIno(e.Ino) == e { // no directory showed it: rewritten in place
-		if err := n.catchUp.rescan.refresh(ctx); err != nil {
+	if n.cat.Snapshot().ByIno(e.Ino) == e && !n.cat.Checked(e) { // no directory showed it: rewritten in place
+		if p := e.Parent(); p != nil {
+			c.mu.Lock()
+			c.reread[p.Ino] = true
+			c.mu.Unlock()
+		}
+		if err := c.dirs.refresh(ctx); err != nil {
 			return err
 		}
 	}
@@ -47,15 +55,18 @@ func (d dataset) Check(ctx context.Context, e *catalog.Entry) error {
 // changed after, in order, by a goroutine of its own (invalidations).
 // The answer the request gets is the new snapshot's already.
 type catchUp struct {
-	revalidate, rescan *refresher
-	invalidations      chan catalog.Diff
-	stop               chan struct{}
-	done               chan struct{}
+	revalidate    *refresher // every directory, by its times
+	dirs          *refresher // every directory, and those of reread listed again
+	mu            sync.Mutex
+	reread        map[uint64]bool // (mu) directories of files behind SOURCE, for the next dirs run
+	invalidations chan catalog.Diff
+	stop          chan struct{}
+	done          chan struct{}
 }
 
 // startCatchUp starts n.catchUp; Close stops it.
 func (n *Node) startCatchUp() {
-	c := &n.catchUp
+	c := &n.rescans.catchUp
 	c.invalidations, c.stop, c.done = make(chan catalog.Diff, 16), make(chan struct{}), make(chan struct{})
 	later := func(d catalog.Diff) {
 		if len(d.Changed)+len(d.Removed)+len(d.Added) == 0 {
@@ -66,8 +77,15 @@ func (n *Node) startCatchUp() {
 		case <-c.stop:
 		}
 	}
+	c.reread = map[uint64]bool{}
 	c.revalidate = newRefresher(func(ctx context.Context) (catalog.Diff, error) { return n.rescan(ctx, n.cat.Revalidate, later) })
-	c.rescan = newRefresher(func(ctx context.Context) (catalog.Diff, error) { return n.rescan(ctx, n.cat.Refresh, later) })
+	c.dirs = newRefresher(func(ctx context.Context) (catalog.Diff, error) {
+		c.mu.Lock()
+		reread := c.reread
+		c.reread = map[uint64]bool{}
+		c.mu.Unlock()
+		return n.rescan(ctx, func(ctx context.Context) (catalog.Diff, error) { return n.cat.RevalidateDirs(ctx, reread) }, later)
+	})
 	go func() {
 		defer close(c.done)
 		for {
@@ -93,7 +111,7 @@ func (c *catchUp) close() {
 		close(c.stop) // first: a rescan may wait to hand over its diff
 	}
 	c.revalidate.close()
-	c.rescan.close()
+	c.dirs.close()
 	<-c.done
 }
 
@@ -125,13 +143,23 @@ func (n *Node) checkLoaded(ctx context.Context) error {
 }
 
 // identify draws the dataset's identity from checked files (datasetOf).
-// A saved catalog whose oldest files are behind SOURCE is of another
-// dataset, or of this one changed while dlfs was down: SOURCE is scanned
-// now, before the mount, and the identity drawn from the scan.
+// A saved catalog is revalidated first, by its directories (a stat each):
+// a tree moved into SOURCE keeps its files' old ctimes, and the identity
+// must see it as a scan would. One whose oldest files are then behind
+// SOURCE is of another dataset, of this one changed while dlfs was down,
+// or of a filesystem that numbers inodes anew on each mount: SOURCE is
+// scanned now, before the mount, and the identity drawn from the scan.
 func (n *Node) identify(ctx context.Context, c identityConfig) (integrity.Dataset, error) {
+	if n.cat.Loaded() && c.operatorID == "" {
+		// Nothing is built yet that a change would concern: the diff
+		// needs no applying.
+		if _, err := n.cat.Revalidate(ctx); err != nil {
+			return 0, err
+		}
+	}
 	ds, saveErr, err := datasetOf(ctx, n.cat.Snapshot(), c)
 	if errors.Is(err, catalog.ErrBehind) {
-		n.log.Warn("catalog: the saved snapshot's oldest files are not as SOURCE has them (another dataset, or changed while dlfs was down); scanning SOURCE", "err", err)
+		n.log.Warn("catalog: the saved snapshot's oldest files are not as SOURCE has them; scanning SOURCE", "err", err)
 		if _, err := n.cat.Refresh(ctx); err != nil {
 			return 0, err
 		}
@@ -144,4 +172,19 @@ func (n *Node) identify(ctx context.Context, c identityConfig) (integrity.Datase
 		n.log.Warn("could not keep the dataset identity's heads for the next mount", "err", saveErr)
 	}
 	return ds, nil
+}
+
+// checkedPusher pushes only entries checked against SOURCE: a plan made
+// from a saved catalog not yet checked names files whose old bytes the
+// SSD tier holds under their old tags, and a push stores before it looks.
+type checkedPusher struct {
+	n  *Node
+	fs prefetch.Pusher
+}
+
+func (p checkedPusher) Push(e *catalog.Entry, blockSize int64, block func(i int64) ([]byte, bool)) (int64, error) {
+	if err := p.n.cat.Check(context.Background(), e); err != nil { // bounded by the catalog's stall timeout
+		return 0, err
+	}
+	return p.fs.Push(e, blockSize, block)
 }

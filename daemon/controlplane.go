@@ -334,7 +334,7 @@ func (c *controlPlane) exec(ctx context.Context, data []byte) error {
 			c.errMu.Unlock()
 		case control.Refresh:
 			c.mu.Unlock()
-			err := c.n.refresher.refresh(ctx)
+			err := c.n.rescans.control.refresh(ctx)
 			c.mu.Lock()
 			if err != nil {
 				return fmt.Errorf("refresh: %w", err)

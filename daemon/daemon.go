@@ -261,31 +261,28 @@ type Node struct {
 	log     *slog.Logger
 	started time.Time
 
-	cat     *catalog.Catalog
-	src     *source.Source
-	packed  packed.Dataset // nil unless SOURCE is packed
-	dataset integrity.Dataset
-	tiers   tiers
-	fs      *fusefs.FS
-	ctl     *controlPlane
-	jobs    *jobs.Registry
-	pf      *prefetch.Prefetcher
-	readers *readers.Tracker
-	alloc   allocation
-	warmer  *warmup.Warmer
-	cluster clusterParts // all nil for a cluster of one
-	lat     latencies    // nil Vecs with Config.NoLatency
-	alog    *accesslog.Log
-	// refresher runs the rescans control writes ask for; catchUp those of
-	// requests that found a loaded catalog behind SOURCE (checked.go).
-	refresher *refresher
-	catchUp   catchUp
-	reg       *prometheus.Registry
-	server    *fuse.Server
-	mountDev  string        // the mount's MAJOR:MINOR, as mountinfo shows it ("": unknown)
-	served    chan struct{} // closed when the kernel ends the mount's connection
-	metrics   metricsServer
-	closing   closing
+	cat      *catalog.Catalog
+	src      *source.Source
+	packed   packed.Dataset // nil unless SOURCE is packed
+	dataset  integrity.Dataset
+	tiers    tiers
+	fs       *fusefs.FS
+	ctl      *controlPlane
+	jobs     *jobs.Registry
+	pf       *prefetch.Prefetcher
+	readers  *readers.Tracker
+	alloc    allocation
+	warmer   *warmup.Warmer
+	cluster  clusterParts // all nil for a cluster of one
+	lat      latencies    // nil Vecs with Config.NoLatency
+	alog     *accesslog.Log
+	rescans  rescans
+	reg      *prometheus.Registry
+	server   *fuse.Server
+	mountDev string        // the mount's MAJOR:MINOR, as mountinfo shows it ("": unknown)
+	served   chan struct{} // closed when the kernel ends the mount's connection
+	metrics  metricsServer
+	closing  closing
 }
 
 // tiers are where the bytes come from: the loader reads through the RAM
@@ -608,7 +605,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		pc.Staged, pc.Backs = n.tiers.builder.offer, n.backs
 	}
 	if !cfg.NoPush {
-		pc.Pusher = n.fs
+		pc.Pusher = checkedPusher{n, n.fs} // checked.go
 	}
 	n.pf = prefetch.New(pc, n.tiers.load, n.jobs)
 	n.onClose("prefetch", func() error { n.pf.Close(); return nil })
@@ -657,8 +654,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		})
 	}
 
-	n.refresher = newRefresher(n.Refresh)
-	n.onClose("refresher", func() error { n.refresher.close(); return nil })
+	n.rescans.control = newRefresher(n.Refresh)
+	n.onClose("refresher", func() error { n.rescans.control.close(); return nil })
 	n.startCatchUp() // checked.go
 	if n.server, err = n.fs.Mount(cfg.Mountpoint, "dlfs:"+n.cat.Source()); err != nil {
 		return nil, fmt.Errorf("mount %s: %w", cfg.Mountpoint, err)
@@ -791,9 +788,9 @@ func (n *Node) Close() error {
 		if n.closing.stopKeeper != nil {
 			n.closing.stopKeeper() // its rescan holds the catalog's, which a refresh waits for
 		}
-		if n.refresher != nil {
-			n.refresher.close()
-			n.catchUp.close()
+		if n.rescans.control != nil {
+			n.rescans.control.close()
+			n.rescans.catchUp.close()
 		}
 		if n.closing.stopAccessLog != nil {
 			n.closing.stopAccessLog() // its pipe holds the mount
@@ -900,8 +897,18 @@ func (n *Node) tag(e *catalog.Entry, key string) uint64 { return loader.BlockTag
 
 // readWhole reads a whole dataset file through the tiers.
 func (n *Node) readWhole(e *catalog.Entry) ([]byte, error) {
-	if err := n.cat.Check(context.Background(), e); err != nil { // bounded by the catalog's stall timeout
-		return nil, err
+	// Checked as the view checks (bounded by the catalog's stall
+	// timeout): a list file behind SOURCE is read as SOURCE has it now.
+	for try := 0; ; try++ {
+		err := dataset{n}.Check(context.Background(), e)
+		if err == nil {
+			break
+		}
+		cur := n.cat.Snapshot().Lookup(e.Path())
+		if !errors.Is(err, catalog.ErrBehind) || try == 2 || cur == nil {
+			return nil, err
+		}
+		e = cur
 	}
 	buf := make([]byte, e.Size)
 	got, err := n.tiers.load.ReadAt(context.Background(), e, buf, 0)

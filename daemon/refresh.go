@@ -8,6 +8,12 @@ import (
 	"github.com/dlfs/dlfs/catalog"
 )
 
+// rescans are the node's rescans of SOURCE besides its keeper's.
+type rescans struct {
+	control *refresher // those `refresh` lines ask for
+	catchUp catchUp    // those of requests that found a saved catalog behind SOURCE (checked.go)
+}
+
 // refresher runs the rescans that `refresh` lines ask for, one at a time
 // and outside the control plane's lock: a refresh of 10 M files takes a
 // minute and one of a PFS that hangs until the catalog's stall timeout,

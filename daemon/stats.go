@@ -163,7 +163,7 @@ func (n *Node) Stats() Stats {
 		ReadAhead:     ls.ReadAhead,
 		Catalog: CatalogStats{Files: snap.Files, Dirs: snap.Dirs, Bytes: snap.Bytes, Skipped: snap.Skipped,
 			ScanSeconds: snap.ScanTime.Seconds(), UnreadableEntries: snap.UnreadableEntries, Unreadable: snap.Unreadable,
-			Refresh: n.refresher.status()},
+			Refresh: n.rescans.control.status()},
 	}
 	s.Copies = CopyStats{ReadBytes: ls.CopiedBytes, RAMBytes: s.Cache.RAM.CopiedBytes}
 	if n.tiers.ssd != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlfs/dlfs/test/mountproc"
+	"github.com/dlfs/dlfs/test/pfssim"
 )
 
 // TestRemountServesSourceNotSnapshot: a remount with --ssd-cache starts
@@ -148,4 +149,107 @@ func TestHungPFSReadsAtMount(t *testing.T) {
 	if err := <-exited; err == nil {
 		t.Errorf("stopped while waiting on SOURCE, dlfs exited 0; want a failure\n%s", stderr.String())
 	}
+}
+
+// TestRemountUnreadableAndRacy (found by helper G): SOURCE has one directory dlfs
+// cannot read (lost+found at an ext4 root, for a daemon not run as root;
+// here pfssim answers EACCES), and the saved scan was made within a
+// minute of the dataset's last change (mounted right after it was
+// written). Every remount comes up and reads SOURCE's bytes: what a
+// rescan read counts as checked (it failed: the unreadable entry kept the
+// loaded snapshot unchecked after a full refresh, and a racy directory
+// stayed behind by the trust of the load whatever rescans came since).
+func TestRemountUnreadableAndRacy(t *testing.T) {
+	dir := t.TempDir()
+	files := treeFiles(100)
+	os.MkdirAll(filepath.Join(dir, "cls"), 0o755)
+	os.MkdirAll(filepath.Join(dir, "locked"), 0o755)
+	for _, f := range files {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte(f), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pmnt := t.TempDir()
+	sim, err := pfssim.Mount(pmnt, pfssim.Config{Dir: dir, NoAttrCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sim.Unmount() })
+	sim.FailDir("locked", syscall.EACCES)
+	ssd := t.TempDir()
+	d := startDlfs(t, pmnt, "--ssd-cache", ssd)
+	waitFor(t, "the catalog to be saved", 30*time.Second, func() bool { _, err := os.Stat(filepath.Join(ssd, "catalog.snap")); return err == nil })
+	d.stop(t)
+
+	// Every remount, however much later: the saved catalog is never
+	// rewritten, since no remount comes up.
+	for try := 1; try <= 2; try++ {
+		mnt := t.TempDir()
+		p, err := mountproc.Start(bin.dlfs, mnt, 60*time.Second, "mount", "--ssd-cache", ssd, pmnt, mnt)
+		if err != nil {
+			t.Errorf("remount %d of an unchanged SOURCE with one unreadable directory: %v", try, err)
+			continue
+		}
+		d := &proc{p}
+		var bad []string
+		for _, f := range files[:10] {
+			if _, err := os.ReadFile(filepath.Join(d.Mnt, f)); err != nil {
+				bad = append(bad, err.Error())
+			}
+		}
+		if len(bad) > 0 {
+			t.Errorf("%d of 10 reads of an unchanged SOURCE failed after the remount, e.g. %s", len(bad), bad[0])
+		}
+		d.stop(t)
+	}
+}
+
+// TestRemountIdentityMovedTree (found by helper G): a tree moved into
+// SOURCE while dlfs was down keeps its files' old ctimes, so it may enter
+// the identity. A remount from the saved catalog revalidates the
+// directories before it draws the identity, and so agrees with a fresh
+// scan of the same SOURCE at the same time.
+func TestRemountIdentityMovedTree(t *testing.T) {
+	base := t.TempDir()
+	staging := filepath.Join(base, "staging", "extra")
+	os.MkdirAll(staging, 0o755)
+	for i := range 40 {
+		os.WriteFile(filepath.Join(staging, fmt.Sprintf("old%02d.jpg", i)), []byte(fmt.Sprintf("old %d", i)), 0o644)
+	}
+	src := filepath.Join(base, "src")
+	for _, f := range treeFiles(40) {
+		p := filepath.Join(src, f)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(f), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ssd := t.TempDir()
+	d := startDlfs(t, src, "--ssd-cache", ssd)
+	waitFor(t, "the catalog to be saved", 30*time.Second, func() bool { _, err := os.Stat(filepath.Join(ssd, "catalog.snap")); return err == nil })
+	before := datasetOfLog(t, d)
+	d.stop(t)
+
+	if err := os.Rename(staging, filepath.Join(src, "extra")); err != nil { // mv staging/extra src/
+		t.Fatal(err)
+	}
+	fresh := startDlfs(t, src)
+	remount := startDlfs(t, src, "--ssd-cache", ssd)
+	a, b := datasetOfLog(t, fresh), datasetOfLog(t, remount)
+	t.Logf("identity: before the mv %s; after it, a fresh scan %s, a remount from the saved catalog %s", before, a, b)
+	if a != b {
+		t.Errorf("same SOURCE, same moment: a fresh scan says dataset %s, a remount from the saved catalog %s", a, b)
+	}
+}
+
+// datasetOfLog is the dataset identity a daemon logged at start.
+func datasetOfLog(t *testing.T, d *proc) string {
+	t.Helper()
+	for _, l := range strings.Split(d.Stderr.String(), "\n") {
+		if i := strings.Index(l, " dataset="); i >= 0 && strings.Contains(l, "scanned SOURCE") {
+			return strings.Fields(l[i+1:])[0]
+		}
+	}
+	t.Fatalf("no dataset identity logged:\n%s", d.Stderr)
+	return ""
 }
