@@ -43,7 +43,10 @@ func TestOtherNodesRankCountsWithTheFurthestBehind(t *testing.T) {
 		t.Fatal("no sample of rank 2's past position 10 that no local rank reads: pick another seed")
 	}
 	e := j.Samples[other[k]].Entry
-	waitFor(t, "both local ranks planned", func() bool { return p.NextUse(e.Ino) == int64(k) })
+	waitFor(t, "both local ranks planned", func() bool {
+		set := p.oracle.set.Load()
+		return set != nil && len(set.streams) == 2 && len(set.others) == 1 && p.NextUse(e.Ino) == int64(k)
+	})
 	for _, i := range j.Order(0, 0)[:10] { // rank 0 reads ten samples; rank 1 none
 		p.ObserveRead(0, true, j.Samples[i].Entry, 0, 0)
 	}
