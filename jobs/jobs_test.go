@@ -327,6 +327,16 @@ func TestPinnedPlans(t *testing.T) {
 	if st := plan(1); st.Reads != int64(n) || st.Local+st.PFS > st.Reads || st.MinBatch != 4 || st.MaxBatch != 4 {
 		t.Errorf("epoch 1 figures %+v: want %d reads in batches of 4", st, n)
 	}
+	// A line that changes the plans (another seed) drops the pinned ones:
+	// epoch 0, which rank 1 is still in, is planned again, under the
+	// layout of now.
+	id = 4
+	if err := apply(r, "job=j seed=7 epoch=1 rank=0"); err != nil {
+		t.Fatal(err)
+	}
+	if st := plan(0); st.Layout != "0000000000000004" {
+		t.Errorf("after seed=7, epoch 0 kept its pinned plan: %+v", st)
+	}
 }
 
 // TestInferredShape: an inferred job whose line leaves batch= or
