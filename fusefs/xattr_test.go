@@ -2,7 +2,6 @@ package fusefs
 
 import (
 	"context"
-	"encoding/binary"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -34,13 +33,12 @@ func TestACLMounted(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	acl := binary.LittleEndian.AppendUint32(nil, 2)
-	for _, e := range [][3]uint32{{catalog.ACLUserObj, 6, 1<<32 - 1}, {catalog.ACLUser, 0, 65534},
-		{catalog.ACLGroupObj, 4, 1<<32 - 1}, {catalog.ACLMask, 4, 1<<32 - 1}, {catalog.ACLOther, 4, 1<<32 - 1}} {
-		acl = binary.LittleEndian.AppendUint16(acl, uint16(e[0]))
-		acl = binary.LittleEndian.AppendUint16(acl, uint16(e[1]))
-		acl = binary.LittleEndian.AppendUint32(acl, e[2])
+	a, err := catalog.NewACL(catalog.ACLEntry{Tag: catalog.ACLUserObj, Perm: 6}, catalog.ACLEntry{Tag: catalog.ACLUser, ID: 65534},
+		catalog.ACLEntry{Tag: catalog.ACLGroupObj, Perm: 4}, catalog.ACLEntry{Tag: catalog.ACLMask, Perm: 4}, catalog.ACLEntry{Tag: catalog.ACLOther, Perm: 4})
+	if err != nil {
+		t.Fatal(err)
 	}
+	acl := []byte(a.Xattr())
 	if err := unix.Setxattr(filepath.Join(src, "denied.jpg"), catalog.XattrACL, acl, 0); err != nil {
 		if err == unix.EOPNOTSUPP {
 			t.Skip("SOURCE's filesystem keeps no ACLs")

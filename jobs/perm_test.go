@@ -2,7 +2,6 @@ package jobs
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -78,13 +77,12 @@ func permTree(t *testing.T, snap func()) (*Registry, *catalog.Snapshot) {
 		}
 	}
 	// user::rw-, user:1002:---, group::r--, mask::r--, other::r--
-	acl := binary.LittleEndian.AppendUint32(nil, 2)
-	for _, e := range [][3]uint32{{catalog.ACLUserObj, 6, 1<<32 - 1}, {catalog.ACLUser, 0, 1002},
-		{catalog.ACLGroupObj, 4, 1<<32 - 1}, {catalog.ACLMask, 4, 1<<32 - 1}, {catalog.ACLOther, 4, 1<<32 - 1}} {
-		acl = binary.LittleEndian.AppendUint16(acl, uint16(e[0]))
-		acl = binary.LittleEndian.AppendUint16(acl, uint16(e[1]))
-		acl = binary.LittleEndian.AppendUint32(acl, e[2])
+	a, err := catalog.NewACL(catalog.ACLEntry{Tag: catalog.ACLUserObj, Perm: 6}, catalog.ACLEntry{Tag: catalog.ACLUser, ID: 1002},
+		catalog.ACLEntry{Tag: catalog.ACLGroupObj, Perm: 4}, catalog.ACLEntry{Tag: catalog.ACLMask, Perm: 4}, catalog.ACLEntry{Tag: catalog.ACLOther, Perm: 4})
+	if err != nil {
+		t.Fatal(err)
 	}
+	acl := []byte(a.Xattr())
 	if err := unix.Setxattr(filepath.Join(root, "data/pub/acl.jpg"), catalog.XattrACL, acl, 0); err != nil {
 		if errors.Is(err, unix.EOPNOTSUPP) {
 			t.Skip("the filesystem keeps no ACLs")
