@@ -369,3 +369,23 @@ func TestCheckRangeWrongCount(t *testing.T) {
 		t.Error("a damaged block passed on a list of segment sums cut short")
 	}
 }
+
+// A range that ends one byte into a segment, or starts on its last byte,
+// checks that segment: damage there fails it.
+func TestCheckRangeEdges(t *testing.T) {
+	const tag = 0x99
+	data := make([]byte, 3*SegmentBytes)
+	for i := range data {
+		data[i] = byte(i * 5)
+	}
+	sum, segs := Sum(tag, data), Segments(tag, data)
+	for _, at := range []int{SegmentBytes, 2*SegmentBytes - 1} {
+		data[at] ^= 1
+		for _, r := range [][2]int{{at - 5, at + 1}, {at, at + 1}, {at, at + 7}} {
+			if CheckRange(tag, sum, segs, data, r[0], r[1]) {
+				t.Errorf("byte %d changed, and the range %d-%d over it passed", at, r[0], r[1])
+			}
+		}
+		data[at] ^= 1
+	}
+}
