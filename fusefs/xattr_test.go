@@ -103,6 +103,23 @@ func TestACLMounted(t *testing.T) {
 			t.Errorf("uid %d, access %o to %s through the mount: %v, want allowed %v", c.uid, c.mode, c.name, err, c.ok)
 		}
 	}
+
+	// SOURCE's ACL changes to grant 65534 read; after the refresh, the
+	// kernel no longer holds the old one.
+	if err := unix.Removexattr(filepath.Join(src, "denied.jpg"), catalog.XattrACL); err != nil {
+		t.Fatal(err)
+	}
+	d, err := cat.Refresh(context.Background())
+	if err != nil || len(d.Changed) != 1 {
+		t.Fatalf("refresh: %d changed, %v", len(d.Changed), err)
+	}
+	f.Invalidate(d)
+	if err := accessAs(int(root.Fd()), 65534, "denied.jpg", unix.R_OK); err != nil {
+		t.Errorf("uid 65534 reads denied.jpg after its ACL was removed and the mount refreshed: %v", err)
+	}
+	if _, err := unix.Getxattr(filepath.Join(mnt, "denied.jpg"), catalog.XattrACL, buf); err != unix.ENODATA {
+		t.Errorf("the removed ACL through the mount: %v, want ENODATA", err)
+	}
 }
 
 // accessAs asks the kernel whether uid (group uid, no other groups) may
