@@ -157,7 +157,7 @@ func (o *Owners) demand(alive []cluster.Member) []placement.Sample {
 		if len(out) == 0 {
 			firstReads = reads
 		}
-		if rr := o.rankReads.get(g.spec, len(samples), o.cfg.PlacementEpochs, snap); rr != nil {
+		if rr := o.rankReads.get(g.spec, len(samples), o.cfg.PlacementEpochs); rr != nil {
 			for i := range samples {
 				for _, rank := range rr.ranks[rr.start[i]:rr.start[i+1]] {
 					if int(rank) < len(g.ranks) {

@@ -4,7 +4,6 @@ import (
 	"math"
 	"strconv"
 
-	"github.com/dlfs/dlfs/catalog"
 	"github.com/dlfs/dlfs/control"
 	"github.com/dlfs/dlfs/jobs"
 )
@@ -19,11 +18,10 @@ import (
 // in their random order cost more than half a CPU-second at a million
 // samples. 12 bytes a sample with four epochs.
 type rankReads struct {
-	key   string            // the job's line, less its ranks, with the window and the sample count
-	snap  *catalog.Snapshot // the snapshot it was counted under
-	start []uint32          // len n+1
-	ranks []uint16          // control.MaxWorld ranks fit
-	used  bool              // asked for at the last table change
+	key   string   // the job's line, less its ranks, with the window and the sample count
+	start []uint32 // len n+1
+	ranks []uint16 // control.MaxWorld ranks fit
+	used  bool     // asked for at the last table change
 }
 
 // rankReadsCache holds the rankReads of the jobs of the last table
@@ -31,12 +29,13 @@ type rankReads struct {
 type rankReadsCache struct{ m map[string]*rankReads }
 
 // get returns the reads of n samples by spec's ranks over epochs epochs
-// from spec.Epoch under snap, counted once; nil where they are too many
-// to keep (more than 2^32 reads: count them directly).
-func (c *rankReadsCache) get(spec control.Job, n, epochs int, snap *catalog.Snapshot) *rankReads {
+// from spec.Epoch, counted once; nil where they are too many to keep
+// (more than 2^32 reads: count them directly). Which rank reads sample i
+// depends on the job and n only (jobs.Reads), not on which file is i.
+func (c *rankReadsCache) get(spec control.Job, n, epochs int) *rankReads {
 	spec.Ranks = nil
 	key := spec.Line() + " n=" + strconv.Itoa(n) + " window=" + strconv.Itoa(epochs)
-	if r := c.m[key]; r != nil && r.snap == snap {
+	if r := c.m[key]; r != nil {
 		r.used = true
 		return r
 	}
@@ -52,7 +51,7 @@ func (c *rankReadsCache) get(spec control.Job, n, epochs int, snap *catalog.Snap
 	for i := 1; i <= n; i++ {
 		counts[i] += counts[i-1]
 	}
-	r := &rankReads{key: key, snap: snap, start: counts, ranks: make([]uint16, total), used: true}
+	r := &rankReads{key: key, start: counts, ranks: make([]uint16, total), used: true}
 	next := append([]uint32(nil), counts[:n]...)
 	jobs.Reads(spec, n, spec.Epoch, epochs, func(rank, i int) {
 		r.ranks[next[i]] = uint16(rank)

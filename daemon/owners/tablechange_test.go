@@ -22,16 +22,38 @@ func (l listed) List(context.Context) ([]catalog.File, error) {
 	return append([]catalog.File(nil), l...), nil
 }
 
-// syntheticCatalog is a catalog of n files of 1 KiB under train/, in
-// 1,000 classes.
-func syntheticCatalog(tb testing.TB, n int) *catalog.Catalog {
-	tb.Helper()
+// growingList lists what it holds now: a dataset that changes.
+type growingList struct {
+	mu    sync.Mutex
+	files listed
+}
+
+func (l *growingList) List(ctx context.Context) ([]catalog.File, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.files.List(ctx)
+}
+
+// syntheticFiles are n files of 1 KiB under train/, in 1,000 classes.
+func syntheticFiles(n int) listed {
 	files := make(listed, n)
 	for i := range files {
 		files[i] = catalog.File{Path: fmt.Sprintf("train/c%03d/%08d.jpg", i%1000, i), Mode: syscall.S_IFREG | 0o644, Size: 1024, Mtime: 1, Ino: uint64(i + 1)}
 	}
+	return files
+}
+
+// syntheticCatalog is a catalog of syntheticFiles(n).
+func syntheticCatalog(tb testing.TB, n int) *catalog.Catalog {
+	tb.Helper()
+	return listedCatalog(tb, syntheticFiles(n))
+}
+
+// listedCatalog is a catalog of what l lists.
+func listedCatalog(tb testing.TB, l catalog.Lister) *catalog.Catalog {
+	tb.Helper()
 	cfg := catalog.DefaultConfig(tb.TempDir())
-	cfg.Lister = files
+	cfg.Lister = l
 	cat, err := catalog.Open(context.Background(), cfg)
 	if err != nil {
 		tb.Fatal(err)
@@ -94,7 +116,12 @@ func jobMembers(tb testing.TB, n int) []cluster.Member {
 // not started: the test calls rebuild.
 func tableChangeOwners(tb testing.TB, files int) (*Owners, *staticCluster) {
 	tb.Helper()
-	cat := syntheticCatalog(tb, files)
+	return catalogOwners(tb, syntheticCatalog(tb, files))
+}
+
+// catalogOwners is tableChangeOwners over cat.
+func catalogOwners(tb testing.TB, cat *catalog.Catalog) (*Owners, *staticCluster) {
+	tb.Helper()
 	reg := jobs.New(jobs.Config{Snapshot: cat.Snapshot})
 	if err := reg.Apply(jobMembers(tb, 3)[0].Meta.Specs[0]); err != nil {
 		tb.Fatal(err)
@@ -143,17 +170,31 @@ func BenchmarkTableChange(b *testing.B) {
 // them): a member leaving takes its rank's reads with it, and one coming
 // back brings them back.
 func TestDemandCounts(t *testing.T) {
-	o, c := tableChangeOwners(t, 500)
+	list := &growingList{files: syntheticFiles(500)}
+	cat := listedCatalog(t, list)
+	o, c := catalogOwners(t, cat)
 	three := jobMembers(t, 3)
 	spec := three[0].Meta.Specs[0]
-	samples, err := o.d.Jobs.Index(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, step := range []struct {
-		name  string
-		alive []cluster.Member
-	}{{"three", three}, {"again", three}, {"n2 left", three[:2]}, {"n0 left", three[1:]}, {"back", three}} {
+		name   string
+		alive  []cluster.Member
+		epochs int  // the placement window
+		grow   bool // 7 more files before this step
+	}{{"three", three, 4, false}, {"again", three, 4, false}, {"n2 left", three[:2], 4, false}, {"n0 left", three[1:], 4, false},
+		{"back", three, 4, false}, {"a shorter window", three, 2, false}, {"more files", three, 2, true}} {
+		if step.grow {
+			list.mu.Lock()
+			list.files = syntheticFiles(len(list.files) + 7)
+			list.mu.Unlock()
+			if _, err := cat.Refresh(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		o.cfg.PlacementEpochs = step.epochs
+		samples, err := o.d.Jobs.Index(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
 		c.set(step.alive)
 		want := map[string][]uint32{}
 		for _, s := range samples {
@@ -201,5 +242,53 @@ func TestTableChangeAllocations(t *testing.T) {
 	}
 	if p := o.Placement(); p.MovedSamples == 0 || p.PlannedSamples != 3000 {
 		t.Errorf("placement stats %+v: want 3,000 samples planned, and some moved", p)
+	}
+}
+
+// TestOwnedCounts: the samples and bytes stats show for each member are
+// those the table gives it, demand's moves included, as a count of every
+// file's owner finds, after a change as after the first table.
+func TestOwnedCounts(t *testing.T) {
+	o, c := tableChangeOwners(t, 2000)
+	three := jobMembers(t, 3)
+	others := -1
+	for _, alive := range [][]cluster.Member{three, three[:2], three} {
+		c.set(alive)
+		o.rebuild(&others)
+		v := o.View()
+		if v.Table().NumAssigned() == 0 {
+			t.Fatal("demand assigned nothing: the counts of its moves go untested")
+		}
+		want := map[string][2]int64{}
+		o.d.Snapshot().Walk(func(e *catalog.Entry) {
+			if e.IsRegular() {
+				n := want[v.OwnerName(e.Path())]
+				want[v.OwnerName(e.Path())] = [2]int64{n[0] + 1, n[1] + e.Size}
+			}
+		})
+		for _, m := range alive {
+			if s, b := o.Owned(m.Name); s != want[m.Name][0] || b != want[m.Name][1] {
+				t.Errorf("%d members: %s owns %d samples, %d bytes; the table gives it %v", len(alive), m.Name, s, b, want[m.Name])
+			}
+		}
+	}
+}
+
+// TestRankClaimedTwice: two members that claim one rank of a job (a
+// restart, a misconfigured launcher) do not both count its reads: the
+// first by name does, on every node alike.
+func TestRankClaimedTwice(t *testing.T) {
+	o, _ := tableChangeOwners(t, 300)
+	ms := jobMembers(t, 3)
+	ms[2].Meta = ms[0].Meta // n2 claims n0's rank 0 too; nobody runs rank 2
+	d := o.demand(ms)
+	var reads [3]uint32
+	for _, s := range d {
+		for m, r := range s.Reads {
+			reads[m] += r
+		}
+	}
+	if reads[0] == 0 || reads[1] == 0 || reads[2] != 0 {
+		t.Errorf("reads by member %v: want n0 and n1 counted, n2 (rank 0's second claim) not", reads)
 	}
 }
