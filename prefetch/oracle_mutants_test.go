@@ -115,3 +115,55 @@ func TestSkippedSampleWastedBytes(t *testing.T) {
 		t.Errorf("%d samples wasted, %d bytes; want %d bytes each", tot.Wasted, tot.WastedBytes, size)
 	}
 }
+
+// TestReplanTrimKeepsTwiceTheStage: after a plan change the stage keeps
+// what the new order reads within twice the staging bound of its cursor
+// (RAM has changed since the prefetcher passed them) and drops the rest.
+func TestReplanTrimKeepsTwiceTheStage(t *testing.T) {
+	const staging = 40 // samples of one byte
+	fl := &fakeLoader{fetches: map[string]int{}}
+	p, reg, _ := setupWith(t, 100, "job=j root=data seed=3 epoch=0 lookahead=1", Config{Workers: 4, Staging: staging}, fl)
+	waitFor(t, "the stage to fill", func() bool { return fl.total.Load() == staging })
+	was := p.stage.files()
+	cmds, err := control.Parse([]byte("job=j root=data seed=3 epoch=5 lookahead=1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Apply(cmds[0].(control.Job)); err != nil {
+		t.Fatal(err)
+	}
+	j := reg.Get("j")
+	pos := map[uint64]int{}
+	for k, i := range j.Order(0, 5) {
+		if ino := j.Samples[i].Entry.Ino; was[ino] {
+			if _, seen := pos[ino]; !seen {
+				pos[ino] = k
+			}
+		}
+	}
+	var near, far []uint64 // staged before, read within twice the bound and past it
+	for ino, k := range pos {
+		switch {
+		case k >= staging && k < 2*staging:
+			near = append(near, ino)
+		case k >= 2*staging:
+			far = append(far, ino)
+		}
+	}
+	if len(near) == 0 || len(far) == 0 {
+		t.Fatalf("%d staged samples within twice the bound and %d past it in the new order; the test wants some of each", len(near), len(far))
+	}
+	waitFor(t, "the samples past twice the bound dropped", func() bool {
+		for _, ino := range far {
+			if p.stage.has(ino) {
+				return false
+			}
+		}
+		return true
+	})
+	for _, ino := range near {
+		if !p.stage.has(ino) {
+			t.Errorf("sample %d, at position %d of the new order (within twice the bound of %d), was dropped", ino, pos[ino], staging)
+		}
+	}
+}
