@@ -238,11 +238,17 @@ func tablePlacement(n int) error {
 	if err != nil {
 		return err
 	}
+	// The keys are made once, as the policy makes each path once per
+	// snapshot: the two tables share their bytes.
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("train/c%03d/%08d.jpg", i%1000, i)
+	}
 	demand := func(members int) []placement.Sample {
 		ss := make([]placement.Sample, n)
 		reads := make([]uint32, n*members)
 		for i := range ss {
-			ss[i] = placement.Sample{Key: fmt.Sprintf("train/c%03d/%08d.jpg", i%1000, i), Size: 1024, Reads: reads[i*members : (i+1)*members : (i+1)*members]}
+			ss[i] = placement.Sample{Key: keys[i], Size: 1024, Reads: reads[i*members : (i+1)*members : (i+1)*members]}
 		}
 		jobs.Reads(spec, n, 0, 4, func(rank, i int) {
 			if rank < members {
