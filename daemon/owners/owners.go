@@ -16,6 +16,18 @@
 //   - The remote reader: a block's owner, its previous owner (who may
 //     still cache it), and the fetches, batched per peer (batcher.go).
 //
+// # What a table change costs
+//
+// A member leaving or joining changes the table, and every member makes
+// the new one before it stops asking the one that left, so the change is
+// kept cheap at millions of files (about 0.9 CPU-s at 1 M): the watcher
+// keeps the ranks' reads of each job (rankreads.go: they depend on the
+// job and its sample count, not on the members), the paths of the
+// snapshot's files, and the last demand's arrays; the ownership counts
+// come from per-bucket counts made once per snapshot, and the samples
+// that moved from a merge of the two tables' sorted assignments, with no
+// catalog lookup (ownership.go).
+//
 // # The view
 //
 // A View holds the table and its members, the table before the last
