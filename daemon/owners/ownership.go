@@ -247,6 +247,9 @@ func (o *Owners) rebuild(others *int) {
 	keys := o.d.Snapshot()
 	if t != nil {
 		d := o.demand(alive)
+		if o.stopping() {
+			return // Close waits for the watcher: the node leaves the cluster after it
+		}
 		if mode == "demand" && len(d) > 0 {
 			t = t.Assign(d)
 		}
@@ -283,6 +286,16 @@ func (o *Owners) rebuild(others *int) {
 		keys = nil // changed under the demand: its keys are looked up (CatalogChanged rebuilds again)
 	}
 	o.own.compute(snap, t, replaced, keys, plan) // places every bucket: after the plans
+}
+
+// stopping reports whether Close has begun.
+func (o *Owners) stopping() bool {
+	select {
+	case <-o.stop:
+		return true
+	default:
+		return false
+	}
 }
 
 // Placement tells how placement follows the jobs' plans.

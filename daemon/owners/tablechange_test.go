@@ -292,3 +292,18 @@ func TestRankClaimedTwice(t *testing.T) {
 		t.Errorf("reads by member %v: want n0 and n1 counted, n2 (rank 0's second claim) not", reads)
 	}
 }
+
+// TestRebuildStopsAtClose: a table change under way when Close begins
+// stops before placement (a second of CPU at a million files), so Close,
+// which waits for the watcher, and the node's leave after it, are not
+// held up by a table the node will never use.
+func TestRebuildStopsAtClose(t *testing.T) {
+	o, c := tableChangeOwners(t, 300)
+	c.set(jobMembers(t, 3))
+	o.Close()
+	others := -1
+	o.rebuild(&others)
+	if o.View().Table() != nil || o.Placement().Members != 0 {
+		t.Errorf("a table made after Close: %+v", o.Placement())
+	}
+}
