@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
-	"slices"
 	"sort"
 	"testing"
 )
@@ -161,38 +160,6 @@ func TestAssignAllocations(t *testing.T) {
 	ss := distributedDemand(keys(5000), 3, 4, 100, rand.New(rand.NewSource(1)))
 	if n := testing.AllocsPerRun(3, func() { tab.Assign(ss) }); n > 40 {
 		t.Errorf("Assign of %d samples: %.0f allocations, want a fixed few", len(ss), n)
-	}
-}
-
-// TestSortRefs: the radix sort orders by hash, and equal hashes by the
-// tie-break, at sizes on both sides of the switch to a comparison sort.
-func TestSortRefs(t *testing.T) {
-	rng := rand.New(rand.NewSource(5))
-	for _, n := range []int{0, 1, 100, 1 << 12, 50_000} {
-		refs := make([]ref, n)
-		for i := range refs {
-			h := rng.Uint64()
-			if i > 0 && rng.Intn(8) == 0 {
-				h = refs[rng.Intn(i)].hash // equal hashes
-			}
-			refs[i] = ref{h, int32(i)}
-		}
-		rng.Shuffle(n, func(i, j int) { refs[i], refs[j] = refs[j], refs[i] })
-		want := slices.Clone(refs)
-		byIndex := func(a, b int32) int { return int(b) - int(a) } // descending: not the input order
-		slices.SortFunc(want, func(a, b ref) int {
-			if a.hash != b.hash {
-				if a.hash < b.hash {
-					return -1
-				}
-				return 1
-			}
-			return byIndex(a.i, b.i)
-		})
-		sortRefs(refs, byIndex)
-		if !slices.Equal(refs, want) {
-			t.Fatalf("%d refs: sorted wrongly", n)
-		}
 	}
 }
 
