@@ -166,9 +166,11 @@ func (a *ACL) equivalent(mode uint32) bool {
 const (
 	aclPage  = 1 << 10
 	aclPages = 1 << 10
-	// maxACLBytes bounds the bytes of the distinct ACLs a process keeps.
-	maxACLBytes = 64 << 20
 )
+
+// maxACLBytes bounds the bytes of the distinct ACLs a process keeps (a
+// variable for a test).
+var maxACLBytes = 64 << 20
 
 // acls is the table of distinct ACLs; index 0 is none.
 var acls struct {
@@ -277,14 +279,21 @@ func readACL(dirfd int, dir, name string, mode uint32) (a *ACL, unsupported bool
 		case err != nil:
 			return nil, false, fmt.Errorf("getxattr %s %s: %w", filepath.Join(dir, name), XattrACL, err)
 		}
-		if a, err = ParseACL(b[:n]); err != nil {
+		if a, err = aclFor(b[:n], mode); err != nil {
 			return nil, false, fmt.Errorf("%s: %w", filepath.Join(dir, name), err)
-		}
-		if a.equivalent(mode) {
-			return nil, false, nil
 		}
 		return a, false, nil
 	}
+}
+
+// aclFor is the ACL an entry of mode keeps for the value b of its
+// system.posix_acl_access: nil if it says no more than mode.
+func aclFor(b []byte, mode uint32) (*ACL, error) {
+	a, err := ParseACL(b)
+	if err != nil || a.equivalent(mode) {
+		return nil, err
+	}
+	return a, nil
 }
 
 // noGetxattrat is set once the kernel has said it has no getxattrat

@@ -32,6 +32,7 @@ func TestParseACL(t *testing.T) {
 		{"named without a mask", []ACLEntry{obj(ACLUserObj, 6), u(ACLUser, 0, 65534), obj(ACLGroupObj, 4), obj(ACLOther, 4)}, false},
 		{"no other", []ACLEntry{obj(ACLUserObj, 6), obj(ACLGroupObj, 4)}, false},
 		{"no owner", []ACLEntry{obj(ACLGroupObj, 4), obj(ACLOther, 4)}, false},
+		{"no group", []ACLEntry{obj(ACLUserObj, 6), obj(ACLOther, 4)}, false},
 		{"owner twice", []ACLEntry{obj(ACLUserObj, 6), obj(ACLUserObj, 6), obj(ACLGroupObj, 4), obj(ACLOther, 4)}, false},
 		{"out of order", []ACLEntry{obj(ACLUserObj, 6), obj(ACLGroupObj, 4), u(ACLUser, 4, 7), obj(ACLMask, 4), obj(ACLOther, 4)}, false},
 		{"permission 8", []ACLEntry{obj(ACLUserObj, 8), obj(ACLGroupObj, 4), obj(ACLOther, 4)}, false},
@@ -72,6 +73,52 @@ func TestParseACL(t *testing.T) {
 	}
 }
 
+// TestACLFor: an ACL of the owner, group and other entries equal to the
+// mode's bits is the mode (none kept); one that differs from it in any
+// of them, or has a mask or named entries, is kept.
+func TestACLFor(t *testing.T) {
+	minimal := encodeACL([]ACLEntry{{Tag: ACLUserObj, Perm: 6}, {Tag: ACLGroupObj, Perm: 4}, {Tag: ACLOther, Perm: 4}})
+	for mode, keep := range map[uint32]bool{0o644: false, 0o744: true, 0o654: true, 0o640: true, 0o645: true} {
+		a, err := aclFor(minimal, mode)
+		if err != nil || (a != nil) != keep {
+			t.Errorf("the minimal ACL rw-r--r-- on mode %o: kept %v (%v), want %v", mode, a != nil, err, keep)
+		}
+	}
+	if a, err := aclFor(namedACL, 0o644); err != nil || a == nil {
+		t.Errorf("a named entry on mode 644: %v %v, want kept", a, err)
+	}
+	if _, err := aclFor(namedACL[:12], 0o644); err == nil {
+		t.Error("a broken ACL read")
+	}
+}
+
+// TestACLTableBound: past maxACLBytes of distinct ACLs, a new one is
+// refused and one already kept is still found.
+func TestACLTableBound(t *testing.T) {
+	known, err := ParseACL(namedACL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := aclOf(known); err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := NewACL(ACLEntry{Tag: ACLUserObj, Perm: 6}, ACLEntry{Tag: ACLUser, Perm: 1, ID: 4242424},
+		ACLEntry{Tag: ACLGroupObj, Perm: 4}, ACLEntry{Tag: ACLMask, Perm: 5}, ACLEntry{Tag: ACLOther})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acls.mu.Lock()
+	defer func(m int) { maxACLBytes = m }(maxACLBytes)
+	maxACLBytes = acls.bytes
+	acls.mu.Unlock()
+	if _, err := aclOf(fresh); !errors.Is(err, errACLs) {
+		t.Errorf("a new ACL past the bound: %v", err)
+	}
+	if _, err := aclOf(known); err != nil {
+		t.Errorf("a known ACL past the bound: %v", err)
+	}
+}
+
 func FuzzParseACL(f *testing.F) {
 	f.Add(namedACL)
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -95,12 +142,14 @@ func setACL(t *testing.T, path string, b []byte) {
 }
 
 // TestScanACLs: the scan keeps each entry's access ACL when it says more
-// than the mode (a named user, a mask), none when it says as much (the
-// minimal ACL the mode is), none for a symlink; the saved snapshot keeps
+// than the mode (a named user, a mask), two files of one directory each
+// its own (one of 43 entries, more than the scan's first buffer holds),
+// none when it says as much (the minimal ACL the mode is), none for a
+// symlink; the saved snapshot keeps
 // them, and a refresh reports an ACL changed on SOURCE as a change.
 func TestScanACLs(t *testing.T) {
 	src := t.TempDir()
-	for _, p := range []string{"d", "d/x.jpg", "plain.jpg", "minimal.jpg"} {
+	for _, p := range []string{"d", "d/x.jpg", "d/y.jpg", "plain.jpg", "minimal.jpg"} {
 		var err error
 		if filepath.Ext(p) == "" {
 			err = os.Mkdir(filepath.Join(src, p), 0o755)
@@ -117,6 +166,15 @@ func TestScanACLs(t *testing.T) {
 	setACL(t, filepath.Join(src, "d/x.jpg"), namedACL)
 	setACL(t, filepath.Join(src, "d"), namedACL)
 	setACL(t, filepath.Join(src, "minimal.jpg"), encodeACL([]ACLEntry{{Tag: ACLUserObj, Perm: 6}, {Tag: ACLGroupObj, Perm: 4}, {Tag: ACLOther, Perm: 4}}))
+	// More entries than the scan's first buffer holds.
+	big := []ACLEntry{{Tag: ACLUserObj, Perm: 6, ID: aclUndefinedID}}
+	for i := range 40 {
+		big = append(big, ACLEntry{Tag: ACLUser, Perm: 4, ID: 70000 + uint32(i)})
+	}
+	big = append(big, ACLEntry{Tag: ACLGroupObj, Perm: 4, ID: aclUndefinedID}, ACLEntry{Tag: ACLMask, Perm: 4, ID: aclUndefinedID},
+		ACLEntry{Tag: ACLOther, Perm: 4, ID: aclUndefinedID})
+	bigACL := encodeACL(big)
+	setACL(t, filepath.Join(src, "d/y.jpg"), bigACL)
 	cfg := DefaultConfig(src)
 	cfg.Saved = filepath.Join(t.TempDir(), "catalog")
 	cfg.Identity = "acls"
@@ -126,7 +184,7 @@ func TestScanACLs(t *testing.T) {
 	}
 	check := func(what string, s *Snapshot) {
 		t.Helper()
-		for p, want := range map[string]string{"d": string(namedACL), "d/x.jpg": string(namedACL), "plain.jpg": "", "minimal.jpg": "", "link": ""} {
+		for p, want := range map[string]string{"d": string(namedACL), "d/x.jpg": string(namedACL), "d/y.jpg": string(bigACL), "plain.jpg": "", "minimal.jpg": "", "link": ""} {
 			e := s.Lookup(p)
 			if e == nil {
 				t.Fatalf("%s: no %s", what, p)
