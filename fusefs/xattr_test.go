@@ -74,6 +74,21 @@ func TestACLMounted(t *testing.T) {
 	if err != nil || string(buf[:n]) != catalog.XattrACL+"\x00" {
 		t.Errorf("listxattr: %q %v", buf[:max(n, 0)], err)
 	}
+	names := len(catalog.XattrACL) + 1
+	if n, err := unix.Listxattr(filepath.Join(mnt, "denied.jpg"), nil); err != nil || n != names {
+		t.Errorf("listxattr's size: %d %v, want %d", n, err, names)
+	}
+	if n, err := unix.Listxattr(filepath.Join(mnt, "denied.jpg"), buf[:names]); err != nil || n != names {
+		t.Errorf("listxattr into a buffer of its size: %d %v", n, err)
+	}
+	if _, err := unix.Listxattr(filepath.Join(mnt, "denied.jpg"), buf[:names-1]); err != unix.ERANGE {
+		t.Errorf("listxattr into a short buffer: %v, want ERANGE", err)
+	}
+	for _, name := range []string{"user.dlfs", "security.capability", "system.posix_acl_default"} {
+		if _, err := unix.Getxattr(filepath.Join(mnt, "denied.jpg"), name, buf); err != unix.ENODATA {
+			t.Errorf("%s of a file with an access ACL: %v, want ENODATA", name, err)
+		}
+	}
 	for _, p := range []string{"plain.jpg", ".dlfs", ""} {
 		if _, err := unix.Getxattr(filepath.Join(mnt, p), catalog.XattrACL, buf); err != unix.ENODATA {
 			t.Errorf("the ACL of %q: %v, want ENODATA", p, err)
