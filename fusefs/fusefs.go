@@ -214,7 +214,11 @@ func (f *FS) MountOptions(fsname string) *fuse.MountOptions {
 		Name:       "dlfs",
 		AllowOther: f.cfg.AllowOther,
 		// The kernel checks modes and owners itself, as for any local
-		// file: other users get only what SOURCE's modes allow.
+		// file: other users get only what SOURCE's modes allow. Not
+		// "ro": the kernel would refuse .dlfs/control's writes at the
+		// open, before they reach us; the dataset refuses every write
+		// itself (docs/design.md, a read-only dataset in a read-write
+		// mount).
 		Options:      []string{"default_permissions"},
 		DirectMount:  true,
 		MaxReadAhead: f.cfg.MaxRequest,

@@ -3,8 +3,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"runtime"
 
@@ -25,7 +27,12 @@ func main() {
 	go func() {
 		root := newRootCmd()
 		if err := root.Execute(); err != nil {
-			printError(os.Stderr, err)
+			var ec exitCode
+			if errors.As(err, &ec) { // a --daemon whose daemon failed: it said why
+				code <- int(ec)
+				return
+			}
+			printErrorAs(os.Stderr, err, errorFormat(root, os.Args[1:]))
 			code <- 1
 			return
 		}
@@ -36,8 +43,30 @@ func main() {
 
 // printError prints the error a command ended with, on one line: it may
 // name what SOURCE or a peer chose, so it goes through printable.
-func printError(w io.Writer, err error) {
+func printError(w io.Writer, err error) { printErrorAs(w, err, "text") }
+
+// printErrorAs is printError in format: with "json" (--log-format json)
+// the line is a JSON record, as the daemon's log is, so that a log
+// collector parses every line.
+func printErrorAs(w io.Writer, err error, format string) {
+	if format == "json" {
+		slog.New(slog.NewJSONHandler(w, nil)).Error("exiting", "err", printable(err.Error()))
+		return
+	}
 	fmt.Fprintln(w, "dlfs:", printable(err.Error()))
+}
+
+// errorFormat is the --log-format of the command args ran ("text" if it
+// has none, or it was not parsed).
+func errorFormat(root *cobra.Command, args []string) string {
+	c, _, err := root.Find(args)
+	if err != nil {
+		return "text"
+	}
+	if f := c.Flags().Lookup("log-format"); f != nil && f.Value.String() == "json" {
+		return "json"
+	}
+	return "text"
 }
 
 func newRootCmd() *cobra.Command { return newRoot(runMount, os.LookupEnv) }

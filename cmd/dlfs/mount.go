@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -42,6 +43,8 @@ type mountOptions struct {
 	maxFiles     int
 	logLevel     string
 	logFormat    string
+	logFile      string
+	daemon       bool
 	metricsAddr  string
 	controlName  string
 	nodeName     string
@@ -95,8 +98,10 @@ func mountCommand(run func(cmd *cobra.Command, cfg daemon.Config, o *mountOption
 		Long: `Mount the dataset directory SOURCE read-only at MOUNTPOINT and serve it from
 RAM and SSD caches. SOURCE may also be a packed dataset: a dlfs pack (shows
 the packed tree), MXNet RecordIO files (LABEL/ID.jpg) or HDF5 files (one .npy
-per row). Runs in the foreground; prints "dlfs: mounted SOURCE at
-MOUNTPOINT" once the mount is usable; SIGINT or SIGTERM unmounts and exits 0.
+per row). Runs in the foreground (--daemon: in the background once
+mounted); prints "dlfs: mounted SOURCE at MOUNTPOINT" once the mount is
+usable; SIGINT or SIGTERM unmounts and exits 0. SIGHUP opens --log-file
+again; neither SIGHUP nor a closed stdout or stderr stops the mount.
 
 MOUNTPOINT/.dlfs/ (never listed) holds:
   stats       JSON: served bytes per tier, PFS traffic, caches, prefetch, jobs
@@ -127,7 +132,9 @@ MOUNTPOINT/.dlfs/ (never listed) holds:
 	f.IntVar(&o.maxFiles, "max-files", defaultMaxFiles(), "the most files and directories (or packed samples) SOURCE may hold; each costs about 120 bytes of RAM in the catalog (default: as many as an eighth of this machine's memory holds)")
 	f.StringVar(&o.controlGroup, "control-group", "", "a group (name or id) whose members may write the control file too; by default only the mounting user may")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
-	f.StringVar(&o.logFormat, "log-format", "text", "text (key=value) or json (one object a line)")
+	f.StringVar(&o.logFormat, "log-format", "text", "text (key=value) or json (one object a line, the mounted line and a fatal error too)")
+	f.StringVar(&o.logFile, "log-file", "", "append the log to this file instead of stderr, opened again on SIGHUP (for logrotate)")
+	f.BoolVar(&o.daemon, "daemon", false, "run in the background once mounted: exit 0 when the mount is usable, or with the mount's error and status (give --log-file: the daemon's later output goes nowhere)")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on HOST:PORT (off when empty)")
 	f.StringVar(&o.controlName, "control-name", def.ControlName, "name of the hidden control directory at the root")
 	f.StringVar(&o.nodeName, "node-name", "", "name of this node in stats (default: host name)")
@@ -278,12 +285,91 @@ func parseLevel(s string) (slog.Level, error) {
 }
 
 // runMount mounts, announces the mount, and serves until a signal or an
-// external unmount.
+// external unmount; with --daemon it starts a daemon that does (see
+// daemonize.go).
+//
+// A mount outlives its terminal and its pipes: SIGHUP (a closed SSH
+// session or tmux pane, or logrotate) opens --log-file again, and SIGPIPE
+// is taken too, so a write to a stdout or stderr whose reader is gone
+// fails with EPIPE instead of killing the process (os/signal: "If the
+// program is not calling Notify for SIGPIPE ... a write to a broken pipe
+// on file descriptors 1 or 2 will cause the program to exit").
 func runMount(cmd *cobra.Command, cfg daemon.Config, o *mountOptions) error {
+	if o.daemon {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("--daemon: %w", err)
+		}
+		return runDaemon(exe, daemonArgs(os.Args[1:]), cmd.OutOrStdout(), cmd.ErrOrStderr())
+	}
+	// Never stopped: SIGPIPE must stay taken until the process exits,
+	// which prints its error last.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGPIPE)
+	var logw io.Writer = os.Stderr
+	var lf *logFile
+	if o.logFile != "" {
+		var err error
+		if lf, err = openLogFile(o.logFile); err != nil {
+			return err
+		}
+		defer lf.Close()
+		logw = lf
+	}
 	var err error
-	if cfg.Logger, err = newLogger(os.Stderr, o.logLevel, o.logFormat); err != nil {
+	if cfg.Logger, err = newLogger(logw, o.logLevel, o.logFormat); err != nil {
 		return err
 	}
+	stopHangups := make(chan struct{})
+	defer close(stopHangups)
+	go takeHangups(sigs, stopHangups, lf, cfg.Logger)
+	err = serveMount(cmd, cfg, o)
+	if err != nil && lf != nil {
+		cfg.Logger.Error("exiting", "err", err) // stderr gets it too (main)
+	}
+	return err
+}
+
+// takeHangups handles SIGHUP and SIGPIPE from sigs until stop closes:
+// SIGHUP opens lf (if any) again, SIGPIPE is dropped (the write that
+// raised it fails with EPIPE).
+func takeHangups(sigs <-chan os.Signal, stop <-chan struct{}, lf *logFile, log *slog.Logger) {
+	for {
+		select {
+		case <-stop:
+			return
+		case s := <-sigs:
+			if s != syscall.SIGHUP {
+				continue
+			}
+			if lf == nil {
+				log.Info("SIGHUP received: no --log-file to open again; the mount goes on")
+				continue
+			}
+			if err := lf.Reopen(); err != nil {
+				log.Error("SIGHUP received: could not open the log file again; writing to the old one", "err", err)
+				continue
+			}
+			log.Info("SIGHUP received: opened the log file again", "path", lf.path)
+		}
+	}
+}
+
+// announceMounted writes the mounted line to w, as a JSON record with
+// --log-format json, and to the log file, if there is one.
+func announceMounted(w io.Writer, cfg daemon.Config, o *mountOptions) {
+	if o.logFormat == "json" {
+		slog.New(slog.NewJSONHandler(w, nil)).Info("mounted", "source", printable(cfg.Source), "mountpoint", printable(cfg.Mountpoint))
+	} else {
+		fmt.Fprintf(w, "dlfs: mounted %s at %s\n", printable(cfg.Source), printable(cfg.Mountpoint))
+	}
+	if o.logFile != "" {
+		cfg.Logger.Info("mounted", "source", cfg.Source, "mountpoint", cfg.Mountpoint)
+	}
+}
+
+// serveMount is runMount's mount, once its logger is set.
+func serveMount(cmd *cobra.Command, cfg daemon.Config, o *mountOptions) error {
 	cfg.Registry = prometheus.NewRegistry()
 	cfg.Registry.MustRegister(buildInfo())
 	// The only files the daemon makes are the SSD cache's, copies of
@@ -334,7 +420,11 @@ func runMount(cmd *cobra.Command, cfg daemon.Config, o *mountOptions) error {
 			select {
 			case <-started:
 			case <-time.After(o.stopTimeout):
-				fmt.Fprintf(os.Stderr, "dlfs: mount %s: stopped while SOURCE did not answer (--stop-timeout %s)\n", printable(cfg.Source), o.stopTimeout)
+				err := fmt.Errorf("mount %s: stopped while SOURCE did not answer (--stop-timeout %s)", cfg.Source, o.stopTimeout)
+				if o.logFile != "" {
+					cfg.Logger.Error("exiting", "err", err)
+				}
+				printErrorAs(os.Stderr, err, o.logFormat)
 				os.Exit(1)
 			}
 		}
@@ -344,7 +434,7 @@ func runMount(cmd *cobra.Command, cfg daemon.Config, o *mountOptions) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "dlfs: mounted %s at %s\n", printable(cfg.Source), printable(cfg.Mountpoint))
+	announceMounted(cmd.OutOrStdout(), cfg, o)
 	notifyReady(ctx, cfg.Logger, cfg.Source, cfg.Mountpoint) // READY=1 to systemd (Type=notify) or the mount helper
 
 	done := make(chan struct{})
