@@ -229,6 +229,9 @@ func (f *FS) MountOptions(fsname string) *fuse.MountOptions {
 		EnableSymlinkCaching: true,
 		EnableAcl:            true, // SOURCE's POSIX ACLs, which the kernel asks for and enforces (xattr.go)
 		Debug:                f.cfg.Debug,
+		// go-fuse's own lines (--debug-fuse, its warnings) through our
+		// logger, so --log-format json and --log-file cover them.
+		Logger: slog.NewLogLogger(f.log.Handler(), slog.LevelInfo),
 	}
 	if !f.cfg.ListingAttrs {
 		o.ExtraCapabilities = fuse.CAP_READDIRPLUS_AUTO

@@ -108,8 +108,8 @@ func logText(path string) string {
 // TestDaemonFlag: dlfs mount --daemon returns 0 once the mount is usable,
 // holding none of the caller's pipes (so $(...) ends), with the mounted
 // line on stdout; --log-format json makes that line and every line of
-// --log-file JSON. A mount that cannot be made returns 1 and its error,
-// as a JSON record too.
+// --log-file JSON, go-fuse's --debug-fuse lines too. A mount that cannot
+// be made returns 1 and its error, as a JSON record too.
 func TestDaemonFlag(t *testing.T) {
 	src, mnt := smallSource(t), t.TempDir()
 	logPath := filepath.Join(t.TempDir(), "dlfs.log")
@@ -119,7 +119,7 @@ func TestDaemonFlag(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		out, err := exec.Command(bin.dlfs, "mount", "--daemon", "--log-format", "json", "--log-file", logPath,
+		out, err := exec.Command(bin.dlfs, "mount", "--daemon", "--log-format", "json", "--log-file", logPath, "--debug-fuse",
 			"--ram-cache", "64MiB", src, mnt).Output() // returns when stdout's last writer is gone
 		done <- result{out, err}
 	}()
@@ -154,8 +154,8 @@ func TestDaemonFlag(t *testing.T) {
 		}
 		msgs = append(msgs, rec["msg"].(string))
 	}
-	if !strings.Contains(strings.Join(msgs, "|"), "|mounted|") {
-		t.Errorf("the log has no mounted record: %q", msgs)
+	if all := strings.Join(msgs, "|"); !strings.Contains(all, "|mounted|") || !strings.Contains(all, "|rx ") {
+		t.Errorf("the log lacks the mounted record or go-fuse's --debug-fuse lines: %q", msgs)
 	}
 
 	cmd := exec.Command(bin.dlfs, "mount", "--daemon", "--log-format", "json", src, filepath.Join(mnt, "missing"))
