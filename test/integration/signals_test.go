@@ -57,6 +57,9 @@ func TestHangupAndClosedPipes(t *testing.T) {
 	t.Cleanup(func() {
 		cmd.Process.Signal(syscall.SIGTERM)
 		<-exited
+		if isMounted(mnt) { // a daemon that died left it dead
+			exec.Command("umount", "-l", mnt).Run()
+		}
 	})
 	alive := func(when string) {
 		t.Helper()
