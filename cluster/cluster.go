@@ -122,6 +122,9 @@ type Cluster struct {
 
 	stop chan struct{} // closed by Close
 	wg   sync.WaitGroup
+
+	leave    sync.Once
+	leaveErr error // (leave) the broadcast's
 }
 
 // member is a Member and when it entered its state.
@@ -296,6 +299,15 @@ func (c *Cluster) Subscribe() <-chan struct{} {
 }
 
 // Close leaves the cluster and stops gossiping. Safe to call twice.
+// Leave tells the cluster at once that this node is leaving, waiting
+// at most 2 s for the broadcast: the others re-place its share while it
+// tears down, and it goes on answering gossip (and its peer server
+// serving) until Close. It is done once; Close does it if nobody did.
+func (c *Cluster) Leave() error {
+	c.leave.Do(func() { c.leaveErr = c.ml.Leave(2 * time.Second) })
+	return c.leaveErr
+}
+
 func (c *Cluster) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -307,7 +319,7 @@ func (c *Cluster) Close() error {
 	close(c.stop)
 	c.tr.abort() // joins waiting on a dial or a reply end now
 	c.wg.Wait()
-	err := c.ml.Leave(2 * time.Second)
+	err := c.Leave()
 	if serr := c.ml.Shutdown(); err == nil {
 		err = serr
 	}

@@ -185,3 +185,20 @@ func TestSetMeta(t *testing.T) {
 		t.Errorf("oversized metadata: got %v, want ErrMeta", err)
 	}
 }
+
+// TestLeaveBeforeClose: a node that says it leaves is seen as left by the
+// others at once, while it still runs; its Close afterwards is clean.
+func TestLeaveBeforeClose(t *testing.T) {
+	key := bytes.Repeat([]byte{7}, 32)
+	a := start(t, "node-a", key)
+	b := start(t, "node-b", key, a.Addr())
+	waitView(t, a, 2)
+	waitView(t, b, 2)
+	if err := b.Leave(); err != nil {
+		t.Fatal(err)
+	}
+	waitView(t, a, 1) // b gone from a's view while b still runs
+	if err := b.Close(); err != nil {
+		t.Errorf("Close after Leave: %v", err)
+	}
+}

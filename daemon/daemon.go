@@ -780,6 +780,13 @@ func (n *Node) Wait() { <-n.served }
 func (n *Node) Close() error {
 	n.closing.once.Do(func() {
 		var errs []error
+		// Before anything: the other members re-place this node's share
+		// while it tears down (its peer server serves until the end).
+		if n.cluster.gossip != nil {
+			if err := n.cluster.gossip.Leave(); err != nil {
+				n.log.Warn("telling the cluster this node leaves failed; it will find out", "err", err)
+			}
+		}
 		// First: requests waiting on a PFS that hangs (reads, a refresh's
 		// writer) must end before the kernel can let go of the mount.
 		if n.tiers.load != nil {
