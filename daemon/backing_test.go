@@ -169,7 +169,7 @@ func TestPassthroughDescriptorBudget(t *testing.T) {
 			name := fmt.Sprintf("s%02d", i)
 			readWant(t, filepath.Join(mnt, name), files[name]) // now in RAM
 			noCachedOpen(t, n, held.cached)
-			held.open(t, filepath.Join(mnt, name)) // by passthrough while the budget allows
+			held.open(t, filepath.Join(mnt, name))                             // by passthrough while the budget allows
 			readWant(t, filepath.Join(mnt, "filler.bin"), files["filler.bin"]) // evicts the tier's files
 			noCachedOpen(t, n, held.cached)
 			if fds, st := memfds(t)-base, n.ptStats(); fds > budget || st.BackingFds > budget {
@@ -338,7 +338,7 @@ func TestPassthroughCorruptBlock(t *testing.T) {
 	if !ok {
 		t.Fatal("block 1 is not in the RAM tier")
 	}
-	b.Data[10] ^= 0xff // the tier's own copy
+	b.Data[10] ^= 0xff    // the tier's own copy
 	noCachedOpen(t, n, 0) // takes the tier's lock after the damage, before any read of it
 	onThread(t, func() {
 		h, err := os.Open(path)
