@@ -271,15 +271,24 @@ func TestHungPFSAtMount(t *testing.T) {
 			t.Fatal("dlfs never reached the hung PFS")
 		}
 	}
+	stopStartWhileHung(t, p, d, exited, &stderr)
+}
+
+// stopStartWhileHung sends d, a dlfs mount not yet mounted, SIGTERM while
+// p hangs, and checks that it exits, with a failure. A thread of the
+// daemon may be in the kernel, in a request the hung PFS never answers:
+// the process is then exiting, and ends once p resumes.
+func stopStartWhileHung(t *testing.T, p *pfs, d *exec.Cmd, exited <-chan error, stderr fmt.Stringer) {
+	t.Helper()
 	d.Process.Signal(syscall.SIGTERM)
 	for deadline := time.Now().Add(30 * time.Second); !exiting(d.Process.Pid); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("SIGTERM while mounting a hung PFS: still running after 30s\n%s", stderr.String())
+			t.Fatalf("SIGTERM while mounting a hung PFS: still running after 30s\n%s", stderr)
 		}
 	}
 	p.Cmd.Process.Signal(syscall.SIGHUP)
 	if err := <-exited; err == nil {
-		t.Errorf("dlfs stopped while mounting exited 0; want a failure\n%s", stderr.String())
+		t.Errorf("dlfs stopped while mounting exited 0; want a failure\n%s", stderr)
 	}
 }
 

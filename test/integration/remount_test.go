@@ -137,18 +137,7 @@ func TestHungPFSReadsAtMount(t *testing.T) {
 	if !strings.Contains(stderr.String(), "cls/") {
 		t.Errorf("the wait does not name the file:\n%s", stderr.String())
 	}
-	d.Process.Signal(syscall.SIGTERM)
-	// A thread of the daemon may be in the kernel, in a read the hung PFS
-	// never answers: the process then exits as soon as the read ends.
-	for deadline := time.Now().Add(30 * time.Second); !exiting(d.Process.Pid); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("SIGTERM while the identity's reads hang: still running after 30s\n%s", stderr.String())
-		}
-	}
-	p.Cmd.Process.Signal(syscall.SIGHUP)
-	if err := <-exited; err == nil {
-		t.Errorf("stopped while waiting on SOURCE, dlfs exited 0; want a failure\n%s", stderr.String())
-	}
+	stopStartWhileHung(t, p, d, exited, &stderr)
 }
 
 // TestRemountUnreadableAndRacy (found by helper G): SOURCE has one directory dlfs
